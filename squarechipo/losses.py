@@ -1,0 +1,215 @@
+"""Preference losses of 003 Algorithm 1 and its baselines: a *link* × a *loss* on the margin.
+
+All inputs are summed token log-probabilities of the stored ``chosen`` (a⁺) and ``rejected``
+(a⁻) responses under the policy and the reference. Stored rows always read "chosen ≻ rejected"
+(z̄ = +1, DESIGN.md §1): a privatized or corrupted label is a swapped row.
+
+Numerics. Everything is computed in float32 at least (bf16/fp16 inputs are upcast; float64 stays
+float64, which is what ``gradcheck`` and the simulation lab use). The χPO link needs e^ℓ: ℓ is
+clamped to at most :data:`CHIPO_LOG_RATIO_CLAMP` (= 20) *inside the exponential only*. Above it
+the exponential part is frozen at e^20 ≈ 4.9e8 and its gradient stops; the linear part ℓ keeps
+its gradient. Why 20: (i) β·e^20 already saturates σ for any β ≥ 1e-7 unless the two sides cancel,
+so the loss value is unchanged in practice, and 003 clips the margin at 2R_max far below this;
+(ii) it bounds the per-row gradient by about β·e^20, so no float32/bf16 overflow can reach the
+backward pass even for log-ratios of ±1e4; (iii) without it float32 e^ℓ overflows at ℓ ≈ 88.7.
+The 2R_max clip of 003 also stops gradients where it is active, exactly as in the paper.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from squarechipo.privacy.calibration import (
+    check_epsilon,
+    check_flip_rate,
+    debias_factor,
+    debias_factor_from_flip_rate,
+    flip_probability,
+)
+
+__all__ = [
+    "CHIPO_LOG_RATIO_CLAMP",
+    "METHODS",
+    "Method",
+    "PreferenceLossOutput",
+    "chipo_link",
+    "dpo_link",
+    "log_loss",
+    "margins",
+    "preference_loss",
+    "robust_log_loss",
+    "square_loss",
+]
+
+#: Upper clamp on the log-ratio inside χPO's exponential (see the module docstring).
+CHIPO_LOG_RATIO_CLAMP = 20.0
+
+Link = Literal["dpo", "chipo"]
+Loss = Literal["log", "robust_log", "square"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A named method: which link and which loss (DESIGN.md §2)."""
+
+    link: Link
+    loss: Loss
+
+
+#: The six named methods of DESIGN.md §2.
+METHODS: dict[str, Method] = {
+    "dpo": Method("dpo", "log"),
+    "chipo": Method("chipo", "log"),
+    "square_chipo": Method("chipo", "square"),
+    "square_dpo": Method("dpo", "square"),
+    "rdpo": Method("dpo", "robust_log"),
+    "robust_chipo": Method("chipo", "robust_log"),
+}
+
+
+class PreferenceLossOutput(NamedTuple):
+    """Per-row ``losses`` and the clipped ``margins`` m = clip(β·h, ±2R_max) (for logging)."""
+
+    losses: torch.Tensor
+    margins: torch.Tensor
+
+
+def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    dtype = torch.float32
+    for tensor in tensors:
+        dtype = torch.promote_types(dtype, tensor.dtype)
+    return dtype
+
+
+def dpo_link(log_ratio: torch.Tensor) -> torch.Tensor:
+    """DPO's implicit reward link g(ℓ) = ℓ (Rafailov et al. 2023; 003 §2, "DPO")."""
+    return log_ratio
+
+
+def chipo_link(log_ratio: torch.Tensor) -> torch.Tensor:
+    """χPO's link g(ℓ) = ϕ(e^ℓ) = e^ℓ + ℓ with ϕ(u) = u + log u (003 §2, eq. (1), χPO of Huang et al. 2024).
+
+    The exponential sees min(ℓ, 20); see the module docstring for where the gradient stops.
+    """
+    return torch.exp(torch.clamp(log_ratio, max=CHIPO_LOG_RATIO_CLAMP)) + log_ratio
+
+
+_LINKS = {"dpo": dpo_link, "chipo": chipo_link}
+
+
+def margins(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    *,
+    beta: float,
+    link: Link,
+    clip: float | None = None,
+) -> torch.Tensor:
+    """m = clip_{2R_max}(β·h), h = g(ℓ⁺) − g(ℓ⁻), ℓ± = log π(a±|x) − log π_ref(a±|x) (003 Alg. 1).
+
+    ``clip`` is the full bound 2·R_max (None = no clip); it acts on the difference, as in 003.
+    """
+    if link not in _LINKS:
+        raise ValueError(f"link must be one of {tuple(_LINKS)} (got {link!r}).")
+    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta must be a positive finite number (got {beta!r}); a typical value is 0.1.")
+    if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
+        raise ValueError(f"clip (= 2·R_max) must be positive or None for no clip (got {clip!r}).")
+    dtype = _compute_dtype(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    chosen_ratio = policy_chosen_logps.to(dtype) - ref_chosen_logps.to(dtype)
+    rejected_ratio = policy_rejected_logps.to(dtype) - ref_rejected_logps.to(dtype)
+    g = _LINKS[link]
+    margin = beta * (g(chosen_ratio) - g(rejected_ratio))
+    if clip is not None:
+        margin = torch.clamp(margin, -clip, clip)
+    return margin
+
+
+def log_loss(margin: torch.Tensor) -> torch.Tensor:
+    """−log σ(m): the DPO and χPO loss (003 §2; Rafailov et al. 2023)."""
+    return -F.logsigmoid(margin)
+
+
+def robust_log_loss(margin: torch.Tensor, flip_rate: float) -> torch.Tensor:
+    """[−(1−ρ)·log σ(m) + ρ·log σ(−m)] / (1 − 2ρ): rDPO (Chowdhury et al. 2024).
+
+    With ρ = 1/(1+e^ε) it is the RR-debiased Bradley–Terry loss of 000 (§4, eq. (4)) up to the
+    positive factor 1/(1−2ρ). Unbiased for the clean log loss under flips at rate ρ; unbounded
+    below as m → +∞, so use the margin clip (or a norm bound) with it.
+    """
+    rho = check_flip_rate(flip_rate)
+    return (-(1.0 - rho) * F.logsigmoid(margin) + rho * F.logsigmoid(-margin)) / (1.0 - 2.0 * rho)
+
+
+def square_loss(margin: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """(2σ(m) − 1 − c·z̄)² with z̄ = +1: the Square-χPO loss of 003 Algorithm 1.
+
+    ``scale`` is c(ε) = (e^ε+1)/(e^ε−1) under randomized response (1 without privacy). Bounded by
+    (1 + c)² since 2σ(m) − 1 ∈ [−1, 1].
+    """
+    return (2.0 * torch.sigmoid(margin) - 1.0 - scale) ** 2
+
+
+def preference_loss(
+    method: str,
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    *,
+    beta: float,
+    clip: float | None = None,
+    epsilon: float | None = None,
+    flip_rate: float | None = None,
+) -> PreferenceLossOutput:
+    """Per-row loss of a named method (DESIGN.md §2; 003 Algorithm 1) and its margins.
+
+    Args:
+        method: one of :data:`METHODS` — ``dpo``, ``chipo``, ``square_chipo``, ``square_dpo``,
+            ``rdpo``, ``robust_chipo``.
+        policy_*_logps, ref_*_logps: summed log-probs of the stored chosen/rejected responses.
+        beta: KL (χ²) regularisation strength β.
+        clip: 2·R_max, the bound on |β·h| (None = no clip).
+        epsilon: the RR budget of the labels (None/inf = no privacy). Square losses use c(ε); the
+            robust losses use ρ = 1/(1+e^ε). The plain log losses (``dpo``, ``chipo``) do not debias:
+            they are the non-private baselines and ignore it.
+        flip_rate: the label flip rate ρ instead of ε (e.g. the combined rate of RR and
+            corruption); square losses then use c = 1/(1−2ρ). Give ε or ρ, not both.
+
+    Returns:
+        :class:`PreferenceLossOutput` (per-row losses, margins), in float32 or wider.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {tuple(METHODS)} (got {method!r}).")
+    if flip_rate is not None and epsilon is not None and not math.isinf(check_epsilon(epsilon)):
+        raise ValueError("pass either epsilon or flip_rate, not both: flip_rate already includes the RR noise.")
+    spec = METHODS[method]
+    margin = margins(
+        policy_chosen_logps,
+        policy_rejected_logps,
+        ref_chosen_logps,
+        ref_rejected_logps,
+        beta=beta,
+        link=spec.link,
+        clip=clip,
+    )
+    if spec.loss == "log":
+        if flip_rate is not None:
+            check_flip_rate(flip_rate)
+        else:
+            check_epsilon(epsilon)
+        losses = log_loss(margin)
+    elif spec.loss == "robust_log":
+        rho = flip_rate if flip_rate is not None else flip_probability(epsilon)
+        losses = robust_log_loss(margin, rho)
+    else:
+        scale = debias_factor_from_flip_rate(flip_rate) if flip_rate is not None else debias_factor(epsilon)
+        losses = square_loss(margin, scale)
+    return PreferenceLossOutput(losses=losses, margins=margin)

@@ -1,0 +1,108 @@
+"""Scalar privacy calibration: the randomized-response flip rate and the debiasing factor c(ε).
+
+Pure functions of the privacy parameters; every other module gets these numbers from here.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "check_epsilon",
+    "check_corruption_rate",
+    "check_flip_rate",
+    "flip_probability",
+    "debias_factor",
+    "debias_factor_from_flip_rate",
+]
+
+
+def check_epsilon(epsilon: float | None, *, field: str = "epsilon", allow_none: bool = True) -> float:
+    """Validate a local-DP budget and return it as a float (``None`` and ``inf`` mean no privacy).
+
+    Raises:
+        ValueError: naming ``field`` when ε is NaN, not a number, or ≤ 0.
+    """
+    if epsilon is None:
+        if allow_none:
+            return math.inf
+        raise ValueError(f"{field} is required: pass a positive privacy budget such as {field}=1.0.")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
+        raise ValueError(
+            f"{field} must be a number (got {epsilon!r} of type {type(epsilon).__name__}); "
+            f"pass e.g. {field}=0.5, or {field}=None for no privacy."
+        )
+    value = float(epsilon)
+    if math.isnan(value):
+        raise ValueError(f"{field} is NaN; pass a positive privacy budget such as {field}=0.5, or None for no privacy.")
+    if value <= 0:
+        raise ValueError(
+            f"{field} must be > 0 (got {value}); ε = 0 would release no information at all. "
+            f"Pass a positive budget such as {field}=0.5, or {field}=None for no privacy."
+        )
+    return value
+
+
+def check_corruption_rate(corruption_rate: float, *, field: str = "corruption_rate") -> float:
+    """Validate a Huber corruption rate α ∈ [0, 1/2] (003, §3: α-Huber contamination)."""
+    if isinstance(corruption_rate, bool) or not isinstance(corruption_rate, (int, float)):
+        raise ValueError(f"{field} must be a number in [0, 0.5] (got {corruption_rate!r}).")
+    value = float(corruption_rate)
+    if math.isnan(value) or not 0.0 <= value <= 0.5:
+        raise ValueError(
+            f"{field} must lie in [0, 0.5] (got {value}); above 0.5 the adversary controls the "
+            f"majority label and nothing can be learned. Pass e.g. {field}=0.1, or 0 for clean labels."
+        )
+    return value
+
+
+def check_flip_rate(flip_rate: float, *, field: str = "flip_rate") -> float:
+    """Validate a label flip rate ρ ∈ [0, 1/2) as used by the robust (rDPO) loss."""
+    if isinstance(flip_rate, bool) or not isinstance(flip_rate, (int, float)):
+        raise ValueError(f"{field} must be a number in [0, 0.5) (got {flip_rate!r}).")
+    value = float(flip_rate)
+    if math.isnan(value) or not 0.0 <= value < 0.5:
+        raise ValueError(
+            f"{field} must lie in [0, 0.5) (got {value}); at 0.5 the labels carry no signal. "
+            f"Pass e.g. {field}=0.1."
+        )
+    return value
+
+
+def flip_probability(epsilon: float | None) -> float:
+    """Flip rate of randomized response RR_ε: q = 1/(1 + e^ε) (003 §3, eq. (3); App. E).
+
+    ``epsilon=None`` or ``inf`` means no privacy and returns 0.
+    """
+    value = check_epsilon(epsilon)
+    if math.isinf(value):
+        return 0.0
+    # 1/(1+e^ε) written with e^-ε so large ε does not overflow.
+    e = math.exp(-value)
+    return e / (1.0 + e)
+
+
+def debias_factor(epsilon: float | None) -> float:
+    """c(ε) = (e^ε + 1)/(e^ε − 1) of 003 Algorithm 1; c(∞) = 1.
+
+    Under RR_ε, E[c(ε)·z̃ | x, a⁰, a¹] = E[z̄] = 2P(a¹ ≻ a⁰) − 1, so c(ε)·z̃ is an unbiased
+    regression target (003 §3.1, "Converting to ±1 with c(ε) scaling"). Computed as
+    1/tanh(ε/2), which is exact and stable for small and large ε.
+
+    Raises:
+        ValueError: for ε ≤ 0 or NaN.
+    """
+    value = check_epsilon(epsilon)
+    if math.isinf(value):
+        return 1.0
+    return 1.0 / math.tanh(value / 2.0)
+
+
+def debias_factor_from_flip_rate(flip_rate: float) -> float:
+    """1/(1 − 2ρ): the debiasing factor for labels flipped independently with rate ρ.
+
+    Equals c(ε) when ρ = 1/(1+e^ε); composes multiplicatively over independent flips
+    (1 − 2ρ_total = Π(1 − 2ρ_k)), which is how a ledger of several RR releases is debiased.
+    """
+    value = check_flip_rate(flip_rate)
+    return 1.0 / (1.0 - 2.0 * value)

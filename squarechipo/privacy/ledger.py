@@ -1,0 +1,249 @@
+"""The privacy ledger: what was done to a dataset's labels, carried with the data.
+
+A privatized :class:`datasets.Dataset` carries a :class:`PrivacyLedger` as a JSON block at the end
+of ``dataset.info.description``. ``DatasetInfo`` is copied by ``map``, ``filter``, ``select``,
+``train_test_split`` and written by ``save_to_disk``, so the ledger follows the data through the
+usual ``datasets`` operations. Files that have no ``DatasetInfo`` get it another way
+(:func:`save_privatized` / :func:`load_privatized`):
+
+- ``save_to_disk`` folder: inside ``dataset_info.json`` (the description);
+- Parquet: in the file's schema metadata under the key ``squarechipo.privacy_ledger``;
+- JSONL: in a sidecar file ``<name>.jsonl.ledger.json`` next to the data.
+
+What the ledger never holds: the seed, which rows were swapped, or anything else that is a
+function of the raw labels. Only public parameters of the release.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from squarechipo.privacy.calibration import debias_factor, flip_probability
+
+__all__ = [
+    "LEDGER_MARKER",
+    "PARQUET_METADATA_KEY",
+    "SIDECAR_SUFFIX",
+    "Release",
+    "PrivacyLedger",
+    "get_ledger",
+    "with_ledger",
+    "save_privatized",
+    "load_privatized",
+    "read_ledger_for_path",
+]
+
+LEDGER_MARKER = "<!-- squarechipo-privacy-ledger -->"
+PARQUET_METADATA_KEY = b"squarechipo.privacy_ledger"
+SIDECAR_SUFFIX = ".ledger.json"
+
+
+def _library_version() -> str:
+    from squarechipo import __version__
+
+    return __version__
+
+
+@dataclass(frozen=True)
+class Release:
+    """One release of the labels through a pipeline (public parameters only).
+
+    ``randomness`` is ``"os_entropy"`` (the default, for real data) or ``"fixed_seed"`` (for
+    simulation: anyone who learns the seed can undo the noise). The seed itself is never stored.
+    """
+
+    mechanism: str  # "randomized_response" or "none"
+    epsilon: float | None
+    corruption_rate: float
+    adversary: str | None
+    order: str | None
+    n_rows: int
+    randomness: str
+    library_version: str
+    created_at: str
+    pipeline: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_pipeline(cls, pipeline: Any, n_rows: int, *, fixed_seed: bool) -> "Release":
+        return cls(
+            mechanism="randomized_response" if pipeline.is_private else "none",
+            epsilon=pipeline.epsilon,
+            corruption_rate=pipeline.corruption_rate,
+            adversary=pipeline.adversary if pipeline.is_corrupted else None,
+            order=pipeline.order if (pipeline.is_private and pipeline.is_corrupted) else None,
+            n_rows=int(n_rows),
+            randomness="fixed_seed" if fixed_seed else "os_entropy",
+            library_version=_library_version(),
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            pipeline=pipeline.to_dict(),
+        )
+
+
+@dataclass(frozen=True)
+class PrivacyLedger:
+    """The releases a dataset's labels went through, oldest first."""
+
+    releases: tuple[Release, ...] = ()
+
+    @property
+    def total_epsilon(self) -> float | None:
+        """Total ε by basic composition (sum over private releases); None if nothing was private."""
+        budgets = [r.epsilon for r in self.releases if r.epsilon is not None]
+        return float(sum(budgets)) if budgets else None
+
+    @property
+    def rr_flip_rate(self) -> float:
+        """Probability that the RR releases together flipped a label: 1 − 2ρ = Π(1 − 2q_k)."""
+        keep_bias = 1.0
+        for release in self.releases:
+            keep_bias *= 1.0 - 2.0 * flip_probability(release.epsilon)
+        return (1.0 - keep_bias) / 2.0
+
+    @property
+    def debias_factor(self) -> float:
+        """c for the labels as stored: the product of c(ε_k) over RR releases (003 Alg. 1's c(ε))."""
+        factor = 1.0
+        for release in self.releases:
+            factor *= debias_factor(release.epsilon)
+        return factor
+
+    @property
+    def corruption_rate(self) -> float:
+        """Probability that at least one release contaminated a row (1 − Π(1 − α_k))."""
+        clean = math.prod(1.0 - r.corruption_rate for r in self.releases)
+        return 1.0 - clean
+
+    def with_release(self, release: Release) -> "PrivacyLedger":
+        return replace(self, releases=self.releases + (release,))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "squarechipo.privacy_ledger/1",
+            "total_epsilon": self.total_epsilon,
+            "debias_factor": self.debias_factor,
+            "releases": [asdict(r) for r in self.releases],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> "PrivacyLedger":
+        if record.get("format") != "squarechipo.privacy_ledger/1":
+            raise ValueError(f"not a squarechipo privacy ledger (format={record.get('format')!r}).")
+        return cls(releases=tuple(Release(**r) for r in record["releases"]))
+
+    @classmethod
+    def from_json(cls, text: str) -> "PrivacyLedger":
+        return cls.from_dict(json.loads(text))
+
+
+def _split_description(description: str | None) -> tuple[str, str | None]:
+    text = description or ""
+    head, marker, tail = text.partition(LEDGER_MARKER)
+    return head.rstrip(), (tail.strip() if marker else None)
+
+
+def get_ledger(dataset: datasets.Dataset) -> PrivacyLedger | None:
+    """The ledger a dataset carries, or None for data that was never privatized here."""
+    _, block = _split_description(dataset.info.description)
+    return PrivacyLedger.from_json(block) if block else None
+
+
+def _info_with_ledger(info: datasets.DatasetInfo, ledger: PrivacyLedger) -> datasets.DatasetInfo:
+    info = copy.deepcopy(info)
+    head, _ = _split_description(info.description)
+    info.description = (head + "\n\n" if head else "") + LEDGER_MARKER + "\n" + ledger.to_json()
+    return info
+
+
+def with_ledger(dataset: datasets.Dataset, ledger: PrivacyLedger) -> datasets.Dataset:
+    """Attach ``ledger`` to ``dataset`` (in place on its ``info``; returns the dataset)."""
+    dataset.info.description = _info_with_ledger(dataset.info, ledger).description
+    return dataset
+
+
+def _kind(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith((".jsonl", ".json")):
+        return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    if path.suffix == "" or path.is_dir():
+        return "dir"
+    raise ValueError(
+        f"unsupported file type for {path}: use a folder (save_to_disk), .jsonl or .parquet."
+    )
+
+
+def save_privatized(dataset: datasets.Dataset | datasets.DatasetDict, path: str | os.PathLike) -> Path:
+    """Write a privatized dataset so its ledger travels with it (see the module docstring)."""
+    path = Path(path)
+    kind = _kind(path)
+    if kind == "dir":
+        dataset.save_to_disk(str(path))
+        return path
+    if isinstance(dataset, datasets.DatasetDict):
+        raise ValueError("a DatasetDict can only be saved to a folder; pick a split for .jsonl/.parquet.")
+    ledger = get_ledger(dataset)
+    if ledger is None:
+        raise ValueError("dataset has no privacy ledger; privatize it first (privatize_dataset).")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "jsonl":
+        dataset.to_json(str(path), lines=True, force_ascii=False)
+        Path(str(path) + SIDECAR_SUFFIX).write_text(ledger.to_json() + "\n", encoding="utf-8")
+    else:
+        import pyarrow.parquet as pq
+
+        table = dataset.with_format("arrow")[:]
+        metadata = dict(table.schema.metadata or {})
+        metadata[PARQUET_METADATA_KEY] = ledger.to_json().encode("utf-8")
+        pq.write_table(table.replace_schema_metadata(metadata), str(path))
+    return path
+
+
+def read_ledger_for_path(path: str | os.PathLike) -> PrivacyLedger | None:
+    """The ledger stored with a JSONL/Parquet file (sidecar or metadata), or None."""
+    path = Path(path)
+    kind = _kind(path)
+    if kind == "jsonl":
+        sidecar = Path(str(path) + SIDECAR_SUFFIX)
+        return PrivacyLedger.from_json(sidecar.read_text(encoding="utf-8")) if sidecar.exists() else None
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        metadata = pq.read_schema(str(path)).metadata or {}
+        block = metadata.get(PARQUET_METADATA_KEY)
+        return PrivacyLedger.from_json(block.decode("utf-8")) if block else None
+    return None
+
+
+def load_privatized(path: str | os.PathLike) -> datasets.Dataset | datasets.DatasetDict:
+    """Load what :func:`save_privatized` wrote, with its ledger attached.
+
+    Raises:
+        ValueError: when the file carries no ledger (load public data with the generic loader).
+    """
+    path = Path(path)
+    kind = _kind(path)
+    if kind == "dir":
+        loaded = datasets.load_from_disk(str(path))
+        splits = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
+        if not any(get_ledger(split) is not None for split in splits):
+            raise ValueError(f"{path} carries no privacy ledger: it was not privatized by squarechipo.")
+        return loaded
+    ledger = read_ledger_for_path(path)
+    if ledger is None:
+        where = f"{path}{SIDECAR_SUFFIX}" if kind == "jsonl" else f"the Parquet metadata of {path}"
+        raise ValueError(f"no privacy ledger found in {where}; was the file written by save_privatized?")
+    loader = datasets.Dataset.from_json if kind == "jsonl" else datasets.Dataset.from_parquet
+    return with_ledger(loader(str(path)), ledger)
