@@ -1,0 +1,56 @@
+import math
+
+import pytest
+
+from squarechipo.privacy.calibration import (
+    check_corruption_rate,
+    debias_factor,
+    debias_factor_from_flip_rate,
+    flip_probability,
+)
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 30.0])
+def test_debias_factor_matches_paper_formula(epsilon):
+    expected = (math.exp(epsilon) + 1) / (math.exp(epsilon) - 1)
+    assert debias_factor(epsilon) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 3.0])
+def test_flip_probability_and_debias_factor_agree(epsilon):
+    q = flip_probability(epsilon)
+    assert q == pytest.approx(1 / (1 + math.exp(epsilon)), rel=1e-12)
+    assert debias_factor(epsilon) == pytest.approx(1 / (1 - 2 * q), rel=1e-12)
+    assert debias_factor_from_flip_rate(q) == pytest.approx(debias_factor(epsilon), rel=1e-12)
+
+
+def test_no_privacy_is_one_and_zero():
+    assert debias_factor(math.inf) == 1.0
+    assert debias_factor(None) == 1.0
+    assert flip_probability(math.inf) == 0.0
+
+
+def test_extreme_epsilons_are_finite():
+    assert debias_factor(1e-9) == pytest.approx(2e9, rel=1e-6)
+    assert debias_factor(1e6) == 1.0
+    assert flip_probability(1e6) == 0.0
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -1.0, float("nan"), -math.inf])
+def test_bad_epsilon_raises_naming_the_field(bad):
+    with pytest.raises(ValueError, match="epsilon"):
+        debias_factor(bad)
+    with pytest.raises(ValueError, match="epsilon"):
+        flip_probability(bad)
+
+
+@pytest.mark.parametrize("bad", ["1.0", True])
+def test_non_numeric_epsilon_raises(bad):
+    with pytest.raises(ValueError, match="epsilon"):
+        debias_factor(bad)
+
+
+@pytest.mark.parametrize("bad", [-0.01, 0.51, float("nan"), 1.0])
+def test_corruption_rate_outside_range_raises(bad):
+    with pytest.raises(ValueError, match=r"corruption_rate must lie in \[0, 0.5\]"):
+        check_corruption_rate(bad)

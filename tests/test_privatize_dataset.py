@@ -1,0 +1,189 @@
+"""Dataset-level privatization, the privacy ledger and its persistence."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import numpy as np
+import pytest
+
+from squarechipo.privacy import (
+    LabelPipeline,
+    get_ledger,
+    load_privatized,
+    privatize_dataset,
+    save_privatized,
+)
+from squarechipo.privacy.calibration import debias_factor, flip_probability
+from squarechipo.privacy.ledger import read_ledger_for_path
+from tests.conftest import Z_TOLERANCE, binomial_se
+
+CATEGORIES = ["Investments", "Debt Management", "Home Improvement & Maintenance"]
+
+
+def standard(n=2000):
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Question {i}: how should I use ${100 + i}?" for i in range(n)],
+            "chosen": [f"Save it carefully, plan {i}." for i in range(n)],
+            "rejected": [f"Bet it all on option {i} now, it cannot lose!" for i in range(n)],
+            "category": [CATEGORIES[i % 3] for i in range(n)],
+            "row_id": list(range(n)),
+        }
+    )
+
+
+def conversational(n=600, explicit_prompt=True):
+    rows = []
+    for i in range(n):
+        prompt = [{"role": "user", "content": f"Plan number {i}?"}]
+        chosen = [{"role": "assistant", "content": f"Prudent plan {i}."}]
+        rejected = [{"role": "assistant", "content": f"Risky plan {i}, all in."}]
+        if explicit_prompt:
+            rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "row_id": i})
+        else:
+            rows.append({"chosen": prompt + chosen, "rejected": prompt + rejected, "row_id": i})
+    return datasets.Dataset.from_list(rows)
+
+
+def swapped_mask(original, released):
+    return np.array([c != o for c, o in zip(released["chosen"], original["chosen"])])
+
+
+@pytest.mark.parametrize(
+    "make", [standard, conversational, lambda: conversational(explicit_prompt=False)], ids=["std", "conv", "implicit"]
+)
+def test_swaps_rows_keeps_columns_and_pairs(make):
+    data = make()
+    out = privatize_dataset(data, LabelPipeline(epsilon=0.5), seed=0)
+    assert out.column_names == data.column_names
+    assert out.features == data.features
+    for name in set(data.column_names) - {"chosen", "rejected"}:
+        assert out[name] == data[name]
+    for a, b, c, d in zip(out["chosen"], out["rejected"], data["chosen"], data["rejected"]):
+        assert (a, b) in ((c, d), (d, c))
+    q = flip_probability(0.5)
+    rate = swapped_mask(data, out).mean()
+    assert abs(rate - q) <= Z_TOLERANCE * binomial_se(q, len(data))
+
+
+def test_no_trace_of_which_rows_were_swapped():
+    data = standard()
+    out = privatize_dataset(data, LabelPipeline(epsilon=1.0, corruption_rate=0.1), seed=3)
+    assert out.column_names == data.column_names  # no index or original-label column
+    assert out.cache_files == []  # not a view on the input's cache files
+    assert out._indices is None
+    ledger_text = json.dumps(get_ledger(out).to_dict())
+    assert '"seed"' not in ledger_text and "swap" not in ledger_text
+    assert out._fingerprint != data._fingerprint
+
+
+def test_ledger_records_public_parameters_only():
+    data = standard(500)
+    out = privatize_dataset(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=11)
+    ledger = get_ledger(out)
+    (release,) = ledger.releases
+    assert release.mechanism == "randomized_response"
+    assert release.epsilon == 0.5 and release.corruption_rate == 0.1
+    assert release.adversary == "flip" and release.order == "ltc"
+    assert release.n_rows == 500 and release.randomness == "fixed_seed"
+    assert release.library_version and release.created_at
+    assert "11" not in json.dumps(release.pipeline)
+    assert ledger.total_epsilon == 0.5
+    assert ledger.debias_factor == pytest.approx(debias_factor(0.5))
+    default = privatize_dataset(data, LabelPipeline(epsilon=0.5))
+    assert get_ledger(default).releases[0].randomness == "os_entropy"
+
+
+def test_os_entropy_draws_differ_fixed_seed_reproduces():
+    data = standard(1000)
+    pipe = LabelPipeline(epsilon=0.5)
+    a, b = privatize_dataset(data, pipe), privatize_dataset(data, pipe)
+    assert a["chosen"] != b["chosen"]
+    c, d = privatize_dataset(data, pipe, seed=5), privatize_dataset(data, pipe, seed=5)
+    assert c["chosen"] == d["chosen"]
+
+
+def test_reprivatizing_raises_unless_composed():
+    data = standard(800)
+    once = privatize_dataset(data, LabelPipeline(epsilon=0.5), seed=1)
+    with pytest.raises(ValueError, match="already privatized.*compose=True"):
+        privatize_dataset(once, LabelPipeline(epsilon=1.0), seed=2)
+    twice = privatize_dataset(once, LabelPipeline(epsilon=1.0), seed=2, compose=True)
+    ledger = get_ledger(twice)
+    assert len(ledger.releases) == 2
+    assert ledger.total_epsilon == pytest.approx(1.5)  # basic composition
+    assert ledger.debias_factor == pytest.approx(debias_factor(0.5) * debias_factor(1.0))
+    # The composed flip rate is what the data shows: 1 − 2ρ = (1 − 2q₁)(1 − 2q₂).
+    rho = ledger.rr_flip_rate
+    assert (1 - 2 * rho) == pytest.approx((1 - 2 * flip_probability(0.5)) * (1 - 2 * flip_probability(1.0)))
+    rate = swapped_mask(data, twice).mean()
+    assert abs(rate - rho) <= Z_TOLERANCE * binomial_se(rho, len(data))
+
+
+def test_ledger_survives_datasets_operations(tmp_path):
+    out = privatize_dataset(standard(300), LabelPipeline(epsilon=2.0), seed=0)
+    expected = get_ledger(out)
+    derived = [
+        out.map(lambda r: {"prompt": r["prompt"].upper()}),
+        out.filter(lambda r: r["row_id"] % 2 == 0),
+        out.select(range(10)),
+        out.shuffle(seed=0),
+        out.train_test_split(test_size=0.1, seed=0)["test"],
+    ]
+    for d in derived:
+        assert get_ledger(d) == expected
+    out.save_to_disk(str(tmp_path / "ds"))
+    assert get_ledger(datasets.load_from_disk(str(tmp_path / "ds"))) == expected
+
+
+@pytest.mark.parametrize("name", ["folder", "data.jsonl", "data.parquet"])
+def test_save_and_load_privatized_round_trip(tmp_path, name):
+    for make in (standard, conversational):
+        data = make(200)
+        out = privatize_dataset(data, LabelPipeline(epsilon=0.7, corruption_rate=0.05), seed=2)
+        path = save_privatized(out, tmp_path / make.__name__ / name)
+        back = load_privatized(path)
+        assert get_ledger(back) == get_ledger(out)
+        assert back["chosen"] == out["chosen"] and back["rejected"] == out["rejected"]
+        if name != "folder":
+            assert read_ledger_for_path(path) == get_ledger(out)
+
+
+def test_load_privatized_refuses_files_without_ledger(tmp_path):
+    standard(10).to_json(str(tmp_path / "plain.jsonl"))
+    with pytest.raises(ValueError, match="no privacy ledger"):
+        load_privatized(tmp_path / "plain.jsonl")
+
+
+def test_targeted_adversary_on_a_category():
+    data = standard(3000)
+    pipe = LabelPipeline(corruption_rate=0.4, adversary="targeted", target_column="category",
+                         target_values=["Investments"])
+    out = privatize_dataset(data, pipe, seed=9)
+    swapped = swapped_mask(data, out)
+    in_target = np.array(data["category"]) == "Investments"
+    assert not swapped[~in_target].any()
+    assert abs(swapped[in_target].mean() - 0.4) <= Z_TOLERANCE * binomial_se(0.4, int(in_target.sum()))
+    assert get_ledger(out).total_epsilon is None  # corruption only: no privacy spent
+
+
+def test_fixed_adversary_prefers_longer():
+    data = standard(3000)  # rejected is always the longer response here
+    out = privatize_dataset(data, LabelPipeline(corruption_rate=0.2, adversary="fixed", fixed_preference="longer"), seed=1)
+    swapped = swapped_mask(data, out)
+    assert abs(swapped.mean() - 0.2) <= Z_TOLERANCE * binomial_se(0.2, len(data))
+    assert all(len(c) > len(r) for c, r in zip(np.array(out["chosen"])[swapped], np.array(out["rejected"])[swapped]))
+
+
+def test_bad_pipeline_inputs_name_the_field():
+    data = standard(20)
+    with pytest.raises(ValueError, match="target_column"):
+        privatize_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted"), seed=0)
+    with pytest.raises(ValueError, match="target_column 'nope'"):
+        privatize_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted", target_column="nope"), seed=0)
+    with pytest.raises(ValueError, match="fixed_preference"):
+        privatize_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="fixed", fixed_preference="category"), seed=0)
+    with pytest.raises(ValueError, match="DatasetDict"):
+        privatize_dataset(datasets.DatasetDict({"train": data}), LabelPipeline(epsilon=1.0))
