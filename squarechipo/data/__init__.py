@@ -8,3 +8,7 @@ from squarechipo.data.validation import (
 )
 
 __all__ = ["PreferenceFormat", "ValidationReport", "detect_format", "validate_preference_dataset"]
+
+from squarechipo.data.loading import load_preference_dataset  # noqa: E402
+
+__all__ += ["load_preference_dataset"]

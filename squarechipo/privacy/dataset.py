@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from squarechipo.data.fingerprint import preference_fingerprint
 from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.ledger import PrivacyLedger, Release, _info_with_ledger, get_ledger
 from squarechipo.privacy.pipeline import FIXED_PREFERENCES, LabelPipeline
@@ -128,7 +129,9 @@ def privatize_dataset(
     )
     del swap, chosen, rejected, rng
     ledger = (existing or PrivacyLedger()).with_release(
-        Release.from_pipeline(pipeline, n, fixed_seed=seed is not None)
+        Release.from_pipeline(
+            pipeline, n, fixed_seed=seed is not None, data_fingerprint=preference_fingerprint(dataset)
+        )
     )
     info = _info_with_ledger(dataset.info, ledger)
     released = datasets.Dataset(table, info=info, split=dataset.split)

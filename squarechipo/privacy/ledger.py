@@ -71,9 +71,14 @@ class Release:
     library_version: str
     created_at: str
     pipeline: dict[str, Any] = field(default_factory=dict)
+    #: Label-invariant content hash of the rows (squarechipo.data.fingerprint): identifies the data,
+    #: says nothing about the labels.
+    data_fingerprint: str | None = None
 
     @classmethod
-    def from_pipeline(cls, pipeline: Any, n_rows: int, *, fixed_seed: bool) -> "Release":
+    def from_pipeline(
+        cls, pipeline: Any, n_rows: int, *, fixed_seed: bool, data_fingerprint: str | None = None
+    ) -> "Release":
         return cls(
             mechanism="randomized_response" if pipeline.is_private else "none",
             epsilon=pipeline.epsilon,
@@ -85,6 +90,7 @@ class Release:
             library_version=_library_version(),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             pipeline=pipeline.to_dict(),
+            data_fingerprint=data_fingerprint,
         )
 
 

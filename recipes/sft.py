@@ -1,0 +1,72 @@
+"""Supervised fine-tuning on finance_sft (prompt + chosen) with TRL's SFTTrainer.
+
+    accelerate launch recipes/sft.py --config recipes/configs/sft.yaml
+
+``model_name_or_path: embedded`` is the embedded SmolLM2-135M-Instruct.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import datasets  # noqa: E402
+import torch  # noqa: E402
+from accelerate import PartialState  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_config  # noqa: E402
+
+from squarechipo.models import resolve_model_path  # noqa: E402
+from squarechipo.trainer.precision import SFTRecipeConfig  # noqa: E402
+
+
+@dataclass
+class SFTScriptArguments(ScriptArguments):
+    dataset_test_split: str = field(default="validation", metadata={"help": "Evaluation split."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N rows."})
+
+
+def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_args: ModelConfig) -> SFTTrainer:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with PartialState().main_process_first():
+        model_path = resolve_model_path(model_args.model_name_or_path)
+    source = Path(script_args.dataset_name)
+    data = datasets.load_from_disk(str(source)) if source.is_dir() else datasets.load_dataset(
+        script_args.dataset_name, script_args.dataset_config
+    )
+    train = data[script_args.dataset_train_split]
+    if script_args.max_train_samples is not None:
+        train = train.select(range(min(script_args.max_train_samples, len(train))))
+    eval_dataset = data.get(script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    trainer = SFTTrainer(
+        model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    tokenizer.save_pretrained(training_args.output_dir)
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.create_model_card(dataset_name=script_args.dataset_name)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    trainer.accelerator.print(f"SFT model saved to {Path(training_args.output_dir).resolve()}")
+    if hasattr(trainer, "end"):
+        trainer.end()
+    return trainer
+
+
+if __name__ == "__main__":
+    parser = TrlParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig))
+    main(*parser.parse_args_and_config())

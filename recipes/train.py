@@ -1,0 +1,118 @@
+"""Align a causal LM on privatized and/or corrupted preference labels.
+
+    accelerate launch recipes/train.py --config recipes/configs/square_chipo_ctl.yaml
+    torchrun --nproc_per_node 2 recipes/train.py --config ...      # two CPU processes (gloo)
+
+Every field of ``TrainScriptArguments`` (dataset, label pipeline), ``SquareChiPOConfig`` (TRL's
+``DPOConfig`` + method, r_max, ...) and TRL's ``ModelConfig`` (model, LoRA) can be set in the YAML
+file or on the command line. ``model_name_or_path: embedded`` is the embedded SmolLM2-135M-Instruct.
+
+The training split is released through the label pipeline once, on the main process, saved with
+its privacy ledger under ``privatized_dir``, and reused by every rank and every re-run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import torch  # noqa: E402
+from accelerate import PartialState  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from trl import ModelConfig, TrlParser, get_peft_config  # noqa: E402
+
+from squarechipo.data import load_preference_dataset  # noqa: E402
+from squarechipo.models import resolve_model_path  # noqa: E402
+from squarechipo.privacy.release import release_once  # noqa: E402
+from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer  # noqa: E402
+from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
+
+logger = logging.getLogger("squarechipo")
+
+
+def _labels_digest(dataset) -> str:
+    """Hash of the released rows as stored (labels included): equal on every rank iff the labels are."""
+    digest = hashlib.sha256()
+    for chosen, rejected in zip(dataset["chosen"], dataset["rejected"]):
+        digest.update(json.dumps([chosen, rejected], sort_keys=True).encode("utf-8"))
+    return digest.hexdigest()[:16]
+
+
+def main(script_args: TrainScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig) -> SquareChiPOTrainer:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    state = PartialState()
+    with state.main_process_first():  # the embedded model is converted once, by the main process
+        model_path = resolve_model_path(model_args.model_name_or_path)
+
+    data = load_preference_dataset(script_args.dataset_name, config=script_args.dataset_config)
+    if not hasattr(data, "keys"):
+        raise ValueError(f"{script_args.dataset_name} has no splits; expected train/validation splits.")
+    train = data[script_args.dataset_train_split]
+    if script_args.max_train_samples is not None:
+        train = train.select(range(min(script_args.max_train_samples, len(train))))
+    eval_dataset = None
+    if training_args.eval_strategy != "no" and script_args.dataset_test_split in data:
+        eval_dataset = data[script_args.dataset_test_split]
+        if script_args.max_eval_samples is not None:
+            eval_dataset = eval_dataset.select(range(min(script_args.max_eval_samples, len(eval_dataset))))
+
+    pipeline = script_args.label_pipeline()
+    if pipeline.is_private or pipeline.is_corrupted:
+        folder = Path(script_args.privatized_dir or Path(training_args.output_dir) / "released_train")
+        train = release_once(train, pipeline, folder, seed=script_args.label_seed, state=state)
+        logger.info(
+            "rank %d/%d trains on %d released rows from %s (labels digest %s)",
+            state.process_index, state.num_processes, len(train), folder, _labels_digest(train),
+        )
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    init_kwargs = dict(revision=model_args.model_revision, dtype=dtype, attn_implementation=model_args.attn_implementation)
+    model = AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs)
+    peft_config = get_peft_config(model_args)
+    ref_model = None
+    if peft_config is None and not training_args.precompute_ref_log_probs:
+        ref_model = AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs)
+
+    trainer = SquareChiPOTrainer(
+        model,
+        ref_model=ref_model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    if eval_dataset is not None:
+        metrics = trainer.evaluate()
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+    trainer.create_model_card(dataset_name=script_args.dataset_name)
+    trainer.save_state()
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+        trainer.accelerator.print(f"Pushed to https://huggingface.co/{trainer.hub_model_id}")
+    trainer.accelerator.print(
+        f"Done. Model, card (README.md), privacy record and metrics are in {Path(training_args.output_dir).resolve()}"
+    )
+    if hasattr(trainer, "end"):
+        trainer.end()  # finishes trackers and shuts the process group down cleanly
+    return trainer
+
+
+def make_parser() -> TrlParser:
+    return TrlParser((TrainScriptArguments, SquareChiPOConfig, ModelConfig))
+
+
+if __name__ == "__main__":
+    script_args, training_args, model_args = make_parser().parse_args_and_config()
+    main(script_args, training_args, model_args)

@@ -1,0 +1,6 @@
+"""TRL glue: the config and trainer subclasses, and the lean LM head."""
+
+from squarechipo.trainer.config import SquareChiPOConfig
+from squarechipo.trainer.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOTrainer
+
+__all__ = ["PRIVACY_FILE", "SquareChiPOConfig", "SquareChiPOTrainer", "TRL_INTERNALS"]

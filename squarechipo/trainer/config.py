@@ -1,0 +1,84 @@
+"""Training configuration: TRL's ``DPOConfig`` plus the method, R_max and privacy fields."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trl import DPOConfig
+
+from squarechipo.losses import METHODS
+from squarechipo.privacy.calibration import check_epsilon, check_flip_rate
+from squarechipo.trainer.precision import cpu_aware_bf16
+
+__all__ = ["SquareChiPOConfig"]
+
+
+@dataclass
+class SquareChiPOConfig(DPOConfig):
+    """``DPOConfig`` with the squarechipo methods (DESIGN.md §2; 003 Algorithm 1).
+
+    The privacy parameters are read from the training dataset's ledger by default. ``epsilon`` and
+    ``flip_rate`` are for data privatized elsewhere; a value that disagrees with the ledger raises
+    unless ``privacy_override`` is set.
+    """
+
+    method: str = field(
+        default="square_chipo",
+        metadata={"help": f"Preference method: one of {', '.join(METHODS)}.", "choices": list(METHODS)},
+    )
+    r_max: float | None = field(
+        default=None,
+        metadata={"help": "R_max of 003: the margin β·h is clipped to ±2·R_max. None = no clip."},
+    )
+    epsilon: float | None = field(
+        default=None,
+        metadata={"help": "Local-DP ε of the labels (RR). Default: read from the dataset's privacy ledger."},
+    )
+    flip_rate: float | None = field(
+        default=None,
+        metadata={"help": "Label flip rate ρ for rdpo/robust_chipo (e.g. RR plus corruption). Default: from ε."},
+    )
+    privacy_override: bool = field(
+        default=False,
+        metadata={"help": "Allow epsilon/flip_rate to disagree with the dataset's ledger (recorded in the card)."},
+    )
+    heavy_metrics: bool = field(
+        default=False,
+        metadata={"help": "Also compute TRL's entropy, top-1 accuracy and mean-logit metrics (slower)."},
+    )
+
+    def __post_init__(self) -> None:
+        cpu_aware_bf16(self)
+        super().__post_init__()
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {tuple(METHODS)} (got {self.method!r}).")
+        if self.r_max is not None and not (self.r_max > 0 and math.isfinite(self.r_max)):
+            raise ValueError(f"r_max must be a positive number or None for no clip (got {self.r_max!r}).")
+        if self.epsilon is not None:
+            self.epsilon = check_epsilon(self.epsilon)
+            if math.isinf(self.epsilon):
+                self.epsilon = None
+        if self.flip_rate is not None:
+            self.flip_rate = check_flip_rate(self.flip_rate)
+        unsupported = []
+        if list(self.loss_type) != ["sigmoid"] or self.loss_weights not in (None, [1.0]):
+            unsupported.append("loss_type/loss_weights (choose the loss with `method`)")
+        if self.f_divergence_type != "reverse_kl":
+            unsupported.append("f_divergence_type (the link is part of `method`)")
+        if self.ld_alpha is not None:
+            unsupported.append("ld_alpha")
+        if self.use_weighting:
+            unsupported.append("use_weighting")
+        if self.label_smoothing:
+            unsupported.append("label_smoothing (use rdpo with flip_rate)")
+        if unsupported:
+            raise ValueError(
+                "SquareChiPOConfig does not support these DPOConfig options: " + "; ".join(unsupported) + ". "
+                "Leave them at their defaults, or use trl.DPOTrainer for TRL's own losses."
+            )
+
+    @property
+    def clip(self) -> float | None:
+        """The margin bound 2·R_max passed to the loss."""
+        return None if self.r_max is None else 2.0 * self.r_max

@@ -1,0 +1,185 @@
+"""A lean LM head: per-token log-probabilities at completion positions only.
+
+TRL 1.16 patches the model's forward (``add_fused_lm_head``) so that
+``model(..., labels=labels, fused_lm_head=True)`` returns per-token log-probs without building the
+``(batch, seq, vocab)`` logits. Off Triton devices (CPU, Neuron) its patch projects *every*
+position through the LM head — prompt and padding included — and the DPO trainer also asks it for
+entropy, top-1 and mean-logit metrics that the loss does not use.
+
+:func:`add_lean_lm_head` installs a forward with the same calling convention and output type that
+scores only the positions whose label is not ``-100`` and computes log-probs alone, reusing TRL's
+public kernel :class:`trl.kernels.ChunkedLogProbFunction` (no logits materialised; the backward
+recomputes tiles). Because the convention is the same, TRL's own reference-model code
+(``compute_ref_log_probs``, ``precompute_ref_log_probs``) runs on it unchanged.
+
+Models whose logits are rescaled in ways the kernel call below does not cover (MoE router
+logits, ``lm_head_multiplier``, ``logits_scaling``, ``output_multiplier``) keep TRL's head.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import torch
+from torch.distributed.tensor import DTensor
+from transformers import PreTrainedModel
+from trl.kernels import ChunkedLogProbFunction
+from trl.trainer.utils import FusedCausalLMOutput, maybe_gather_lm_head_ctx
+
+__all__ = ["add_lean_lm_head", "supports_lean_lm_head"]
+
+#: Vocabulary tile width; the same as TRL's fused head.
+VOCAB_CHUNK_SIZE = 32768
+_UNSUPPORTED_SCALINGS = ("lm_head_multiplier", "logits_scaling", "output_multiplier")
+
+
+def supports_lean_lm_head(model: PreTrainedModel) -> bool:
+    """True when the lean head computes exactly what the model's own head would."""
+    config = model.config.get_text_config()
+    if getattr(config, "output_router_logits", False):
+        return False
+    return all(getattr(config, name, None) is None for name in _UNSUPPORTED_SCALINGS)
+
+
+def _prompt_layout(input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None):
+    """Prompt lengths if the batch is [chosen; rejected] rows sharing each prompt (TRL's preference collator)."""
+    rows = input_ids.size(0)
+    if rows % 2 or rows == 0:
+        return None
+    half = rows // 2
+    completion = labels != -100
+    if not completion.any(dim=1).all():
+        return None
+    start = completion.int().argmax(dim=1)  # first completion position of each row
+    if start.min() < 1 or not torch.equal(start[:half], start[half:]):
+        return None
+    length = completion.sum(dim=1)
+    positions = torch.arange(labels.size(1), device=labels.device)
+    if not torch.equal(completion, (positions >= start[:, None]) & (positions < (start + length)[:, None])):
+        return None  # completions must be contiguous
+    prompt_len = int(start.max())
+    prompt_mask = positions[:prompt_len] < start[:half, None]
+    if attention_mask is not None and not attention_mask[:half, :prompt_len][prompt_mask].all():
+        return None
+    if not torch.equal(input_ids[:half, :prompt_len] * prompt_mask, input_ids[half:, :prompt_len] * prompt_mask):
+        return None
+    return start, length, prompt_mask
+
+
+def _shared_prompt_hidden(model, input_ids, labels, layout, kwargs):
+    """Run each prompt once, then both completions on its KV cache; return hidden states per target token.
+
+    Returns (hidden [N, H], targets [N], rows [N], cols [N]) where (rows, cols) index the shifted
+    ``(batch, seq_len - 1)`` output. Exactly the same computation as the plain forward (causal
+    attention sees the same keys), minus the second pass over every prompt.
+    """
+    start, length, prompt_mask = layout
+    half = input_ids.size(0) // 2
+    prompt_len = prompt_mask.size(1)
+    device = input_ids.device
+    prompt = model.base_model(
+        input_ids=input_ids[:half, :prompt_len], attention_mask=prompt_mask.long(), use_cache=True
+    )
+    cache = prompt.past_key_values
+    last_prompt_hidden = prompt.last_hidden_state[torch.arange(half, device=device), start[:half] - 1]
+    # Interleave rows (c0, r0, c1, r1, ...) so the cache can be repeated with batch_repeat_interleave.
+    order = torch.stack([torch.arange(half, device=device), torch.arange(half, device=device) + half], 1).flatten()
+    cache.batch_repeat_interleave(2)
+    width = int(length.max())
+    offsets = torch.arange(width, device=device)
+    comp_mask = offsets < length[order, None]
+    gather_cols = (start[order, None] + offsets).clamp(max=input_ids.size(1) - 1)
+    comp_ids = torch.gather(input_ids[order], 1, gather_cols).masked_fill(~comp_mask, 0)
+    attention = torch.cat([prompt_mask.repeat_interleave(2, dim=0), comp_mask], dim=1).long()
+    completion = model.base_model(
+        input_ids=comp_ids,
+        attention_mask=attention,
+        position_ids=start[order, None] + offsets,
+        past_key_values=cache,
+        use_cache=False,
+        **kwargs,
+    )
+    first = last_prompt_hidden.repeat_interleave(2, dim=0)[:, None]
+    hidden = torch.cat([first, completion.last_hidden_state[:, :-1]], dim=1)  # predicts completion token j
+    local_rows, local_cols = comp_mask.nonzero(as_tuple=True)
+    rows = order[local_rows]
+    cols = start[rows] - 1 + local_cols  # shifted position of completion token j is start + j - 1
+    return hidden[local_rows, local_cols], comp_ids[local_rows, local_cols], rows, cols
+
+
+def _checkpointing_active(model) -> bool:
+    return torch.is_grad_enabled() and bool(getattr(model.base_model, "gradient_checkpointing", False))
+
+
+def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_prompt: bool = True) -> bool:
+    """Patch ``model.forward`` so ``fused_lm_head=True`` returns completion-only log-probs.
+
+    With ``share_prompt`` (default) a batch laid out by TRL's preference collator — rows
+    [chosen; rejected] with the same prompts — runs each prompt through the backbone once and both
+    completions on its KV cache. It falls back to the plain forward when the layout does not match,
+    under gradient checkpointing with gradients on (a checkpointed recompute would grow the cache
+    again), with padding-free inputs (``position_ids``), or with ``inputs_embeds``.
+
+    Returns False (and leaves the model alone) when :func:`supports_lean_lm_head` is False.
+    """
+    if not supports_lean_lm_head(model):
+        return False
+    config = model.config.get_text_config()
+    softcap = getattr(config, "final_logit_softcapping", None)
+    logit_scale = getattr(config, "logit_scale", None)
+    logit_scale = 1.0 if logit_scale is None else float(logit_scale)
+    original_forward = types.MethodType(type(model).forward, model)
+
+    @functools.wraps(type(model).forward)
+    def _lean_forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+        if not fused_lm_head:
+            for key, value in (("labels", labels), ("shift_labels", shift_labels), ("num_items_in_batch", num_items_in_batch)):
+                if value is not None:
+                    kwargs[key] = value
+            return original_forward(*args, **kwargs)
+        kwargs["use_cache"] = False
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        layout = None
+        if (
+            share_prompt
+            and shift_labels is None
+            and input_ids is not None
+            and not args[1:]
+            and set(kwargs) <= {"input_ids", "attention_mask", "use_cache"}
+            and not _checkpointing_active(self)
+        ):
+            layout = _prompt_layout(input_ids, labels, kwargs.get("attention_mask"))
+        if layout is not None:
+            extra = {k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask", "use_cache")}
+            hidden, targets, rows, cols = _shared_prompt_hidden(self, input_ids, labels, layout, extra)
+            shape = (input_ids.size(0), input_ids.size(1) - 1)
+        else:
+            hidden = self.base_model(*args, **kwargs).last_hidden_state
+            if shift_labels is None:
+                hidden, shifted = hidden[:, :-1], labels[:, 1:]
+            else:
+                shifted = shift_labels
+            mask = shifted != -100
+            rows, cols = mask.nonzero(as_tuple=True)
+            hidden, targets, shape = hidden[rows, cols], shifted[rows, cols], tuple(mask.shape)
+        lm_head = self.get_output_embeddings()
+        weight, bias = lm_head.weight, lm_head.bias
+        if isinstance(weight, DTensor):  # FSDP2
+            weight = weight.full_tensor()
+            bias = bias.full_tensor() if bias is not None else None
+        with maybe_gather_lm_head_ctx(weight, bias):
+            selected = ChunkedLogProbFunction.apply(
+                hidden.to(weight.device), weight, bias, targets.to(weight.device), temperature,
+                VOCAB_CHUNK_SIZE, softcap, logit_scale, (),
+            )[0]
+        # index_put keeps the graph connected even when a micro-batch has no completion token.
+        log_probs = selected.new_zeros(shape).index_put((rows.to(selected.device), cols.to(selected.device)), selected)
+        label_mask = torch.zeros(shape, dtype=torch.bool, device=selected.device).index_put(
+            (rows.to(selected.device), cols.to(selected.device)), torch.ones_like(selected, dtype=torch.bool)
+        )
+        denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        return FusedCausalLMOutput(loss=-log_probs.sum() / denominator, log_probs=log_probs, label_mask=label_mask)
+
+    model.forward = types.MethodType(_lean_forward, model)
+    return True

@@ -1,0 +1,70 @@
+"""Which debiasing the trainer applies: from the dataset's ledger, or from the config when none exists."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from squarechipo.privacy.calibration import flip_probability
+from squarechipo.privacy.ledger import PrivacyLedger
+
+__all__ = ["PrivacySettings", "resolve_privacy"]
+
+logger = logging.getLogger("squarechipo")
+_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    """``flip_rate``: the label flip rate the loss corrects for (0 = none); ``source``: where it came from."""
+
+    flip_rate: float
+    epsilon: float | None
+    source: str  # "ledger", "config", "config (override of ledger)", "none"
+    ledger: PrivacyLedger | None
+
+    @property
+    def loss_kwargs(self) -> dict[str, float]:
+        """Keyword arguments for :func:`squarechipo.losses.preference_loss`."""
+        return {"flip_rate": self.flip_rate} if self.flip_rate > 0 else {}
+
+
+def resolve_privacy(
+    ledger: PrivacyLedger | None,
+    *,
+    epsilon: float | None,
+    flip_rate: float | None,
+    override: bool,
+) -> PrivacySettings:
+    """Reconcile the config with the ledger (DESIGN.md §3: privacy parameters travel with the data).
+
+    - A ledger and no config value: the ledger's RR flip rate (composed over releases) is used.
+    - A config ε whose flip rate differs from the ledger's, or a config flip rate below the
+      ledger's RR flip rate (it cannot be lower than the noise that was added), raises unless
+      ``override``.
+    - No ledger: the config values (data privatized outside squarechipo), or no debiasing.
+    """
+    if ledger is not None:
+        ledger_rate = ledger.rr_flip_rate
+        if epsilon is None and flip_rate is None:
+            return PrivacySettings(ledger_rate, ledger.total_epsilon, "ledger", ledger)
+        config_rate = flip_rate if flip_rate is not None else flip_probability(epsilon)
+        disagrees = (
+            abs(config_rate - ledger_rate) > _TOLERANCE if flip_rate is None else config_rate < ledger_rate - _TOLERANCE
+        )
+        if disagrees and not override:
+            given = f"flip_rate={flip_rate}" if flip_rate is not None else f"epsilon={epsilon}"
+            raise ValueError(
+                f"config {given} disagrees with the dataset's privacy ledger (total epsilon "
+                f"{ledger.total_epsilon}, RR flip rate {ledger_rate:.6f}). Remove it to use the ledger, or set "
+                "privacy_override=True if you really mean to debias differently (the card records it)."
+            )
+        source = "config (override of ledger)" if disagrees else "config"
+        if disagrees:
+            logger.warning("privacy_override: debiasing for flip rate %.6f instead of the ledger's %.6f", config_rate, ledger_rate)
+        return PrivacySettings(config_rate, epsilon if epsilon is not None else ledger.total_epsilon, source, ledger)
+    if flip_rate is not None:
+        return PrivacySettings(flip_rate, epsilon, "config", None)
+    if epsilon is not None:
+        return PrivacySettings(flip_probability(epsilon), epsilon, "config", None)
+    return PrivacySettings(0.0, None, "none", None)

@@ -1,0 +1,57 @@
+"""Script arguments for ``recipes/train.py``: TRL's ``ScriptArguments`` plus the label pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import ScriptArguments
+
+from squarechipo.privacy.pipeline import LabelPipeline
+
+__all__ = ["TrainScriptArguments"]
+
+
+@dataclass
+class TrainScriptArguments(ScriptArguments):
+    """Dataset and label-pipeline fields (YAML keys of ``recipes/configs/*.yaml``)."""
+
+    dataset_test_split: str = field(default="validation", metadata={"help": "Evaluation split."})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Train on the first N rows of the training split (before privatization)."}
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows."})
+    label_epsilon: float | None = field(
+        default=None, metadata={"help": "Randomized-response ε for the training labels; None = no local DP."}
+    )
+    label_corruption_rate: float = field(default=0.0, metadata={"help": "Huber corruption rate α in [0, 0.5]."})
+    label_adversary: str = field(default="flip", metadata={"help": "flip, random, targeted or fixed."})
+    label_order: str = field(default="ctl", metadata={"help": "ctl (corrupt, then LDP) or ltc (LDP, then corrupt)."})
+    label_target_column: str | None = field(default=None, metadata={"help": "targeted adversary: column to match."})
+    label_target_values: list[str] | None = field(
+        default=None, metadata={"help": "targeted adversary: values of label_target_column to attack."}
+    )
+    label_fixed_preference: str | None = field(
+        default=None, metadata={"help": "fixed adversary: longer, shorter, or a boolean column name."}
+    )
+    label_seed: int | None = field(
+        default=None,
+        metadata={"help": "Seed for the label noise. Leave unset for real data (OS entropy); set it for simulations."},
+    )
+    privatized_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the released training split is saved and reused (default: <output_dir>/released_train). "
+            "A re-run reuses it instead of drawing fresh noise."
+        },
+    )
+
+    def label_pipeline(self) -> LabelPipeline:
+        return LabelPipeline(
+            epsilon=self.label_epsilon,
+            corruption_rate=self.label_corruption_rate,
+            adversary=self.label_adversary,
+            order=self.label_order,
+            target_column=self.label_target_column,
+            target_values=tuple(self.label_target_values) if self.label_target_values else None,
+            fixed_preference=self.label_fixed_preference,
+        )

@@ -1,0 +1,283 @@
+"""``SquareChiPOTrainer``: TRL's ``DPOTrainer`` with the squarechipo losses.
+
+What is TRL's and reused as is: tokenization (``_prepare_dataset``), the collator, the reference
+model handling — a separate model, the PEFT adapter switch and ``precompute_ref_log_probs`` — via
+``compute_ref_log_probs``, logging (``self._metrics`` / ``log``), checkpointing and the Hub.
+
+What is overridden: ``_compute_loss`` only — the policy forward (through the lean LM head, see
+:mod:`squarechipo.trainer.lm_head`), the loss from :func:`squarechipo.losses.preference_loss`
+and the metrics — and ``create_model_card``, which adds the privacy parameters.
+
+TRL internals this relies on are listed in :data:`TRL_INTERNALS` and checked by a test.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import textwrap
+from typing import Any
+
+import datasets
+import torch
+from trl import DPOTrainer
+from accelerate.utils import is_peft_model
+
+from squarechipo.data.fingerprint import preference_fingerprint
+from squarechipo.losses import preference_loss
+from squarechipo.privacy.ledger import get_ledger
+from squarechipo.trainer.config import SquareChiPOConfig
+from squarechipo.trainer.lm_head import add_lean_lm_head
+from squarechipo.trainer.privacy_settings import PrivacySettings, resolve_privacy
+
+__all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE"]
+
+logger = logging.getLogger("squarechipo")
+
+#: Attributes of TRL's DPOTrainer this subclass uses; a test fails loudly when one disappears.
+TRL_INTERNALS = (
+    "_compute_loss",
+    "compute_ref_log_probs",
+    "_prepare_dataset",
+    "_metrics",
+    "precompute_ref_logps",
+    "ref_model",
+    "beta",
+    "aux_loss_enabled",
+    "router_aux_loss_coef",
+    "_total_train_tokens",
+    "_tp_size",
+    "create_model_card",
+)
+#: The privacy record written next to every saved model and checkpoint.
+PRIVACY_FILE = "squarechipo_privacy.json"
+_NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
+
+
+def _check_hub_reachable(args: SquareChiPOConfig) -> None:
+    """Fail before training when ``push_to_hub`` is set but the Hub cannot be reached."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT)
+    try:
+        huggingface_hub.get_session().head(endpoint, timeout=10)
+    except Exception as error:
+        raise RuntimeError(
+            f"push_to_hub is set but the Hugging Face Hub at {endpoint} cannot be reached "
+            f"({type(error).__name__}). Checked before training so no run is lost: fix the network or "
+            "HF_ENDPOINT, or drop --push_to_hub and upload the saved folder later."
+        ) from error
+    if huggingface_hub.get_token() is None:
+        raise RuntimeError(
+            "push_to_hub is set but no Hugging Face token is configured: run `hf auth login` or set HF_TOKEN."
+        )
+
+
+class SquareChiPOTrainer(DPOTrainer):
+    """Align a causal LM with χPO / Square-χPO / DPO / rDPO on privatized or corrupted labels.
+
+    The training dataset is a preference dataset in any TRL format; when it carries a
+    squarechipo privacy ledger (see :func:`squarechipo.privacy.privatize_dataset`), the debiasing
+    is taken from it. See :class:`SquareChiPOConfig` for the fields.
+    """
+
+    _tag_names = ["trl", "dpo", "squarechipo"]
+    _name = "squarechipo"
+    _paper = {
+        "title": "Square-χPO: Differentially Private and Robust χ²-Preference Optimization in Offline Direct Alignment",
+        "citation": textwrap.dedent("""\
+            @inproceedings{zhou2025squarechipo,
+                title     = {{Square$\\chi$PO: Differentially Private and Robust $\\chi^2$-Preference Optimization in Offline Direct Alignment}},
+                author    = {Xingyu Zhou and Yulian Wu and Wenqian Weng and Francesco Orabona},
+                booktitle = {International Conference on Machine Learning (ICML)},
+                year      = 2025,
+            }"""),
+    }
+
+    def __init__(self, model, ref_model=None, args: SquareChiPOConfig | None = None, train_dataset=None, **kwargs):
+        if args is None:
+            args = SquareChiPOConfig(output_dir="squarechipo-output")
+        if not isinstance(args, SquareChiPOConfig):
+            raise TypeError(f"args must be a SquareChiPOConfig (got {type(args).__name__}).")
+        if args.push_to_hub:
+            _check_hub_reachable(args)
+        ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
+        self.privacy: PrivacySettings = resolve_privacy(
+            ledger, epsilon=args.epsilon, flip_rate=args.flip_rate, override=args.privacy_override
+        )
+        self.data_fingerprint = (
+            preference_fingerprint(train_dataset)
+            if isinstance(train_dataset, datasets.Dataset) and {"chosen", "rejected"} <= set(train_dataset.column_names)
+            else None
+        )
+        self.lean_lm_head = False
+        super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset, **kwargs)
+        self._tag_names = list(self._tag_names) + [args.method]
+        self._install_lean_lm_head()
+        if self.lean_lm_head and args.gradient_checkpointing:
+            logger.warning(
+                "gradient_checkpointing is on: the policy forward cannot share each prompt between chosen and "
+                "rejected (the reference forward still does). Set gradient_checkpointing=False when memory allows."
+            )
+        logger.info(
+            "squarechipo: method=%s beta=%s r_max=%s flip_rate=%.6f (source: %s)",
+            args.method,
+            args.beta,
+            args.r_max,
+            self.privacy.flip_rate,
+            self.privacy.source,
+        )
+
+    def _install_lean_lm_head(self) -> None:
+        """Replace TRL's fused head with the lean one (completion log-probs only; see ``lm_head``).
+
+        TRL's head also computes entropy/top-1/mean-logit metrics and, off Triton devices, scores
+        prompt and padding positions. Idempotent; skipped with ``heavy_metrics``.
+        """
+        if self.args.heavy_metrics or self.lean_lm_head:
+            return
+        policy = self.model.get_base_model() if is_peft_model(self.model) else self.model
+        self.lean_lm_head = add_lean_lm_head(policy)
+        if self.ref_model is not None:
+            add_lean_lm_head(self.ref_model)
+
+    def _precompute_ref_logps(self, dataset, name, batch_size):
+        # Called from DPOTrainer.__init__ after TRL installed its head: precompute with the lean one.
+        self._install_lean_lm_head()
+        return super()._precompute_ref_logps(dataset, name, batch_size)
+
+    # ------------------------------------------------------------------ loss
+
+    def _policy_and_reference_logps(self, model, inputs) -> tuple[torch.Tensor, ...]:
+        model_kwargs = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS}
+        model_kwargs["use_cache"] = False
+        if self.aux_loss_enabled:
+            model_kwargs["output_router_logits"] = True
+        completion_mask = inputs["completion_mask"]
+        labels = inputs["input_ids"].masked_fill(completion_mask == 0, -100)
+        outputs = model(**model_kwargs, labels=labels, fused_lm_head=True)
+        seq_len = completion_mask.size(1) - 1
+        logps = outputs.log_probs[:, -seq_len:].sum(dim=1)
+        chosen_logps, rejected_logps = logps.chunk(2, dim=0)  # the collator stacks [chosen; rejected]
+        if self.precompute_ref_logps:
+            ref_chosen_logps, ref_rejected_logps = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]
+        else:
+            reference = self.ref_model if self.ref_model is not None else self.model
+            ref_chosen_logps, ref_rejected_logps = self.compute_ref_log_probs(reference, inputs)
+        return outputs, model_kwargs, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps
+
+    def _compute_loss(self, model, inputs, return_outputs):
+        mode = "train" if self.model.training else "eval"
+        outputs, model_kwargs, chosen, rejected, ref_chosen, ref_rejected = self._policy_and_reference_logps(
+            model, inputs
+        )
+        result = preference_loss(
+            self.args.method,
+            chosen,
+            rejected,
+            ref_chosen.to(chosen.device),
+            ref_rejected.to(chosen.device),
+            beta=self.beta,
+            clip=self.args.clip,
+            **self.privacy.loss_kwargs,
+        )
+        loss = result.losses.mean()
+        if self.aux_loss_enabled and outputs.aux_loss is not None:
+            loss = loss + self.router_aux_loss_coef * outputs.aux_loss
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(outputs.aux_loss).mean().item())
+        self._log_metrics(mode, inputs, outputs, result.margins.detach(), chosen, rejected, ref_chosen, ref_rejected)
+        if return_outputs:
+            with torch.no_grad():
+                outputs = model(**model_kwargs)
+            return loss, outputs
+        return loss
+
+    def _log_metrics(self, mode, inputs, outputs, margins, chosen, rejected, ref_chosen, ref_rejected) -> None:
+        gather = self.accelerator.gather_for_metrics
+        metrics = self._metrics[mode]
+        chosen_rewards = self.beta * (chosen.detach() - ref_chosen.to(chosen.device))
+        rejected_rewards = self.beta * (rejected.detach() - ref_rejected.to(chosen.device))
+        metrics["rewards/chosen"].append(gather(chosen_rewards).mean().item())
+        metrics["rewards/rejected"].append(gather(rejected_rewards).mean().item())
+        all_margins = gather(margins.float())
+        # Accuracy on the *observed* (possibly privatized) labels: the method's margin favours `chosen`.
+        metrics["rewards/accuracies"].append((all_margins > 0).float().mean().item())
+        metrics["rewards/margins"].append(all_margins.mean().item())
+        metrics["implied_p_chosen"].append(torch.sigmoid(all_margins).mean().item())
+        metrics["logps/chosen"].append(gather(chosen.detach()).mean().item())
+        metrics["logps/rejected"].append(gather(rejected.detach()).mean().item())
+        if mode == "train":
+            tokens = gather(inputs["attention_mask"].sum()).sum().item()
+            self._total_train_tokens += tokens // self._tp_size
+        metrics["num_tokens"] = [self._total_train_tokens]
+        if getattr(outputs, "entropy", None) is not None:  # heavy_metrics: TRL's fused head computed them
+            mask = inputs["completion_mask"][..., 1:]
+            seq_len = mask.size(1)
+            entropy = (outputs.entropy[:, -seq_len:].detach() * mask).sum()
+            tokens_in_batch = gather(mask.sum()).sum()
+            metrics["entropy"].append((gather(entropy).sum() / tokens_in_batch.clamp(min=1)).item())
+            chosen_mask, _ = mask.chunk(2, dim=0)
+            chosen_top1, _ = outputs.is_top1[:, -seq_len:].chunk(2, dim=0)
+            correct = gather((chosen_top1 & chosen_mask.bool()).sum()).sum()
+            metrics["mean_token_accuracy"].append((correct / gather(chosen_mask.sum()).sum().clamp(min=1)).item())
+
+    # ------------------------------------------------------------------ model card
+
+    def privacy_record(self) -> dict[str, Any]:
+        """Everything the card and ``squarechipo_privacy.json`` record (public parameters only)."""
+        ledger = self.privacy.ledger
+        last = ledger.releases[-1] if ledger is not None and ledger.releases else None
+        return {
+            "method": self.args.method,
+            "beta": self.beta,
+            "r_max": self.args.r_max,
+            "epsilon": self.privacy.epsilon,
+            "debiasing_flip_rate": self.privacy.flip_rate,
+            "privacy_source": self.privacy.source,
+            "privacy_override": bool(self.args.privacy_override),
+            "mechanism": last.mechanism if last else None,
+            "corruption_rate": last.corruption_rate if last else None,
+            "adversary": last.adversary if last else None,
+            "order": last.order if last else None,
+            "dataset_fingerprint": self.data_fingerprint,
+            "ledger": ledger.to_dict() if ledger is not None else None,
+        }
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        record = self.privacy_record()
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        with open(os.path.join(self.args.output_dir, PRIVACY_FILE), "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=2, sort_keys=True)
+        readme = os.path.join(self.args.output_dir, "README.md")
+        text = open(readme, encoding="utf-8").read() if os.path.exists(readme) else ""
+        text = text.split("\n## Privacy and robustness (squarechipo)")[0].rstrip() + "\n\n" + _privacy_section(record)
+        with open(readme, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def _privacy_section(record: dict[str, Any]) -> str:
+    rows = [
+        ("method", record["method"]),
+        ("β", record["beta"]),
+        ("R_max (margin clipped to ±2·R_max)", record["r_max"] if record["r_max"] is not None else "no clip"),
+        ("ε (local DP, total over releases)", record["epsilon"] if record["epsilon"] is not None else "none (no privacy)"),
+        ("mechanism", record["mechanism"] or "none recorded"),
+        ("corruption rate α", record["corruption_rate"] if record["corruption_rate"] is not None else "none recorded"),
+        ("adversary", record["adversary"] or "none"),
+        ("order", record["order"] or "n/a"),
+        ("flip rate the loss debiases for", f"{record['debiasing_flip_rate']:.6f}"),
+        ("source of the privacy parameters", record["privacy_source"]),
+        ("training data fingerprint", record["dataset_fingerprint"] or "unknown"),
+    ]
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    return (
+        "## Privacy and robustness (squarechipo)\n\n"
+        "This model was aligned with [squarechipo](https://pypi.org/project/squarechipo/) on preference labels "
+        "released through the mechanism below (Square-χPO, 003 Algorithm 1). The full privacy ledger is in "
+        f"`{PRIVACY_FILE}`.\n\n| field | value |\n|---|---|\n{table}\n"
+    )
