@@ -32,6 +32,7 @@ class SFTScriptArguments(ScriptArguments):
 
 def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_args: ModelConfig) -> SFTTrainer:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
     with PartialState().main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
     source = Path(script_args.dataset_name)

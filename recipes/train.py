@@ -45,6 +45,7 @@ def _labels_digest(dataset) -> str:
 
 def main(script_args: TrainScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig) -> SquareChiPOTrainer:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
     state = PartialState()
     with state.main_process_first():  # the embedded model is converted once, by the main process
         model_path = resolve_model_path(model_args.model_name_or_path)

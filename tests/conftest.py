@@ -18,3 +18,61 @@ def binomial_se(p: float, n: int) -> float:
 @pytest.fixture
 def z_tolerance() -> float:
     return Z_TOLERANCE
+
+
+# --------------------------------------------------------------------------- models and data
+# Trainer tests use a tiny randomly initialised Llama with the real SmolLM2 tokenizer (the point
+# is the trainer, not the model); a few integration tests use the embedded model itself.
+
+import os  # noqa: E402
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def embedded_path():
+    from squarechipo.models import embedded_model_path
+
+    return embedded_model_path()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(embedded_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(embedded_path)
+
+
+def make_tiny_model(tokenizer, seed: int = 0, dtype=None):
+    """A 2-layer, 64-wide Llama over the real 49,152-token vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    return model.to(dtype) if dtype is not None else model
+
+
+@pytest.fixture
+def tiny_model_factory(tokenizer):
+    return lambda seed=0, dtype=None: make_tiny_model(tokenizer, seed, dtype)
+
+
+@pytest.fixture(scope="session")
+def finance_splits():
+    from data_gen.finance import build_datasets
+
+    return build_datasets(n_rows=280, seed=0)

@@ -9,7 +9,7 @@ from trl import DPOConfig
 
 from squarechipo.losses import METHODS
 from squarechipo.privacy.calibration import check_epsilon, check_flip_rate
-from squarechipo.trainer.precision import cpu_aware_bf16
+from squarechipo.trainer.precision import apply_cpu_defaults
 
 __all__ = ["SquareChiPOConfig"]
 
@@ -49,7 +49,7 @@ class SquareChiPOConfig(DPOConfig):
     )
 
     def __post_init__(self) -> None:
-        cpu_aware_bf16(self)
+        apply_cpu_defaults(self)
         super().__post_init__()
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {tuple(METHODS)} (got {self.method!r}).")

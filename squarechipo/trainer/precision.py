@@ -1,8 +1,11 @@
-"""Mixed-precision defaults that work on a CPU-only machine.
+"""Training defaults that work on a CPU-only machine.
 
-TRL's configs default ``bf16`` to True, which ``TrainingArguments`` rejects on a machine without an
-accelerator unless ``use_cpu`` is set. Here an *unset* ``bf16`` becomes False when no CUDA/XPU/NPU
-device is visible (or ``use_cpu`` is set); an explicit value is always kept.
+On a machine with no CUDA/XPU/NPU device (or with ``use_cpu`` set):
+
+- ``use_cpu`` becomes True, so ``TrainingArguments`` asks Accelerate for a CPU state and a
+  ``torchrun`` launch becomes a MULTI_CPU (gloo) run instead of two independent processes;
+- an *unset* ``bf16`` (TRL defaults it to True, which ``TrainingArguments`` rejects on CPU) becomes
+  False. An explicit value is always kept.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from trl import SFTConfig
 
-__all__ = ["accelerator_available", "cpu_aware_bf16", "SFTRecipeConfig"]
+__all__ = ["accelerator_available", "apply_cpu_defaults", "SFTRecipeConfig"]
 
 
 def accelerator_available() -> bool:
@@ -25,16 +28,18 @@ def accelerator_available() -> bool:
     return False
 
 
-def cpu_aware_bf16(config) -> None:
-    """Set ``config.bf16 = False`` when it is unset and training will run on the CPU."""
-    if config.bf16 is None and not config.fp16 and (config.use_cpu or not accelerator_available()):
-        config.bf16 = False
+def apply_cpu_defaults(config) -> None:
+    """On CPU-only machines set ``use_cpu`` and turn an unset ``bf16`` off (see the module docstring)."""
+    if config.use_cpu or not accelerator_available():
+        config.use_cpu = True
+        if config.bf16 is None and not config.fp16:
+            config.bf16 = False
 
 
 @dataclass
 class SFTRecipeConfig(SFTConfig):
-    """TRL's ``SFTConfig`` with the CPU-aware bf16 default (used by ``recipes/sft.py``)."""
+    """TRL's ``SFTConfig`` with the CPU defaults above (used by ``recipes/sft.py``)."""
 
     def __post_init__(self) -> None:
-        cpu_aware_bf16(self)
+        apply_cpu_defaults(self)
         super().__post_init__()

@@ -1,0 +1,52 @@
+"""The embedded default model: converted from the wheel's GGUF, cached, safe under concurrent starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from squarechipo.models import EMBEDDED_MODEL_ALIASES, embedded_model_path, resolve_model_path
+
+
+def test_cached_model_loads_and_generates(embedded_path, tokenizer):
+    model = AutoModelForCausalLM.from_pretrained(embedded_path)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert 134_000_000 < sum(p.numel() for p in model.parameters()) < 135_000_000
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Name a safe place to keep savings."}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    text = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert len(text.split()) >= 3
+
+
+def test_aliases_and_paths_resolve(embedded_path, tmp_path):
+    for alias in EMBEDDED_MODEL_ALIASES:
+        assert resolve_model_path(alias) == str(embedded_path)
+    assert resolve_model_path(str(tmp_path)) == str(tmp_path)  # a local folder wins
+    assert resolve_model_path("someone/some-model") == "someone/some-model"  # a hub id passes through
+
+
+@pytest.mark.slow
+def test_two_processes_starting_at_once_convert_once(tmp_path):
+    script = textwrap.dedent(f"""
+        from squarechipo.models import embedded_model_path
+        print(embedded_model_path({str(tmp_path)!r}))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outputs]
+    paths = {o[0].strip().splitlines()[-1] for o in outputs}
+    assert paths == {str(tmp_path / "models" / "SmolLM2-135M-Instruct")}
+    conversions = sum(o[1].count("converting the embedded") for o in outputs)
+    assert conversions == 1
+    assert not [p for p in (tmp_path / "models").iterdir() if p.name.startswith(".staging")]
+    model = AutoModelForCausalLM.from_pretrained(embedded_model_path(tmp_path))
+    reference = AutoModelForCausalLM.from_pretrained(embedded_model_path())
+    for a, b in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(a, b)

@@ -1,0 +1,142 @@
+"""The finance_preference generator (003 App. E/F) and the preference-data loader."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import datasets
+import numpy as np
+import pytest
+
+from data_gen.finance import CATEGORIES, DEFAULT_ROWS, build_datasets, generate_rows
+from squarechipo.data import load_preference_dataset, validate_preference_dataset
+from squarechipo.privacy import LabelPipeline, get_ledger, privatize_dataset, save_privatized
+
+
+@pytest.fixture(scope="module")
+def full_rows():
+    return generate_rows(DEFAULT_ROWS, seed=0)
+
+
+def test_size_categories_and_unique_prompts(full_rows):
+    assert len(full_rows) >= 1697
+    assert {r["category"] for r in full_rows} == {c.name for c in CATEGORIES} and len(CATEGORIES) == 7
+    assert len({r["prompt"] for r in full_rows}) == len(full_rows)
+    counts = np.unique([r["category"] for r in full_rows], return_counts=True)[1]
+    assert counts.max() - counts.min() <= 1
+
+
+def test_deterministic_in_seed(full_rows):
+    assert generate_rows(DEFAULT_ROWS, seed=0) == full_rows
+    assert generate_rows(200, seed=1) != full_rows[:200]
+
+
+def test_varied_amounts_goals_and_phrasing(full_rows):
+    amounts = {r["prompt"].split("$")[1].split()[0] for r in full_rows if "$" in r["prompt"]}
+    openings = {" ".join(r["prompt"].split()[:3]) for r in full_rows}
+    assert len(amounts) > 150 and len(openings) >= 8
+    assert len({r["chosen"] for r in full_rows}) > 0.9 * len(full_rows)
+
+
+def _best_rule_accuracy(feature_says_chosen: np.ndarray) -> float:
+    """Accuracy of the better of a rule and its negation (a one-bit classifier of the label)."""
+    accuracy = feature_says_chosen.mean()
+    return max(accuracy, 1 - accuracy)
+
+
+def test_length_and_position_do_not_predict_the_label(full_rows):
+    longer_is_chosen = np.array([len(r["chosen"]) > len(r["rejected"]) for r in full_rows])
+    first_is_chosen = np.array([not r["rejected_shown_first"] for r in full_rows])
+    assert _best_rule_accuracy(longer_is_chosen) <= 0.60
+    assert _best_rule_accuracy(first_is_chosen) <= 0.60
+    # Nor does length counted in words.
+    more_words_is_chosen = np.array([len(r["chosen"].split()) > len(r["rejected"].split()) for r in full_rows])
+    assert _best_rule_accuracy(more_words_is_chosen) <= 0.60
+
+
+def test_splits_formats_and_sft():
+    data = build_datasets(DEFAULT_ROWS, seed=0)
+    pref = data["finance_preference"]
+    sizes = {k: len(v) for k, v in pref.items()}
+    assert sum(sizes.values()) == DEFAULT_ROWS
+    assert sizes == {"train": round(0.85 * DEFAULT_ROWS), "validation": round(0.05 * DEFAULT_ROWS),
+                     "test": DEFAULT_ROWS - round(0.85 * DEFAULT_ROWS) - round(0.05 * DEFAULT_ROWS)}
+    ids = [set(part["id"]) for part in pref.values()]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    for name in ("finance_preference", "finance_preference_conversational"):
+        for part in data[name].values():
+            validate_preference_dataset(part)
+    conv = data["finance_preference_conversational"]["train"][0]
+    assert conv["prompt"][0]["role"] == "user" and conv["chosen"][0]["role"] == "assistant"
+    sft = data["finance_sft"]["train"][0]
+    assert sft["completion"] == pref["train"][0]["chosen"] and sft["prompt"] == pref["train"][0]["prompt"]
+
+
+def test_cli_writes_every_dataset(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "data_gen.finance", "--out", str(tmp_path), "--seed", "3", "--rows", "140"],
+                         capture_output=True, text=True, check=True)
+    assert "finance_sft_conversational" in out.stdout
+    for name in ("finance_preference", "finance_preference_conversational", "finance_sft", "finance_sft_conversational"):
+        assert set(datasets.load_from_disk(str(tmp_path / name))) == {"train", "validation", "test"}
+        assert (tmp_path / "jsonl" / name / "test.jsonl").exists()
+
+
+# --------------------------------------------------------------------------- loader
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fin")
+    data = build_datasets(140, seed=0)
+    data["finance_preference"].save_to_disk(str(folder / "saved"))
+    train = data["finance_preference"]["train"]
+    train.to_json(str(folder / "train.jsonl"))
+    train.to_parquet(str(folder / "train.parquet"))
+    train.remove_columns(["rejected_shown_first"]).to_csv(str(folder / "train.csv"), index=False)
+    implicit = data["finance_preference_conversational"]["train"].map(
+        lambda r: {"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]}
+    ).remove_columns("prompt")
+    implicit.to_json(str(folder / "implicit.jsonl"))
+    (folder / "files").mkdir()
+    for split in ("train", "test"):
+        data["finance_preference"][split].to_json(str(folder / "files" / f"{split}.jsonl"))
+    return folder, data
+
+
+@pytest.mark.parametrize("name", ["train.jsonl", "train.parquet", "train.csv"])
+def test_loads_local_files(small, name):
+    folder, data = small
+    loaded = load_preference_dataset(folder / name)
+    assert loaded["chosen"] == data["finance_preference"]["train"]["chosen"]
+
+
+def test_loads_saved_folders_splits_and_implicit_prompts(small):
+    folder, data = small
+    assert set(load_preference_dataset(folder / "saved")) == {"train", "validation", "test"}
+    assert len(load_preference_dataset(folder / "saved", split="test")) == len(data["finance_preference"]["test"])
+    assert set(load_preference_dataset(folder / "files")) == {"train", "test"}
+    implicit = load_preference_dataset(folder / "implicit.jsonl")
+    assert "prompt" not in implicit.column_names and implicit[0]["chosen"][0]["role"] == "user"
+
+
+def test_loader_keeps_ledgers_of_privatized_files(small, tmp_path):
+    folder, data = small
+    released = privatize_dataset(data["finance_preference"]["train"], LabelPipeline(epsilon=1.0), seed=0)
+    for name in ("r.jsonl", "r.parquet"):
+        save_privatized(released, tmp_path / name)
+        assert get_ledger(load_preference_dataset(tmp_path / name)) == get_ledger(released)
+
+
+def test_loader_errors_are_clear(small, tmp_path, monkeypatch):
+    folder, _ = small
+    with pytest.raises(ValueError, match="does not exist"):
+        load_preference_dataset(tmp_path / "missing.jsonl")
+    with pytest.raises(ValueError, match="split 'dev' not in"):
+        load_preference_dataset(folder / "saved", split="dev")
+    datasets.Dataset.from_dict({"prompt": ["p"], "answer": ["a"]}).to_json(str(tmp_path / "bad.jsonl"))
+    with pytest.raises(ValueError, match=r"bad.jsonl \[data\]: dataset has no 'chosen', 'rejected' column"):
+        load_preference_dataset(tmp_path / "bad.jsonl")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="not a local path, and loading it from the Hugging Face Hub failed"):
+        load_preference_dataset("nobody/no-such-preference-dataset")

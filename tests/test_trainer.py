@@ -1,0 +1,305 @@
+"""SquareChiPOTrainer on a tiny random Llama with the real SmolLM2 tokenizer."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+
+import datasets
+import pytest
+import torch
+import trl
+from packaging.version import Version
+from transformers import AutoModelForCausalLM, TrainerCallback
+from trl import DPOConfig, DPOTrainer
+from trl.trainer.dpo_trainer import DataCollatorForPreference
+from trl.trainer.utils import add_fused_lm_head
+
+from squarechipo.losses import METHODS
+from squarechipo.privacy import LabelPipeline, get_ledger, privatize_dataset
+from squarechipo.privacy.calibration import flip_probability
+from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
+from squarechipo.trainer.lm_head import add_lean_lm_head
+
+
+def make_config(tmp_path, **overrides) -> SquareChiPOConfig:
+    values = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=8,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-3,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        max_length=128,
+        seed=0,
+        disable_tqdm=True,
+    )
+    values.update(overrides)
+    return SquareChiPOConfig(**values)
+
+
+def rows(finance_splits, n, split="train"):
+    return finance_splits["finance_preference"][split].select(range(n))
+
+
+def build(tiny_model_factory, tokenizer, args, train, ref=True, **kwargs):
+    model = tiny_model_factory(0)
+    ref_model = tiny_model_factory(0) if ref else None
+    return SquareChiPOTrainer(model, ref_model=ref_model, args=args, train_dataset=train, processing_class=tokenizer, **kwargs)
+
+
+def flat_params(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().float() for p in model.parameters()])
+
+
+# --------------------------------------------------------------------------- TRL internals
+
+
+def test_trl_internals_we_rely_on(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    """Fails loudly when a TRL upgrade moves what SquareChiPOTrainer subclasses or calls."""
+    assert Version("1.16") <= Version(trl.__version__) < Version("1.17"), "pyproject pins trl 1.16.x"
+    assert list(inspect.signature(DPOTrainer.compute_ref_log_probs).parameters) == ["self", "model", "inputs"]
+    assert list(inspect.signature(DPOTrainer._compute_loss).parameters) == ["self", "model", "inputs", "return_outputs"]
+    assert list(inspect.signature(DPOTrainer._precompute_ref_logps).parameters) == ["self", "dataset", "name", "batch_size"]
+    from trl.kernels import ChunkedLogProbFunction  # noqa: F401
+    from trl.trainer.utils import FusedCausalLMOutput
+
+    assert {"log_probs", "label_mask", "entropy", "is_top1"} <= set(FusedCausalLMOutput.__dataclass_fields__)
+    batch = DataCollatorForPreference(pad_token_id=0)(
+        [{"prompt_ids": [1, 2, 3], "chosen_ids": [4, 5], "rejected_ids": [6]},
+         {"prompt_ids": [7, 8], "chosen_ids": [9], "rejected_ids": [10, 11]}]
+    )
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5], [7, 8, 9, 0, 0], [1, 2, 3, 6, 0], [7, 8, 10, 11, 0]]
+    assert batch["completion_mask"].tolist()[0] == [0, 0, 0, 1, 1]
+    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path), rows(finance_splits, 8))
+    for name in TRL_INTERNALS:
+        assert hasattr(trainer, name), f"TRL's DPOTrainer no longer has {name!r}"
+    assert trainer.lean_lm_head
+
+
+# --------------------------------------------------------------------------- lean LM head
+
+
+def _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory, n=6):
+    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, per_device_train_batch_size=n), rows(finance_splits, n))
+    return next(iter(trainer.get_train_dataloader()))
+
+
+@pytest.mark.parametrize("share_prompt", [False, True])
+def test_lean_head_equals_trl_fused_head(tokenizer, finance_splits, tmp_path, tiny_model_factory, share_prompt):
+    batch = _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory)
+    labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+    results = []
+    for patch in (lambda m: add_fused_lm_head(m, outputs=("log_probs", "entropy", "mean_logits", "is_top1")),
+                  lambda m: add_lean_lm_head(m, share_prompt=share_prompt)):
+        model = tiny_model_factory(3, torch.float64)
+        patch(model)
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels, fused_lm_head=True)
+        out.log_probs.sum().backward()
+        results.append((out.log_probs.detach(), [p.grad.clone() for p in model.parameters()]))
+    (trl_lp, trl_grads), (lean_lp, lean_grads) = results
+    # The kernel accumulates in float32, so float64 models agree to float32 rounding.
+    torch.testing.assert_close(lean_lp, trl_lp, rtol=1e-6, atol=1e-5)
+    for a, b in zip(lean_grads, trl_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_lean_head_falls_back_when_prompts_differ(tokenizer, tiny_model_factory):
+    model = tiny_model_factory(0, torch.float64)
+    reference = tiny_model_factory(0, torch.float64)
+    add_lean_lm_head(model)
+    add_fused_lm_head(reference)
+    ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 1, 2, 0], [11, 6, 7, 3, 0], [5, 6, 4, 4, 4]])
+    attention = (ids != 0).long()
+    labels = ids.clone()
+    labels[:, :2] = -100
+    labels[attention == 0] = -100
+    got = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True).log_probs
+    want = reference(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True).log_probs
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- loss parity with TRL
+
+
+def test_dpo_loss_equals_trl_sigmoid_loss(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    train = rows(finance_splits, 8)
+    ours = build(tiny_model_factory, tokenizer, make_config(tmp_path, method="dpo", beta=0.3), train)
+    trl_args = DPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=8, beta=0.3, max_length=128,
+                         report_to="none", gradient_checkpointing=False, bf16=False, loss_type=["sigmoid"])
+    theirs = DPOTrainer(tiny_model_factory(0), ref_model=tiny_model_factory(0), args=trl_args, train_dataset=train,
+                        processing_class=tokenizer)
+    # Make policy differ from reference so the loss is not log 2 for both trivially.
+    for trainer in (ours, theirs):
+        with torch.no_grad():
+            for p in trainer.model.parameters():
+                p.add_(0.02 * torch.sin(torch.arange(p.numel(), dtype=p.dtype)).view_as(p))
+    batch = next(iter(theirs.get_train_dataloader()))
+    ours.model.eval()
+    theirs.model.eval()
+    with torch.no_grad():
+        loss_ours = ours.compute_loss(ours.model, batch)
+        loss_theirs = theirs.compute_loss(theirs.model, batch)
+    assert abs(loss_theirs.item() - 0.6931) > 1e-3
+    assert abs(loss_ours.item() - loss_theirs.item()) < 1e-5, (loss_ours.item(), loss_theirs.item())
+
+
+# --------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_each_method_trains(method, tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    train = privatize_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
+    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, method=method, r_max=5.0), train)
+    before = flat_params(trainer.model)
+    trainer.train()
+    after = flat_params(trainer.model)
+    assert not torch.equal(before, after)
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == 2 and all(torch.isfinite(torch.tensor(entry["loss"])) for entry in logs)
+    for key in ("rewards/margins", "rewards/accuracies", "implied_p_chosen", "rewards/chosen"):
+        assert key in logs[-1]
+    assert 0.0 <= logs[-1]["implied_p_chosen"] <= 1.0
+
+
+def _separable(n, offset=0):
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Question {offset + i}: should I keep my savings safe?" for i in range(n)],
+            "chosen": ["Yes, keep an emergency fund in an insured account."] * n,
+            "rejected": ["Bet everything on lottery tickets tonight!"] * n,
+        }
+    )
+
+
+def test_observed_label_accuracy_rises_on_separable_data(tiny_model_factory, tokenizer, tmp_path):
+    """Before training the margins are 0 (accuracy 0); after, held-out accuracy ≥ 0.9.
+
+    Under the null of no learning, held-out accuracy on 32 rows is Binomial(32, 1/2)/32, and
+    P(≥ 0.9) < 1e-6, so the bound tests learning, not luck.
+    """
+    args = make_config(tmp_path, method="square_chipo", max_steps=12, learning_rate=3e-3, eval_strategy="no")
+    trainer = build(tiny_model_factory, tokenizer, args, _separable(48))
+    held_out = _separable(32, offset=1000)
+    before = trainer.evaluate(held_out)["eval_rewards/accuracies"]
+    trainer.train()
+    after = trainer.evaluate(held_out)["eval_rewards/accuracies"]
+    assert before < 0.5
+    assert after >= 0.9, (before, after)
+
+
+def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    train = privatize_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=0)
+    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, r_max=2.0), train)
+    trainer.train()
+    trainer.save_model()
+    trainer.create_model_card()
+    out = tmp_path / "out"
+    reloaded = AutoModelForCausalLM.from_pretrained(out)
+    torch.testing.assert_close(flat_params(reloaded), flat_params(trainer.model))
+    record = json.loads((out / PRIVACY_FILE).read_text())
+    assert record["method"] == "square_chipo" and record["epsilon"] == 0.5 and record["corruption_rate"] == 0.1
+    assert record["order"] == "ltc" and record["r_max"] == 2.0 and record["dataset_fingerprint"].startswith("sha256:")
+    card = (out / "README.md").read_text()
+    for text in ("Privacy and robustness", "| ε (local DP, total over releases) | 0.5 |", "| order | ltc |", "| β | 0.1 |"):
+        assert text in card
+
+
+class _StopAt(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+
+
+def test_resume_after_interruption_matches_uninterrupted_run(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    train = privatize_dataset(rows(finance_splits, 24), LabelPipeline(epsilon=1.0), seed=0)
+    common = dict(max_steps=6, save_strategy="steps", save_steps=3, learning_rate=5e-3)
+    full = build(tiny_model_factory, tokenizer, make_config(tmp_path / "a", **common), train)
+    full.train()
+    interrupted = build(tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train,
+                        callbacks=[_StopAt(3)])
+    interrupted.train()
+    assert interrupted.state.global_step == 3
+    assert os.path.isdir(tmp_path / "b" / "out" / "checkpoint-3")
+    resumed = build(tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train)
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 6
+    torch.testing.assert_close(flat_params(resumed.model), flat_params(full.model), rtol=0, atol=1e-6)
+
+
+def test_lora_adapter_uses_base_as_reference(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    from peft import LoraConfig
+
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path), rows(finance_splits, 8), ref=False,
+                    peft_config=peft_config)
+    trainer.train()
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora" in n for n in trainable)
+    assert trainer.state.log_history[0]["loss"] > 0
+
+
+def test_precomputed_reference_gives_the_same_first_loss(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    train = rows(finance_splits, 8)
+    losses = []
+    for precompute in (False, True):
+        args = make_config(tmp_path / str(precompute), max_steps=1, precompute_ref_log_probs=precompute,
+                           per_device_train_batch_size=8)
+        trainer = build(tiny_model_factory, tokenizer, args, train, ref=not precompute)
+        trainer.train()
+        losses.append(trainer.state.log_history[0]["loss"])
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
+# --------------------------------------------------------------------------- privacy parameters
+
+
+def test_debiasing_comes_from_the_ledger(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    train = privatize_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
+    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path), train)
+    assert trainer.privacy.source == "ledger"
+    assert trainer.privacy.flip_rate == pytest.approx(flip_probability(0.5))
+
+
+def test_config_epsilon_disagreeing_with_ledger_raises(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    train = privatize_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
+    with pytest.raises(ValueError, match="disagrees with the dataset's privacy ledger.*privacy_override"):
+        build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0), train)
+    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0, privacy_override=True), train)
+    assert trainer.privacy.source == "config (override of ledger)"
+    assert trainer.privacy.flip_rate == pytest.approx(flip_probability(2.0))
+    assert trainer.privacy_record()["privacy_override"] is True
+    same = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=0.5), train)
+    assert same.privacy.source == "config"
+
+
+def test_no_ledger_uses_config_or_nothing(tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    train = rows(finance_splits, 8)
+    assert get_ledger(train) is None
+    none = build(tiny_model_factory, tokenizer, make_config(tmp_path), train)
+    assert none.privacy.flip_rate == 0.0 and none.privacy.source == "none"
+    given = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=1.0), train)
+    assert given.privacy.flip_rate == pytest.approx(flip_probability(1.0))
+
+
+def test_unsupported_dpo_options_raise(tmp_path):
+    with pytest.raises(ValueError, match="loss_type"):
+        make_config(tmp_path, loss_type=["ipo"])
+    with pytest.raises(ValueError, match="method must be one of"):
+        make_config(tmp_path, method="kto")
+    with pytest.raises(ValueError, match="r_max"):
+        make_config(tmp_path, r_max=-1.0)
+
+
+def test_push_to_hub_unreachable_fails_before_training(tiny_model_factory, tokenizer, finance_splits, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    args = make_config(tmp_path, push_to_hub=True, hub_model_id="someone/model")
+    with pytest.raises(RuntimeError, match="cannot be reached.*before training"):
+        build(tiny_model_factory, tokenizer, args, rows(finance_splits, 8))
