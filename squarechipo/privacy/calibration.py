@@ -43,30 +43,28 @@ def check_epsilon(epsilon: float | None, *, field: str = "epsilon", allow_none: 
     return value
 
 
+def _check_rate(value: float, field: str, *, upper_inclusive: bool, why: str, example: str) -> float:
+    bound = "0.5]" if upper_inclusive else "0.5)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{field} must be a number in [0, {bound} (got {value!r}).")
+    rate = float(value)
+    if math.isnan(rate) or rate < 0.0 or rate > 0.5 or (rate == 0.5 and not upper_inclusive):
+        raise ValueError(f"{field} must lie in [0, {bound} (got {rate}); {why}. Pass e.g. {field}={example}.")
+    return rate
+
+
 def check_corruption_rate(corruption_rate: float, *, field: str = "corruption_rate") -> float:
     """Validate a Huber corruption rate α ∈ [0, 1/2] (003, §3: α-Huber contamination)."""
-    if isinstance(corruption_rate, bool) or not isinstance(corruption_rate, (int, float)):
-        raise ValueError(f"{field} must be a number in [0, 0.5] (got {corruption_rate!r}).")
-    value = float(corruption_rate)
-    if math.isnan(value) or not 0.0 <= value <= 0.5:
-        raise ValueError(
-            f"{field} must lie in [0, 0.5] (got {value}); above 0.5 the adversary controls the "
-            f"majority label and nothing can be learned. Pass e.g. {field}=0.1, or 0 for clean labels."
-        )
-    return value
+    return _check_rate(
+        corruption_rate, field, upper_inclusive=True,
+        why="above 0.5 the adversary controls the majority label and nothing can be learned",
+        example="0.1, or 0 for clean labels",
+    )
 
 
 def check_flip_rate(flip_rate: float, *, field: str = "flip_rate") -> float:
     """Validate a label flip rate ρ ∈ [0, 1/2) as used by the robust (rDPO) loss."""
-    if isinstance(flip_rate, bool) or not isinstance(flip_rate, (int, float)):
-        raise ValueError(f"{field} must be a number in [0, 0.5) (got {flip_rate!r}).")
-    value = float(flip_rate)
-    if math.isnan(value) or not 0.0 <= value < 0.5:
-        raise ValueError(
-            f"{field} must lie in [0, 0.5) (got {value}); at 0.5 the labels carry no signal. "
-            f"Pass e.g. {field}=0.1."
-        )
-    return value
+    return _check_rate(flip_rate, field, upper_inclusive=False, why="at 0.5 the labels carry no signal", example="0.1")
 
 
 def flip_probability(epsilon: float | None) -> float:

@@ -134,46 +134,25 @@ def huber_corruption(
 
 
 def ctl(
-    true_labels: np.ndarray,
-    epsilon: float | None,
-    corruption_rate: float,
-    rng: np.random.Generator,
-    *,
-    adversary: str = "flip",
-    target: np.ndarray | None = None,
-    fixed_labels: np.ndarray | None = None,
+    true_labels: np.ndarray, epsilon: float | None, corruption_rate: float, rng: np.random.Generator, **adversary
 ) -> np.ndarray:
     """CTL — corruption, then local DP (003 §3; App. E: mask = 1 w.p. α, then flip w.p. 1/(1+e^ε)).
 
-    With the ``flip`` adversary the final wrong-label rate is α + q − 2αq, q = 1/(1+e^ε).
+    ``adversary`` takes the keyword arguments of :func:`huber_corruption` (``adversary``,
+    ``target``, ``fixed_labels``). With the ``flip`` adversary the final wrong-label rate is
+    α + q − 2αq, q = 1/(1+e^ε).
     """
-    corrupted = huber_corruption(
-        true_labels, corruption_rate, rng, adversary=adversary, target=target, fixed_labels=fixed_labels
-    )
+    corrupted = huber_corruption(true_labels, corruption_rate, rng, **adversary)
     return randomized_response(corrupted, epsilon, rng)
 
 
 def ltc(
-    true_labels: np.ndarray,
-    epsilon: float | None,
-    corruption_rate: float,
-    rng: np.random.Generator,
-    *,
-    adversary: str = "flip",
-    target: np.ndarray | None = None,
-    fixed_labels: np.ndarray | None = None,
+    true_labels: np.ndarray, epsilon: float | None, corruption_rate: float, rng: np.random.Generator, **adversary
 ) -> np.ndarray:
     """LTC — local DP, then corruption (003 §3; App. E: flip w.p. 1/(1+e^ε), then mask = 1 w.p. α).
 
-    With the ``flip`` adversary the final wrong-label rate is α + q − αq: worse than CTL by αq.
+    ``adversary`` as in :func:`ctl`. The adversary's ``flip`` is wrong with respect to the true
+    labels. With it the final wrong-label rate is α + q − αq: worse than CTL by αq.
     """
     privatized = randomized_response(true_labels, epsilon, rng)
-    return huber_corruption(
-        privatized,
-        corruption_rate,
-        rng,
-        adversary=adversary,
-        true_labels=true_labels,
-        target=target,
-        fixed_labels=fixed_labels,
-    )
+    return huber_corruption(privatized, corruption_rate, rng, true_labels=true_labels, **adversary)

@@ -138,10 +138,13 @@ class SquareChiPOTrainer(DPOTrainer):
         """
         if self.args.heavy_metrics or self.lean_lm_head:
             return
+        # Running each prompt once calls the backbone twice in one forward; that is checked with DDP
+        # and single processes, not with FSDP or DeepSpeed, where each prompt is run twice as in TRL.
+        share_prompt = not (self.is_fsdp_enabled or self.is_deepspeed_enabled)
         policy = self.model.get_base_model() if is_peft_model(self.model) else self.model
-        self.lean_lm_head = add_lean_lm_head(policy)
+        self.lean_lm_head = add_lean_lm_head(policy, share_prompt=share_prompt)
         if self.ref_model is not None:
-            add_lean_lm_head(self.ref_model)
+            add_lean_lm_head(self.ref_model, share_prompt=share_prompt)
 
     def _precompute_ref_logps(self, dataset, name, batch_size):
         # Called from DPOTrainer.__init__ after TRL installed its head: precompute with the lean one.

@@ -1,0 +1,140 @@
+"""Benchmark (not a test): step time and peak memory of SquareChiPOTrainer against TRL's DPOTrainer.
+
+Same model, data, batch and settings for both, in one run; every configuration trains in a fresh
+subprocess so its peak memory (max RSS on CPU, max allocated on CUDA) is its own. TRL runs its
+``sigmoid`` loss; ours runs ``dpo`` (whose losses must equal TRL's) and ``square_chipo``.
+
+    .venv/bin/python benchmarks/bench_trainer.py                       # tiny model and SmolLM2-135M
+    .venv/bin/python benchmarks/bench_trainer.py --models tiny --steps 5
+
+Target (issue 3): our step time at most 0.7x TRL's on SmolLM2-135M, with identical losses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RUNNERS = ("trl_sigmoid", "ours_dpo", "ours_square_chipo")
+
+
+def _worker(args: argparse.Namespace) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import DPOConfig, DPOTrainer
+
+    from data_gen.finance import build_datasets
+    from squarechipo.models import embedded_model_path
+    from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+    from tests.conftest import make_tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_path())
+
+    def load():
+        if args.model == "tiny":
+            return make_tiny_model(tokenizer, seed=0)
+        return AutoModelForCausalLM.from_pretrained(embedded_model_path(), dtype=torch.float32)
+
+    n_rows = args.batch * (args.steps + 1)
+    train = build_datasets(max(140, 2 * n_rows), seed=0)["finance_preference_conversational"]["train"].select(range(n_rows))
+    common = dict(
+        output_dir=str(Path(args.tmp) / args.runner),
+        per_device_train_batch_size=args.batch,
+        max_steps=args.steps + 1,
+        max_length=args.max_length,
+        learning_rate=1e-6,
+        beta=0.1,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=args.gradient_checkpointing,
+        seed=0,
+        disable_tqdm=True,
+        bf16=False,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    if args.runner == "trl_sigmoid":
+        trainer = DPOTrainer(load(), ref_model=load(), args=DPOConfig(loss_type=["sigmoid"], **common),
+                             train_dataset=train, processing_class=tokenizer)
+    else:
+        method = args.runner.removeprefix("ours_")
+        trainer = SquareChiPOTrainer(load(), ref_model=load(), args=SquareChiPOConfig(method=method, **common),
+                                     train_dataset=train, processing_class=tokenizer)
+
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            times.append(time.perf_counter() - self.start)
+
+    trainer.add_callback(Timer())
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    peak = (
+        torch.cuda.max_memory_allocated() / 2**20
+        if torch.cuda.is_available()
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    )
+    print("BENCH " + json.dumps({"times": times, "losses": losses, "peak_mib": peak,
+                                 "device": "cuda" if torch.cuda.is_available() else "cpu"}))
+
+
+def _run(model: str, runner: str, args: argparse.Namespace) -> dict:
+    command = [sys.executable, __file__, "--worker", runner, "--model", model, "--steps", str(args.steps),
+               "--batch", str(args.batch), "--max-length", str(args.max_length), "--tmp", args.tmp]
+    if args.gradient_checkpointing:
+        command.append("--gradient-checkpointing")
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("BENCH ")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"{runner} on {model} failed:\n{result.stderr[-3000:]}")
+    return json.loads(lines[-1][len("BENCH "):])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"], choices=["tiny", "smollm2"])
+    parser.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up step)")
+    parser.add_argument("--batch", type=int, default=8, help="preference pairs per step")
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="on for both trainers (TRL's default)")
+    parser.add_argument("--worker", choices=RUNNERS, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--tmp", default="/tmp/squarechipo-bench", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(argparse.Namespace(**{**vars(args), "runner": args.worker}))
+        return
+    print(f"batch {args.batch} pairs, max_length {args.max_length}, gradient checkpointing "
+          f"{'on' if args.gradient_checkpointing else 'off'} (both trainers), separate reference model, "
+          f"{args.steps} timed steps after 1 warm-up")
+    for model in args.models:
+        results = {runner: _run(model, runner, args) for runner in RUNNERS}
+        base = statistics.median(results["trl_sigmoid"]["times"][1:])
+        print(f"\n{model} ({results['trl_sigmoid']['device']}):")
+        print(f"  {'trainer':<22}{'median step (s)':>16}{'x TRL':>8}{'peak memory (MiB)':>19}")
+        for runner, result in results.items():
+            step = statistics.median(result["times"][1:])
+            print(f"  {runner:<22}{step:>16.2f}{step / base:>8.2f}{result['peak_mib']:>19.0f}")
+        diffs = [abs(a - b) for a, b in zip(results["ours_dpo"]["losses"], results["trl_sigmoid"]["losses"])]
+        print(f"  max |loss(ours dpo) - loss(TRL sigmoid)| over {len(diffs)} steps: {max(diffs):.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""A couple of real Square-χPO steps on the embedded SmolLM2-135M-Instruct (the model itself is the point)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from squarechipo.privacy import LabelPipeline, privatize_dataset
+from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrainer
+
+
+@pytest.mark.slow
+def test_square_chipo_steps_on_the_embedded_model(embedded_path, tokenizer, finance_splits, tmp_path):
+    train = finance_splits["finance_preference_conversational"]["train"].select(range(4))
+    released = privatize_dataset(train, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ctl"), seed=0)
+    model = AutoModelForCausalLM.from_pretrained(embedded_path)
+    before = [p.detach().clone() for p in model.parameters()]
+    args = SquareChiPOConfig(
+        output_dir=str(tmp_path / "out"), method="square_chipo", r_max=5.0, per_device_train_batch_size=2,
+        max_steps=2, max_length=160, learning_rate=1e-5, logging_steps=1, report_to="none", save_strategy="no",
+        gradient_checkpointing=False, precompute_ref_log_probs=True, disable_tqdm=True,
+    )
+    trainer = SquareChiPOTrainer(model, args=args, train_dataset=released, processing_class=tokenizer)
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == 2
+    # With c(0.5) ≈ 4.08 and the policy equal to the reference at step 1, the loss is (0 − 1 − c)² ≈ 25.9.
+    assert logs[0]["loss"] == pytest.approx((1 + 1 / torch.tanh(torch.tensor(0.25)).item()) ** 2, rel=1e-3)
+    assert logs[0]["implied_p_chosen"] == pytest.approx(0.5, abs=1e-3)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    trainer.save_model()
+    trainer.create_model_card()
+    record = json.loads((tmp_path / "out" / PRIVACY_FILE).read_text())
+    assert record["epsilon"] == 0.5 and record["order"] == "ctl"
