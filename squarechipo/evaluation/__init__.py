@@ -1,0 +1,1 @@
+"""Evaluation: generate responses, judge them pairwise (both orders), report win rates."""

@@ -1,0 +1,54 @@
+"""A pairwise judge interface close to TRL's former ``BasePairwiseJudge`` (removed in TRL 1.1).
+
+``judge(prompts, completions, shuffle_order=True)`` returns, per prompt, the index (0 or 1) of the
+better completion, or -1 when the judge gave no usable answer. Judges written for TRL's interface
+plug in unchanged; squarechipo's judges also expose :meth:`PairwiseJudge.verdicts`, which keeps
+the raw reply for the report.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["BasePairwiseJudge", "PairwiseJudge", "Verdict"]
+
+
+class BasePairwiseJudge(ABC):
+    """TRL's former pairwise judge interface."""
+
+    @abstractmethod
+    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
+        """Index of the better completion of each pair (-1 when there is no usable answer)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One judgment of (prompt, response_a, response_b) as shown: 0 = A better, 1 = B, None = no answer."""
+
+    choice: int | None
+    raw: str
+
+
+class PairwiseJudge(BasePairwiseJudge):
+    """Base of squarechipo's judges: implement :meth:`verdicts`; :meth:`judge` follows TRL's contract."""
+
+    name: str = "judge"
+
+    @abstractmethod
+    def verdicts(self, prompts: list[str], responses_a: list[str], responses_b: list[str]) -> list[Verdict]:
+        """Judge each pair as shown (A first); never raises for a bad reply, returns choice None."""
+
+    def judge(self, prompts, completions, shuffle_order=True, seed: int | None = None) -> list[int]:
+        order = np.random.default_rng(seed).random(len(prompts)) < 0.5 if shuffle_order else np.zeros(len(prompts), bool)
+        first = [pair[1] if swap else pair[0] for pair, swap in zip(completions, order)]
+        second = [pair[0] if swap else pair[1] for pair, swap in zip(completions, order)]
+        results = []
+        for verdict, swap in zip(self.verdicts(list(prompts), first, second), order):
+            if verdict.choice is None:
+                results.append(-1)
+            else:
+                results.append(1 - verdict.choice if swap else verdict.choice)
+        return results

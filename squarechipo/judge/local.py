@@ -1,0 +1,75 @@
+"""A local judge: a transformers causal LM that compares next-token probabilities of "A" and "B".
+
+No free generation: after the chat-formatted question the model's probability of each answer
+letter is read off the next-token distribution (summed over the letter with and without a
+leading space), and the larger wins. Deterministic, batched, and never malformed. The default
+model is the embedded SmolLM2-135M-Instruct.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from squarechipo.judge.base import PairwiseJudge, Verdict
+from squarechipo.judge.templates import FINANCE_TEMPLATE, JudgeTemplate
+from squarechipo.models import resolve_model_path
+
+__all__ = ["TransformersJudge"]
+
+
+class TransformersJudge(PairwiseJudge):
+    def __init__(
+        self,
+        model: str = "embedded",
+        template: JudgeTemplate = FINANCE_TEMPLATE,
+        *,
+        batch_size: int = 8,
+        device: str | None = None,
+        max_length: int = 2048,
+    ) -> None:
+        path = resolve_model_path(model)
+        self.name = f"transformers:{model}"
+        self.template = template
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
+        self.option_ids = [self._letter_ids(option) for option in template.options]
+
+    def _letter_ids(self, letter: str) -> list[int]:
+        ids = set()
+        for variant in (letter, " " + letter):
+            tokens = self.tokenizer.encode(variant, add_special_tokens=False)
+            if len(tokens) == 1:
+                ids.add(tokens[0])
+        if not ids:
+            raise ValueError(f"option {letter!r} is not a single token for this tokenizer; use one-token options.")
+        return sorted(ids)
+
+    @torch.no_grad()
+    def verdicts(self, prompts, responses_a, responses_b) -> list[Verdict]:
+        texts = [
+            self.tokenizer.apply_chat_template(self.template.messages(p, a, b), add_generation_prompt=True, tokenize=False)
+            for p, a, b in zip(prompts, responses_a, responses_b)
+        ]
+        results: list[Verdict] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(
+                texts[start : start + self.batch_size], return_tensors="pt", padding=True,
+                truncation=True, max_length=self.max_length, add_special_tokens=False,
+            ).to(self.device)
+            logits = self.model(**batch).logits[:, -1].float()
+            log_probs = torch.log_softmax(logits, dim=-1)
+            scores = torch.stack([torch.logsumexp(log_probs[:, ids], dim=-1) for ids in self.option_ids], dim=-1)
+            for row in scores:
+                probs = row.exp().tolist()
+                raw = json.dumps({f"P({o})": round(p, 6) for o, p in zip(self.template.options, probs)})
+                results.append(Verdict(choice=int(row.argmax()), raw=raw))
+        return results

@@ -1,0 +1,142 @@
+"""A judge behind any OpenAI-compatible chat endpoint (vLLM, Ollama, llama.cpp server, OpenAI).
+
+- bounded concurrency (a thread pool of ``max_concurrency`` requests);
+- retries with exponential backoff and jitter on timeouts, connection errors, 429 and 5xx;
+- per-request timeouts;
+- an on-disk cache (SQLite) keyed by the judge (model and sampling settings), the template's
+  fingerprint and the three texts. Every reply is stored as soon as it arrives, so an interrupted
+  evaluation resumes without asking again. Failed requests are not cached (they are retried on the
+  next run) and come back as a verdict with ``choice=None``, never as an exception.
+
+The API key is read from the environment variable named by ``api_key_env`` (never stored).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from squarechipo.judge.base import PairwiseJudge, Verdict
+from squarechipo.judge.templates import FINANCE_TEMPLATE, JudgeTemplate, parse_verdict
+
+__all__ = ["OpenAICompatibleJudge", "JudgeCache"]
+
+logger = logging.getLogger("squarechipo")
+_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class JudgeCache:
+    """A thread-safe SQLite map from request keys to raw replies."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False)
+        with self._lock:
+            self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
+            self._db.commit()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def put(self, key: str, reply: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?)", (key, reply))
+            self._db.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+
+
+class OpenAICompatibleJudge(PairwiseJudge):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        template: JudgeTemplate = FINANCE_TEMPLATE,
+        *,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        max_concurrency: int = 4,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        max_tokens: int = 8,
+        temperature: float = 0.0,
+        cache_path: str | os.PathLike | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1 (got {max_concurrency}).")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = f"openai:{model}"
+        self.template = template
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.cache = JudgeCache(cache_path) if cache_path is not None else None
+        self.requests_sent = 0
+        self._count_lock = threading.Lock()
+        key = os.environ.get(api_key_env) if api_key_env else None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def _key(self, prompt: str, response_a: str, response_b: str) -> str:
+        identity = [self.model, self.max_tokens, self.temperature, self.template.fingerprint, prompt, response_a, response_b]
+        return hashlib.sha256(json.dumps(identity, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+    def _ask(self, messages: list[dict[str, str]]) -> str:
+        body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens, "temperature": self.temperature}
+        last_error = "no attempt"
+        for attempt in range(self.max_retries + 1):
+            with self._count_lock:
+                self.requests_sent += 1
+            try:
+                response = self._client.post("/chat/completions", json=body)
+                if response.status_code == 200:
+                    choices = response.json().get("choices") or [{}]
+                    return (choices[0].get("message") or {}).get("content") or ""
+                last_error = f"HTTP {response.status_code}: {response.text[:200]}"
+                if response.status_code not in _RETRY_STATUS:
+                    break
+            except (httpx.TimeoutException, httpx.TransportError, ValueError) as error:
+                last_error = f"{type(error).__name__}: {error}"
+            if attempt < self.max_retries:
+                time.sleep(self.backoff * (2**attempt) * (1 + 0.25 * random.random()))
+        raise RuntimeError(last_error)
+
+    def _one(self, prompt: str, response_a: str, response_b: str) -> Verdict:
+        key = self._key(prompt, response_a, response_b)
+        cached = self.cache.get(key) if self.cache is not None else None
+        if cached is not None:
+            return Verdict(parse_verdict(cached, self.template.options), cached)
+        try:
+            reply = self._ask(self.template.messages(prompt, response_a, response_b))
+        except RuntimeError as error:
+            logger.warning("judge request failed after %d retries: %s", self.max_retries, error)
+            return Verdict(None, f"error: {error}")
+        if self.cache is not None:
+            self.cache.put(key, reply)
+        return Verdict(parse_verdict(reply, self.template.options), reply)
+
+    def verdicts(self, prompts, responses_a, responses_b) -> list[Verdict]:
+        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+            return list(pool.map(self._one, prompts, responses_a, responses_b))
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,147 @@
+"""The OpenAI-compatible judge client against a real server on localhost.
+
+The server is llama.cpp's (``python -m llama_cpp.server``, from llama-cpp-python, which
+scripts/install.sh builds once and caches as a wheel) serving the embedded SmolLM2 GGUF: a real
+OpenAI-compatible ``/v1/chat/completions`` with a real model, nothing mocked. Set
+SQUARECHIPO_SKIP_LLAMA_CPP=1 to skip these tests where llama.cpp was not built.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import httpx
+import pytest
+
+from squarechipo.judge.openai_compatible import JudgeCache, OpenAICompatibleJudge
+from squarechipo.judge.templates import FINANCE_TEMPLATE, JudgeTemplate
+from squarechipo.models.embedded import embedded_gguf_path
+
+if os.environ.get("SQUARECHIPO_SKIP_LLAMA_CPP") == "1":
+    pytest.skip("SQUARECHIPO_SKIP_LLAMA_CPP=1: llama.cpp server tests skipped", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    import llama_cpp.server  # noqa: F401  (fails loudly if install.sh did not build it)
+
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf_path()), "--model_alias", "smollm2",
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "False"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    base = f"http://127.0.0.1:{port}/v1"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"llama_cpp.server exited: {process.stderr.read()[-3000:]}")
+        try:
+            if httpx.get(f"{base}/models", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        raise RuntimeError("llama_cpp.server did not start within 180 s")
+    yield base
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+PAIRS = [
+    (f"You have ${1000 * (i + 1)} to save for a trip. What do you do?",
+     "Put it in an insured savings account and budget for the trip.",
+     "Bet all of it on a meme coin and hope it goes up.")
+    for i in range(12)
+]
+
+
+def test_judge_answers_through_a_real_server(server, tmp_path):
+    judge = OpenAICompatibleJudge(server, "smollm2", FINANCE_TEMPLATE, max_concurrency=2, cache_path=tmp_path / "c.sqlite")
+    prompts, a, b = map(list, zip(*PAIRS[:4]))
+    verdicts = judge.verdicts(prompts, a, b)
+    assert len(verdicts) == 4 and all(v.raw is not None for v in verdicts)
+    assert all(v.choice in (0, 1, None) for v in verdicts)
+    assert judge.requests_sent == 4 and len(judge.cache) == 4
+    # TRL's interface: indices into each completion pair, -1 where no answer.
+    picks = judge.judge(prompts, [list(pair) for pair in zip(a, b)], shuffle_order=True, seed=0)
+    assert set(picks) <= {0, 1, -1}
+    judge.close()
+
+
+def test_interrupted_run_resumes_from_the_cache(server, tmp_path):
+    cache = tmp_path / "cache.sqlite"
+    script = textwrap.dedent(f"""
+        import sys
+        from squarechipo.judge.openai_compatible import OpenAICompatibleJudge
+        judge = OpenAICompatibleJudge({server!r}, "smollm2", max_concurrency=1, cache_path={str(cache)!r})
+        pairs = {PAIRS!r}
+        judge.verdicts([p for p, _, _ in pairs], [a for _, a, _ in pairs], [b for _, _, b in pairs])
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and (not cache.exists() or len(JudgeCache(cache)) < 3):
+        time.sleep(0.2)
+    child.kill()  # interrupt the evaluation mid-way
+    child.wait()
+    done = len(JudgeCache(cache))
+    assert 3 <= done < len(PAIRS), done
+    judge = OpenAICompatibleJudge(server, "smollm2", max_concurrency=2, cache_path=cache)
+    verdicts = judge.verdicts(*map(list, zip(*PAIRS)))
+    assert judge.requests_sent == len(PAIRS) - done  # only the missing ones were asked
+    assert len(verdicts) == len(PAIRS) and len(judge.cache) == len(PAIRS)
+    again = OpenAICompatibleJudge(server, "smollm2", cache_path=cache)
+    assert [v.raw for v in again.verdicts(*map(list, zip(*PAIRS)))] == [v.raw for v in verdicts]
+    assert again.requests_sent == 0
+
+
+def test_malformed_replies_are_counted_not_fatal(server, tmp_path):
+    chatty = JudgeTemplate(
+        name="poem", system="You are a poet.",
+        user="Write one short line of poetry about {prompt} without using any single capital letter alone.",
+    )
+    judge = OpenAICompatibleJudge(server, "smollm2", chatty, max_tokens=12, cache_path=tmp_path / "p.sqlite")
+    verdicts = judge.verdicts(*map(list, zip(*PAIRS[:4])))
+    assert len(verdicts) == 4
+    assert sum(v.choice is None for v in verdicts) >= 1  # unparsable replies come back as None, no exception
+    empty = OpenAICompatibleJudge(server, "smollm2", max_tokens=1, cache_path=tmp_path / "e.sqlite",
+                                  template=JudgeTemplate("silent", "Reply with a single space.", "{prompt}{response_a}{response_b}"))
+    assert len(empty.verdicts(*map(list, zip(*PAIRS[:2])))) == 2
+
+
+def test_unreachable_server_retries_then_reports():
+    judge = OpenAICompatibleJudge(f"http://127.0.0.1:{_free_port()}/v1", "x", max_retries=2, backoff=0.01, timeout=2)
+    verdicts = judge.verdicts(["p"], ["a"], ["b"])
+    assert verdicts[0].choice is None and verdicts[0].raw.startswith("error: ConnectError")
+    assert judge.requests_sent == 3  # one try and two retries
+
+
+def test_hanging_server_times_out():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts TCP connections, never answers HTTP
+    stop = threading.Event()
+    try:
+        port = listener.getsockname()[1]
+        judge = OpenAICompatibleJudge(f"http://127.0.0.1:{port}/v1", "x", max_retries=1, backoff=0.01, timeout=0.5)
+        start = time.time()
+        verdicts = judge.verdicts(["p"], ["a"], ["b"])
+        assert verdicts[0].choice is None and "Timeout" in verdicts[0].raw
+        assert time.time() - start < 10
+    finally:
+        stop.set()
+        listener.close()
