@@ -95,7 +95,7 @@ def write_chart(summary: dict[str, Any], path: Path) -> None:
         left = [a + b for a, b in zip(left, values)]
     o = summary["overall"]
     if not math.isnan(o["win_rate"]):
-        ax.errorbar([o["win_rate"]], [0], xerr=[[o["win_rate"] - o["win_ci"][0]], [o["win_ci"][1] - o["win_rate"]]],
+        ax.errorbar([o["win_rate"]], [0], xerr=[[max(0.0, o["win_rate"] - o["win_ci"][0])], [max(0.0, o["win_ci"][1] - o["win_rate"])]],
                     fmt="none", ecolor="black", capsize=4)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)

@@ -1,0 +1,78 @@
+"""The win-rate pipeline and eval/judge.py end to end, on tiny saved models (real classes and tokenizer)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
+from squarechipo.judge.local import TransformersJudge
+from squarechipo.judge.stats import pair_outcome
+from tests.conftest import make_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tokenizer):
+    folder = tmp_path_factory.mktemp("models")
+    for name, seed in (("policy", 1), ("baseline", 2), ("judge", 3)):
+        make_tiny_model(tokenizer, seed=seed).save_pretrained(folder / name)
+        tokenizer.save_pretrained(folder / name)
+    return folder
+
+
+def test_pipeline_writes_every_output(models, finance_splits, tmp_path):
+    test = finance_splits["finance_preference_conversational"]["test"]
+    judge = TransformersJudge(str(models / "judge"))
+    result = evaluate_win_rate(
+        str(models / "policy"), str(models / "baseline"), test, judge, tmp_path,
+        generation=GenerationSettings(max_new_tokens=8, batch_size=4, seed=0), max_prompts=6, calibration_pairs=4,
+        label={"setting": "CTL", "method": "square_chipo"},
+    )
+    rows = [json.loads(line) for line in (tmp_path / "judgments.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    for row in rows:
+        assert row["policy_response"] is not None and row["baseline_response"] is not None
+        assert row["policy_first"]["raw"] and row["baseline_first"]["raw"]
+        assert row["outcome"] == pair_outcome(row["policy_first"]["choice"], row["baseline_first"]["choice"])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    overall = summary["overall"]
+    assert overall["wins"] + overall["ties"] + overall["losses"] + overall["n_invalid"] == 6
+    assert sum(c["n_pairs"] for c in summary["per_category"].values()) == 6
+    assert summary["calibration"]["n_pairs"] == 4 and summary["label"]["method"] == "square_chipo"
+    assert len((tmp_path / "calibration.jsonl").read_text().splitlines()) == 4
+    assert (tmp_path / "win_rates.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (tmp_path / "report.md").read_text()
+    assert "Judge calibration" in report and "| win |" in report and "Per category" in report
+    assert json.loads(json.dumps(result.summary)) == summary
+
+
+def test_generation_is_seeded(models, finance_splits):
+    from squarechipo.evaluation.generation import generate_responses
+
+    prompts = finance_splits["finance_preference_conversational"]["test"]["prompt"][:3]
+    kwargs = dict(max_new_tokens=6, batch_size=2, do_sample=True, temperature=1.0)
+    a = generate_responses(str(models / "policy"), prompts, seed=7, **kwargs)
+    b = generate_responses(str(models / "policy"), prompts, seed=7, **kwargs)
+    c = generate_responses(str(models / "policy"), prompts, seed=8, **kwargs)
+    assert a == b and a != c
+
+
+def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
+    finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
+    out = subprocess.run(
+        [sys.executable, "eval/judge.py", "--policy", str(models / "policy"), "--baseline", str(models / "baseline"),
+         "--dataset", str(tmp_path / "data"), "--max-prompts", "4", "--max-new-tokens", "6", "--calibration-pairs", "4",
+         "--judge-model", str(models / "judge"), "--out", str(tmp_path / "eval"), "--seed", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Win rate of" in out.stdout and "judge calibration accuracy" in out.stdout
+    agg = subprocess.run([sys.executable, "eval/aggregate.py", "--out", str(tmp_path / "table"), str(tmp_path / "eval")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert agg.returncode == 0 and "| all | policy |" not in agg.stdout and "policy" in agg.stdout
