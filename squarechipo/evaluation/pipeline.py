@@ -89,12 +89,13 @@ def evaluate_win_rate(
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if max_prompts is not None:
-        test = test.select(range(min(max_prompts, len(test))))
     calibration = None
     if calibration_pairs != 0 and {"chosen", "rejected"} <= set(test.column_names):
+        # Gold pairs come from the whole split, independent of how many prompts are evaluated.
         calibration = _calibration(judge, test, calibration_pairs, out)
         logger.info("judge calibration: %s", calibration)
+    if max_prompts is not None:
+        test = test.select(range(min(max_prompts, len(test))))
     prompts = list(test["prompt"])
     settings = asdict(generation)
     policy_responses = generate_responses(policy, prompts, desc="policy", **settings)
