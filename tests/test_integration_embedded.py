@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from squarechipo.privacy import LabelPipeline, privatize_dataset
+from squarechipo.privacy import LabelPipeline, debias_factor, privatize_dataset
 from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrainer
 
 
@@ -27,8 +27,8 @@ def test_square_chipo_steps_on_the_embedded_model(embedded_path, tokenizer, fina
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logs) == 2
-    # With c(0.5) ≈ 4.08 and the policy equal to the reference at step 1, the loss is (0 − 1 − c)² ≈ 25.9.
-    assert logs[0]["loss"] == pytest.approx((1 + 1 / torch.tanh(torch.tensor(0.25)).item()) ** 2, rel=1e-3)
+    # The policy equals the reference at step 1, so m = 0, 2σ(0) − 1 = 0 and the loss is c(0.5)² ≈ 16.67.
+    assert logs[0]["loss"] == pytest.approx(debias_factor(0.5) ** 2, rel=1e-3)
     assert logs[0]["implied_p_chosen"] == pytest.approx(0.5, abs=1e-3)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     trainer.save_model()

@@ -56,7 +56,9 @@ def test_calibration_accuracy_and_position_bias():
     "reply,expected",
     [("A", 0), ("B", 1), ("B.", 1), ("**A**", 0), ("Response B is better.", 1), ("Answer: A", 0),
      ("a", 0), ("", None), (None, None), ("   ", None), ("Both A and B are fine", None),
-     ("I cannot decide.", None), ("Alpha", None)],
+     ("I cannot decide.", None), ("Alpha", None), ("A gentle breeze over the sea", None),
+     ("B, because it avoids debt.", 1), ("The better response is B.", 1), ("(A)", 0), ("A is better.", 0),
+     ("Response A is safer than response B", None)],
 )
 def test_parse_verdict(reply, expected):
     assert parse_verdict(reply) == expected

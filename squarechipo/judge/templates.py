@@ -58,22 +58,27 @@ GENERAL_TEMPLATE = JudgeTemplate(
 
 TEMPLATES = {template.name: template for template in (FINANCE_TEMPLATE, GENERAL_TEMPLATE)}
 
-_LETTER = re.compile(r"\b(?:response\s+)?([AB])\b", re.IGNORECASE)
+_WRAPPERS = "*_`\"' "
 
 
 def parse_verdict(reply: str | None, options: tuple[str, str] = ("A", "B")) -> int | None:
     """0 for the first option, 1 for the second, None for an empty, malformed or ambiguous reply.
 
-    Takes the first standalone option letter ("B", "Response A.", "**A**"); a reply naming both
-    letters before any other content is ambiguous only if its first letter is not clear.
+    Accepted: the bare letter ("B", "**A**", "b"), the letter followed by punctuation or by "is"/
+    "because" ("B.", "A is better", "B, because ..."), or an explicit "Response/Answer/Option X"
+    naming exactly one option ("Answer: A", "The better response is B."). Anything else — a reply
+    that merely starts with the word "A" ("A gentle breeze ..."), names both options, or none — is
+    None, so it is counted as invalid rather than guessed.
     """
     if not reply or not reply.strip():
         return None
-    text = reply.strip()
-    first = text.lstrip("*\"'([ ").upper()
-    for index, option in enumerate(options):
-        if first == option or (first.startswith(option) and not first[len(option):len(option) + 1].isalpha()):
-            return index
-    found = {m.group(1).upper() for m in _LETTER.finditer(text)}
-    hits = [i for i, option in enumerate(options) if option in found]
-    return hits[0] if len(hits) == 1 else None
+    letters = "".join(re.escape(o) for o in options)
+    first_line = reply.strip().splitlines()[0].strip(_WRAPPERS)
+    if first_line.upper() in options:
+        return options.index(first_line.upper())
+    leading = re.match(rf"^\(?([{letters}])\)?(?:\s*[.,!:;)]|\s+(?:is|because)\b|$)", first_line)
+    if leading:
+        return options.index(leading.group(1))
+    named = {m.group(1) for m in re.finditer(rf"\b(?:response|answer|option)\s*(?:is\s*)?:?\s*\(?([{letters}])\b",
+                                             reply, re.IGNORECASE)}
+    return options.index(named.pop()) if len(named) == 1 else None
