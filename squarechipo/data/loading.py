@@ -1,0 +1,110 @@
+"""Load preference datasets from local files, ``save_to_disk`` folders or hub ids, and validate them.
+
+Sources, in the order they are tried:
+
+1. a ``save_to_disk`` folder (``Dataset`` or ``DatasetDict``) — ledgers come with it;
+2. a local ``.jsonl``/``.json``, ``.parquet`` or ``.csv`` file — the ledger is read from the
+   Parquet metadata or the JSONL sidecar (see :mod:`squarechipo.privacy.ledger`);
+3. a folder of such files (one file per split, e.g. ``train.jsonl``, ``test.jsonl``);
+4. anything else is a hub id for :func:`datasets.load_dataset` (needs a network).
+
+Every split is validated (:func:`~squarechipo.data.validation.validate_preference_dataset`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import datasets
+
+from squarechipo.data.validation import validate_preference_dataset
+from squarechipo.privacy.ledger import read_ledger_for_path, with_ledger
+
+__all__ = ["load_preference_dataset"]
+
+logger = logging.getLogger("squarechipo")
+
+_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists() and (
+        path / "state.json"
+    ).exists()
+
+
+def _load_file(path: Path) -> datasets.Dataset:
+    builder = _FILE_BUILDERS.get(path.suffix.lower())
+    if builder is None:
+        raise ValueError(f"unsupported file type {path.suffix!r} for {path}: use .jsonl, .json, .parquet or .csv.")
+    data = datasets.load_dataset(builder, data_files=str(path), split="train")
+    ledger = read_ledger_for_path(path) if builder in ("json", "parquet") else None
+    return with_ledger(data, ledger) if ledger is not None else data
+
+
+def _load_folder_of_files(path: Path) -> datasets.DatasetDict:
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in _FILE_BUILDERS)
+    if not files:
+        raise ValueError(
+            f"{path} is a folder with no dataset: expected a save_to_disk folder or .jsonl/.parquet/.csv files."
+        )
+    return datasets.DatasetDict({p.stem: _load_file(p) for p in files})
+
+
+def _load_hub(name: str, config: str | None) -> datasets.DatasetDict | datasets.Dataset:
+    try:
+        return datasets.load_dataset(name, config)
+    except Exception as error:  # network errors come in many types; the message is what matters
+        raise ValueError(
+            f"could not load {name!r}: it is not a local path, and loading it from the Hugging Face Hub failed "
+            f"({type(error).__name__}: {error}). Check the path, or the network and the dataset id."
+        ) from error
+
+
+def load_preference_dataset(
+    source: str | os.PathLike,
+    *,
+    split: str | None = None,
+    config: str | None = None,
+    drop_invalid: bool = False,
+) -> datasets.Dataset | datasets.DatasetDict:
+    """Load and validate a preference dataset (standard, conversational or implicit-prompt form).
+
+    Args:
+        source: a ``save_to_disk`` folder, a data file, a folder of data files, or a hub id.
+        split: return only this split (raises, listing the available ones, if absent).
+        config: the hub config name, if any.
+        drop_invalid: drop invalid rows (the count is logged) instead of raising.
+    """
+    path = Path(source).expanduser()
+    if path.is_dir() and _is_saved_dataset(path):
+        data = datasets.load_from_disk(str(path))
+    elif path.is_file():
+        data = _load_file(path)
+    elif path.is_dir():
+        data = _load_folder_of_files(path)
+    elif path.suffix.lower() in _FILE_BUILDERS or str(source).startswith((".", "/", "~")):
+        raise ValueError(f"{source} does not exist.")
+    else:
+        data = _load_hub(str(source), config)
+
+    if split is not None:
+        if isinstance(data, datasets.DatasetDict):
+            if split not in data:
+                raise ValueError(f"split {split!r} not in {source} (splits: {list(data)}).")
+            data = data[split]
+        elif split != "train":
+            raise ValueError(f"{source} holds a single dataset, not a split named {split!r}; omit split.")
+
+    def check(part: datasets.Dataset, name: str) -> datasets.Dataset:
+        try:
+            clean, _ = validate_preference_dataset(part, drop_invalid=drop_invalid)
+        except ValueError as error:
+            raise ValueError(f"{source} [{name}]: {error}") from error
+        return clean
+
+    if isinstance(data, datasets.DatasetDict):
+        return datasets.DatasetDict({name: check(part, name) for name, part in data.items()})
+    return check(data, split or "data")
