@@ -187,3 +187,22 @@ def test_bad_pipeline_inputs_name_the_field():
         privatize_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="fixed", fixed_preference="category"), seed=0)
     with pytest.raises(ValueError, match="DatasetDict"):
         privatize_dataset(datasets.DatasetDict({"train": data}), LabelPipeline(epsilon=1.0))
+
+
+@pytest.mark.parametrize("make", [standard, conversational], ids=["std", "conv"])
+def test_fingerprint_ignores_labels_and_order_not_content(make):
+    from squarechipo.data.fingerprint import preference_fingerprint
+
+    data = make(300)
+    released = privatize_dataset(data, LabelPipeline(epsilon=0.1), seed=4)
+    assert released["chosen"] != data["chosen"]
+    fingerprint = preference_fingerprint(data)
+    assert fingerprint.startswith("sha256:")
+    assert preference_fingerprint(released) == fingerprint
+    assert preference_fingerprint(data.shuffle(seed=1)) == fingerprint
+    assert get_ledger(released).releases[0].data_fingerprint == fingerprint
+    assert preference_fingerprint(data.select(range(299))) != fingerprint
+    edited = data.map(lambda r, i: {"prompt": r["prompt"] + (" " if i == 0 else "")} if isinstance(r["prompt"], str)
+                      else {"prompt": [{"role": "user", "content": r["prompt"][0]["content"] + ("!" if i == 0 else "")}]},
+                      with_indices=True)
+    assert preference_fingerprint(edited) != fingerprint
