@@ -6,7 +6,7 @@
 #   4. Square-chiPO under CTL, epsilon = 0.5, alpha = 0.1, on a subset      -> outputs/quickstart/square_chipo_ctl
 #   5. win rate of the aligned policy against the SFT policy, judged by the embedded model
 #      (next-token probabilities), after scoring the judge on gold pairs  -> outputs/quickstart/eval
-# About 12 minutes on 2 CPU cores (plus a one-time ~13-minute llama.cpp build by install.sh).
+# About 11 minutes on 2 CPU cores (plus a one-time ~9-minute llama.cpp build by install.sh).
 # Re-running reuses the released (privatized) labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
