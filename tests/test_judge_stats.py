@@ -8,7 +8,13 @@ import math
 import pytest
 
 from squarechipo.evaluation.report import aggregate_runs
-from squarechipo.judge import calibrate, pair_outcome, parse_verdict, summarize_outcomes, wilson_interval
+from squarechipo.judge import (
+    calibrate,
+    pair_outcome,
+    parse_verdict,
+    summarize_outcomes,
+    wilson_interval,
+)
 
 
 def test_wilson_interval_known_values():

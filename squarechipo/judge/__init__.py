@@ -2,7 +2,13 @@
 
 from squarechipo.judge.base import BasePairwiseJudge, PairwiseJudge, Verdict
 from squarechipo.judge.stats import calibrate, pair_outcome, summarize_outcomes, wilson_interval
-from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate, parse_verdict
+from squarechipo.judge.templates import (
+    FINANCE_TEMPLATE,
+    GENERAL_TEMPLATE,
+    TEMPLATES,
+    JudgeTemplate,
+    parse_verdict,
+)
 
 __all__ = [
     "BasePairwiseJudge",

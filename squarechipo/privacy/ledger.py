@@ -78,7 +78,7 @@ class Release:
     @classmethod
     def from_pipeline(
         cls, pipeline: Any, n_rows: int, *, fixed_seed: bool, data_fingerprint: str | None = None
-    ) -> "Release":
+    ) -> Release:
         return cls(
             mechanism="randomized_response" if pipeline.is_private else "none",
             epsilon=pipeline.epsilon,
@@ -128,7 +128,7 @@ class PrivacyLedger:
         clean = math.prod(1.0 - r.corruption_rate for r in self.releases)
         return 1.0 - clean
 
-    def with_release(self, release: Release) -> "PrivacyLedger":
+    def with_release(self, release: Release) -> PrivacyLedger:
         return replace(self, releases=self.releases + (release,))
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,13 +143,13 @@ class PrivacyLedger:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> "PrivacyLedger":
+    def from_dict(cls, record: dict[str, Any]) -> PrivacyLedger:
         if record.get("format") != "squarechipo.privacy_ledger/1":
             raise ValueError(f"not a squarechipo privacy ledger (format={record.get('format')!r}).")
         return cls(releases=tuple(Release(**r) for r in record["releases"]))
 
     @classmethod
-    def from_json(cls, text: str) -> "PrivacyLedger":
+    def from_json(cls, text: str) -> PrivacyLedger:
         return cls.from_dict(json.loads(text))
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import datasets
 import torch
-from trl import DPOTrainer
 from accelerate.utils import is_peft_model
+from trl import DPOTrainer
 
 from squarechipo.data.fingerprint import preference_fingerprint
 from squarechipo.losses import preference_loss
