@@ -55,8 +55,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
         peft_config=get_peft_config(model_args),
     )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    tokenizer.save_pretrained(training_args.output_dir)
+    trainer.save_model(training_args.output_dir)  # saves the tokenizer too (processing_class)
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.create_model_card(dataset_name=script_args.dataset_name)

@@ -109,11 +109,10 @@ def _string_problems(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return missing, empty
 
 
-def _conversation_problems(values: list) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _conversation_problems(values: list) -> tuple[np.ndarray, np.ndarray]:
     n = len(values)
     missing = np.zeros(n, bool)
     empty = np.zeros(n, bool)
-    malformed: list[str] = []
     for i, conversation in enumerate(values):
         if conversation is None:
             missing[i] = True
@@ -122,17 +121,16 @@ def _conversation_problems(values: list) -> tuple[np.ndarray, np.ndarray, list[s
         else:
             for message in conversation:
                 if message is None or not isinstance(message.get("role"), str) or not message.get("role"):
-                    malformed.append(f"row {i}: a message without a role")
-                    empty[i] = True
+                    empty[i] = True  # a message without a role counts as empty
                     break
                 content = message.get("content")
                 if content is None or not str(content).strip():
                     empty[i] = True
                     break
-    return missing, empty, malformed
+    return missing, empty
 
 
-def _identical(dataset: datasets.Dataset, fmt: PreferenceFormat, table: pa.Table) -> np.ndarray:
+def _identical(fmt: PreferenceFormat, table: pa.Table) -> np.ndarray:
     if not fmt.conversational:
         equal = pc.equal(table["chosen"], table["rejected"]).fill_null(False)
         return equal.to_numpy(zero_copy_only=False)
@@ -158,12 +156,12 @@ def validate_preference_dataset(
     problems: dict[str, np.ndarray] = {}
     for name in [c for c in ("prompt", *RESPONSE_COLUMNS) if c in dataset.column_names]:
         if fmt.conversational:
-            missing, empty, _ = _conversation_problems(table[name].to_pylist())
+            missing, empty = _conversation_problems(table[name].to_pylist())
         else:
             missing, empty = _string_problems(table[name])
         problems[f"missing {name}"] = missing
         problems[f"empty {name}"] = empty
-    problems["identical chosen and rejected"] = _identical(dataset, fmt, table)
+    problems["identical chosen and rejected"] = _identical(fmt, table)
     bad = np.zeros(n, bool)
     reasons: Counter[str] = Counter()
     for reason, mask in problems.items():

@@ -38,10 +38,11 @@ def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline:
             "Reusing it would misstate the privacy; releasing again would spend more budget. Point the run at "
             "another folder for the new pipeline, or set the pipeline back."
         )
-    if release.data_fingerprint != preference_fingerprint(source):
+    source_fingerprint = preference_fingerprint(source)
+    if release.data_fingerprint != source_fingerprint:
         raise ValueError(
             f"{folder} was released from different rows than this run's training split "
-            f"({release.data_fingerprint} vs {preference_fingerprint(source)}); choose another folder."
+            f"({release.data_fingerprint} vs {source_fingerprint}); choose another folder."
         )
 
 
