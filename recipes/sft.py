@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -20,8 +21,10 @@ from accelerate import PartialState  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_config  # noqa: E402
 
+from squarechipo.data.fingerprint import training_data_record  # noqa: E402
 from squarechipo.models import resolve_model_path  # noqa: E402
 from squarechipo.trainer.precision import SFTRecipeConfig  # noqa: E402
+from squarechipo.trainer.trainer import PRIVACY_FILE  # noqa: E402
 
 
 @dataclass
@@ -59,6 +62,10 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.create_model_card(dataset_name=script_args.dataset_name)
+    if trainer.is_world_process_zero():
+        # No label privacy in SFT; the record lets the central selector check this model's training data.
+        record = {"stage": "sft", "epsilon": None, "ledger": None, **training_data_record(train)}
+        (Path(training_args.output_dir) / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
     trainer.accelerator.print(f"SFT model saved to {Path(training_args.output_dir).resolve()}")

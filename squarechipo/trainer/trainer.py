@@ -24,7 +24,7 @@ import torch
 from accelerate.utils import is_peft_model
 from trl import DPOTrainer
 
-from squarechipo.data.fingerprint import preference_fingerprint
+from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import preference_loss
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.trainer.config import SquareChiPOConfig
@@ -107,11 +107,7 @@ class SquareChiPOTrainer(DPOTrainer):
         self.privacy: PrivacySettings = resolve_privacy(
             ledger, epsilon=args.epsilon, flip_rate=args.flip_rate, override=args.privacy_override
         )
-        self.data_fingerprint = (
-            preference_fingerprint(train_dataset)
-            if isinstance(train_dataset, datasets.Dataset) and {"chosen", "rejected"} <= set(train_dataset.column_names)
-            else None
-        )
+        self.training_data = training_data_record(train_dataset)
         self.lean_lm_head = False
         super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset, **kwargs)
         self._tag_names = list(self._tag_names) + [args.method]
@@ -244,7 +240,7 @@ class SquareChiPOTrainer(DPOTrainer):
             "corruption_rate": last.corruption_rate if last else None,
             "adversary": last.adversary if last else None,
             "order": last.order if last else None,
-            "dataset_fingerprint": self.data_fingerprint,
+            **self.training_data,
             "ledger": ledger.to_dict() if ledger is not None else None,
         }
 

@@ -1,0 +1,220 @@
+"""The central-DP policy selector (003 Algorithm 2): candidates + private data → one released policy.
+
+Every process scores its shard of the private rows (:mod:`squarechipo.select.scoring`), the losses
+are summed across processes, the main process samples one index with
+:func:`squarechipo.select.exponential.select_index` and broadcasts it. Only the index leaves this
+module, with public metadata (ε, n, |Π|, the guard overrides); losses and probabilities are private.
+
+The sampling seed defaults to OS entropy. A known seed makes the noise known and voids the
+guarantee, so a fixed ``seed`` is for tests and simulations only and is recorded in the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
+from transformers import AutoTokenizer
+
+from squarechipo.models import resolve_model_path
+from squarechipo.privacy.calibration import check_epsilon
+from squarechipo.privacy.ledger import get_ledger
+from squarechipo.select.candidates import Candidate, check_candidates, load_candidate
+from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_index
+from squarechipo.select.scoring import score_candidates, tokenize_preferences
+from squarechipo.trainer.trainer import PRIVACY_FILE
+
+__all__ = ["Selection", "select_policy", "STAGE"]
+
+STAGE = "central_selection"
+_LINKS = ("chipo", "dpo")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The public outcome: which candidate was released, and the parameters of the release."""
+
+    index: int
+    candidate: str
+    output_dir: str | None
+    epsilon: float
+    num_rows: int
+    num_candidates: int
+    candidates: tuple[str, ...] = ()
+    guard_overrides: list[dict] = field(default_factory=list)
+
+
+def _check_arguments(candidates, epsilon, beta, r_max, link, batch_size) -> None:
+    if len(candidates) < 2:
+        raise ValueError(f"candidates: give at least two policies to select from (got {len(candidates)}).")
+    if len(set(candidates)) != len(candidates):
+        raise ValueError("candidates: a candidate is listed twice; list each policy once.")
+    check_epsilon(epsilon)
+    if epsilon is None or not np.isfinite(epsilon):
+        raise ValueError("epsilon: the central selector needs a finite ε > 0 (ε = ∞ would release the argmin).")
+    if not (isinstance(beta, (int, float)) and beta > 0):
+        raise ValueError(f"beta must be positive (got {beta!r}); use the β the candidates were trained with.")
+    if r_max is not None and not r_max > 0:
+        raise ValueError(f"r_max must be positive or None (got {r_max!r}).")
+    if link not in _LINKS:
+        raise ValueError(f"link must be one of {_LINKS} (got {link!r}); chipo is Square-χPO's link.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be ≥ 1 (got {batch_size}).")
+
+
+def _check_output_dir(output_dir: Path | None) -> None:
+    record = output_dir / PRIVACY_FILE if output_dir is not None else None
+    if record is not None and record.exists() and json.loads(record.read_text()).get("stage") == STAGE:
+        raise FileExistsError(
+            f"output_dir {output_dir} already holds a central selection. Selecting again on the same data draws "
+            "fresh noise and spends another ε (basic composition): keep the existing result, or choose a new "
+            "output_dir and account for the total ε yourself."
+        )
+
+
+def select_policy(
+    candidates: list[str],
+    ref_model: str,
+    private_dataset: datasets.Dataset,
+    *,
+    epsilon: float,
+    beta: float = 0.1,
+    r_max: float | None = 5.0,
+    link: str = "chipo",
+    max_length: int | None = 512,
+    truncation_mode: str = "keep_start",
+    batch_size: int = 8,
+    dtype: torch.dtype | None = torch.float32,
+    output_dir: str | None = None,
+    seed: int | None = None,
+    allow_unrecorded_candidates: bool = False,
+    override_candidate_guard: bool = False,
+) -> Selection:
+    """Sample one candidate with P ∝ exp(−ε·L/8), L the square loss on the raw private labels (003 Alg. 2)."""
+    _check_arguments(candidates, epsilon, beta, r_max, link, batch_size)
+    out = Path(output_dir) if output_dir is not None else None
+    _check_output_dir(out)
+    pool = [Candidate.from_name(name) for name in candidates]
+    findings = check_candidates(
+        pool, private_dataset, allow_unrecorded=allow_unrecorded_candidates, override_overlap=override_candidate_guard
+    )
+    state = PartialState()
+    reference_path = resolve_model_path(ref_model)
+    tokenizer = AutoTokenizer.from_pretrained(reference_path)
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    n = len(private_dataset)
+    shard = private_dataset.shard(num_shards=state.num_processes, index=state.process_index, contiguous=True)
+    rows = tokenize_preferences(shard, tokenizer)
+    device = state.device
+
+    def load_reference():
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(reference_path, dtype=dtype).to(device)
+
+    totals = score_candidates(
+        rows,
+        load_reference,
+        [lambda c=c: load_candidate(c, dtype=dtype, device=device) for c in pool],
+        pad_token_id=pad_token_id,
+        beta=beta,
+        link=link,
+        clip=2.0 * r_max if r_max is not None else None,
+        max_length=max_length,
+        truncation_mode=truncation_mode,
+        batch_size=batch_size,
+    )
+    chosen = [None]
+    if state.is_main_process:
+        chosen[0] = select_index(totals.numpy(), epsilon, np.random.default_rng(seed))
+    del totals
+    index = int(broadcast_object_list(chosen, from_process=0)[0])
+    selection = Selection(
+        index=index,
+        candidate=candidates[index],
+        output_dir=str(out) if out is not None else None,
+        epsilon=float(epsilon),
+        num_rows=n,
+        num_candidates=len(pool),
+        candidates=tuple(candidates),
+        guard_overrides=[asdict(f) for f in findings],
+    )
+    if out is not None and state.is_main_process:
+        _save_selection(
+            selection,
+            pool[index],
+            out,
+            record_extra={
+                "beta": beta,
+                "r_max": r_max,
+                "link": link,
+                "max_length": max_length,
+                "sensitivity": ROW_LOSS_SENSITIVITY,
+                "seeded": seed is not None,
+                "private_data_ledger": (ledger.to_dict() if (ledger := get_ledger(private_dataset)) else None),
+            },
+        )
+    state.wait_for_everyone()
+    return selection
+
+
+def _save_selection(selection: Selection, candidate: Candidate, out: Path, record_extra: dict) -> None:
+    """Copy the chosen policy and write its ledger and card (public fields only)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for item in candidate.path.iterdir():
+        if item.name in (PRIVACY_FILE, "README.md") or item.name.startswith("checkpoint-"):
+            continue
+        target = out / item.name
+        shutil.copytree(item, target, dirs_exist_ok=True) if item.is_dir() else shutil.copy2(item, target)
+    record = {
+        "stage": STAGE,
+        "mechanism": "exponential",
+        "epsilon": selection.epsilon,
+        "num_rows": selection.num_rows,
+        "num_candidates": selection.num_candidates,
+        "candidates": list(selection.candidates),
+        "selected_index": selection.index,
+        "selected": selection.candidate,
+        "guard_overrides": selection.guard_overrides,
+        # The selected model was chosen with the private data: it is not a valid candidate for it again.
+        "dataset_fingerprint": None,
+        "prompt_sketch": None,
+        "candidate_record": candidate.record,
+        **record_extra,
+    }
+    (out / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+    (out / "README.md").write_text(_card(record), encoding="utf-8")
+
+
+def _card(record: dict) -> str:
+    overrides = record["guard_overrides"]
+    override_text = (
+        "; ".join(f"{o['candidate']} ({o['reason']})" for o in overrides) if overrides else "none"
+    )
+    rows = [
+        ("mechanism", "exponential mechanism, P(π) ∝ exp(−ε·L(π)/8) (003 Algorithm 2)"),
+        ("central ε (whole row: prompt, responses, label)", record["epsilon"]),
+        ("n (private rows scored)", record["num_rows"]),
+        ("|Π| (candidates)", record["num_candidates"]),
+        ("selected candidate", f"{record['selected']} (index {record['selected_index']})"),
+        ("β / R_max / link", f"{record['beta']} / {record['r_max']} / {record['link']}"),
+        ("per-row loss sensitivity", record["sensitivity"]),
+        ("guard overrides", override_text),
+        ("sampling seed", "fixed (tests/simulation only: no guarantee)" if record["seeded"] else "OS entropy"),
+    ]
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    return (
+        "---\nlibrary_name: transformers\ntags:\n- squarechipo\n- differential-privacy\n---\n\n"
+        "# Policy selected under central differential privacy (squarechipo)\n\n"
+        "This model is one of a finite set of candidate policies, released by the exponential mechanism on a "
+        "private preference dataset with [squarechipo](https://pypi.org/project/squarechipo/). Only the choice "
+        "depends on the private data; the candidates' scores were never stored. The full record is in "
+        f"`{PRIVACY_FILE}`.\n\n| field | value |\n|---|---|\n{table}\n"
+    )

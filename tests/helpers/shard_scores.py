@@ -1,0 +1,33 @@
+"""Test helper (run under torchrun): sharded + all-reduced candidate losses vs one process's, for a test only."""
+
+import json
+import sys
+from pathlib import Path
+
+import datasets
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+from transformers import AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from squarechipo.select.candidates import Candidate, load_candidate  # noqa: E402
+from squarechipo.select.scoring import score_candidates, tokenize_preferences  # noqa: E402
+
+ref, good, bad, data_dir, out = sys.argv[1:6]
+state = PartialState(cpu=True)
+tokenizer = AutoTokenizer.from_pretrained(ref)
+private = datasets.load_from_disk(data_dir)
+load = lambda path: lambda: load_candidate(Candidate.from_name(path), dtype=torch.float32, device=torch.device("cpu"))  # noqa: E731
+kwargs = dict(pad_token_id=tokenizer.pad_token_id, beta=0.1, link="chipo", clip=10.0, max_length=128, batch_size=4)
+shard = private.shard(num_shards=state.num_processes, index=state.process_index, contiguous=True)
+sharded = score_candidates(tokenize_preferences(shard, tokenizer), load(ref), [load(good), load(bad)], **kwargs)
+counts = [None] * state.num_processes
+dist.all_gather_object(counts, len(shard))
+if state.is_main_process:
+    single = score_candidates(tokenize_preferences(private, tokenizer), load(ref), [load(good), load(bad)],
+                              all_reduce=False, **kwargs)
+    Path(out).write_text(json.dumps({"world_size": state.num_processes, "local_rows": counts,
+                                     "sharded": sharded.tolist(), "single": single.tolist()}))
+state.wait_for_everyone()

@@ -1,0 +1,252 @@
+"""The central-DP policy selector on real (tiny) causal LMs: guard, scoring, release, recipe, 2 processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+import yaml
+
+from squarechipo.data.fingerprint import training_data_record
+from squarechipo.losses import margins as policy_margins
+from squarechipo.select import select_policy
+from squarechipo.select.candidates import Candidate, load_candidate
+from squarechipo.select.exponential import row_square_losses
+from squarechipo.select.scoring import score_candidates, tokenize_preferences
+from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrainer
+from tests.conftest import make_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+EPSILON_LARGE = 50.0
+
+
+def separable(n: int, offset: int = 0, reverse: bool = False) -> datasets.Dataset:
+    good, bad = "Yes, keep an emergency fund in an insured account.", "Bet everything on lottery tickets tonight!"
+    chosen, rejected = (bad, good) if reverse else (good, bad)
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Question {offset + i}: should I keep my savings safe?" for i in range(n)],
+            "chosen": [chosen] * n,
+            "rejected": [rejected] * n,
+        }
+    )
+
+
+def _train(tokenizer, folder: Path, data: datasets.Dataset) -> Path:
+    args = SquareChiPOConfig(
+        output_dir=str(folder), method="square_chipo", max_steps=12, learning_rate=3e-3, per_device_train_batch_size=4,
+        report_to="none", save_strategy="no", gradient_checkpointing=False, max_length=128, seed=0, disable_tqdm=True,
+    )
+    trainer = SquareChiPOTrainer(
+        make_tiny_model(tokenizer, 0), ref_model=make_tiny_model(tokenizer, 0), args=args, train_dataset=data,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    trainer.save_model(str(folder))
+    trainer.create_model_card()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory, tokenizer):
+    """ref (untrained, with a record of public data), good (Square-χPO on public data), bad (reversed labels)."""
+    root = tmp_path_factory.mktemp("select")
+    public = separable(48)
+    ref = root / "ref"
+    make_tiny_model(tokenizer, 0).save_pretrained(ref)
+    tokenizer.save_pretrained(ref)
+    (ref / PRIVACY_FILE).write_text(json.dumps({"stage": "init", **training_data_record(public)}))
+    good = _train(tokenizer, root / "good", public)
+    bad = _train(tokenizer, root / "bad", separable(48, reverse=True))
+    private = separable(32, offset=1000)
+    private.save_to_disk(str(root / "private"))
+    return {"root": root, "ref": ref, "good": good, "bad": bad, "private": private}
+
+
+def _direct_total(model, tokenizer, reference, data, beta=0.1, clip=10.0) -> float:
+    """L(π) from an unbatched, unpadded full-logits forward per row: the definition, not the fast path."""
+
+    def logp(net, prompt, completion):
+        p = tokenizer(prompt)["input_ids"]
+        full = tokenizer(prompt + completion + tokenizer.eos_token)["input_ids"]
+        ids = torch.tensor([full])
+        with torch.no_grad():
+            logits = net(input_ids=ids).logits[0, :-1].double()
+        logprobs = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+        return logprobs[len(p) - 1 :].sum()
+
+    total = 0.0
+    for row in data:
+        pc, pr = logp(model, row["prompt"], row["chosen"]), logp(model, row["prompt"], row["rejected"])
+        rc, rr = logp(reference, row["prompt"], row["chosen"]), logp(reference, row["prompt"], row["rejected"])
+        m = policy_margins(pc[None], pr[None], rc[None], rr[None], beta=beta, link="chipo", clip=clip)
+        total += float(row_square_losses(m).sum())
+    return total
+
+
+def _load(path):
+    return lambda: load_candidate(Candidate.from_name(str(path)), dtype=torch.float32, device=torch.device("cpu"))
+
+
+def test_batched_scores_equal_the_definition(pool, tokenizer):
+    """The batched, padded, prompt-sharing lean-head scores equal a per-row full-logits computation."""
+    data = pool["private"].select(range(10))
+    rows = tokenize_preferences(data, tokenizer)
+    totals = score_candidates(
+        rows, _load(pool["ref"]), [_load(pool["good"]), _load(pool["bad"])], pad_token_id=tokenizer.pad_token_id,
+        beta=0.1, link="chipo", clip=10.0, max_length=None, batch_size=3,
+    )
+    reference = _load(pool["ref"])()
+    for k, name in enumerate(("good", "bad")):
+        expected = _direct_total(_load(pool[name])(), tokenizer, reference, data)
+        assert totals[k].item() == pytest.approx(expected, abs=1e-3)
+    assert totals.dtype == torch.float64
+    assert (totals >= 0).all() and (totals <= 4 * len(data)).all()
+
+
+def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_only(pool, tokenizer, tmp_path):
+    rows = tokenize_preferences(pool["private"], tokenizer)
+    loaders = [_load(pool[name]) for name in ("ref", "good", "bad")]
+    totals = score_candidates(rows, loaders[0], loaders, pad_token_id=tokenizer.pad_token_id, beta=0.1,
+                              link="chipo", clip=10.0, max_length=128)
+    # The ref scores exactly n (h = 0); the trained policy generalises to the held-out prompts.
+    assert totals[0].item() == pytest.approx(len(rows)) and totals[1] < totals[0] < totals[2]
+    # P(not good) ≤ Σ_k exp(−ε (L_k − L_good)/8): make sure the assertion below tests the mechanism, not luck.
+    p_wrong = sum(math.exp(-EPSILON_LARGE * (totals[k] - totals[1]).item() / 8) for k in (0, 2))
+    assert p_wrong < 1e-6, p_wrong
+
+    out = tmp_path / "selected"
+    selection = select_policy(
+        [str(pool[name]) for name in ("ref", "good", "bad")], str(pool["ref"]), pool["private"],
+        epsilon=EPSILON_LARGE, max_length=128, output_dir=str(out), seed=None,
+    )
+    assert selection.index == 1 and selection.candidate == str(pool["good"])
+    assert (selection.num_rows, selection.num_candidates, selection.epsilon) == (32, 3, EPSILON_LARGE)
+    assert not hasattr(selection, "scores")
+    record = json.loads((out / PRIVACY_FILE).read_text())
+    assert record["stage"] == "central_selection" and record["epsilon"] == EPSILON_LARGE
+    assert record["num_rows"] == 32 and record["num_candidates"] == 3 and record["selected_index"] == 1
+    assert record["dataset_fingerprint"] is None and record["guard_overrides"] == []
+    text = json.dumps(record).lower()
+    assert not any(word in text for word in ("loss", "score", "probab", "logit"))
+    card = (out / "README.md").read_text()
+    assert "central ε" in card and "| n (private rows scored) | 32 |" in card and "| |Π| (candidates) | 3 |" in card
+    reloaded = load_candidate(Candidate.from_name(str(out)), dtype=torch.float32, device=torch.device("cpu"))
+    good = _load(pool["good"])()
+    assert all(torch.equal(a, b) for a, b in zip(reloaded.state_dict().values(), good.state_dict().values()))
+
+    with pytest.raises(FileExistsError, match="another ε"):
+        select_policy([str(pool["ref"]), str(pool["good"])], str(pool["ref"]), pool["private"], epsilon=1.0,
+                      output_dir=str(out))
+
+
+def test_guard_refuses_a_candidate_trained_on_the_private_data(pool, tokenizer, tmp_path):
+    leaked = tmp_path / "leaked"
+    make_tiny_model(tokenizer, 1).save_pretrained(leaked)
+    (leaked / PRIVACY_FILE).write_text(json.dumps(training_data_record(pool["private"])))
+    names = [str(pool["ref"]), str(leaked)]
+    with pytest.raises(ValueError, match="trained on the private dataset"):
+        select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0)
+
+    # Labels privatized or rows shuffled: still the same data.
+    shuffled = pool["private"].shuffle(seed=3).map(lambda r: {"chosen": r["rejected"], "rejected": r["chosen"]})
+    with pytest.raises(ValueError, match="trained on the private dataset"):
+        select_policy(names, str(pool["ref"]), shuffled, epsilon=1.0)
+
+    # Trained on a superset of the private prompts: caught by the prompt sketch.
+    superset = datasets.concatenate_datasets([separable(200, offset=5000), pool["private"]])
+    (leaked / PRIVACY_FILE).write_text(json.dumps(training_data_record(superset)))
+    with pytest.raises(ValueError, match="prompts that occur in the private dataset"):
+        select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0)
+
+    out = tmp_path / "overridden"
+    selection = select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0, max_length=64,
+                              output_dir=str(out), override_candidate_guard=True)
+    assert selection.guard_overrides == [{"candidate": str(leaked), "reason": "prompt_overlap"}]
+    record = json.loads((out / PRIVACY_FILE).read_text())
+    assert record["guard_overrides"] == [{"candidate": str(leaked), "reason": "prompt_overlap"}]
+    assert "prompt_overlap" in (out / "README.md").read_text()
+
+
+def test_guard_refuses_unrecorded_candidates_unless_allowed(pool, tokenizer, tmp_path):
+    bare = tmp_path / "bare"
+    make_tiny_model(tokenizer, 2).save_pretrained(bare)
+    names = [str(pool["ref"]), str(bare)]
+    with pytest.raises(ValueError, match="no squarechipo_privacy.json records"):
+        select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0)
+    selection = select_policy(names, str(pool["ref"]), pool["private"].select(range(4)), epsilon=1.0,
+                              max_length=64, allow_unrecorded_candidates=True)
+    assert selection.guard_overrides == [{"candidate": str(bare), "reason": "no_record"}]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"epsilon": math.inf}, "finite"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": 1.0, "link": "ipo"}, "link must be one of"),
+        ({"epsilon": 1.0, "beta": 0.0}, "beta must be positive"),
+    ],
+)
+def test_bad_arguments_name_the_field(pool, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        select_policy([str(pool["ref"]), str(pool["good"])], str(pool["ref"]), pool["private"], **kwargs)
+
+
+def test_one_candidate_or_duplicates_are_refused(pool):
+    with pytest.raises(ValueError, match="at least two"):
+        select_policy([str(pool["good"])], str(pool["ref"]), pool["private"], epsilon=1.0)
+    with pytest.raises(ValueError, match="listed twice"):
+        select_policy([str(pool["good"])] * 2, str(pool["ref"]), pool["private"], epsilon=1.0)
+
+
+def _run(command, timeout=600):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _config(pool, folder: Path, name: str) -> Path:
+    config = {
+        "candidates": [str(pool[n]) for n in ("ref", "good", "bad")],
+        "ref_model": str(pool["ref"]),
+        "dataset_name": str(pool["root"] / "private"),
+        "output_dir": str(folder / name),
+        "epsilon": EPSILON_LARGE,
+        "max_length": 128,
+        "batch_size": 4,
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.slow
+def test_recipe_in_two_processes_shards_scoring_and_saves_once(pool, tmp_path):
+    """torchrun (gloo, 2 CPU processes): each rank scores half the rows; the selection equals one process's."""
+    single = _run([str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/select_policy.py", "--config",
+                   str(_config(pool, tmp_path, "single"))])
+    assert single.returncode == 0, single.stderr[-4000:]
+    double = _run([str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/select_policy.py", "--config",
+                   str(_config(pool, tmp_path, "double"))])
+    assert double.returncode == 0, double.stderr[-4000:]
+    for out in ("single", "double"):
+        record = json.loads((tmp_path / out / PRIVACY_FILE).read_text())
+        assert record["selected"] == str(pool["good"]) and record["num_rows"] == 32
+    assert double.stdout.count("Selected ") == 1  # printed once, by the main process
+
+    # The all-reduced sums over the two shards equal the one-process sums.
+    sums = tmp_path / "sums.json"
+    shard = _run([str(BIN / "torchrun"), "--nproc_per_node", "2", str(ROOT / "tests" / "helpers" / "shard_scores.py"),
+                  str(pool["ref"]), str(pool["good"]), str(pool["bad"]), str(pool["root"] / "private"), str(sums)])
+    assert shard.returncode == 0, shard.stderr[-4000:]
+    result = json.loads(sums.read_text())
+    assert result["world_size"] == 2 and result["local_rows"] == [16, 16]
+    assert result["sharded"] == pytest.approx(result["single"], abs=1e-6)
