@@ -1,0 +1,7 @@
+"""The simulation lab: the papers' theory on problems with exact answers (``python -m squarechipo.sim``).
+
+- :mod:`squarechipo.sim.bandit` — the alignment bandit of 003 with exact J(π) and gaps.
+- :mod:`squarechipo.sim.bt` — private Bradley–Terry reward estimation (000 §6).
+- :mod:`squarechipo.sim.experiments` — grids, resumable CSV runs.
+- :mod:`squarechipo.sim.report` — the printed figures with confidence intervals, and the plots.
+"""

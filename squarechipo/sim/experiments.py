@@ -1,0 +1,196 @@
+"""Grids and runners of the simulation lab; results go to CSV, one row per (grid point, seed).
+
+A grid point is a dict of parameters; its key (``point_key``) names it in the CSV, and a re-run
+skips every point whose rows are all there (resumable). Each seed's randomness comes from
+``numpy.random.default_rng([base_seed, crc32(key), seed])``, so a point reproduces bit for bit
+whatever else ran before it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from squarechipo.privacy.pipeline import LabelPipeline
+from squarechipo.sim import bandit as bd
+from squarechipo.sim import bt
+
+__all__ = ["BANDIT_COLUMNS", "BT_COLUMNS", "bandit_grid", "bt_grid", "point_key", "run_bandit_point",
+           "run_bt_point", "run_grid", "INSTANCE"]
+
+#: The default instance: 8 contexts, 6 actions, rewards in [0, 4], β = 0.5, margins clipped to ±2R_max.
+INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "beta": 0.5, "instance_seed": 0, "num_candidates": 16}
+
+BANDIT_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary", "coverage", "seed",
+                  "gap_best", "gap_target", "value", "concentrability", "key"]
+BT_COLUMNS = ["study", "estimator", "n", "epsilon", "d", "seed", "error", "key"]
+
+
+def point_key(point: dict) -> str:
+    return json.dumps(point, sort_keys=True)
+
+
+def _rngs(base_seed: int, key: str, seeds: Iterable[int]) -> list[np.random.Generator]:
+    return [np.random.default_rng([base_seed, zlib.crc32(key.encode()), s]) for s in seeds]
+
+
+def _eps(value) -> float | None:
+    return None if value is None or math.isinf(value) else float(value)
+
+
+# ----------------------------------------------------------------------------- grids
+
+
+def bandit_grid(full: bool = False) -> list[dict]:
+    """The bandit studies (003). Default: the reduced grid (minutes); ``full``: the issue's sweep (hours)."""
+    inf = math.inf
+    ns = [250, 500, 1000, 2000, 4000, 8000, 16000]
+    base = {"alpha": 0.0, "order": "ctl", "adversary": "flip", "coverage": 0.2, "n": 2000, "epsilon": inf}
+    points = []
+    add = lambda study, **kw: points.append({**base, "study": study, **kw})  # noqa: E731
+    for n in ns:
+        add("rate", method="square_chipo", n=n)
+    for eps in ([0.1, 0.25, 0.5, 1.0, 2.0, 5.0, inf] if full else [0.1, 0.5, 1.0, 2.0, inf]):
+        add("privacy", method="square_chipo", epsilon=eps)
+    for eps in ([0.25, 0.5, 1.0, 2.0, 5.0] if full else [0.5, 1.0, 2.0]):
+        for order in ("ctl", "ltc"):
+            add("order", method="square_chipo", epsilon=eps, alpha=0.2, order=order)
+    for alpha in ([0.0, 0.1, 0.2, 0.3, 0.4] if full else [0.2]):
+        for method in ("square_chipo", "chipo", "dpo", "square_dpo", "rdpo"):
+            for adversary in (["flip", "random"] if full else ["flip"]):
+                add("robust", method=method, alpha=alpha, adversary=adversary)
+    for coverage in ([0.5, 0.2, 0.05, 0.02] if full else [0.5, 0.02]):
+        for method in ("dpo", "chipo", "square_chipo"):
+            add("coverage", method=method, coverage=coverage)
+    for eps in ([0.25, 0.5, 1.0, 2.0] if full else [0.5, 1.0]):
+        for method in ("central", "square_chipo"):
+            add("central", method=method, epsilon=eps, alpha=0.1)
+    if full:
+        for n in ns:
+            for eps in (0.5, 1.0, inf):
+                for alpha in (0.0, 0.2):
+                    add("full_rate", method="square_chipo", n=n, epsilon=eps, alpha=alpha)
+    return points
+
+
+def bt_grid(full: bool = False) -> list[dict]:
+    """000 Figure 1: d = 5 (default), plus d = 3 and 10 in the full grid; every estimator and ε."""
+    points = []
+    for d in ([3, 5, 10] if full else [5]):
+        points.append({"study": "bt", "estimator": "mle", "epsilon": math.inf, "d": d})
+        for eps in (0.1, 0.5, 1.0):
+            for estimator in ("objective_perturbation", "sgd_rr"):
+                points.append({"study": "bt", "estimator": estimator, "epsilon": eps, "d": d})
+    return points
+
+
+BT_NS = [1000, 2000, 4000, 7000, 10000]
+BT_DELTA = 1e-3
+
+
+# ----------------------------------------------------------------------------- runners
+
+
+def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict]:
+    """Every seed of one grid point: data, label pipeline, fit (or central selection), exact gaps."""
+    key = point_key(point)
+    inst = INSTANCE
+    bandit = bd.make_bandit(inst["num_contexts"], inst["num_actions"], inst["r_max"], point["coverage"],
+                            np.random.default_rng(inst["instance_seed"]))
+    rngs = _rngs(base_seed, key, seeds)
+    epsilon = _eps(point["epsilon"])
+    clip = 2.0 * inst["r_max"]
+    beta = inst["beta"]
+    if point["method"] == "central":
+        # The central curator sees the (possibly corrupted) raw labels: corruption only, no RR.
+        corrupt = LabelPipeline(epsilon=None, corruption_rate=point["alpha"], adversary=point["adversary"])
+        data = bd.sample_preferences(bandit, point["n"], corrupt, rngs)
+        # The class is public: drawn from the instance seed, never from the private data.
+        candidates = bd.candidate_class(bandit, beta, inst["num_candidates"], np.random.default_rng([inst["instance_seed"], 1]))
+        policies = bd.central_select(bandit, candidates, data, beta=beta, clip=clip, epsilon=point["epsilon"], rngs=rngs)
+        link = "chipo"
+    else:
+        pipeline = LabelPipeline(epsilon=epsilon, corruption_rate=point["alpha"], adversary=point["adversary"],
+                                 order=point["order"])
+        data = bd.sample_preferences(bandit, point["n"], pipeline, rngs)
+        policies = bd.fit_policies(bandit, data, point["method"], beta=beta, clip=clip, epsilon=epsilon)
+        link = "dpo" if point["method"] in ("dpo", "square_dpo", "rdpo") else "chipo"
+    values = bd.value(bandit, policies)
+    target = bd.value(bandit, bd.target_policy(bandit, beta, link))
+    return [
+        {**point, "seed": s, "gap_best": bandit.best_value - v, "gap_target": abs(target - v), "value": v,
+         "concentrability": bandit.concentrability, "key": key}
+        for s, v in zip(seeds, values)
+    ]
+
+
+def run_bt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict]:
+    """All trials (seeds) of one estimator at every n of :data:`BT_NS`, on shared θ* and data per trial."""
+    key = point_key(point)
+    d = point["d"]
+    # θ*, features and true labels depend on (d, trial) only, so every estimator sees the same data.
+    data_rng = np.random.default_rng([base_seed, d, 7])
+    theta_star = data_rng.standard_normal((max(seeds) + 1, d))[seeds]
+    feature_bound = math.sqrt(d) + 2.0
+    x, y = bt.sample_bt(theta_star, max(BT_NS), feature_bound, data_rng)
+    rng = _rngs(base_seed, key, [0])[0]
+    radius = 3.0 * math.sqrt(d)  # Θ_B; ‖θ*‖ ≤ B except with negligible probability
+    estimates = {}
+    if point["estimator"] == "sgd_rr":
+        estimates = bt.sgd_rr(x, y, point["epsilon"], radius=radius, rng=rng, checkpoints=BT_NS)
+    else:
+        for n in BT_NS:
+            if point["estimator"] == "mle":
+                estimates[n] = bt.mle(x[:, :n], y[:, :n], radius)
+            else:
+                estimates[n] = bt.objective_perturbation(
+                    x[:, :n], y[:, :n], point["epsilon"], BT_DELTA, feature_bound, radius, rng
+                )
+    rows = []
+    for n in BT_NS:
+        errors = np.linalg.norm(estimates[n] - theta_star, axis=1)
+        rows += [{**point, "n": n, "seed": s, "error": e, "key": key} for s, e in zip(seeds, errors)]
+    return rows
+
+
+def _done_keys(path: Path, columns: list[str], expected_rows: dict[str, int]) -> set[str]:
+    """Keys with all their rows in ``path``; rows of a point cut off mid-write are removed."""
+    if not path.exists():
+        return set()
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["key"]] = counts.get(row["key"], 0) + 1
+    complete = {key for key, count in counts.items() if count >= expected_rows.get(key, 0)}
+    if len(complete) < len(counts):
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(row for row in rows if row["key"] in complete)
+    return complete
+
+
+def run_grid(points: list[dict], runner, columns: list[str], path: Path, seeds: list[int], rows_per_seed: int = 1,
+             base_seed: int = 0, desc: str = "grid") -> int:
+    """Run the points not yet in ``path`` (CSV), appending each point's rows as soon as it finishes."""
+    expected = {point_key(p): len(seeds) * rows_per_seed for p in points}
+    done = _done_keys(path, columns, expected)
+    todo = [p for p in points if point_key(p) not in done]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not path.exists()
+    with path.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        if new_file:
+            writer.writeheader()
+        for point in tqdm(todo, desc=desc, unit="point"):
+            writer.writerows(runner(point, seeds, base_seed))
+            handle.flush()
+    return len(todo)
