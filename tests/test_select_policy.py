@@ -138,7 +138,8 @@ def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_onl
     text = json.dumps(record).lower()
     assert not any(word in text for word in ("loss", "score", "probab", "logit"))
     card = (out / "README.md").read_text()
-    assert "central ε" in card and "| n (private rows scored) | 32 |" in card and "| |Π| (candidates) | 3 |" in card
+    assert "central ε" in card and "| n (private rows scored) | 32 |" in card and "| number of candidates (size of Π) | 3 |" in card
+    assert not (out / "released_train").exists() and not (out / "training_args.bin").exists()
     reloaded = load_candidate(Candidate.from_name(str(out)), dtype=torch.float32, device=torch.device("cpu"))
     good = _load(pool["good"])()
     assert all(torch.equal(a, b) for a, b in zip(reloaded.state_dict().values(), good.state_dict().values()))

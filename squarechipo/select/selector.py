@@ -34,6 +34,7 @@ from squarechipo.trainer.trainer import PRIVACY_FILE
 __all__ = ["Selection", "select_policy", "STAGE"]
 
 STAGE = "central_selection"
+_NOT_COPIED = {PRIVACY_FILE, "README.md", "trainer_state.json", "training_args.bin"}
 _LINKS = ("chipo", "dpo")
 
 
@@ -169,10 +170,9 @@ def _save_selection(selection: Selection, candidate: Candidate, out: Path, recor
     """Copy the chosen policy and write its ledger and card (public fields only)."""
     out.mkdir(parents=True, exist_ok=True)
     for item in candidate.path.iterdir():
-        if item.name in (PRIVACY_FILE, "README.md") or item.name.startswith("checkpoint-"):
-            continue
-        target = out / item.name
-        shutil.copytree(item, target, dirs_exist_ok=True) if item.is_dir() else shutil.copy2(item, target)
+        # The model, adapter and tokenizer files only: no checkpoints, released data or training state.
+        if item.is_file() and item.name not in _NOT_COPIED and not item.name.endswith("_results.json"):
+            shutil.copy2(item, out / item.name)
     record = {
         "stage": STAGE,
         "mechanism": "exponential",
@@ -202,7 +202,7 @@ def _card(record: dict) -> str:
         ("mechanism", "exponential mechanism, P(π) ∝ exp(−ε·L(π)/8) (003 Algorithm 2)"),
         ("central ε (whole row: prompt, responses, label)", record["epsilon"]),
         ("n (private rows scored)", record["num_rows"]),
-        ("|Π| (candidates)", record["num_candidates"]),
+        ("number of candidates (size of Π)", record["num_candidates"]),
         ("selected candidate", f"{record['selected']} (index {record['selected_index']})"),
         ("β / R_max / link", f"{record['beta']} / {record['r_max']} / {record['link']}"),
         ("per-row loss sensitivity", record["sensitivity"]),

@@ -62,7 +62,7 @@ def bandit_grid(full: bool = False) -> list[dict]:
     for eps in ([0.25, 0.5, 1.0, 2.0, 5.0] if full else [0.5, 1.0, 2.0]):
         for order in ("ctl", "ltc"):
             add("order", method="square_chipo", epsilon=eps, alpha=0.2, order=order)
-    for alpha in ([0.0, 0.1, 0.2, 0.3, 0.4] if full else [0.2]):
+    for alpha in ([0.0, 0.1, 0.2, 0.3, 0.4] if full else [0.0, 0.2]):
         for method in ("square_chipo", "chipo", "dpo", "square_dpo", "rdpo"):
             for adversary in (["flip", "random"] if full else ["flip"]):
                 add("robust", method=method, alpha=alpha, adversary=adversary)
