@@ -229,18 +229,18 @@ def bt_report(rows: list[dict], out: Path) -> list[str]:
                 central, local = errors[(d, "objective_perturbation", e, n)], errors[(d, "sgd_rr", e, n)]
                 ok = mle[n].mean() < central.mean() < local.mean()
                 all_ok &= ok
-                lines.append(f"[bt d={d}] ε = {e}, n = {int(n):>5}: MLE {_fmt(mle[n])} < central {_fmt(central)} < local "
+                lines.append(f"[bt d={int(d)}] ε = {e}, n = {int(n):>5}: MLE {_fmt(mle[n])} < central {_fmt(central)} < local "
                              f"{_fmt(local)}: {_verdict(ok)}; local/MLE = {local.mean() / mle[n].mean():6.2f} "
                              f"beside (e^ε+1)/(e^ε−1) = {c:.2f}")
-        lines.append(f"[bt d={d}] ordering non-private < central < local at every n and ε: {_verdict(all_ok)}")
+        lines.append(f"[bt d={int(d)}] ordering non-private < central < local at every n and ε: {_verdict(all_ok)}")
 
         def draw(ax, d=d, ns=ns, eps=eps, mle=mle):
             _errorbar(ax, ns, [mle[n] for n in ns], "MLE (non-private)", color="k")
             for e, colour in zip(eps, ("C0", "C1", "C2", "C3")):
                 _errorbar(ax, ns, [errors[(d, "objective_perturbation", e, n)] for n in ns], f"central ε={e}", color=colour)
                 _errorbar(ax, ns, [errors[(d, "sgd_rr", e, n)] for n in ns], f"local SGD-RR ε={e}", color=colour, ls="--")
-            ax.set(yscale="log", xlabel="n", ylabel="‖θ̂ − θ*‖₂", title=f"Private BT estimation (d = {d}; 000 Fig. 1)")
+            ax.set(yscale="log", xlabel="n", ylabel="‖θ̂ − θ*‖₂", title=f"Private BT estimation (d = {int(d)}; 000 Fig. 1)")
             ax.legend(fontsize=6)
 
-        _plot(out / f"bt_error_d{d}.png", draw)
+        _plot(out / f"bt_error_d{int(d)}.png", draw)
     return lines
