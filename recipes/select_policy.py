@@ -19,13 +19,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import torch  # noqa: E402
-from accelerate import PartialState  # noqa: E402
 from trl import TrlParser  # noqa: E402
 
 from squarechipo.data import load_preference_dataset  # noqa: E402
 from squarechipo.models import resolve_model_path  # noqa: E402
 from squarechipo.select import select_policy  # noqa: E402
-from squarechipo.trainer.precision import accelerator_available  # noqa: E402
+from squarechipo.trainer.precision import distributed_state  # noqa: E402
 
 
 @dataclass
@@ -59,8 +58,7 @@ class SelectConfig:
 
 def main(config: SelectConfig):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Without an accelerator, ask for a CPU state so that torchrun / accelerate launch give a real gloo world.
-    state = PartialState(cpu=not accelerator_available())
+    state = distributed_state()
     with state.main_process_first():  # the embedded model is converted once, by the main process
         for name in [config.ref_model, *config.candidates]:
             resolve_model_path(name)

@@ -19,7 +19,6 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
-from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import AutoTokenizer
 
@@ -29,6 +28,7 @@ from squarechipo.privacy.ledger import get_ledger
 from squarechipo.select.candidates import Candidate, check_candidates, load_candidate
 from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_index
 from squarechipo.select.scoring import score_candidates, tokenize_preferences
+from squarechipo.trainer.precision import distributed_state
 from squarechipo.trainer.trainer import PRIVACY_FILE
 
 __all__ = ["Selection", "select_policy", "STAGE"]
@@ -106,7 +106,7 @@ def select_policy(
     findings = check_candidates(
         pool, private_dataset, allow_unrecorded=allow_unrecorded_candidates, override_overlap=override_candidate_guard
     )
-    state = PartialState()
+    state = distributed_state()
     reference_path = resolve_model_path(ref_model)
     tokenizer = AutoTokenizer.from_pretrained(reference_path)
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -115,14 +115,10 @@ def select_policy(
     rows = tokenize_preferences(shard, tokenizer)
     device = state.device
 
-    def load_reference():
-        from transformers import AutoModelForCausalLM
-
-        return AutoModelForCausalLM.from_pretrained(reference_path, dtype=dtype).to(device)
-
+    reference = Candidate(name=ref_model, path=Path(reference_path), record=None)
     totals = score_candidates(
         rows,
-        load_reference,
+        lambda: load_candidate(reference, dtype=dtype, device=device),
         [lambda c=c: load_candidate(c, dtype=dtype, device=device) for c in pool],
         pad_token_id=pad_token_id,
         beta=beta,

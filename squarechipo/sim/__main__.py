@@ -11,8 +11,6 @@ import argparse
 import time
 from pathlib import Path
 
-import torch
-
 from squarechipo.sim import experiments as ex
 from squarechipo.sim.report import bandit_report, bt_report, load_rows
 
@@ -30,7 +28,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seeds must be at least 2 (confidence intervals need two seeds)")
     out = Path(args.out) / ("full" if args.full else "default")
     out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     lines = []
     if args.experiment in ("all", "bandit"):
         start = time.perf_counter()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from trl import SFTConfig
 
-__all__ = ["accelerator_available", "apply_cpu_defaults", "SFTRecipeConfig"]
+__all__ = ["accelerator_available", "apply_cpu_defaults", "distributed_state", "SFTRecipeConfig"]
 
 
 def accelerator_available() -> bool:
@@ -26,6 +26,16 @@ def accelerator_available() -> bool:
         if backend is not None and getattr(backend, "is_available", lambda: False)():
             return True
     return False
+
+
+def distributed_state():
+    """Accelerate's process state; on CPU-only machines a CPU one, so torchrun gives a real gloo world.
+
+    ``PartialState`` is shared: when a trainer or script created it first, that state is returned.
+    """
+    from accelerate import PartialState
+
+    return PartialState(cpu=not accelerator_available())
 
 
 def apply_cpu_defaults(config) -> None:
