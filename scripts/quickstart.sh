@@ -8,7 +8,7 @@
 #      (next-token probabilities), after scoring the judge on gold pairs  -> outputs/quickstart/eval
 #   6. central DP (003 Algorithm 2): the exponential mechanism picks one of {embedded base, SFT,
 #      Square-chiPO} on the private validation split, epsilon = 1           -> outputs/quickstart/selected
-# About 15 minutes on 2 CPU cores (plus a one-time ~9-minute llama.cpp build by install.sh).
+# About 16 minutes on 2 CPU cores (plus a one-time ~9-minute llama.cpp build by install.sh).
 # Re-running reuses the released (privatized) labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
