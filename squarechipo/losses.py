@@ -42,8 +42,12 @@ __all__ = [
     "log_loss",
     "margins",
     "preference_loss",
+    "preference_value",
     "robust_log_loss",
+    "self_play_margin",
+    "self_play_loss",
     "square_loss",
+    "SELF_PLAY_CLIP",
 ]
 
 #: Upper clamp on the log-ratio inside χPO's exponential (see the module docstring).
@@ -213,3 +217,48 @@ def preference_loss(
         scale = debias_factor_from_flip_rate(flip_rate) if flip_rate is not None else debias_factor(epsilon)
         losses = square_loss(margin, scale)
     return PreferenceLossOutput(losses=losses, margins=margin)
+
+
+# ----------------------------------------------------------------------------- general preferences
+
+#: clip_4 of 003 eq. (11): the self-play regression compares clip(f, ±4) with r̂ differences in [−2, 2].
+SELF_PLAY_CLIP = 4.0
+
+
+def preference_value(margin: torch.Tensor) -> torch.Tensor:
+    """ℓ = 2σ(m) − 1 = tanh(m/2) ∈ [−1, 1]: a preference score from an antisymmetric margin.
+
+    With m(x, a, b) = s(x, a, b) − s(x, b, a) for any scorer s, ℓ(x, a, b) = −ℓ(x, b, a) by
+    construction: the general preference model of 003 §4 (ℓ = 2P(a ≻ b | x) − 1). The square loss
+    (ℓ − c(ε)·z̄)² of 003 eq. (10) is then :func:`square_loss` on m.
+    """
+    return 2.0 * torch.sigmoid(margin) - 1.0
+
+
+def self_play_margin(
+    policy_a_logps: torch.Tensor,
+    policy_b_logps: torch.Tensor,
+    previous_a_logps: torch.Tensor,
+    previous_b_logps: torch.Tensor,
+    ref_a_logps: torch.Tensor,
+    ref_b_logps: torch.Tensor,
+    *,
+    beta: float,
+    eta: float,
+) -> torch.Tensor:
+    """f = (1 + 1/η)·β·h_χPO,π(x, a, b) − (β/η)·h_χPO,π^t(x, a, b) (003 eq. (8)), unclipped.
+
+    h_χPO,π is the χPO margin of π against π_ref (:func:`margins` with the ``chipo`` link);
+    ``previous_*`` are the log-probs of the frozen iterate π^t.
+    """
+    if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta > 0):
+        raise ValueError(f"eta (the mirror-descent step size η of 003 Alg. 3) must be positive and finite (got {eta!r}).")
+    current = margins(policy_a_logps, policy_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo")
+    previous = margins(previous_a_logps, previous_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo")
+    return (1.0 + 1.0 / eta) * current - previous.to(current.dtype) / eta
+
+
+def self_play_loss(margin: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """(clip_4(f) − r̂ᵗ_diff)² per row (003 Algorithm 3, eq. (11)); ``target`` = r̂ᵗ(x,a) − r̂ᵗ(x,b) ∈ [−2, 2]."""
+    clipped = torch.clamp(margin, -SELF_PLAY_CLIP, SELF_PLAY_CLIP)
+    return (clipped - target.to(clipped.dtype)) ** 2

@@ -132,3 +132,128 @@ def test_points_reproduce_bit_for_bit_and_the_grid_resumes(tmp_path):
     path_a.write_text("\n".join(lines[:-1]) + "\n")
     assert ex.run_grid(points, ex.run_bandit_point, ex.BANDIT_COLUMNS, path_a, [0, 1]) == 1
     assert sorted(path_a.read_text().splitlines()) == sorted(path_b.read_text().splitlines())
+
+
+# ----------------------------------------------------------------------------- general preferences (003 §4)
+
+from squarechipo.losses import self_play_loss, self_play_margin  # noqa: E402
+from squarechipo.sim import general as gp  # noqa: E402
+
+
+def test_duality_gap_is_exact_on_rock_paper_scissors_and_zero_at_the_lp_winner():
+    gamma = 2.0
+    rps = gp.GeneralInstance(preference=np.tanh(gamma * gp.cyclic_tournament(3))[None], ref_policy=np.full((1, 3), 1 / 3))
+    # Uniform play is the minimax winner of rock-paper-scissors; a pure action loses 2·tanh(γ) to its best response.
+    assert gp.duality_gap(rps.preference, np.full((1, 3), 1 / 3)) == pytest.approx(0.0, abs=1e-15)
+    assert gp.duality_gap(rps.preference, np.array([[1.0, 0.0, 0.0]])) == pytest.approx(2 * math.tanh(gamma), abs=1e-15)
+    instance = gp.make_general_instance(4, 5, 1.0, 1.0, np.random.default_rng(0))
+    np.testing.assert_allclose(instance.preference, -np.swapaxes(instance.preference, 1, 2), atol=0)
+    winner = gp.minimax_winner(instance.preference)
+    assert gp.duality_gap(instance.preference, winner) == pytest.approx(0.0, abs=1e-9)
+    assert (winner > 1e-6).sum(axis=1).min() >= 2, "the instance must be non-transitive (a mixed winner)"
+    random_policies = np.random.default_rng(1).dirichlet(np.ones(5), size=(50, 4))
+    assert (gp.duality_gap(instance.preference, random_policies) > 1e-3).all()
+
+
+def test_local_preference_model_is_the_least_squares_solution_and_unbiased_under_rr():
+    instance = gp.make_general_instance(3, 3, 1.0, 1.0, np.random.default_rng(2))
+    epsilon = 1.0
+    pipeline = LabelPipeline(epsilon=epsilon)
+    small = bd.sample_pairs(instance.prefer, instance.ref_policy, 60, pipeline, [np.random.default_rng(0)])
+    closed = gp.local_preference_model(small, 3, 3, epsilon)[0]
+    # Direct minimisation of 003 eq. (10) over antisymmetric ℓ = tanh(v_ab − v_ba) with the library's square loss.
+    import torch
+
+    from squarechipo.losses import square_loss
+    from squarechipo.privacy.calibration import debias_factor
+
+    v = torch.zeros((3, 3, 3), dtype=torch.float64, requires_grad=True)
+    x, c, r = (torch.as_tensor(a[0]) for a in (small.context, small.chosen, small.rejected))
+    opt = torch.optim.LBFGS([v], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-15, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        margin = 2 * (v - v.transpose(1, 2))[x, c, r]
+        loss = square_loss(margin, debias_factor(epsilon)).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    fitted = torch.tanh(v - v.transpose(1, 2)).detach().numpy()
+    seen = np.zeros((3, 3, 3), dtype=bool)
+    seen[small.context[0], small.chosen[0], small.rejected[0]] = True
+    seen |= np.swapaxes(seen, 1, 2)
+    # Clipped cells sit at ±1 (tanh only approaches them): compare where the optimum is interior.
+    interior = seen & (np.abs(closed) < 0.999)
+    np.testing.assert_allclose(fitted[interior], closed[interior], atol=1e-4)
+
+    # Unbiased: with many rows every cell's c(ε)·z̄ mean is within 4.5 standard errors of ℓ*.
+    big = bd.sample_pairs(instance.prefer, instance.ref_policy, 200_000, pipeline, [np.random.default_rng(1)])
+    estimate = gp.local_preference_model(big, 3, 3, epsilon)[0]
+    counts = np.zeros((3, 3, 3))
+    np.add.at(counts, (big.context[0], big.chosen[0], big.rejected[0]), 1)
+    counts += np.swapaxes(counts, 1, 2)
+    off = ~np.eye(3, dtype=bool)[None].repeat(3, 0)
+    standard_error = debias_factor(epsilon) / np.sqrt(counts[off])
+    z = np.abs(estimate[off] - instance.preference[off]) / standard_error
+    assert z.max() < 4.5, z.max()
+
+
+def test_self_play_iterates_solve_equation_11_in_closed_form():
+    """With ℓ̂(x,a,b) = (u_a − u_b)/2, r̂ᵗ differences do not depend on b̃ and the regression of eq. (11)
+    is solved exactly by (1+1/η)β·g(π^{t+1}/π_ref) − (β/η)·g(πᵗ/π_ref) = u/2 − λ(x), g(w) = w + log w."""
+    rng = np.random.default_rng(4)
+    ref = rng.dirichlet(np.ones(4), size=3)
+    u = rng.uniform(-1, 1, size=(3, 4))
+    model = (u[:, :, None] - u[:, None, :]) / 2
+    beta, eta = 0.3, 0.5
+    result = gp.self_play(model[None], ref, 6000, 2, beta=beta, eta=eta, rngs=[np.random.default_rng(5)], max_iter=500)
+    g = lambda p: p / ref + np.log(p / ref)  # noqa: E731
+    for t in (1, 2):
+        previous, current = result.iterates[t - 1][0], result.iterates[t][0]
+        residual = (1 + 1 / eta) * beta * g(current) - beta / eta * g(previous) - u / 2
+        np.testing.assert_allclose(residual - residual.mean(axis=1, keepdims=True), 0.0, atol=1e-6)
+    # π² from π¹ = π_ref is the χPO target of u/2 with β' = (1 + 1/η)β (the bandit's closed form).
+    expected = bd.target_policy(bd.Bandit(reward=u / 2, ref_policy=ref), (1 + 1 / eta) * beta, "chipo")
+    np.testing.assert_allclose(result.iterates[1][0], expected, atol=1e-6)
+    np.testing.assert_allclose(result.mixture, result.iterates[:2].mean(axis=0))
+
+
+def test_self_play_margin_and_loss_match_equation_8():
+    import torch
+
+    lp = torch.tensor([-1.0, -2.0], dtype=torch.float64)
+    t = lambda v: torch.tensor([v], dtype=torch.float64)  # noqa: E731
+    f = self_play_margin(lp[:1], lp[1:], t(-1.5), t(-1.5), t(-1.2), t(-1.7), beta=0.1, eta=0.5)
+    h = lambda a, b: (math.exp(a) + a) - (math.exp(b) + b)  # noqa: E731
+    assert f.item() == pytest.approx(3 * 0.1 * h(0.2, -0.3) - 0.2 * h(-0.3, 0.2), abs=1e-12)
+    assert self_play_loss(torch.tensor([9.0]), torch.tensor([1.0])).item() == pytest.approx(9.0)  # clip_4
+    with pytest.raises(ValueError, match="eta"):
+        self_play_margin(lp, lp, lp, lp, lp, lp, beta=0.1, eta=0.0)
+
+
+def test_self_play_prefixes_and_mixture_lower_the_duality_gap():
+    """One run of T iterations contains every shorter run (same draws), and the mixture beats π_ref."""
+    instance = gp.make_general_instance(4, 5, 1.0, 1.0, np.random.default_rng(0))
+    model = np.broadcast_to(instance.preference, (5, 4, 5, 5))
+    rngs = lambda: [np.random.default_rng([9, s]) for s in range(5)]  # noqa: E731
+    long = gp.self_play(model, instance.ref_policy, 2000, 16, beta=0.05, eta=0.3, rngs=rngs())
+    short = gp.self_play(model, instance.ref_policy, 2000, 4, beta=0.05, eta=0.3, rngs=rngs())
+    np.testing.assert_array_equal(long.iterates[:5], short.iterates)
+    dg = gp.duality_gap(instance.preference, long.mixture)
+    dg_ref = gp.duality_gap(instance.preference, instance.ref_policy)
+    # 5 seeds: the mean must be below π_ref's gap by more than 3 standard errors.
+    assert dg_ref - dg.mean() > 3 * dg.std(ddof=1) / math.sqrt(len(dg)), (dg, dg_ref)
+
+
+def test_central_preference_model_picks_the_truth_at_large_epsilon():
+    instance = gp.make_general_instance(4, 5, 1.0, 1.0, np.random.default_rng(0))
+    candidates = gp.preference_class(instance, 8, np.random.default_rng(3))
+    data = bd.sample_pairs(instance.prefer, instance.ref_policy, 3000, None, [np.random.default_rng(s) for s in range(4)])
+    losses = np.array([((k[data.context[0], data.chosen[0], data.rejected[0]] - 1) ** 2).sum() for k in candidates])
+    assert losses.argmin() == 1  # the noiseless member is ℓ* itself
+    # P(any other) ≤ Σ_k exp(−ε·(L_k − L_min)/8): below 1e-6 at ε = 50 for these losses.
+    gaps = np.sort(losses)[1:] - losses.min()
+    assert np.exp(-50 * gaps / 8).sum() < 1e-6
+    picked = gp.central_preference_model(candidates, data, 50.0, [np.random.default_rng(s) for s in range(4)])
+    np.testing.assert_array_equal(picked[0], candidates[1])

@@ -1,4 +1,4 @@
-"""python -m squarechipo.sim [bandit|bt|all] [--full] [--seeds N] [--out DIR]
+"""python -m squarechipo.sim [bandit|bt|general|all] [--full] [--seeds N] [--out DIR]
 
 Runs the default reduced grid (minutes on 2 CPU cores) or ``--full`` (hours; resumable: a re-run
 skips finished grid points), writes ``<out>/<experiment>.csv`` and PNG plots, and prints every
@@ -12,15 +12,15 @@ import time
 from pathlib import Path
 
 from squarechipo.sim import experiments as ex
-from squarechipo.sim.report import bandit_report, bt_report, load_rows
+from squarechipo.sim.report import bandit_report, bt_report, general_report, load_rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m squarechipo.sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", nargs="?", default="all", choices=["all", "bandit", "bt"])
+    parser.add_argument("experiment", nargs="?", default="all", choices=["all", "bandit", "bt", "general"])
     parser.add_argument("--full", action="store_true", help="the full grid (hours; resumable)")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default 20 bandit, 100 bt)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt)")
     parser.add_argument("--out", default="outputs/sim", help="results folder (CSV + PNG)")
     parser.add_argument("--base-seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -43,6 +43,14 @@ def main(argv: list[str] | None = None) -> int:
                           rows_per_seed=len(ex.BT_NS), base_seed=args.base_seed, desc="bt")
         print(f"bt: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
         lines += bt_report(load_rows(path), out)
+    if args.experiment in ("all", "general"):
+        start = time.perf_counter()
+        path = out / "general.csv"
+        ran = ex.run_grid(ex.general_grid(args.full), ex.run_general_point, ex.GENERAL_COLUMNS, path,
+                          list(range(args.seeds or 20)), rows_per_seed=len(ex.GENERAL_ITERATIONS),
+                          base_seed=args.base_seed, desc="general")
+        print(f"general: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
+        lines += general_report(load_rows(path), out)
     print("\n".join(["", "== Figures (95% confidence intervals)", *lines, "",
                      f"plots: {', '.join(sorted(p.name for p in out.glob('*.png')))} in {out.resolve()}"]))
     return 0

@@ -23,7 +23,7 @@ from squarechipo.losses import METHODS, margins, preference_loss
 from squarechipo.privacy.pipeline import LabelPipeline
 from squarechipo.select.exponential import row_square_losses, select_index
 
-__all__ = ["Bandit", "PreferenceData", "make_bandit", "sample_preferences", "fit_policies", "value", "target_policy",
+__all__ = ["Bandit", "PreferenceData", "make_bandit", "fit_tabular", "sample_pairs", "sample_preferences", "fit_policies", "value", "target_policy",
            "candidate_class", "central_select"]
 
 
@@ -68,16 +68,30 @@ def sample_preferences(
     bandit: Bandit, n: int, pipeline: LabelPipeline | None, rngs: list[np.random.Generator]
 ) -> PreferenceData:
     """Draw n pairs per seed from π_ref, true BT labels, then the label pipeline (None = clean)."""
-    num_contexts, num_actions = bandit.reward.shape
-    cdf = np.cumsum(bandit.ref_policy, axis=1)
+    r = bandit.reward
+    prefer = 1.0 / (1.0 + np.exp(-(r[:, :, None] - r[:, None, :])))
+    return sample_pairs(prefer, bandit.ref_policy, n, pipeline, rngs)
+
+
+def sample_pairs(
+    prefer: np.ndarray, ref_policy: np.ndarray, n: int, pipeline: LabelPipeline | None, rngs: list[np.random.Generator],
+    adversary_prefers: np.ndarray | None = None,
+) -> PreferenceData:
+    """n rows per seed: x uniform, a⁰, a¹ ~ π_ref(x), a⁰ preferred w.p. ``prefer[x, a⁰, a¹]``, then the pipeline.
+
+    ``prefer`` (X, A, A) is any preference probability P(a ≻ b | x): Bradley–Terry or general (003 §4).
+    ``adversary_prefers`` (X, A, A) booleans is what the ``fixed`` adversary writes (a ≻ b).
+    """
+    num_contexts, num_actions = ref_policy.shape
+    cdf = np.cumsum(ref_policy, axis=1)
     contexts, chosen, rejected = [], [], []
     for rng in rngs:
         x = rng.integers(num_contexts, size=n)
         a0 = np.minimum((rng.random(n)[:, None] > cdf[x]).sum(axis=1), num_actions - 1)
         a1 = np.minimum((rng.random(n)[:, None] > cdf[x]).sum(axis=1), num_actions - 1)
-        p_first = 1.0 / (1.0 + np.exp(-(bandit.reward[x, a0] - bandit.reward[x, a1])))
-        first_preferred = rng.random(n) < p_first
-        observed = first_preferred if pipeline is None else pipeline.apply(first_preferred, rng).astype(bool)
+        first_preferred = rng.random(n) < prefer[x, a0, a1]
+        fixed = None if adversary_prefers is None else adversary_prefers[x, a0, a1]
+        observed = first_preferred if pipeline is None else pipeline.apply(first_preferred, rng, fixed_labels=fixed).astype(bool)
         contexts.append(x)
         chosen.append(np.where(observed, a0, a1))
         rejected.append(np.where(observed, a1, a0))
@@ -88,6 +102,30 @@ def _gather(log_policy: torch.Tensor, data: PreferenceData) -> tuple[torch.Tenso
     seeds = torch.arange(log_policy.shape[0])[:, None]
     x = torch.as_tensor(data.context)
     return log_policy[seeds, x, torch.as_tensor(data.chosen)], log_policy[seeds, x, torch.as_tensor(data.rejected)]
+
+
+def fit_tabular(log_ref: torch.Tensor, theta: torch.Tensor, row_losses, max_iter: int = 300) -> np.ndarray:
+    """Minimise Σ_seeds mean(row_losses(log π_θ)) over tabular θ (L-BFGS, float64), from ``theta``.
+
+    log π_θ = log_softmax(log π_ref + θ); ``row_losses`` maps (S, X, A) log-policies to (S, rows)
+    losses. Returns the fitted policies (S, X, A); raises if the fit produced a non-finite policy.
+    """
+    theta = theta.detach().clone().requires_grad_(True)
+    optimizer = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, tolerance_grad=1e-10,
+                                  tolerance_change=1e-14, history_size=20, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = row_losses(torch.log_softmax(log_ref + theta, dim=-1)).mean(dim=1).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        policies = torch.softmax(log_ref + theta, dim=-1).numpy()
+    if not np.isfinite(policies).all():
+        raise FloatingPointError("the fit diverged (non-finite policy); losses unbounded below need a clip.")
+    return policies
 
 
 def fit_policies(
@@ -109,29 +147,20 @@ def fit_policies(
         raise ValueError(f"method must be one of {tuple(METHODS)} (got {method!r}).")
     log_ref = torch.log(torch.as_tensor(bandit.ref_policy, dtype=torch.float64))
     seeds = data.context.shape[0]
-    theta = torch.zeros((seeds, *bandit.reward.shape), dtype=torch.float64, requires_grad=True)
     ref_chosen, ref_rejected = _gather(log_ref.expand(seeds, -1, -1), data)
-    optimizer = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, tolerance_grad=1e-10,
-                                  tolerance_change=1e-14, history_size=20, line_search_fn="strong_wolfe")
 
-    def closure():
-        optimizer.zero_grad()
-        log_policy = torch.log_softmax(log_ref + theta, dim=-1)
+    def row_losses(log_policy):
         chosen, rejected = _gather(log_policy, data)
-        losses = preference_loss(method, chosen, rejected, ref_chosen, ref_rejected, beta=beta, clip=clip, epsilon=epsilon).losses
-        loss = losses.mean(dim=1).sum()
-        loss.backward()
-        return loss
+        return preference_loss(method, chosen, rejected, ref_chosen, ref_rejected, beta=beta, clip=clip,
+                               epsilon=epsilon).losses
 
-    optimizer.step(closure)
-    with torch.no_grad():
-        policies = torch.softmax(log_ref + theta, dim=-1).numpy()
-    if not np.isfinite(policies).all():
+    try:
+        return fit_tabular(log_ref, torch.zeros((seeds, *bandit.reward.shape), dtype=torch.float64), row_losses, max_iter)
+    except FloatingPointError as error:
         raise FloatingPointError(
             f"{method}: the fit diverged (non-finite policy). Losses unbounded below (robust log) need a clip: "
             "pass clip = 2·R_max."
-        )
-    return policies
+        ) from error
 
 
 def value(bandit: Bandit, policy: np.ndarray) -> np.ndarray:

@@ -21,9 +21,10 @@ from tqdm.auto import tqdm
 from squarechipo.privacy.pipeline import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import bt
+from squarechipo.sim import general as gp
 
-__all__ = ["BANDIT_COLUMNS", "BT_COLUMNS", "bandit_grid", "bt_grid", "point_key", "run_bandit_point",
-           "run_bt_point", "run_grid", "INSTANCE"]
+__all__ = ["BANDIT_COLUMNS", "BT_COLUMNS", "GENERAL_COLUMNS", "GENERAL_INSTANCE", "bandit_grid", "bt_grid",
+           "general_grid", "point_key", "run_bandit_point", "run_bt_point", "run_general_point", "run_grid", "INSTANCE"]
 
 #: The default instance: 8 contexts, 6 actions, rewards in [0, 4], β = 0.5, margins clipped to ±2R_max.
 INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "beta": 0.5, "instance_seed": 0, "num_candidates": 16}
@@ -31,6 +32,17 @@ INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "beta": 0.5, "ins
 BANDIT_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary", "coverage", "seed",
                   "gap_best", "gap_target", "value", "concentrability", "key"]
 BT_COLUMNS = ["study", "estimator", "n", "epsilon", "d", "seed", "error", "key"]
+GENERAL_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary", "seed", "iterations",
+                   "dg_mixture", "dg_last", "model_error", "key"]
+
+#: The non-transitive instance of 003 §4 (fixed before the first run): 4 contexts, 5 actions in a
+#: cyclic tournament of strength γ = 1 plus a transitive part r ~ U[0, 1]; β = 0.05, η = 0.3,
+#: m = 4000 unlabelled pairs, |𝓛| = 16 for the central model. The ``fixed`` adversary prefers the
+#: lower-indexed action of a pair.
+GENERAL_INSTANCE = {"num_contexts": 4, "num_actions": 5, "cycle_strength": 1.0, "reward_scale": 1.0, "beta": 0.05,
+                    "eta": 0.3, "num_unlabelled": 4000, "instance_seed": 0, "class_size": 16}
+#: T at which the mixture of π¹..π^T is scored; one run of T_max iterations gives every prefix.
+GENERAL_ITERATIONS = [1, 2, 4, 8, 16, 32]
 
 
 def point_key(point: dict) -> str:
@@ -88,6 +100,20 @@ def bt_grid(full: bool = False) -> list[dict]:
         for eps in (0.1, 0.5, 1.0):
             for estimator in ("objective_perturbation", "sgd_rr"):
                 points.append({"study": "bt", "estimator": estimator, "epsilon": eps, "d": d})
+    return points
+
+
+def general_grid(full: bool = False) -> list[dict]:
+    """003 §4 / Thm 4.4: the duality gap in T and n (ε = ∞, α = 0), and CTL / LTC / central at ε, α."""
+    inf = math.inf
+    base = {"study": "general_rate", "method": "local", "epsilon": inf, "alpha": 0.0, "order": "ctl",
+            "adversary": "fixed", "n": 4000}
+    points = [{**base, "n": n} for n in ([250, 1000, 4000, 16000, 64000] if full else [250, 2000, 16000])]
+    for eps in ([0.5, 1.0, 2.0] if full else [1.0]):
+        for adversary in (["fixed", "flip"] if full else ["fixed"]):
+            for method, order in (("local", "ctl"), ("local", "ltc"), ("central", "ctl")):
+                points.append({**base, "study": "general_order", "method": method, "order": order, "epsilon": eps,
+                               "alpha": 0.1, "adversary": adversary})
     return points
 
 
@@ -157,6 +183,39 @@ def run_bt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict
     for n in BT_NS:
         errors = np.linalg.norm(estimates[n] - theta_star, axis=1)
         rows += [{**point, "n": n, "seed": s, "error": e, "key": key} for s, e in zip(seeds, errors)]
+    return rows
+
+
+def run_general_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict]:
+    """Every seed of one point of :func:`general_grid`: labels, preference model, T_max self-play iterations."""
+    key = point_key(point)
+    inst = GENERAL_INSTANCE
+    instance = gp.make_general_instance(inst["num_contexts"], inst["num_actions"], inst["cycle_strength"],
+                                        inst["reward_scale"], np.random.default_rng(inst["instance_seed"]))
+    rngs = _rngs(base_seed, key, seeds)
+    epsilon = _eps(point["epsilon"])
+    actions = np.arange(inst["num_actions"])
+    lower_first = np.broadcast_to(actions[:, None] < actions[None, :], instance.preference.shape)
+    if point["method"] == "central":
+        corrupt = LabelPipeline(epsilon=None, corruption_rate=point["alpha"], adversary=point["adversary"],
+                                fixed_preference="lower_index")
+        data = bd.sample_pairs(instance.prefer, instance.ref_policy, point["n"], corrupt, rngs, lower_first)
+        candidates = gp.preference_class(instance, inst["class_size"], np.random.default_rng([inst["instance_seed"], 1]))
+        model = gp.central_preference_model(candidates, data, point["epsilon"], rngs)
+    else:
+        pipeline = LabelPipeline(epsilon=epsilon, corruption_rate=point["alpha"], adversary=point["adversary"],
+                                 order=point["order"], fixed_preference="lower_index")
+        data = bd.sample_pairs(instance.prefer, instance.ref_policy, point["n"], pipeline, rngs, lower_first)
+        model = gp.local_preference_model(data, inst["num_contexts"], inst["num_actions"], epsilon)
+    result = gp.self_play(model, instance.ref_policy, inst["num_unlabelled"], max(GENERAL_ITERATIONS),
+                          beta=inst["beta"], eta=inst["eta"], rngs=rngs)
+    model_error = np.abs(model - instance.preference).mean(axis=(1, 2, 3))
+    rows = []
+    for t in GENERAL_ITERATIONS:
+        mixture = gp.duality_gap(instance.preference, result.iterates[:t].mean(axis=0))
+        last = gp.duality_gap(instance.preference, result.iterates[t])
+        rows += [{**point, "seed": s, "iterations": t, "dg_mixture": dm, "dg_last": dl, "model_error": e, "key": key}
+                 for s, dm, dl, e in zip(seeds, mixture, last, model_error)]
     return rows
 
 
