@@ -13,8 +13,6 @@ its privacy ledger under ``privatized_dir``, and reused by every rank and every 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import sys
 from pathlib import Path
@@ -26,21 +24,11 @@ from accelerate import PartialState  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import ModelConfig, TrlParser, get_peft_config  # noqa: E402
 
-from squarechipo.data import load_preference_dataset  # noqa: E402
 from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.privacy.release import release_once  # noqa: E402
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer  # noqa: E402
 from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
 
 logger = logging.getLogger("squarechipo")
-
-
-def _labels_digest(dataset) -> str:
-    """Hash of the released rows as stored (labels included): equal on every rank iff the labels are."""
-    digest = hashlib.sha256()
-    for chosen, rejected in zip(dataset["chosen"], dataset["rejected"]):
-        digest.update(json.dumps([chosen, rejected], sort_keys=True).encode("utf-8"))
-    return digest.hexdigest()[:16]
 
 
 def main(script_args: TrainScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig) -> SquareChiPOTrainer:
@@ -50,26 +38,7 @@ def main(script_args: TrainScriptArguments, training_args: SquareChiPOConfig, mo
     with state.main_process_first():  # the embedded model is converted once, by the main process
         model_path = resolve_model_path(model_args.model_name_or_path)
 
-    data = load_preference_dataset(script_args.dataset_name, config=script_args.dataset_config)
-    if not hasattr(data, "keys"):
-        raise ValueError(f"{script_args.dataset_name} has no splits; expected train/validation splits.")
-    train = data[script_args.dataset_train_split]
-    if script_args.max_train_samples is not None:
-        train = train.select(range(min(script_args.max_train_samples, len(train))))
-    eval_dataset = None
-    if training_args.eval_strategy != "no" and script_args.dataset_test_split in data:
-        eval_dataset = data[script_args.dataset_test_split]
-        if script_args.max_eval_samples is not None:
-            eval_dataset = eval_dataset.select(range(min(script_args.max_eval_samples, len(eval_dataset))))
-
-    pipeline = script_args.label_pipeline()
-    if pipeline.is_private or pipeline.is_corrupted:
-        folder = Path(script_args.privatized_dir or Path(training_args.output_dir) / "released_train")
-        train = release_once(train, pipeline, folder, seed=script_args.label_seed, state=state)
-        logger.info(
-            "rank %d/%d trains on %d released rows from %s (labels digest %s)",
-            state.process_index, state.num_processes, len(train), folder, _labels_digest(train),
-        )
+    train, eval_dataset = script_args.load_splits(training_args.output_dir, state, training_args.eval_strategy != "no")
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)

@@ -43,12 +43,11 @@ def tokenizer(embedded_path):
     return AutoTokenizer.from_pretrained(embedded_path)
 
 
-def make_tiny_model(tokenizer, seed: int = 0, dtype=None):
-    """A 2-layer, 64-wide Llama over the real 49,152-token vocabulary."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny_llama_config(tokenizer, **overrides):
+    """The config of the tiny test models: 2 layers, 64 wide, the real 49,152-token vocabulary."""
+    from transformers import LlamaConfig
 
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -60,10 +59,27 @@ def make_tiny_model(tokenizer, seed: int = 0, dtype=None):
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
+        **overrides,
     )
+
+
+def make_tiny_model(tokenizer, seed: int = 0, dtype=None):
+    """A 2-layer, 64-wide Llama over the real 49,152-token vocabulary."""
+    import torch
+    from transformers import LlamaForCausalLM
+
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(tiny_llama_config(tokenizer))
     return model.to(dtype) if dtype is not None else model
+
+
+def make_tiny_classifier(tokenizer, seed: int = 0):
+    """The tiny Llama with a one-output sequence-classification head (reward / preference models)."""
+    import torch
+    from transformers import LlamaForSequenceClassification
+
+    torch.manual_seed(seed)
+    return LlamaForSequenceClassification(tiny_llama_config(tokenizer, num_labels=1))
 
 
 @pytest.fixture

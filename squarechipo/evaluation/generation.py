@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import torch
 import transformers
 from tqdm.auto import tqdm
@@ -9,7 +13,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from squarechipo.models import resolve_model_path
 
-__all__ = ["generate_responses", "prompt_text"]
+__all__ = ["MIXTURE_FILE", "generate_responses", "generate_with_model", "mixture_members", "prompt_text"]
+
+#: Written by the self-play recipe: {"members": [paths], ...}; members relative to the folder or absolute.
+MIXTURE_FILE = "mixture.json"
 
 
 def prompt_text(prompt) -> str:
@@ -32,34 +39,89 @@ def generate_responses(
     device: str | None = None,
     desc: str = "generating",
 ) -> list[str]:
-    """One response per prompt (string or list of messages), chat template applied, left-padded batches.
+    """One response per prompt (string or list of messages) from a model folder, hub id or ``embedded``.
 
-    Sampling is seeded per batch with ``transformers.set_seed(seed + batch_index)`` —
-    ``generate`` takes no generator object — so a run is reproducible for a given seed.
+    A folder holding a self-play ``mixture.json`` (iterative Square-χPO, 003 Alg. 3) is a uniform
+    mixture of policies: each prompt is answered by an iterate drawn uniformly, seeded by ``seed``.
     """
+    settings = dict(max_new_tokens=max_new_tokens, batch_size=batch_size, do_sample=do_sample,
+                    temperature=temperature, top_p=top_p, seed=seed, desc=desc)
+    members = mixture_members(model_name_or_path)
+    if members is not None:
+        draw = np.random.default_rng([seed, len(members)]).integers(len(members), size=len(prompts))
+        outputs: list[str] = [""] * len(prompts)
+        for k, member in enumerate(members):
+            chosen = np.flatnonzero(draw == k)
+            if chosen.size:
+                answers = generate_responses(member, [prompts[i] for i in chosen], device=device,
+                                             **{**settings, "desc": f"{desc} (iterate {k + 1}/{len(members)})"})
+                for i, answer in zip(chosen, answers):
+                    outputs[i] = answer
+        return outputs
     path = resolve_model_path(model_name_or_path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+    return generate_with_model(model, tokenizer, prompts, **settings)
+
+
+def mixture_members(model_name_or_path) -> list[str] | None:
+    """The member paths of a saved policy mixture (``mixture.json``), or None for a single model."""
+    folder = Path(str(model_name_or_path))
+    record = folder / MIXTURE_FILE
+    if not record.is_file():
+        return None
+    members = json.loads(record.read_text(encoding="utf-8"))["members"]
+    return [m if m == "embedded" or Path(m).is_absolute() or not (folder / m).exists() else str(folder / m) for m in members]
+
+
+def generate_with_model(
+    model,
+    tokenizer,
+    prompts: list,
+    *,
+    max_new_tokens: int = 128,
+    batch_size: int = 8,
+    do_sample: bool = False,
+    temperature: float = 0.7,
+    top_p: float = 0.95,
+    seed: int = 0,
+    desc: str = "generating",
+) -> list[str]:
+    """One response per prompt from a loaded model, chat template applied, left-padded batches.
+
+    Sampling is seeded per batch with ``transformers.set_seed(seed + batch_index)`` —
+    ``generate`` takes no generator object — so a run is reproducible for a given seed. The
+    tokenizer's padding side is restored afterwards.
+    """
+    padding_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
     conversations = [[{"role": "user", "content": p}] if isinstance(p, str) else list(p) for p in prompts]
     texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
     outputs: list[str] = []
     batches = range(0, len(texts), batch_size)
-    for index, start in enumerate(tqdm(batches, desc=desc, unit="batch")):
-        batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        transformers.set_seed(seed + index)
-        with torch.no_grad():
-            generated = model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
-                temperature=temperature if do_sample else None,
-                top_p=top_p if do_sample else None,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        new_tokens = generated[:, batch["input_ids"].shape[1] :]
-        outputs.extend(t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    try:
+        for index, start in enumerate(tqdm(batches, desc=desc, unit="batch")):
+            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
+                              add_special_tokens=False).to(device)
+            transformers.set_seed(seed + index)
+            with torch.no_grad():
+                generated = model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=do_sample,
+                    temperature=temperature if do_sample else None,
+                    top_p=top_p if do_sample else None,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            new_tokens = generated[:, batch["input_ids"].shape[1] :]
+            outputs.extend(t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
     return outputs

@@ -29,7 +29,7 @@ from squarechipo.losses import margins as policy_margins
 from squarechipo.select.exponential import row_square_losses
 from squarechipo.trainer.lm_head import add_lean_lm_head
 
-__all__ = ["tokenize_preferences", "completion_logps", "score_candidates"]
+__all__ = ["tokenize_preferences", "completion_logps", "model_logps", "score_candidates"]
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -94,7 +94,8 @@ def completion_logps(model: PreTrainedModel, batch: dict, lean: bool) -> tuple[t
     return logps.chunk(2, dim=0)
 
 
-def _model_logps(model: PreTrainedModel, rows: list[dict], collator, batch_size: int, desc: str) -> torch.Tensor:
+def model_logps(model: PreTrainedModel, rows: list[dict], collator, batch_size: int, desc: str) -> torch.Tensor:
+    """(2, n) float64 summed completion log-probs [chosen; rejected] of tokenized rows, gradient-free."""
     model.eval()
     lean = add_lean_lm_head(model, share_prompt=True)
     chosen, rejected = [], []
@@ -130,13 +131,13 @@ def score_candidates(
     """
     collator = DataCollatorForPreference(pad_token_id=pad_token_id, max_length=max_length, truncation_mode=truncation_mode)
     reference = load_reference()
-    ref_logps = _model_logps(reference, rows, collator, batch_size, "reference log-probs")
+    ref_logps = model_logps(reference, rows, collator, batch_size, "reference log-probs")
     del reference
     state = PartialState()
     totals = torch.zeros(len(load_candidates), dtype=torch.float64)
     for k, load in enumerate(load_candidates):
         candidate = load()
-        logps = _model_logps(candidate, rows, collator, batch_size, f"scoring candidate {k + 1}/{len(load_candidates)}")
+        logps = model_logps(candidate, rows, collator, batch_size, f"scoring candidate {k + 1}/{len(load_candidates)}")
         del candidate
         m = policy_margins(logps[0], logps[1], ref_logps[0], ref_logps[1], beta=beta, link=link, clip=clip)
         totals[k] = row_square_losses(m).sum()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from squarechipo.privacy.calibration import flip_probability
 from squarechipo.privacy.ledger import PrivacyLedger
@@ -27,6 +28,21 @@ class PrivacySettings:
     def loss_kwargs(self) -> dict[str, float]:
         """Keyword arguments for :func:`squarechipo.losses.preference_loss`."""
         return {"flip_rate": self.flip_rate} if self.flip_rate > 0 else {}
+
+    def record(self, override: bool) -> dict[str, Any]:
+        """The public privacy fields every trained model records (card and ``squarechipo_privacy.json``)."""
+        last = self.ledger.releases[-1] if self.ledger is not None and self.ledger.releases else None
+        return {
+            "epsilon": self.epsilon,
+            "debiasing_flip_rate": self.flip_rate,
+            "privacy_source": self.source,
+            "privacy_override": bool(override),
+            "mechanism": last.mechanism if last else None,
+            "corruption_rate": last.corruption_rate if last else None,
+            "adversary": last.adversary if last else None,
+            "order": last.order if last else None,
+            "ledger": self.ledger.to_dict() if self.ledger is not None else None,
+        }
 
 
 def resolve_privacy(

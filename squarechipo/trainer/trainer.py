@@ -28,10 +28,11 @@ from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import preference_loss
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.trainer.config import SquareChiPOConfig
+from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
 from squarechipo.trainer.lm_head import add_lean_lm_head
 from squarechipo.trainer.privacy_settings import PrivacySettings, resolve_privacy
 
-__all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE"]
+__all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE", "write_privacy_record"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -75,7 +76,7 @@ def _check_hub_reachable(args: SquareChiPOConfig) -> None:
         )
 
 
-class SquareChiPOTrainer(DPOTrainer):
+class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     """Align a causal LM with χPO / Square-χPO / DPO / rDPO on privatized or corrupted labels.
 
     The training dataset is a preference dataset in any TRL format; when it carries a
@@ -85,6 +86,8 @@ class SquareChiPOTrainer(DPOTrainer):
 
     _tag_names = ["trl", "dpo", "squarechipo"]
     _name = "squarechipo"
+    #: Collated keys that are not model inputs (subclasses add their own columns).
+    _non_model_keys = frozenset(_NON_MODEL_KEYS)
     _paper = {
         "title": "Square-χPO: Differentially Private and Robust χ²-Preference Optimization in Offline Direct Alignment",
         "citation": textwrap.dedent("""\
@@ -150,7 +153,7 @@ class SquareChiPOTrainer(DPOTrainer):
     # ------------------------------------------------------------------ loss
 
     def _policy_and_reference_logps(self, model, inputs) -> tuple[torch.Tensor, ...]:
-        model_kwargs = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS}
+        model_kwargs = {k: v for k, v in inputs.items() if k not in self._non_model_keys}
         model_kwargs["use_cache"] = False
         if self.aux_loss_enabled:
             model_kwargs["output_router_logits"] = True
@@ -226,44 +229,38 @@ class SquareChiPOTrainer(DPOTrainer):
 
     def privacy_record(self) -> dict[str, Any]:
         """Everything the card and ``squarechipo_privacy.json`` record (public parameters only)."""
-        ledger = self.privacy.ledger
-        last = ledger.releases[-1] if ledger is not None and ledger.releases else None
         return {
             "method": self.args.method,
             "beta": self.beta,
             "r_max": self.args.r_max,
-            "epsilon": self.privacy.epsilon,
-            "debiasing_flip_rate": self.privacy.flip_rate,
-            "privacy_source": self.privacy.source,
-            "privacy_override": bool(self.args.privacy_override),
-            "mechanism": last.mechanism if last else None,
-            "corruption_rate": last.corruption_rate if last else None,
-            "adversary": last.adversary if last else None,
-            "order": last.order if last else None,
+            **self.privacy.record(self.args.privacy_override),
+            "dropped_rows": dict(getattr(self, "dropped_rows", {})),
             **self.training_data,
-            "ledger": ledger.to_dict() if ledger is not None else None,
         }
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
-        if not self.is_world_process_zero():
-            return
-        record = self.privacy_record()
-        os.makedirs(self.args.output_dir, exist_ok=True)
-        with open(os.path.join(self.args.output_dir, PRIVACY_FILE), "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=2, sort_keys=True)
-        readme = os.path.join(self.args.output_dir, "README.md")
-        text = open(readme, encoding="utf-8").read() if os.path.exists(readme) else ""
-        text = text.split("\n## Privacy and robustness (squarechipo)")[0].rstrip() + "\n\n" + _privacy_section(record)
-        with open(readme, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        if self.is_world_process_zero():
+            write_privacy_record(self.args.output_dir, self.privacy_record())
 
 
-def _privacy_section(record: dict[str, Any]) -> str:
-    rows = [
-        ("method", record["method"]),
-        ("β", record["beta"]),
-        ("R_max (margin clipped to ±2·R_max)", record["r_max"] if record["r_max"] is not None else "no clip"),
+def write_privacy_record(output_dir: str, record: dict[str, Any], intro: str | None = None) -> None:
+    """Write ``squarechipo_privacy.json`` and the card's privacy section (replacing an older one)."""
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, PRIVACY_FILE), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, sort_keys=True)
+    readme = os.path.join(output_dir, "README.md")
+    text = open(readme, encoding="utf-8").read() if os.path.exists(readme) else ""
+    text = text.split("\n## Privacy and robustness (squarechipo)")[0].rstrip() + "\n\n" + _privacy_section(record, intro)
+    with open(readme, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _privacy_section(record: dict[str, Any], intro: str | None = None) -> str:
+    rows = [(name, record[key]) for key, name in _EXTRA_CARD_FIELDS if key in record]
+    if "r_max" in record:
+        rows.append(("R_max (margin clipped to ±2·R_max)", record["r_max"] if record["r_max"] is not None else "no clip"))
+    rows += [
         ("ε (local DP, total over releases)", record["epsilon"] if record["epsilon"] is not None else "none (no privacy)"),
         ("mechanism", record["mechanism"] or "none recorded"),
         ("corruption rate α", record["corruption_rate"] if record["corruption_rate"] is not None else "none recorded"),
@@ -271,12 +268,27 @@ def _privacy_section(record: dict[str, Any]) -> str:
         ("order", record["order"] or "n/a"),
         ("flip rate the loss debiases for", f"{record['debiasing_flip_rate']:.6f}"),
         ("source of the privacy parameters", record["privacy_source"]),
-        ("training data fingerprint", record["dataset_fingerprint"] or "unknown"),
+        ("training data fingerprint", record.get("dataset_fingerprint") or "unknown"),
     ]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    intro = intro or (
+        "This model was aligned with [squarechipo](https://pypi.org/project/squarechipo/) on preference labels "
+        "released through the mechanism below (Square-χPO, 003 Algorithm 1)."
+    )
     return (
         "## Privacy and robustness (squarechipo)\n\n"
-        "This model was aligned with [squarechipo](https://pypi.org/project/squarechipo/) on preference labels "
-        "released through the mechanism below (Square-χPO, 003 Algorithm 1). The full privacy ledger is in "
-        f"`{PRIVACY_FILE}`.\n\n| field | value |\n|---|---|\n{table}\n"
+        f"{intro} The full privacy ledger is in `{PRIVACY_FILE}`.\n\n| field | value |\n|---|---|\n{table}\n"
     )
+
+
+#: Record fields shown first in the card when present (method-specific ones).
+_EXTRA_CARD_FIELDS = (
+    ("method", "method"),
+    ("model_type", "model type"),
+    ("loss", "loss"),
+    ("beta", "β"),
+    ("eta", "η (self-play step size)"),
+    ("iterations", "self-play iterations T"),
+    ("output_policy", "returned policy"),
+    ("max_margin", "margin bound |m| ≤"),
+)

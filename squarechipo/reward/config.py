@@ -1,0 +1,59 @@
+"""Configuration of the private reward / preference-model trainer: TRL's ``RewardConfig`` plus privacy fields."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trl import RewardConfig
+
+from squarechipo.privacy.calibration import check_epsilon
+from squarechipo.trainer.precision import apply_cpu_defaults
+
+__all__ = ["PrivateRewardConfig", "MODEL_TYPES", "REWARD_LOSSES"]
+
+#: ``reward``: a scalar r(x, a) compared by Bradley–Terry (000); ``preference``: a pairwise
+#: ℓ(x, a⁰, a¹) ∈ [−1, 1], antisymmetric, for general (non-transitive) preferences (003 §4).
+MODEL_TYPES = ("reward", "preference")
+#: ``debiased_bt``: the RR-debiased Bradley–Terry log loss of 000 (eq. 4); ``square``: (2σ(m) − 1 − c(ε))²,
+#: 003 eq. (10) (for a preference model m = s(x,a,b) − s(x,b,a), so 2σ(m) − 1 = ℓ).
+REWARD_LOSSES = ("debiased_bt", "square")
+
+
+@dataclass
+class PrivateRewardConfig(RewardConfig):
+    """``RewardConfig`` with the label-privacy debiasing (DESIGN.md §3, 000, 003 Alg. 3 line 4).
+
+    The ε of the labels is read from the training dataset's ledger by default; ``epsilon`` is for
+    data privatized elsewhere (a disagreement with the ledger raises unless ``privacy_override``).
+    """
+
+    model_type: str = field(default="reward", metadata={"help": "reward (scalar, BT) or preference (pairwise ℓ)."})
+    loss: str = field(default="debiased_bt", metadata={"help": "debiased_bt (000) or square (003 eq. 10)."})
+    max_margin: float | None = field(
+        default=8.0,
+        metadata={"help": "Bound B on the reward margin |r(x,a⁺) − r(x,a⁻)| (clipped). The debiased BT loss is "
+                          "unbounded below without it (000 bounds ‖θ‖). None = no bound (square loss only)."},
+    )
+    epsilon: float | None = field(default=None, metadata={"help": "RR ε of the labels; default: from the ledger."})
+    privacy_override: bool = field(default=False, metadata={"help": "Allow epsilon to disagree with the ledger."})
+
+    def __post_init__(self) -> None:
+        apply_cpu_defaults(self)
+        super().__post_init__()
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES} (got {self.model_type!r}).")
+        if self.loss not in REWARD_LOSSES:
+            raise ValueError(f"loss must be one of {REWARD_LOSSES} (got {self.loss!r}).")
+        if self.model_type == "preference" and self.loss != "square":
+            raise ValueError("model_type='preference' is fitted by least squares (003 eq. 10): set loss: square.")
+        if self.max_margin is not None and not (self.max_margin > 0 and math.isfinite(self.max_margin)):
+            raise ValueError(f"max_margin must be positive and finite, or None (got {self.max_margin!r}).")
+        if self.loss == "debiased_bt" and self.max_margin is None:
+            raise ValueError("loss='debiased_bt' is unbounded below: set max_margin (e.g. 8.0) to bound the margin.")
+        if self.center_rewards_coefficient is not None and self.model_type == "preference":
+            raise ValueError("center_rewards_coefficient does not apply to a preference model; leave it unset.")
+        if self.epsilon is not None:
+            self.epsilon = check_epsilon(self.epsilon)
+            if math.isinf(self.epsilon):
+                self.epsilon = None

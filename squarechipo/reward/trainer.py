@@ -1,0 +1,104 @@
+"""``PrivateRewardTrainer``: TRL's ``RewardTrainer`` with label-private losses.
+
+- ``model_type: reward``, ``loss: debiased_bt``: the RR-debiased Bradley–Terry loss of 000 (§4,
+  eq. 4): [−(1−ρ)·log σ(m) + ρ·log σ(−m)]/(1−2ρ), ρ = 1/(1+e^ε), on the clipped reward margin
+  m = clip(r(x, a⁺) − r(x, a⁻), ±B). It is unbiased for the clean BT loss but unbounded below, so
+  the margin bound B (``max_margin``) plays the role of 000's parameter bound.
+- ``loss: square``: (2σ(m) − 1 − c(ε))², 003 eq. (10); with ``model_type: preference`` the rows are
+  text pairs (see :mod:`squarechipo.reward.pairs`) and this fits the general preference model ℓ̂.
+
+What is TRL's: tokenization, the collator, logging, checkpointing, the Hub. What is overridden:
+``compute_loss``, ``_prepare_dataset`` (to count, never silently drop, rows over ``max_length``) and
+``create_model_card`` (privacy section and ``squarechipo_privacy.json``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import datasets
+import torch
+from trl import RewardTrainer
+
+from squarechipo.data.fingerprint import training_data_record
+from squarechipo.losses import robust_log_loss, square_loss
+from squarechipo.privacy.calibration import debias_factor_from_flip_rate
+from squarechipo.privacy.ledger import get_ledger
+from squarechipo.reward.config import PrivateRewardConfig
+from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
+from squarechipo.trainer.privacy_settings import PrivacySettings, resolve_privacy
+from squarechipo.trainer.trainer import write_privacy_record
+
+__all__ = ["PrivateRewardTrainer", "reward_loss"]
+
+logger = logging.getLogger("squarechipo")
+
+
+def reward_loss(margin: torch.Tensor, loss: str, flip_rate: float, max_margin: float | None) -> torch.Tensor:
+    """Per-row loss on the reward margin m = r(a⁺) − r(a⁻) (clipped to ±max_margin), debiased for ``flip_rate``."""
+    if max_margin is not None:
+        margin = torch.clamp(margin, -max_margin, max_margin)
+    if loss == "debiased_bt":
+        return robust_log_loss(margin.float(), flip_rate)
+    if loss == "square":
+        return square_loss(margin.float(), debias_factor_from_flip_rate(flip_rate))
+    raise ValueError(f"loss must be debiased_bt or square (got {loss!r}).")
+
+
+class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
+    """Reward or pairwise preference model on privatized labels; ε from the dataset's ledger."""
+
+    _tag_names = ["trl", "reward-trainer", "squarechipo"]
+
+    def __init__(self, model, args: PrivateRewardConfig | None = None, train_dataset=None, **kwargs):
+        if not isinstance(args, PrivateRewardConfig):
+            raise TypeError(f"args must be a PrivateRewardConfig (got {type(args).__name__}).")
+        ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
+        self.privacy: PrivacySettings = resolve_privacy(ledger, epsilon=args.epsilon, flip_rate=None,
+                                                        override=args.privacy_override)
+        self.training_data = training_data_record(train_dataset)
+        super().__init__(model, args=args, train_dataset=train_dataset, **kwargs)
+        logger.info("squarechipo reward model: type=%s loss=%s flip_rate=%.6f (source: %s)", args.model_type,
+                    args.loss, self.privacy.flip_rate, self.privacy.source)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        mode = "train" if self.model.training else "eval"
+        inputs["use_cache"] = False
+        outputs = model(**inputs)
+        chosen, rejected = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
+        margin = chosen - rejected
+        if "margin" in inputs:
+            margin = margin - inputs["margin"]
+        loss = reward_loss(margin, self.args.loss, self.privacy.flip_rate, self.args.max_margin).mean()
+        if self.args.center_rewards_coefficient is not None:
+            loss = loss + self.args.center_rewards_coefficient * torch.mean((chosen + rejected) ** 2)
+        if mode == "train":
+            tokens = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
+            self._total_train_tokens += tokens // self._tp_size
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        with torch.no_grad():
+            margins = self.accelerator.gather_for_metrics(margin.detach())
+            # Accuracy on the observed (privatized) labels, not on the private true labels.
+            self._metrics[mode]["accuracy"].append((margins > 0).float().mean().item())
+            self._metrics[mode]["margin"].append(margins.mean().item())
+        return (loss, outputs) if return_outputs else loss
+
+    def privacy_record(self) -> dict[str, Any]:
+        return {
+            "model_type": self.args.model_type,
+            "loss": self.args.loss,
+            "max_margin": self.args.max_margin,
+            **self.privacy.record(self.args.privacy_override),
+            "dropped_rows": dict(getattr(self, "dropped_rows", {})),
+            **self.training_data,
+        }
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+        if self.is_world_process_zero():
+            kind = "a pairwise preference model ℓ(x, a⁰, a¹) (003 Alg. 3)" if self.args.model_type == "preference" \
+                else "a reward model (000, debiased Bradley–Terry)"
+            write_privacy_record(self.args.output_dir, self.privacy_record(),
+                                 intro=f"This is {kind} trained with squarechipo on labels released through the "
+                                       "mechanism below.")

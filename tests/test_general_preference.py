@@ -1,0 +1,163 @@
+"""General preferences for LLMs (003 §4, Alg. 3): the pairwise preference model, the self-play trainer, the driver."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from conftest import make_tiny_classifier, make_tiny_model
+
+from squarechipo.evaluation.generation import generate_responses, mixture_members
+from squarechipo.losses import self_play_loss, self_play_margin
+from squarechipo.privacy import LabelPipeline, privatize_dataset
+from squarechipo.privacy.ledger import get_ledger
+from squarechipo.reward import PreferenceModel, PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
+from squarechipo.select.scoring import model_logps, tokenize_preferences
+from squarechipo.trainer import PRIVACY_FILE
+from squarechipo.trainer.iterative import iterative_square_chipo, self_play_dataset
+from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
+from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+
+def separable(n: int, offset: int = 0) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({
+        "prompt": [f"Question {offset + i}: should I keep my savings safe?" for i in range(n)],
+        "chosen": ["Yes, keep an emergency fund in an insured account."] * n,
+        "rejected": ["Bet everything on lottery tickets tonight!"] * n,
+    })
+
+
+def test_preference_model_is_antisymmetric_by_construction(tokenizer):
+    model = PreferenceModel(make_tiny_classifier(tokenizer, seed=3), tokenizer, batch_size=3)
+    x = ["Plan a budget.", "Pick a savings account.", "Should I buy a boat?", "Hello"]
+    a = ["Track every expense.", "An insured one.", "No.", "Hi there, how can I help?"]
+    b = ["Spend freely.", "Crypto.", "Yes, take a loan.", "Go away."]
+    forward, backward = model.preference(x, a, b), model.preference(x, b, a)
+    np.testing.assert_allclose(forward, -backward, atol=1e-6)
+    assert np.abs(forward).max() > 1e-4, "a random classifier should not be exactly indifferent"
+    assert (np.abs(forward) <= 1).all()
+    np.testing.assert_allclose(model.preference(x, a, a), 0.0, atol=1e-7)
+    with pytest.raises(ValueError, match="equal lengths"):
+        model.preference(x, a, b[:2])
+
+
+def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(tokenizer, tmp_path):
+    """RR at ε = 2 flips 12% of 64 labels; the least-squares fit of 003 eq. (10) must still prefer the
+    safe answer on held-out prompts. Under no learning ℓ̂ > 0 on all 16 held-out rows has probability
+    2^-16 for a symmetric random model, so the check tests learning."""
+    released = privatize_dataset(separable(64), LabelPipeline(epsilon=2.0), seed=0)
+    pairs = to_pairwise_dataset(released)
+    assert len(pairs) == 64 and get_ledger(pairs).total_epsilon == 2.0
+    args = PrivateRewardConfig(output_dir=str(tmp_path / "pm"), model_type="preference", loss="square", max_margin=None,
+                               max_steps=16, learning_rate=3e-3, per_device_train_batch_size=8, report_to="none",
+                               save_strategy="no", logging_steps=4, max_length=256)
+    trainer = PrivateRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=pairs, processing_class=tokenizer)
+    assert trainer.privacy.epsilon == 2.0 and trainer.privacy.source == "ledger"
+    trainer.train()
+    held = separable(16, offset=1000)
+    scores = PreferenceModel(trainer.model, tokenizer).preference(held["prompt"], held["chosen"], held["rejected"])
+    assert (scores > 0).all(), scores
+    trainer.save_model()
+    trainer.create_model_card()
+    record = json.loads((tmp_path / "pm" / PRIVACY_FILE).read_text())
+    assert record["model_type"] == "preference" and record["epsilon"] == 2.0 and record["mechanism"] == "randomized_response"
+    assert "| model type | preference |" in (tmp_path / "pm" / "README.md").read_text()
+    reloaded = PreferenceModel.from_pretrained(str(tmp_path / "pm"))
+    np.testing.assert_allclose(reloaded.preference(held["prompt"][:4], held["chosen"][:4], held["rejected"][:4]),
+                               scores[:4], atol=1e-5)
+
+
+def test_preference_config_rejects_a_log_loss():
+    with pytest.raises(ValueError, match="loss: square"):
+        PrivateRewardConfig(output_dir="unused", model_type="preference", loss="debiased_bt", report_to="none")
+
+
+def _self_play_rows(tokenizer, policy, reference, target):
+    pairs = datasets.Dataset.from_dict({
+        "prompt": [f"Question {i}?" for i in range(8)],
+        "chosen": [f"Answer number {i}." for i in range(8)],
+        "rejected": [f"Another reply {i}, longer than that." for i in range(8)],
+    })
+    rows = tokenize_preferences(pairs, tokenizer)
+    collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id)
+    ref = model_logps(reference, rows, collator, 4, "ref")
+    previous = model_logps(policy, rows, collator, 4, "previous")
+    return self_play_dataset(pairs, ref, previous, target), ref, previous
+
+
+def _config(tmp_path, **overrides):
+    values = dict(output_dir=str(tmp_path / "sp"), beta=0.5, eta=0.5, iterations=2, per_device_train_batch_size=8,
+                  report_to="none", save_strategy="no", logging_steps=1, gradient_checkpointing=False, max_length=128)
+    return SelfPlayConfig(**{**values, **overrides})
+
+
+def test_self_play_loss_at_the_start_is_equation_11_on_the_columns(tokenizer, tmp_path):
+    """Before any update π = πᵗ, so the trainer's logps must equal the precomputed previous ones
+    (same tokenization as TRL's) and its loss must equal (clip_4(f) − target)² from the columns."""
+    policy, reference = make_tiny_model(tokenizer, seed=1), make_tiny_model(tokenizer, seed=2)
+    target = np.linspace(-1.5, 1.5, 8)
+    dataset, ref, previous = _self_play_rows(tokenizer, policy, reference, target)
+    trainer = SelfPlayTrainer(policy, args=_config(tmp_path, learning_rate=0.0, max_steps=1), train_dataset=dataset,
+                              eval_dataset=dataset, processing_class=tokenizer)
+    loss = trainer.evaluate()
+    f = self_play_margin(previous[0], previous[1], previous[0], previous[1], ref[0], ref[1], beta=0.5, eta=0.5)
+    expected = self_play_loss(f, torch.as_tensor(target)).mean().item()
+    assert loss["eval_loss"] == pytest.approx(expected, rel=1e-4, abs=1e-5)
+    assert loss["eval_self_play/abs_logp_change"] < 1e-3
+
+
+def test_self_play_update_moves_f_towards_the_target(tokenizer, tmp_path):
+    policy, reference = make_tiny_model(tokenizer, seed=1), make_tiny_model(tokenizer, seed=2)
+    target = np.full(8, 1.0)  # every a beats its b by 1
+    dataset, _, _ = _self_play_rows(tokenizer, policy, reference, target)
+    trainer = SelfPlayTrainer(policy, args=_config(tmp_path, learning_rate=3e-4, max_steps=10), train_dataset=dataset,
+                              eval_dataset=dataset, processing_class=tokenizer)
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_loss"] < 0.5 * before["eval_loss"], (before, after)
+    assert after["eval_self_play/f"] > before["eval_self_play/f"]
+
+
+def test_self_play_rejects_bad_input(tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="missing"):
+        SelfPlayTrainer(make_tiny_model(tokenizer), args=_config(tmp_path), train_dataset=separable(4),
+                        processing_class=tokenizer)
+    with pytest.raises(ValueError, match="output_policy"):
+        _config(tmp_path, output_policy="best")
+    with pytest.raises(ValueError, match="iterations ≥ 2"):
+        _config(tmp_path, iterations=1)
+    with pytest.raises(ValueError, match="eta"):
+        _config(tmp_path, eta=0.0)
+
+
+def test_iterative_driver_writes_a_mixture_that_generates_and_carries_the_privacy_record(tokenizer, tmp_path):
+    policy = make_tiny_model(tokenizer, seed=0)
+    reference_dir = tmp_path / "reference"
+    policy.save_pretrained(reference_dir)
+    tokenizer.save_pretrained(reference_dir)
+    preference = PreferenceModel(make_tiny_classifier(tokenizer, seed=5), tokenizer)
+    args = _config(tmp_path, iterations=3, learning_rate=1e-3, num_train_epochs=1, responses_max_new_tokens=6,
+                   per_device_train_batch_size=4)
+    record = {"model_type": "preference", "epsilon": 1.0, "mechanism": "randomized_response", "dataset_fingerprint": "sha256:x"}
+    out = iterative_square_chipo(policy, tokenizer, [f"Question {i}?" for i in range(6)], preference, args,
+                                 reference_name=str(reference_dir), preference_record=record)
+    members = mixture_members(out)
+    assert members == [str(reference_dir), str(out / "iterate_2"), str(out / "iterate_3")]
+    saved = json.loads((out / PRIVACY_FILE).read_text())
+    assert saved["epsilon"] == 1.0 and saved["output_policy"] == "mixture" and saved["iterations"] == 3
+    assert saved["privacy_source"].startswith("preference model")
+    assert json.loads((out / "iterate_2" / PRIVACY_FILE).read_text())["epsilon"] == 1.0
+    # The trained iterates differ from π¹ = π_ref.
+    from transformers import AutoModelForCausalLM
+
+    first = AutoModelForCausalLM.from_pretrained(reference_dir).model.embed_tokens.weight
+    second = AutoModelForCausalLM.from_pretrained(out / "iterate_2").model.embed_tokens.weight
+    assert not torch.equal(first, second)
+    answers = generate_responses(str(out), [f"Prompt {i}" for i in range(5)], max_new_tokens=4, seed=3)
+    assert len(answers) == 5
+    with pytest.raises(FileExistsError):
+        iterative_square_chipo(policy, tokenizer, ["Q?"], preference, args, reference_name=str(reference_dir))
