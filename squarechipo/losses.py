@@ -42,6 +42,7 @@ __all__ = [
     "log_loss",
     "margins",
     "preference_loss",
+    "plackett_luce_top1_loss",
     "preference_value",
     "robust_log_loss",
     "self_play_margin",
@@ -262,3 +263,19 @@ def self_play_loss(margin: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """(clip_4(f) − r̂ᵗ_diff)² per row (003 Algorithm 3, eq. (11)); ``target`` = r̂ᵗ(x,a) − r̂ᵗ(x,b) ∈ [−2, 2]."""
     clipped = torch.clamp(margin, -SELF_PLAY_CLIP, SELF_PLAY_CLIP)
     return (clipped - target.to(clipped.dtype)) ** 2
+
+
+def plackett_luce_top1_loss(scores: torch.Tensor, label_weights: torch.Tensor) -> torch.Tensor:
+    """−Σ_k a_k·log softmax(s)_k per row: the top-1 Plackett–Luce (best-of-K) loss, debiased.
+
+    ``scores`` (n, K) are rewards or implicit rewards of the K responses; ``label_weights`` (n, K) are
+    the one-hot best response (clean) or a label-DP analyzer's unbiased weights
+    (:func:`squarechipo.privacy.label_dp.k_rr_weights`, :func:`~squarechipo.privacy.label_dp.subset_weights`):
+    the loss is linear in the label, so E[loss | y] is the clean loss (002 §3, the analyzer trick). Like
+    the debiased BT loss it is unbounded below; bound the scores (clip or a norm bound).
+    """
+    if scores.shape != label_weights.shape or scores.ndim != 2:
+        raise ValueError(f"scores and label_weights must both be (n, K) (got {tuple(scores.shape)} and "
+                         f"{tuple(label_weights.shape)}).")
+    dtype = _compute_dtype(scores)
+    return -(label_weights.to(dtype) * torch.log_softmax(scores.to(dtype), dim=-1)).sum(dim=-1)

@@ -1,0 +1,114 @@
+"""Label-DP mechanisms for K labels (001 RRWithPrior, K-RR, 002 subset): exact DP, k*, unbiased analyzers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from squarechipo.losses import plackett_luce_top1_loss
+from squarechipo.privacy import label_dp as ld
+
+
+@pytest.mark.parametrize("num_labels", [2, 3, 5, 8])
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 3.0])
+def test_rr_with_prior_is_epsilon_dp_exactly(num_labels, epsilon):
+    rng = np.random.default_rng(num_labels * 100 + int(epsilon * 10))
+    for prior in rng.dirichlet(np.full(num_labels, 0.5), size=40):
+        dists = np.stack([ld.rr_with_prior_distribution(y, prior, epsilon) for y in range(num_labels)])
+        np.testing.assert_allclose(dists.sum(axis=1), 1.0, atol=1e-12)
+        for y, other in itertools.permutations(range(num_labels), 2):
+            support = dists[y] > 0
+            assert (support == (dists[other] > 0)).all()  # same support: no output rules a label out
+            assert (dists[y][support] / dists[other][support]).max() <= math.exp(epsilon) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("num_labels", [2, 4, 7])
+def test_top_k_matches_brute_force_over_all_subsets(num_labels):
+    """001: RR restricted to a set S is correct w.p. mass(S)·e^ε/(e^ε + |S| − 1); k* must attain the max over all S."""
+    rng = np.random.default_rng(num_labels)
+    for epsilon in (0.2, 1.0, 2.5):
+        priors = rng.dirichlet(np.full(num_labels, 0.7), size=50)
+        k_star, order = ld.optimal_top_k(priors, epsilon)
+        for p, k, o in zip(priors, k_star, order):
+            best = max(p[list(s)].sum() * math.exp(epsilon) / (math.exp(epsilon) + len(s) - 1)
+                       for r in range(1, num_labels + 1) for s in itertools.combinations(range(num_labels), r))
+            assert p[o[:k]].sum() * math.exp(epsilon) / (math.exp(epsilon) + k - 1) == pytest.approx(best, rel=1e-12)
+
+
+def test_rr_with_prior_sampler_matches_its_distribution():
+    prior = np.array([0.5, 0.3, 0.15, 0.05])
+    epsilon, n = 1.0, 200_000
+    for y in range(4):
+        released, from_prior = ld.rr_with_prior(np.full(n, y), np.tile(prior, (n, 1)), epsilon, np.random.default_rng(y))
+        assert not from_prior.any()
+        expected = ld.rr_with_prior_distribution(y, prior, epsilon)
+        freq = np.bincount(released, minlength=4) / n
+        se = np.sqrt(np.maximum(expected * (1 - expected), 1e-12) / n)
+        assert (np.abs(freq - expected) <= 4.5 * se + 1e-12).all(), (y, freq, expected)
+
+
+def test_binary_rr_with_prior_is_rr_or_the_public_argmax():
+    epsilon = 1.0  # threshold e/(1+e) ≈ 0.731
+    confident = np.array([[0.9, 0.1], [0.05, 0.95]])
+    released, from_prior = ld.rr_with_prior(np.array([1, 0]), confident, epsilon, np.random.default_rng(0))
+    assert from_prior.all() and released.tolist() == [0, 1]  # the prior's argmax, whatever the label
+    unsure = np.tile([0.6, 0.4], (100_000, 1))
+    released, from_prior = ld.rr_with_prior(np.ones(100_000, dtype=int), unsure, epsilon, np.random.default_rng(1))
+    keep = math.e / (1 + math.e)
+    assert not from_prior.any()
+    assert abs(released.mean() - keep) < 4.5 * math.sqrt(keep * (1 - keep) / 100_000)
+
+
+@pytest.mark.parametrize("mechanism", ["k_rr", "subset"])
+@pytest.mark.parametrize("num_labels,epsilon", [(2, 1.0), (6, 0.5), (16, 2.0)])
+def test_analyzers_are_unbiased_and_their_variance_is_exact(mechanism, num_labels, epsilon):
+    n = 200_000
+    rng = np.random.default_rng(num_labels)
+    labels = rng.integers(num_labels, size=n)
+    if mechanism == "k_rr":
+        weights = ld.k_rr_weights(ld.k_rr(labels, num_labels, epsilon, rng), num_labels, epsilon)
+    else:
+        weights = ld.subset_weights(ld.subset_mechanism(labels, num_labels, epsilon, rng), epsilon)
+    error = weights - np.eye(num_labels)[labels]
+    mean, se = error.mean(axis=0), error.std(axis=0, ddof=1) / math.sqrt(n)
+    assert (np.abs(mean) <= 4.5 * se).all(), (mean, se)
+    total = (error**2).sum(axis=1)
+    exact = ld.analyzer_variance(mechanism, num_labels, epsilon)
+    assert abs(total.mean() - exact) <= 4.5 * total.std(ddof=1) / math.sqrt(n), (total.mean(), exact)
+
+
+def test_subset_mechanism_is_epsilon_dp_on_every_output():
+    """P(S | y) = Π_k P(k ∈ S | y): compare all 2^K subsets under every pair of labels (K = 4)."""
+    epsilon, num_labels = 0.7, 4
+    q = 1 / (math.exp(epsilon) + 1)
+
+    def prob(subset, y):
+        return math.prod((0.5 if k == y else q) if k in subset else (0.5 if k == y else 1 - q) for k in range(num_labels))
+
+    worst = max(prob(s, y) / prob(s, z) for r in range(num_labels + 1) for s in itertools.combinations(range(num_labels), r)
+                for y, z in itertools.permutations(range(num_labels), 2))
+    assert worst == pytest.approx(math.exp(epsilon), rel=1e-12)
+
+
+def test_debiased_plackett_luce_is_unbiased_for_the_clean_loss():
+    scores = torch.tensor([[1.0, -0.5, 0.2, 0.0]], dtype=torch.float64).repeat(100_000, 1)
+    labels = np.full(100_000, 2)
+    weights = ld.subset_weights(ld.subset_mechanism(labels, 4, 1.0, np.random.default_rng(0)), 1.0)
+    losses = plackett_luce_top1_loss(scores, torch.as_tensor(weights))
+    clean = plackett_luce_top1_loss(scores[:1], torch.eye(4, dtype=torch.float64)[[2]]).item()
+    assert abs(losses.mean().item() - clean) <= 4.5 * losses.std().item() / math.sqrt(len(losses))
+    with pytest.raises(ValueError, match="n, K"):
+        plackett_luce_top1_loss(scores[:, :3], torch.as_tensor(weights))
+
+
+def test_bad_input_names_the_field():
+    with pytest.raises(ValueError, match="prior"):
+        ld.rr_with_prior(np.array([0]), np.array([[0.7, 0.7]]), 1.0, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="finite"):
+        ld.k_rr(np.array([0]), 3, math.inf, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="labels must lie"):
+        ld.subset_mechanism(np.array([5]), 3, 1.0, np.random.default_rng(0))
