@@ -257,3 +257,21 @@ def test_central_preference_model_picks_the_truth_at_large_epsilon():
     assert np.exp(-50 * gaps / 8).sum() < 1e-6
     picked = gp.central_preference_model(candidates, data, 50.0, [np.random.default_rng(s) for s in range(4)])
     np.testing.assert_array_equal(picked[0], candidates[1])
+
+
+def test_lp2st_uses_each_label_once_and_validates_its_settings():
+    from squarechipo.sim import multistage as ms
+
+    bandit = bd.make_bandit(4, 3, 2.0, 0.4, np.random.default_rng(0))
+    rngs = [np.random.default_rng(s) for s in range(3)]
+    clean = bd.sample_preferences(bandit, 400, None, rngs)
+    policies, share = ms.lp2st(bandit, clean, 1.0, rngs, beta=0.5, clip=4.0, split=0.25)
+    assert policies.shape == (3, 4, 3) and 0.0 <= share <= 1.0
+    np.testing.assert_allclose(policies.sum(axis=-1), 1.0, atol=1e-12)
+    with pytest.raises(ValueError, match="split"):
+        ms.lp2st(bandit, clean, 1.0, rngs, beta=0.5, clip=4.0, split=1.0)
+    with pytest.raises(ValueError, match="prior_rows"):
+        ms.lp2st(bandit, clean, 1.0, rngs, beta=0.5, clip=4.0, prior_rows="keep")
+    rows = ex.run_multistage_point({**ex.multistage_grid()[2], "n": 300}, [0, 1])
+    assert [r["method"] for r in rows] == ["lp1st"] * 2 + ["lp2st"] * 2 + ["lp2st_drop"] * 2
+    assert rows == ex.run_multistage_point({**ex.multistage_grid()[2], "n": 300}, [0, 1])

@@ -1,4 +1,4 @@
-"""python -m squarechipo.sim [bandit|bt|general|all] [--full] [--seeds N] [--out DIR]
+"""python -m squarechipo.sim [bandit|bt|general|labeldp|all] [--full] [--seeds N] [--out DIR]
 
 Runs the default reduced grid (minutes on 2 CPU cores) or ``--full`` (hours; resumable: a re-run
 skips finished grid points), writes ``<out>/<experiment>.csv`` and PNG plots, and prints every
@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 from squarechipo.sim import experiments as ex
-from squarechipo.sim.report import bandit_report, bt_report, general_report, load_rows
+from squarechipo.sim.report import (bandit_report, bt_report, general_report, kary_report, load_rows,
+                                     multistage_report)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m squarechipo.sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", nargs="?", default="all", choices=["all", "bandit", "bt", "general"])
+    parser.add_argument("experiment", nargs="?", default="all", choices=["all", "bandit", "bt", "general", "labeldp"])
     parser.add_argument("--full", action="store_true", help="the full grid (hours; resumable)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt)")
     parser.add_argument("--out", default="outputs/sim", help="results folder (CSV + PNG)")
@@ -51,6 +52,15 @@ def main(argv: list[str] | None = None) -> int:
                           base_seed=args.base_seed, desc="general")
         print(f"general: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
         lines += general_report(load_rows(path), out)
+    if args.experiment in ("all", "labeldp"):
+        start = time.perf_counter()
+        path = out / "multistage.csv"
+        ran = ex.run_grid(ex.multistage_grid(args.full), ex.run_multistage_point, ex.MULTISTAGE_COLUMNS, path,
+                          list(range(args.seeds or 20)), rows_per_seed=len(ex.MULTISTAGE_METHODS),
+                          base_seed=args.base_seed, desc="labeldp")
+        print(f"labeldp: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
+        lines += multistage_report(load_rows(path), out)
+        lines += kary_report(out)
     print("\n".join(["", "== Figures (95% confidence intervals)", *lines, "",
                      f"plots: {', '.join(sorted(p.name for p in out.glob('*.png')))} in {out.resolve()}"]))
     return 0

@@ -22,9 +22,10 @@ from squarechipo.privacy.pipeline import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import bt
 from squarechipo.sim import general as gp
+from squarechipo.sim import multistage as ms
 
 __all__ = ["BANDIT_COLUMNS", "BT_COLUMNS", "GENERAL_COLUMNS", "GENERAL_INSTANCE", "bandit_grid", "bt_grid",
-           "general_grid", "point_key", "run_bandit_point", "run_bt_point", "run_general_point", "run_grid", "INSTANCE"]
+           "general_grid", "multistage_grid", "run_multistage_point", "MULTISTAGE_COLUMNS", "point_key", "run_bandit_point", "run_bt_point", "run_general_point", "run_grid", "INSTANCE"]
 
 #: The default instance: 8 contexts, 6 actions, rewards in [0, 4], β = 0.5, margins clipped to ±2R_max.
 INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "beta": 0.5, "instance_seed": 0, "num_candidates": 16}
@@ -34,6 +35,9 @@ BANDIT_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversar
 BT_COLUMNS = ["study", "estimator", "n", "epsilon", "d", "seed", "error", "key"]
 GENERAL_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary", "seed", "iterations",
                    "dg_mixture", "dg_last", "model_error", "key"]
+
+MULTISTAGE_COLUMNS = ["study", "method", "n", "epsilon", "split", "seed", "gap_best", "gap_target", "prior_share", "key"]
+MULTISTAGE_METHODS = ("lp1st", "lp2st", "lp2st_drop")
 
 #: The non-transitive instance of 003 §4 (fixed before the first run): 4 contexts, 5 actions in a
 #: cyclic tournament of strength γ = 1 plus a transitive part r ~ U[0, 1]; β = 0.05, η = 0.3,
@@ -115,6 +119,14 @@ def general_grid(full: bool = False) -> list[dict]:
                 points.append({**base, "study": "general_order", "method": method, "order": order, "epsilon": eps,
                                "alpha": 0.1, "adversary": adversary})
     return points
+
+
+def multistage_grid(full: bool = False) -> list[dict]:
+    """LP-2ST vs LP-1ST (001) on the bandit of :data:`INSTANCE` (coverage 0.2, n = 2000) across ε."""
+    eps = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0] if full else [0.1, 0.5, 1.0, 2.0]
+    splits = [0.3, 0.5, 0.7] if full else [0.5]
+    return [{"study": "multistage", "n": 2000, "epsilon": e, "split": sp, "coverage": 0.2, "temperature": 1.0}
+            for e in eps for sp in splits]
 
 
 BT_NS = [1000, 2000, 4000, 7000, 10000]
@@ -216,6 +228,31 @@ def run_general_point(point: dict, seeds: list[int], base_seed: int = 0) -> list
         last = gp.duality_gap(instance.preference, result.iterates[t])
         rows += [{**point, "seed": s, "iterations": t, "dg_mixture": dm, "dg_last": dl, "model_error": e, "key": key}
                  for s, dm, dl, e in zip(seeds, mixture, last, model_error)]
+    return rows
+
+
+def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict]:
+    """LP-1ST, LP-2ST (prior rows weighted 1) and LP-2ST (prior rows dropped) on the same clean rows per seed."""
+    key = point_key(point)
+    inst = INSTANCE
+    bandit = bd.make_bandit(inst["num_contexts"], inst["num_actions"], inst["r_max"], point["coverage"],
+                            np.random.default_rng(inst["instance_seed"]))
+    beta, clip = inst["beta"], 2.0 * inst["r_max"]
+    target = bd.value(bandit, bd.target_policy(bandit, beta, "chipo"))
+    rows = []
+    for method in MULTISTAGE_METHODS:
+        rngs = _rngs(base_seed, key, seeds)  # the same clean rows and noise stream for every method
+        clean = bd.sample_preferences(bandit, point["n"], None, rngs)
+        share = 0.0
+        if method == "lp1st":
+            policies = ms.lp1st(bandit, clean, point["epsilon"], rngs, beta=beta, clip=clip)
+        else:
+            policies, share = ms.lp2st(bandit, clean, point["epsilon"], rngs, beta=beta, clip=clip, split=point["split"],
+                                       temperature=point["temperature"],
+                                       prior_rows="drop" if method == "lp2st_drop" else "weight")
+        values = bd.value(bandit, policies)
+        rows += [{**point, "method": method, "seed": s, "gap_best": bandit.best_value - v, "gap_target": abs(target - v),
+                  "prior_share": share, "key": key} for s, v in zip(seeds, values)]
     return rows
 
 
