@@ -112,3 +112,67 @@ def test_bad_input_names_the_field():
         ld.k_rr(np.array([0]), 3, math.inf, np.random.default_rng(0))
     with pytest.raises(ValueError, match="labels must lie"):
         ld.subset_mechanism(np.array([5]), 3, 1.0, np.random.default_rng(0))
+
+
+def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(finance_splits):
+    import datasets
+
+    from squarechipo.privacy import LabelPipeline, privatize_dataset
+    from squarechipo.privacy.ledger import get_ledger
+    from squarechipo.privacy.prior_release import FROM_PRIOR_COLUMN, canonical_pairs, combine_parts, release_with_prior
+
+    raw = finance_splits["finance_preference"]["train"].select(range(200))
+    part1 = privatize_dataset(raw.select(range(100)), LabelPipeline(epsilon=1.0), seed=0, part="lp2st/part1")
+    part2_raw = raw.select(range(100, 200))
+    pairs = canonical_pairs(part2_raw)
+    truth_first = [c == u for c, u in zip(part2_raw["chosen"], pairs["chosen"])]
+    # A confident prior on half the rows (k* = 1 there), an unsure one elsewhere.
+    prior = np.where(np.arange(100) < 50, 0.99, 0.55)
+    part2 = release_with_prior(part2_raw, prior, 1.0, part="lp2st/part2", seed=1)
+    from_prior = np.array(part2[FROM_PRIOR_COLUMN])
+    assert from_prior.tolist() == (np.arange(100) < 50).tolist()  # follows from the prior alone
+    # Rows from the prior hold the prior's argmax u as chosen, whatever the truth.
+    assert all(c == u for c, u, f in zip(part2["chosen"], pairs["chosen"], from_prior) if f)
+    assert sum(truth_first) not in (0, 100)  # the canonical order is not the label
+    combined = combine_parts(part1, part2)
+    ledger = get_ledger(combined)
+    assert len(combined) == 200 and ledger.total_epsilon == 1.0  # each label once: ε, not 2ε
+    assert ledger.debias_factor == pytest.approx((math.e + 1) / (math.e - 1))
+    assert [r.mechanism for r in ledger.releases] == ["randomized_response", "rr_with_prior"]
+    sequential = privatize_dataset(part1, LabelPipeline(epsilon=1.0), seed=2, compose=True)
+    assert get_ledger(sequential).total_epsilon == 2.0  # the same rows released twice: 2ε
+    with pytest.raises(ValueError, match="already privatized"):
+        release_with_prior(part1, np.full(100, 0.5), 1.0)
+    with pytest.raises(ValueError, match="distinct part"):
+        combine_parts(part1, part1)
+    assert isinstance(combined, datasets.Dataset)
+
+
+def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokenizer, finance_splits):
+    """000 on frozen features of a (tiny) LM: SGD-RR on RR-released rows and objective perturbation on raw rows
+    both rank held-out chosen above rejected more often than chance (exact binomial bound)."""
+    from conftest import make_tiny_model
+
+    from squarechipo.privacy import LabelPipeline, privatize_dataset
+    from squarechipo.privacy.ledger import get_ledger
+    from squarechipo.reward.features import comparison_features, fit_linear_head
+    from squarechipo.trainer.privacy_settings import resolve_privacy
+
+    model = make_tiny_model(tokenizer, seed=0)
+    data = finance_splits["finance_preference"]["train"]
+    raw, held = data.select(range(120)), data.select(range(120, 180))
+    released = privatize_dataset(raw, LabelPipeline(epsilon=2.0), seed=0)
+    privacy = resolve_privacy(get_ledger(released), epsilon=None, flip_rate=None, override=False)
+    x_released = comparison_features(model, tokenizer, released, feature_bound=5.0)
+    x_raw = comparison_features(model, tokenizer, raw, feature_bound=5.0)
+    x_held = comparison_features(model, tokenizer, held, feature_bound=5.0)
+    local = fit_linear_head(x_released, "sgd_rr", privacy, radius=10.0, feature_bound=5.0, step=5.0)
+    central = fit_linear_head(x_raw, "objective_perturbation", None, radius=10.0, feature_bound=5.0, epsilon=8.0,
+                              rng=np.random.default_rng(0))
+    for theta in (local, central):
+        correct = int((x_held @ theta > 0).sum())
+        # P(Binomial(60, 1/2) ≥ 40) ≈ 0.0067: above this, the head learned the preference.
+        assert correct >= 40, correct
+    with pytest.raises(ValueError, match="raw rows"):
+        fit_linear_head(x_released, "objective_perturbation", privacy, radius=10.0, feature_bound=5.0, epsilon=1.0,
+                        rng=np.random.default_rng(0))

@@ -8,6 +8,8 @@ no record of which rows were swapped — and carries a :class:`~squarechipo.priv
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 
 import datasets
@@ -78,6 +80,7 @@ def privatize_dataset(
     *,
     seed: int | None = None,
     compose: bool = False,
+    part: str | None = None,
 ) -> datasets.Dataset:
     """Release a dataset's labels through ``pipeline`` once, and record it in the ledger.
 
@@ -91,6 +94,8 @@ def privatize_dataset(
             records that a fixed seed was used, never the seed.
         compose: the dataset already carries a ledger and you mean to release its (already
             privatized) labels again; the ledger then adds this ε (basic composition).
+        part: the name of the disjoint part of a larger dataset these rows are (multi-stage
+            training, 001); releases on disjoint parts compose in parallel in the ledger.
 
     Returns:
         A new dataset with every other column unchanged and the ledger attached.
@@ -128,11 +133,8 @@ def privatize_dataset(
         table.schema.get_field_index("rejected"), "rejected", pc.if_else(swap, chosen, rejected)
     )
     del swap, chosen, rejected, rng
-    ledger = (existing or PrivacyLedger()).with_release(
-        Release.from_pipeline(
-            pipeline, n, fixed_seed=seed is not None, data_fingerprint=preference_fingerprint(dataset)
-        )
-    )
+    release = Release.from_pipeline(pipeline, n, fixed_seed=seed is not None, data_fingerprint=preference_fingerprint(dataset))
+    ledger = (existing or PrivacyLedger()).with_release(dataclasses.replace(release, part=part))
     info = _info_with_ledger(dataset.info, ledger)
     released = datasets.Dataset(table, info=info, split=dataset.split)
     logger.info(

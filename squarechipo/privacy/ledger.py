@@ -74,6 +74,9 @@ class Release:
     #: Label-invariant content hash of the rows (squarechipo.data.fingerprint): identifies the data,
     #: says nothing about the labels.
     data_fingerprint: str | None = None
+    #: The disjoint part of the rows this release covers (e.g. ``lp2st/part1``); None = every row.
+    #: Releases on disjoint parts compose in parallel: each label is released once.
+    part: str | None = None
 
     @classmethod
     def from_pipeline(
@@ -100,33 +103,48 @@ class PrivacyLedger:
 
     releases: tuple[Release, ...] = ()
 
+    def _per_part(self, value) -> list[float]:
+        """``value(releases)`` for the releases each row went through, one entry per disjoint part."""
+        shared = [r for r in self.releases if r.part is None]
+        parts = sorted({r.part for r in self.releases if r.part is not None})
+        if not parts:
+            return [value(shared)]
+        return [value(shared + [r for r in self.releases if r.part == p]) for p in parts]
+
     @property
     def total_epsilon(self) -> float | None:
-        """Total ε by basic composition (sum over private releases); None if nothing was private."""
-        budgets = [r.epsilon for r in self.releases if r.epsilon is not None]
-        return float(sum(budgets)) if budgets else None
+        """Total ε per label: basic composition (sum) over the releases a row went through, and the
+        maximum over disjoint parts (parallel composition); None if nothing was private."""
+        if not any(r.epsilon is not None for r in self.releases):
+            return None
+        return float(max(self._per_part(lambda rs: sum(r.epsilon for r in rs if r.epsilon is not None))))
+
+    def _common(self, value, name: str) -> float:
+        values = self._per_part(value)
+        if max(values) - min(values) > 1e-12:
+            raise ValueError(f"the {name} differs between the disjoint parts of this dataset ({values}); "
+                             "debias each part separately.")
+        return values[0]
 
     @property
     def rr_flip_rate(self) -> float:
-        """Probability that the RR releases together flipped a label: 1 − 2ρ = Π(1 − 2q_k)."""
-        keep_bias = 1.0
-        for release in self.releases:
-            keep_bias *= 1.0 - 2.0 * flip_probability(release.epsilon)
-        return (1.0 - keep_bias) / 2.0
+        """Probability that the RR releases together flipped a label: 1 − 2ρ = Π(1 − 2q_k).
+
+        An RRWithPrior release flips its RR rows at the same rate as RR_ε; its rows released from the
+        prior are marked in the data (``label_from_prior``) and are not debiased.
+        """
+        return self._common(lambda rs: (1.0 - math.prod(1.0 - 2.0 * flip_probability(r.epsilon) for r in rs)) / 2.0,
+                            "RR flip rate")
 
     @property
     def debias_factor(self) -> float:
         """c for the labels as stored: the product of c(ε_k) over RR releases (003 Alg. 1's c(ε))."""
-        factor = 1.0
-        for release in self.releases:
-            factor *= debias_factor(release.epsilon)
-        return factor
+        return self._common(lambda rs: math.prod(debias_factor(r.epsilon) for r in rs), "debias factor")
 
     @property
     def corruption_rate(self) -> float:
-        """Probability that at least one release contaminated a row (1 − Π(1 − α_k))."""
-        clean = math.prod(1.0 - r.corruption_rate for r in self.releases)
-        return 1.0 - clean
+        """Probability that at least one release contaminated a row (1 − Π(1 − α_k)); worst part."""
+        return max(self._per_part(lambda rs: 1.0 - math.prod(1.0 - r.corruption_rate for r in rs)))
 
     def with_release(self, release: Release) -> PrivacyLedger:
         return replace(self, releases=self.releases + (release,))

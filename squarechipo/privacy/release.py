@@ -53,6 +53,7 @@ def release_once(
     *,
     seed: int | None = None,
     state=None,
+    part: str | None = None,
 ) -> datasets.Dataset:
     """Return the released version of ``dataset``: privatize and save it the first time, load it after.
 
@@ -63,11 +64,12 @@ def release_once(
         seed: ``None`` = OS entropy (real data); an integer for simulation only.
         state: an ``accelerate.PartialState`` in distributed runs; the main process writes and the
             others wait, then load. ``None`` = a single process.
+        part: the disjoint part these rows are (multi-stage training; see ``privatize_dataset``).
     """
     folder = Path(folder)
     is_main = True if state is None else state.is_main_process
     if is_main and not (folder / "dataset_info.json").exists():
-        released = privatize_dataset(dataset, pipeline, seed=seed)
+        released = privatize_dataset(dataset, pipeline, seed=seed, part=part)
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:

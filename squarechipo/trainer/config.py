@@ -43,6 +43,11 @@ class SquareChiPOConfig(DPOConfig):
         default=False,
         metadata={"help": "Allow epsilon/flip_rate to disagree with the dataset's ledger (recorded in the card)."},
     )
+    prior_row_weight: float = field(
+        default=1.0,
+        metadata={"help": "LP-2ST (001): weight of rows whose label was released from the prior (pseudo-labels, "
+                          "not debiased); 0 drops them. Used only when the data has a label_from_prior column."},
+    )
     heavy_metrics: bool = field(
         default=False,
         metadata={"help": "Also compute TRL's entropy, top-1 accuracy and mean-logit metrics (slower)."},
@@ -61,6 +66,8 @@ class SquareChiPOConfig(DPOConfig):
                 self.epsilon = None
         if self.flip_rate is not None:
             self.flip_rate = check_flip_rate(self.flip_rate)
+        if not (math.isfinite(self.prior_row_weight) and self.prior_row_weight >= 0):
+            raise ValueError(f"prior_row_weight must be ≥ 0 (got {self.prior_row_weight!r}); 0 drops the prior rows.")
         unsupported = []
         if list(self.loss_type) != ["sigmoid"] or self.loss_weights not in (None, [1.0]):
             unsupported.append("loss_type/loss_weights (choose the loss with `method`)")

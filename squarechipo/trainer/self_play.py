@@ -72,24 +72,10 @@ class SelfPlayConfig(SquareChiPOConfig):
         return self.iterations - 1 if self.output_policy == "mixture" else self.iterations
 
 
-class _SelfPlayCollator:
-    """TRL's preference collator plus the self-play columns as float64 tensors."""
-
-    def __init__(self, base):
-        self.base = base
-
-    def __call__(self, examples):
-        batch = self.base(examples)
-        for key in _EXTRA_COLUMNS:
-            batch[key] = torch.tensor([example[key] for example in examples], dtype=torch.float64)
-        return batch
-
-
 class SelfPlayTrainer(SquareChiPOTrainer):
     """Fit π^{t+1} by the self-play regression of 003 eq. (11); the model passed in is πᵗ (warm start)."""
 
     _tag_names = ["trl", "squarechipo", "self-play"]
-    _non_model_keys = SquareChiPOTrainer._non_model_keys | frozenset(_EXTRA_COLUMNS)
 
     def __init__(self, model, args: SelfPlayConfig | None = None, train_dataset=None, **kwargs):
         if not isinstance(args, SelfPlayConfig):
@@ -100,17 +86,14 @@ class SelfPlayTrainer(SquareChiPOTrainer):
             raise ValueError(f"the self-play dataset is missing {missing}; build it with "
                              "squarechipo.trainer.iterative.self_play_dataset.")
         super().__init__(model, ref_model=None, args=args, train_dataset=train_dataset, **kwargs)
-        self.data_collator = _SelfPlayCollator(self.data_collator)
+
+    def _extra_columns_for(self, columns: list[str]) -> dict[str, torch.dtype]:
+        return {key: torch.float64 for key in _EXTRA_COLUMNS}
 
     def _precompute_ref_logps(self, dataset, name, batch_size):
         # The reference columns come with the dataset (π_ref is fixed across iterations).
         self._install_lean_lm_head()
         return dataset
-
-    def _set_signature_columns_if_needed(self):
-        super()._set_signature_columns_if_needed()
-        self._signature_columns = list(self._signature_columns) + [c for c in _EXTRA_COLUMNS
-                                                                   if c not in self._signature_columns]
 
     def _compute_loss(self, model, inputs, return_outputs):
         mode = "train" if self.model.training else "eval"

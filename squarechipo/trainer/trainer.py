@@ -27,6 +27,7 @@ from trl import DPOTrainer
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import preference_loss
 from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.prior_release import FROM_PRIOR_COLUMN
 from squarechipo.trainer.config import SquareChiPOConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
 from squarechipo.trainer.lm_head import add_lean_lm_head
@@ -76,6 +77,20 @@ def _check_hub_reachable(args: SquareChiPOConfig) -> None:
         )
 
 
+class ColumnsCollator:
+    """A TRL collator plus extra per-row dataset columns, passed through as tensors."""
+
+    def __init__(self, base, columns: dict[str, torch.dtype]):
+        self.base = base
+        self.columns = dict(columns)
+
+    def __call__(self, examples):
+        batch = self.base(examples)
+        for key, dtype in self.columns.items():
+            batch[key] = torch.tensor([example[key] for example in examples], dtype=dtype)
+        return batch
+
+
 class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     """Align a causal LM with χPO / Square-χPO / DPO / rDPO on privatized or corrupted labels.
 
@@ -112,7 +127,13 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         )
         self.training_data = training_data_record(train_dataset)
         self.lean_lm_head = False
+        columns = getattr(train_dataset, "column_names", None) or []
+        #: Rows released from an RRWithPrior prior (LP-2ST, 001) are pseudo-labels: not debiased, weighted.
+        self.has_prior_rows = FROM_PRIOR_COLUMN in columns
+        self._extra_columns = self._extra_columns_for(columns)
         super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset, **kwargs)
+        if self._extra_columns:
+            self.data_collator = ColumnsCollator(self.data_collator, self._extra_columns)
         self._tag_names = list(self._tag_names) + [args.method]
         self._install_lean_lm_head()
         if self.lean_lm_head and args.gradient_checkpointing:
@@ -145,6 +166,15 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         if self.ref_model is not None:
             add_lean_lm_head(self.ref_model, share_prompt=share_prompt)
 
+    def _extra_columns_for(self, columns: list[str]) -> dict[str, torch.dtype]:
+        """Dataset columns the collator passes through to the loss (name → tensor dtype)."""
+        return {FROM_PRIOR_COLUMN: torch.bool} if FROM_PRIOR_COLUMN in columns else {}
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        extra = [c for c in getattr(self, "_extra_columns", {}) if c not in self._signature_columns]
+        self._signature_columns = list(self._signature_columns) + extra
+
     def _precompute_ref_logps(self, dataset, name, batch_size):
         # Called from DPOTrainer.__init__ after TRL installed its head: precompute with the lean one.
         self._install_lean_lm_head()
@@ -153,7 +183,8 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     # ------------------------------------------------------------------ loss
 
     def _policy_and_reference_logps(self, model, inputs) -> tuple[torch.Tensor, ...]:
-        model_kwargs = {k: v for k, v in inputs.items() if k not in self._non_model_keys}
+        model_kwargs = {k: v for k, v in inputs.items()
+                        if k not in self._non_model_keys and k not in getattr(self, "_extra_columns", {})}
         model_kwargs["use_cache"] = False
         if self.aux_loss_enabled:
             model_kwargs["output_router_logits"] = True
@@ -186,6 +217,9 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             **self.privacy.loss_kwargs,
         )
         loss = result.losses.mean()
+        if FROM_PRIOR_COLUMN in inputs:
+            loss = self._with_prior_rows(inputs[FROM_PRIOR_COLUMN].to(chosen.device), result.losses, chosen, rejected,
+                                         ref_chosen.to(chosen.device), ref_rejected.to(chosen.device))
         if self.aux_loss_enabled and outputs.aux_loss is not None:
             loss = loss + self.router_aux_loss_coef * outputs.aux_loss
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(outputs.aux_loss).mean().item())
@@ -195,6 +229,17 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
                 outputs = model(**model_kwargs)
             return loss, outputs
         return loss
+
+    def _with_prior_rows(self, from_prior, debiased, chosen, rejected, ref_chosen, ref_rejected) -> torch.Tensor:
+        """RR rows keep the debiased loss; prior rows (pseudo-labels) take the plain loss with weight
+        ``prior_row_weight`` (0 drops them). Weighted mean over the batch."""
+        plain = preference_loss(self.args.method, chosen, rejected, ref_chosen, ref_rejected, beta=self.beta,
+                                clip=self.args.clip).losses
+        losses = torch.where(from_prior, plain, debiased)
+        weight = torch.where(from_prior, torch.full_like(losses, self.args.prior_row_weight), torch.ones_like(losses))
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["prior_rows"].append(self.accelerator.gather_for_metrics(from_prior.float()).mean().item())
+        return (weight * losses).sum() / weight.sum().clamp(min=1e-12)
 
     def _log_metrics(self, mode, inputs, outputs, margins, chosen, rejected, ref_chosen, ref_rejected) -> None:
         gather = self.accelerator.gather_for_metrics
@@ -233,6 +278,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             "method": self.args.method,
             "beta": self.beta,
             "r_max": self.args.r_max,
+            **({"prior_row_weight": self.args.prior_row_weight} if self.has_prior_rows else {}),
             **self.privacy.record(self.args.privacy_override),
             "dropped_rows": dict(getattr(self, "dropped_rows", {})),
             **self.training_data,
@@ -291,4 +337,5 @@ _EXTRA_CARD_FIELDS = (
     ("iterations", "self-play iterations T"),
     ("output_policy", "returned policy"),
     ("max_margin", "margin bound |m| ≤"),
+    ("prior_row_weight", "weight of rows released from the prior (LP-2ST)"),
 )

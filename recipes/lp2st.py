@@ -1,0 +1,110 @@
+"""Multi-stage training with RRWithPrior for preferences (001 LP-2ST) around Square-χPO.
+
+    accelerate launch recipes/lp2st.py --config recipes/configs/lp2st.yaml
+
+Stage 1 releases part 1 of the training split (``lp2st_split``) through RR_ε and trains on it.
+Stage 2 queries each part-2 label once through RRWithPrior, the prior being the stage-1 policy's
+σ(β·h/τ) (``lp2st_temperature``), then trains a fresh policy on both parts: RR rows get the c(ε)
+debiasing, rows released from the prior are pseudo-labels weighted by ``prior_row_weight`` (0 drops
+them). Each label is released once, so the ledger of the final model shows ε, not 2ε. Releases are
+saved under ``<output_dir>/released_part{1,2}`` and reused on a re-run (no fresh noise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import datasets  # noqa: E402
+from accelerate import PartialState  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from trl import ModelConfig, TrlParser  # noqa: E402
+
+from squarechipo.models import resolve_model_path  # noqa: E402
+from squarechipo.privacy.ledger import get_ledger  # noqa: E402
+from squarechipo.privacy.prior_release import combine_parts, release_with_prior  # noqa: E402
+from squarechipo.privacy.release import release_once  # noqa: E402
+from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer  # noqa: E402
+from squarechipo.trainer.lp2st import policy_prior  # noqa: E402
+from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
+
+logger = logging.getLogger("squarechipo")
+
+
+@dataclass
+class LP2STScriptArguments(TrainScriptArguments):
+    lp2st_split: float = field(default=0.5, metadata={"help": "Fraction of the training rows in stage 1."})
+    lp2st_temperature: float = field(default=1.0, metadata={"help": "Temperature τ of the prior σ(β·h/τ)."})
+
+
+def _train(model_path, train, args: SquareChiPOConfig, tokenizer) -> SquareChiPOTrainer:
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    trainer = SquareChiPOTrainer(model, args=args, train_dataset=train, processing_class=tokenizer)
+    trainer.train()
+    trainer.save_model(args.output_dir)
+    trainer.create_model_card()
+    return trainer
+
+
+def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig):
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _ = training_args.device
+    state = PartialState()
+    pipeline = script_args.label_pipeline()
+    if not pipeline.is_private or pipeline.is_corrupted:
+        raise ValueError("LP-2ST needs label_epsilon set and no corruption (label_corruption_rate: 0).")
+    if not 0 < script_args.lp2st_split < 1:
+        raise ValueError(f"lp2st_split must be in (0, 1) (got {script_args.lp2st_split}).")
+    with state.main_process_first():
+        model_path = resolve_model_path(model_args.model_name_or_path)
+    # Load the raw split without releasing it (each part is released separately below).
+    no_noise = dataclasses.replace(script_args, label_epsilon=None)
+    raw, _ = no_noise.load_splits(training_args.output_dir, state, with_eval=False)
+    cut = int(round(script_args.lp2st_split * len(raw)))
+    if cut == 0 or cut == len(raw):
+        raise ValueError(f"lp2st_split {script_args.lp2st_split} leaves a part empty with {len(raw)} rows.")
+    out = Path(training_args.output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    part1 = release_once(raw.select(range(cut)), pipeline, out / "released_part1", seed=script_args.label_seed,
+                         state=state, part="lp2st/part1")
+    stage1_args = dataclasses.replace(training_args, output_dir=str(out / "stage1"), push_to_hub=False)
+    stage1 = _train(model_path, part1, stage1_args, tokenizer)
+
+    folder2 = out / "released_part2"
+    raw2 = raw.select(range(cut, len(raw)))
+    if state.is_main_process and not (folder2 / "dataset_info.json").exists():
+        reference = AutoModelForCausalLM.from_pretrained(model_path)
+        prior = policy_prior(stage1.accelerator.unwrap_model(stage1.model), reference, tokenizer, raw2,
+                             method=training_args.method, beta=training_args.beta, clip=training_args.clip,
+                             temperature=script_args.lp2st_temperature, max_length=training_args.max_length)
+        released2 = release_with_prior(raw2, prior, pipeline.epsilon, part="lp2st/part2", seed=script_args.label_seed,
+                                       temperature=script_args.lp2st_temperature)
+        released2.save_to_disk(str(folder2))
+    state.wait_for_everyone()
+    del stage1
+    part2 = datasets.load_from_disk(str(folder2))
+    combined = combine_parts(part1, part2)
+    ledger = get_ledger(combined)
+    state.print(f"LP-2ST: {len(part1)} RR rows + {len(part2)} RRWithPrior rows "
+                f"({sum(part2['label_from_prior'])} from the prior); ledger total ε = {ledger.total_epsilon}")
+    final = _train(model_path, combined, training_args, tokenizer)
+    state.print(f"Done. Stage-2 model, card and privacy record in {out.resolve()}")
+    if hasattr(final, "end"):
+        final.end()
+    return final
+
+
+def make_parser() -> TrlParser:
+    return TrlParser((LP2STScriptArguments, SquareChiPOConfig, ModelConfig))
+
+
+if __name__ == "__main__":
+    main(*make_parser().parse_args_and_config())

@@ -1,0 +1,38 @@
+"""Multi-stage training with RRWithPrior for preferences (001 LP-2ST), the model side.
+
+:func:`policy_prior` turns a stage-1 policy into the prior of stage 2: for each raw row, in its
+canonical label-free order (u, v), p(u ≻ v) = σ(m/τ) with m = clip(β·h(u, v)) the policy's implicit
+reward margin under the trained method's link (003: h_χPO for χPO methods) and τ a temperature.
+The prior depends only on the stage-1 model (trained on part 1's released labels) and the part-2
+prompts and responses, never on part-2 labels.
+"""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+from squarechipo.losses import METHODS, margins
+from squarechipo.privacy.prior_release import canonical_pairs
+from squarechipo.select.scoring import model_logps, tokenize_preferences
+
+__all__ = ["policy_prior"]
+
+
+def policy_prior(policy: PreTrainedModel, reference: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 raw_rows: datasets.Dataset, *, method: str, beta: float, clip: float | None, temperature: float = 1.0,
+                 max_length: int | None = None, batch_size: int = 8) -> np.ndarray:
+    """p(u ≻ v) per row of ``raw_rows`` (canonical order of :func:`canonical_pairs`), float64 in [0, 1]."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive (got {temperature!r}); larger values flatten the prior.")
+    rows = tokenize_preferences(canonical_pairs(raw_rows), tokenizer)
+    collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                                         max_length=max_length)
+    policy_logps = model_logps(policy, rows, collator, batch_size, "stage-1 prior: policy log-probs")
+    ref_logps = model_logps(reference, rows, collator, batch_size, "stage-1 prior: reference log-probs")
+    m = margins(policy_logps[0], policy_logps[1], ref_logps[0], ref_logps[1], beta=beta, link=METHODS[method].link,
+                clip=clip)
+    return torch.sigmoid(m / temperature).numpy()
