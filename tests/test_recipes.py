@@ -99,3 +99,69 @@ def test_two_cpu_processes_train_on_identical_privatized_labels(workspace):
     assert result.stderr.count("released 16 training rows") == 1  # only the main process drew the noise
     assert re.search(r"rank 1/2 trains on 16 released rows", result.stderr)  # a real 2-process (gloo) world
     assert (workspace / "ddp" / "model.safetensors").exists()
+
+
+def _yaml(folder: Path, name: str, config: dict) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+COMMON = {"max_steps": 2, "per_device_train_batch_size": 2, "logging_steps": 1, "eval_strategy": "no",
+          "save_strategy": "no", "gradient_checkpointing": False, "report_to": "none", "learning_rate": 1.0e-3}
+
+
+def test_preference_model_then_self_play_recipes(workspace):
+    """003 Alg. 3 from the command line: ℓ̂ on released labels, then T = 2 self-play rounds → a mixture."""
+    pm = _yaml(workspace, "pm", {**COMMON, "model_name_or_path": str(workspace / "model"), "dataset_name": str(workspace / "data"),
+                                  "output_dir": str(workspace / "pm"), "max_train_samples": 8, "model_type": "preference",
+                                  "loss": "square", "max_margin": None, "max_length": 512, "label_epsilon": 1.0})
+    first = run([sys.executable, "recipes/reward_model.py", "--config", str(pm)])
+    assert first.returncode == 0, first.stderr[-4000:]
+    sp = _yaml(workspace, "sp", {**COMMON, "model_name_or_path": str(workspace / "model"), "dataset_name": str(workspace / "data"),
+                                  "output_dir": str(workspace / "sp"), "max_prompts": 4, "preference_model": str(workspace / "pm"),
+                                  "iterations": 2, "responses_max_new_tokens": 6, "max_length": 128, "max_steps": 1})
+    second = run([sys.executable, "recipes/self_play.py", "--config", str(sp)])
+    assert second.returncode == 0, second.stderr[-4000:]
+    import json
+
+    mixture = json.loads((workspace / "sp" / "mixture.json").read_text())
+    assert mixture["members"] == [str(workspace / "model"), "iterate_2"]
+    record = json.loads((workspace / "sp" / "squarechipo_privacy.json").read_text())
+    assert record["epsilon"] == 1.0 and record["ledger"]["total_epsilon"] == 1.0
+    wrong = _yaml(workspace, "sp_wrong", {**COMMON, "model_name_or_path": str(workspace / "model"),
+                                          "dataset_name": str(workspace / "data"), "output_dir": str(workspace / "sp2"),
+                                          "preference_model": str(workspace / "missing")})
+    third = run([sys.executable, "recipes/self_play.py", "--config", str(wrong)])
+    assert third.returncode != 0 and "preference_model must be the folder" in third.stderr
+
+
+def test_lp2st_recipe_spends_epsilon_once(workspace):
+    config = write_config(workspace, "lp2st", label_corruption_rate=0.0, max_train_samples=12, lp2st_split=0.5,
+                          prior_row_weight=0.5)
+    result = run([sys.executable, "recipes/lp2st.py", "--config", str(config)])
+    assert result.returncode == 0, result.stderr[-4000:]
+    import json
+
+    record = json.loads((workspace / "lp2st" / "squarechipo_privacy.json").read_text())
+    assert record["ledger"]["total_epsilon"] == 0.5 and record["epsilon"] == 0.5  # ε, not 2ε
+    assert [r["part"] for r in record["ledger"]["releases"]] == ["lp2st/part1", "lp2st/part2"]
+    assert record["prior_row_weight"] == 0.5
+    part2 = datasets.load_from_disk(str(workspace / "lp2st" / "released_part2"))
+    assert len(part2) == 6 and "label_from_prior" in part2.column_names
+    corrupted = write_config(workspace, "lp2st_bad", label_corruption_rate=0.1)
+    bad = run([sys.executable, "recipes/lp2st.py", "--config", str(corrupted)])
+    assert bad.returncode != 0 and "no corruption" in bad.stderr
+
+
+def test_reward_model_recipe_with_the_debiased_bt_loss(workspace):
+    config = _yaml(workspace, "rm", {**COMMON, "model_name_or_path": str(workspace / "model"), "dataset_name": str(workspace / "data"),
+                                      "output_dir": str(workspace / "rm"), "max_train_samples": 8, "model_type": "reward",
+                                      "loss": "debiased_bt", "max_margin": 8.0, "max_length": 512, "label_epsilon": 1.0})
+    result = run([sys.executable, "recipes/reward_model.py", "--config", str(config)])
+    assert result.returncode == 0, result.stderr[-4000:]
+    import json
+
+    record = json.loads((workspace / "rm" / "squarechipo_privacy.json").read_text())
+    assert record["model_type"] == "reward" and record["loss"] == "debiased_bt" and record["epsilon"] == 1.0
+    assert record["dropped_rows"] == {}

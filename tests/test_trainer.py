@@ -303,3 +303,37 @@ def test_push_to_hub_unreachable_fails_before_training(tiny_model_factory, token
     args = make_config(tmp_path, push_to_hub=True, hub_model_id="someone/model")
     with pytest.raises(RuntimeError, match="cannot be reached.*before training"):
         build(tiny_model_factory, tokenizer, args, rows(finance_splits, 8))
+
+
+def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_splits, tmp_path):
+    """LP-2ST data: RR rows use the c(ε)-debiased square loss, prior rows the plain one with prior_row_weight."""
+    import numpy as np
+
+    from squarechipo.losses import preference_loss
+    from squarechipo.privacy.prior_release import combine_parts, release_with_prior
+    from squarechipo.select.scoring import model_logps, tokenize_preferences
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    from conftest import make_tiny_model
+
+    raw = rows(finance_splits, 8)
+    part1 = privatize_dataset(raw.select(range(4)), LabelPipeline(epsilon=1.0), seed=0, part="p1")
+    part2 = release_with_prior(raw.select(range(4, 8)), np.array([0.99, 0.99, 0.5, 0.5]), 1.0, part="p2", seed=1)
+    data = combine_parts(part1, part2)
+    assert data["label_from_prior"] == [False] * 4 + [True, True, False, False]
+    policy, reference = make_tiny_model(tokenizer, seed=1), make_tiny_model(tokenizer, seed=2)
+    args = make_config(tmp_path, prior_row_weight=0.25, per_device_eval_batch_size=8)
+    trainer = SquareChiPOTrainer(policy, ref_model=reference, args=args, train_dataset=data, eval_dataset=data,
+                                 processing_class=tokenizer)
+    loss = trainer.evaluate()["eval_loss"]
+    tokenized = tokenize_preferences(data, tokenizer)
+    collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id, max_length=128)
+    pol, ref = model_logps(policy, tokenized, collator, 8, "p"), model_logps(reference, tokenized, collator, 8, "r")
+    debiased = preference_loss("square_chipo", pol[0], pol[1], ref[0], ref[1], beta=0.1, epsilon=1.0).losses
+    plain = preference_loss("square_chipo", pol[0], pol[1], ref[0], ref[1], beta=0.1).losses
+    prior = torch.tensor(data["label_from_prior"])
+    weight = torch.where(prior, 0.25, 1.0).double()
+    expected = (weight * torch.where(prior, plain, debiased)).sum() / weight.sum()
+    assert loss == pytest.approx(expected.item(), rel=1e-4)
+    with pytest.raises(ValueError, match="prior_row_weight"):
+        make_config(tmp_path, prior_row_weight=-1.0)
