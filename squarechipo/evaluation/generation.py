@@ -26,26 +26,15 @@ def prompt_text(prompt) -> str:
     return "\n".join(message["content"] for message in prompt if message.get("role") != "system")
 
 
-def generate_responses(
-    model_name_or_path: str,
-    prompts: list,
-    *,
-    max_new_tokens: int = 128,
-    batch_size: int = 8,
-    do_sample: bool = False,
-    temperature: float = 0.7,
-    top_p: float = 0.95,
-    seed: int = 0,
-    device: str | None = None,
-    desc: str = "generating",
-) -> list[str]:
+def generate_responses(model_name_or_path: str, prompts: list, *, device: str | None = None, **settings) -> list[str]:
     """One response per prompt (string or list of messages) from a model folder, hub id or ``embedded``.
 
-    A folder holding a self-play ``mixture.json`` (iterative Square-χPO, 003 Alg. 3) is a uniform
-    mixture of policies: each prompt is answered by an iterate drawn uniformly, seeded by ``seed``.
+    ``settings`` are the keyword arguments of :func:`generate_with_model` (``max_new_tokens``,
+    ``batch_size``, ``do_sample``, ``temperature``, ``top_p``, ``seed``, ``desc``). A folder holding a
+    self-play ``mixture.json`` (iterative Square-χPO, 003 Alg. 3) is a uniform mixture of policies:
+    each prompt is answered by an iterate drawn uniformly, seeded by ``seed``.
     """
-    settings = dict(max_new_tokens=max_new_tokens, batch_size=batch_size, do_sample=do_sample,
-                    temperature=temperature, top_p=top_p, seed=seed, desc=desc)
+    seed, desc = settings.get("seed", 0), settings.get("desc", "generating")
     members = mixture_members(model_name_or_path)
     if members is not None:
         draw = np.random.default_rng([seed, len(members)]).integers(len(members), size=len(prompts))

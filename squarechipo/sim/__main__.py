@@ -16,10 +16,25 @@ from squarechipo.sim.report import (bandit_report, bt_report, general_report, ka
                                      multistage_report)
 
 
+def _labeldp_report(rows, out):
+    return multistage_report(rows, out) + kary_report(out)
+
+
+#: name → (CSV, grid, runner, columns, default seeds, rows per seed, report)
+EXPERIMENTS = {
+    "bandit": ("bandit.csv", ex.bandit_grid, ex.run_bandit_point, ex.BANDIT_COLUMNS, 20, 1, bandit_report),
+    "bt": ("bt.csv", ex.bt_grid, ex.run_bt_point, ex.BT_COLUMNS, 100, len(ex.BT_NS), bt_report),
+    "general": ("general.csv", ex.general_grid, ex.run_general_point, ex.GENERAL_COLUMNS, 20,
+                len(ex.GENERAL_ITERATIONS), general_report),
+    "labeldp": ("multistage.csv", ex.multistage_grid, ex.run_multistage_point, ex.MULTISTAGE_COLUMNS, 20,
+                len(ex.MULTISTAGE_METHODS), _labeldp_report),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m squarechipo.sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", nargs="?", default="all", choices=["all", "bandit", "bt", "general", "labeldp"])
+    parser.add_argument("experiment", nargs="?", default="all", choices=["all", *EXPERIMENTS])
     parser.add_argument("--full", action="store_true", help="the full grid (hours; resumable)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt)")
     parser.add_argument("--out", default="outputs/sim", help="results folder (CSV + PNG)")
@@ -30,37 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) / ("full" if args.full else "default")
     out.mkdir(parents=True, exist_ok=True)
     lines = []
-    if args.experiment in ("all", "bandit"):
+    for name, (csv_name, grid, runner, columns, default_seeds, rows_per_seed, report) in EXPERIMENTS.items():
+        if args.experiment not in ("all", name):
+            continue
         start = time.perf_counter()
-        path = out / "bandit.csv"
-        ran = ex.run_grid(ex.bandit_grid(args.full), ex.run_bandit_point, ex.BANDIT_COLUMNS, path,
-                          list(range(args.seeds or 20)), base_seed=args.base_seed, desc="bandit")
-        print(f"bandit: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
-        lines += bandit_report(load_rows(path), out)
-    if args.experiment in ("all", "bt"):
-        start = time.perf_counter()
-        path = out / "bt.csv"
-        ran = ex.run_grid(ex.bt_grid(args.full), ex.run_bt_point, ex.BT_COLUMNS, path, list(range(args.seeds or 100)),
-                          rows_per_seed=len(ex.BT_NS), base_seed=args.base_seed, desc="bt")
-        print(f"bt: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
-        lines += bt_report(load_rows(path), out)
-    if args.experiment in ("all", "general"):
-        start = time.perf_counter()
-        path = out / "general.csv"
-        ran = ex.run_grid(ex.general_grid(args.full), ex.run_general_point, ex.GENERAL_COLUMNS, path,
-                          list(range(args.seeds or 20)), rows_per_seed=len(ex.GENERAL_ITERATIONS),
-                          base_seed=args.base_seed, desc="general")
-        print(f"general: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
-        lines += general_report(load_rows(path), out)
-    if args.experiment in ("all", "labeldp"):
-        start = time.perf_counter()
-        path = out / "multistage.csv"
-        ran = ex.run_grid(ex.multistage_grid(args.full), ex.run_multistage_point, ex.MULTISTAGE_COLUMNS, path,
-                          list(range(args.seeds or 20)), rows_per_seed=len(ex.MULTISTAGE_METHODS),
-                          base_seed=args.base_seed, desc="labeldp")
-        print(f"labeldp: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
-        lines += multistage_report(load_rows(path), out)
-        lines += kary_report(out)
+        path = out / csv_name
+        ran = ex.run_grid(grid(args.full), runner, columns, path, list(range(args.seeds or default_seeds)),
+                          rows_per_seed=rows_per_seed, base_seed=args.base_seed, desc=name)
+        print(f"{name}: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
+        lines += report(load_rows(path), out)
     print("\n".join(["", "== Figures (95% confidence intervals)", *lines, "",
                      f"plots: {', '.join(sorted(p.name for p in out.glob('*.png')))} in {out.resolve()}"]))
     return 0
