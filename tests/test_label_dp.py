@@ -176,3 +176,35 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
     with pytest.raises(ValueError, match="raw rows"):
         fit_linear_head(x_released, "objective_perturbation", privacy, radius=10.0, feature_bound=5.0, epsilon=1.0,
                         rng=np.random.default_rng(0))
+
+
+def test_kary_rows_release_and_convert():
+    import datasets
+
+    from squarechipo.data.kary import kary_to_pairs, release_kary, validate_kary
+    from squarechipo.privacy.ledger import get_ledger
+
+    n, k = 4000, 4
+    rng = np.random.default_rng(0)
+    best = rng.integers(k, size=n)
+    rows = datasets.Dataset.from_dict({"prompt": [f"Q{i}" for i in range(n)],
+                                       "responses": [[f"r{i}-{j}" for j in range(k)] for i in range(n)],
+                                       "best": best.tolist()})
+    assert validate_kary(rows) == k
+    pairs = kary_to_pairs(rows.select(range(3)))
+    assert len(pairs) == 3 * (k - 1) and pairs["chosen"][0] == f"r0-{best[0]}"
+    for mechanism in ("k_rr", "subset"):
+        released = release_kary(rows, mechanism, 1.0, seed=1)
+        assert "best" not in released.column_names and get_ledger(released).total_epsilon == 1.0
+        weights = np.array(released["label_weights"])
+        error = weights - np.eye(k)[best]
+        assert (np.abs(error.mean(axis=0)) <= 4.5 * error.std(axis=0) / math.sqrt(n)).all()
+    prior = np.tile([0.97, 0.01, 0.01, 0.01], (n, 1))
+    released = release_kary(rows, "rr_with_prior", 1.0, seed=2, prior=prior)
+    assert all(released["label_from_prior"]) and set(released["released_best"]) == {0}
+    with pytest.raises(ValueError, match="same number K"):
+        validate_kary(datasets.Dataset.from_dict({"prompt": ["a", "b"], "responses": [["x", "y"], ["x", "y", "z"]], "best": [0, 0]}))
+    with pytest.raises(ValueError, match="best must be"):
+        validate_kary(datasets.Dataset.from_dict({"prompt": ["a"], "responses": [["x", "y"]], "best": [2]}))
+    with pytest.raises(ValueError, match="already released"):
+        release_kary(released, "k_rr", 1.0)
