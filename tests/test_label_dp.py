@@ -208,3 +208,41 @@ def test_kary_rows_release_and_convert():
         validate_kary(datasets.Dataset.from_dict({"prompt": ["a"], "responses": [["x", "y"]], "best": [2]}))
     with pytest.raises(ValueError, match="already released"):
         release_kary(released, "k_rr", 1.0)
+
+
+def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tmp_path):
+    """Subset mechanism at ε = 2 on 3 responses; the reward model must rank the safe response first on
+    held-out prompts (16/16; a model that learned nothing is right on each w.p. ≈ 1/3)."""
+    import datasets
+    from conftest import make_tiny_classifier
+
+    from squarechipo.data.kary import release_kary
+    from squarechipo.reward import PrivateRewardConfig
+    from squarechipo.reward.best_of_k import BestOfKRewardTrainer
+
+    responses = ["Keep an emergency fund in an insured account.", "Bet it all on lottery tickets!",
+                 "Borrow money to buy meme coins!"]
+
+    def rows(n, offset=0):
+        return datasets.Dataset.from_dict({"prompt": [f"Question {offset + i}: what should I do with savings? " for i in range(n)],
+                                           "responses": [responses] * n, "best": [0] * n})
+
+    released = release_kary(rows(96), "subset", 2.0, seed=0)
+    args = PrivateRewardConfig(output_dir=str(tmp_path / "bok"), model_type="reward", loss="plackett_luce", max_margin=8.0,
+                               max_steps=24, learning_rate=3e-3, per_device_train_batch_size=8, report_to="none",
+                               save_strategy="no", logging_steps=8, max_length=128)
+    trainer = BestOfKRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=released,
+                                   processing_class=tokenizer)
+    assert trainer.privacy.epsilon == 2.0
+    trainer.train()
+    held = trainer._prepare_dataset(release_kary(rows(16, 1000), "k_rr", 50.0, seed=1), tokenizer, args, "held")
+    batch = trainer.data_collator([held[i] for i in range(16)])
+    with torch.no_grad():
+        scores = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.reshape(16, 3)
+    assert (scores.argmax(dim=1) == 0).all(), scores
+    with pytest.raises(ValueError, match="label_weights"):
+        BestOfKRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=rows(4), processing_class=tokenizer)
+    from squarechipo.reward import PrivateRewardTrainer
+
+    with pytest.raises(ValueError, match="best-of-K rows"):
+        PrivateRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=rows(4), processing_class=tokenizer)

@@ -1,8 +1,9 @@
 """Private reward models (000) and pairwise preference models for general preferences (003 §4)."""
 
+from squarechipo.reward.best_of_k import BestOfKRewardTrainer
 from squarechipo.reward.config import MODEL_TYPES, REWARD_LOSSES, PrivateRewardConfig
 from squarechipo.reward.pairs import PreferenceModel, pair_text, to_pairwise_dataset
 from squarechipo.reward.trainer import PrivateRewardTrainer, reward_loss
 
-__all__ = ["MODEL_TYPES", "REWARD_LOSSES", "PreferenceModel", "PrivateRewardConfig", "PrivateRewardTrainer",
+__all__ = ["BestOfKRewardTrainer", "MODEL_TYPES", "REWARD_LOSSES", "PreferenceModel", "PrivateRewardConfig", "PrivateRewardTrainer",
            "pair_text", "reward_loss", "to_pairwise_dataset"]

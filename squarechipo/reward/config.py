@@ -16,8 +16,9 @@ __all__ = ["PrivateRewardConfig", "MODEL_TYPES", "REWARD_LOSSES"]
 #: ℓ(x, a⁰, a¹) ∈ [−1, 1], antisymmetric, for general (non-transitive) preferences (003 §4).
 MODEL_TYPES = ("reward", "preference")
 #: ``debiased_bt``: the RR-debiased Bradley–Terry log loss of 000 (eq. 4); ``square``: (2σ(m) − 1 − c(ε))²,
-#: 003 eq. (10) (for a preference model m = s(x,a,b) − s(x,b,a), so 2σ(m) − 1 = ℓ).
-REWARD_LOSSES = ("debiased_bt", "square")
+#: 003 eq. (10) (for a preference model m = s(x,a,b) − s(x,b,a), so 2σ(m) − 1 = ℓ); ``plackett_luce``: the
+#: debiased top-1 Plackett–Luce loss on best-of-K rows (``BestOfKRewardTrainer``).
+REWARD_LOSSES = ("debiased_bt", "square", "plackett_luce")
 
 
 @dataclass
@@ -49,8 +50,8 @@ class PrivateRewardConfig(RewardConfig):
             raise ValueError("model_type='preference' is fitted by least squares (003 eq. 10): set loss: square.")
         if self.max_margin is not None and not (self.max_margin > 0 and math.isfinite(self.max_margin)):
             raise ValueError(f"max_margin must be positive and finite, or None (got {self.max_margin!r}).")
-        if self.loss == "debiased_bt" and self.max_margin is None:
-            raise ValueError("loss='debiased_bt' is unbounded below: set max_margin (e.g. 8.0) to bound the margin.")
+        if self.loss in ("debiased_bt", "plackett_luce") and self.max_margin is None:
+            raise ValueError(f"loss={self.loss!r} is unbounded below: set max_margin (e.g. 8.0) to bound the margin.")
         if self.center_rewards_coefficient is not None and self.model_type == "preference":
             raise ValueError("center_rewards_coefficient does not apply to a preference model; leave it unset.")
         if self.epsilon is not None:

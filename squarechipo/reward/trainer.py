@@ -50,10 +50,15 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
     """Reward or pairwise preference model on privatized labels; ε from the dataset's ledger."""
 
     _tag_names = ["trl", "reward-trainer", "squarechipo"]
+    _best_of_k = False
 
     def __init__(self, model, args: PrivateRewardConfig | None = None, train_dataset=None, **kwargs):
         if not isinstance(args, PrivateRewardConfig):
             raise TypeError(f"args must be a PrivateRewardConfig (got {type(args).__name__}).")
+        if (args.loss == "plackett_luce") != self._best_of_k:
+            raise ValueError("loss='plackett_luce' is for best-of-K rows with BestOfKRewardTrainer; pairwise rows use "
+                             "debiased_bt or square." if not self._best_of_k else
+                             "BestOfKRewardTrainer needs loss: plackett_luce.")
         ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
         self.privacy: PrivacySettings = resolve_privacy(ledger, epsilon=args.epsilon, flip_rate=None,
                                                         override=args.privacy_override)
