@@ -161,3 +161,25 @@ def test_iterative_driver_writes_a_mixture_that_generates_and_carries_the_privac
     assert len(answers) == 5
     with pytest.raises(FileExistsError):
         iterative_square_chipo(policy, tokenizer, ["Q?"], preference, args, reference_name=str(reference_dir))
+
+
+def test_central_preference_model_selection_picks_the_trained_candidate(tokenizer, tmp_path):
+    from squarechipo.select.preference import select_preference_model
+
+    pairs = to_pairwise_dataset(separable(48))
+    args = PrivateRewardConfig(output_dir=str(tmp_path / "pm"), model_type="preference", loss="square", max_margin=None,
+                               max_steps=16, learning_rate=3e-3, per_device_train_batch_size=8, report_to="none",
+                               save_strategy="no", max_length=256)
+    trainer = PrivateRewardTrainer(make_tiny_classifier(tokenizer, seed=1), args=args, train_dataset=pairs,
+                                   processing_class=tokenizer)
+    trainer.train()
+    trained, untrained = PreferenceModel(trainer.model, tokenizer), PreferenceModel(make_tiny_classifier(tokenizer, seed=2), tokenizer)
+    private = separable(32, offset=500)
+    losses = [((m.preference(private["prompt"], private["chosen"], private["rejected"]) - 1) ** 2).sum()
+              for m in (untrained, trained)]
+    assert np.exp(-50 * (losses[0] - losses[1]) / 8) < 1e-6  # at ε = 50 the untrained one is (almost) never drawn
+    picks = {select_preference_model([lambda: untrained, lambda: trained], private, 50.0, np.random.default_rng(s))
+             for s in range(5)}
+    assert picks == {1}
+    with pytest.raises(ValueError, match="at least 2"):
+        select_preference_model([lambda: trained], private, 1.0, np.random.default_rng(0))
