@@ -62,9 +62,8 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         raise ValueError(f"lp2st_split must be in (0, 1) (got {script_args.lp2st_split}).")
     with state.main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
-    # Load the raw split without releasing it (each part is released separately below).
-    no_noise = dataclasses.replace(script_args, label_epsilon=None)
-    raw, _ = no_noise.load_splits(training_args.output_dir, state, with_eval=False)
+    # The raw split: each part is released separately below.
+    raw, _ = script_args.load_splits(training_args.output_dir, state, with_eval=False, release=False)
     cut = int(round(script_args.lp2st_split * len(raw)))
     if cut == 0 or cut == len(raw):
         raise ValueError(f"lp2st_split {script_args.lp2st_split} leaves a part empty with {len(raw)} rows.")

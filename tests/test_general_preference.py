@@ -9,17 +9,22 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_tiny_classifier, make_tiny_model
+from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 from squarechipo.evaluation.generation import generate_responses, mixture_members
 from squarechipo.losses import self_play_loss, self_play_margin
 from squarechipo.privacy import LabelPipeline, privatize_dataset
 from squarechipo.privacy.ledger import get_ledger
-from squarechipo.reward import PreferenceModel, PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
+from squarechipo.reward import (
+    PreferenceModel,
+    PrivateRewardConfig,
+    PrivateRewardTrainer,
+    to_pairwise_dataset,
+)
 from squarechipo.select.scoring import model_logps, tokenize_preferences
 from squarechipo.trainer import PRIVACY_FILE
 from squarechipo.trainer.iterative import iterative_square_chipo, self_play_dataset
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
-from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 
 def separable(n: int, offset: int = 0) -> datasets.Dataset:

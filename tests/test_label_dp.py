@@ -119,7 +119,12 @@ def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(f
 
     from squarechipo.privacy import LabelPipeline, privatize_dataset
     from squarechipo.privacy.ledger import get_ledger
-    from squarechipo.privacy.prior_release import FROM_PRIOR_COLUMN, canonical_pairs, combine_parts, release_with_prior
+    from squarechipo.privacy.prior_release import (
+        FROM_PRIOR_COLUMN,
+        canonical_pairs,
+        combine_parts,
+        release_with_prior,
+    )
 
     raw = finance_splits["finance_preference"]["train"].select(range(200))
     part1 = privatize_dataset(raw.select(range(100)), LabelPipeline(epsilon=1.0), seed=0, part="lp2st/part1")

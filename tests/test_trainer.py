@@ -308,13 +308,12 @@ def test_push_to_hub_unreachable_fails_before_training(tiny_model_factory, token
 def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_splits, tmp_path):
     """LP-2ST data: RR rows use the c(ε)-debiased square loss, prior rows the plain one with prior_row_weight."""
     import numpy as np
+    from conftest import make_tiny_model
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
 
     from squarechipo.losses import preference_loss
     from squarechipo.privacy.prior_release import combine_parts, release_with_prior
     from squarechipo.select.scoring import model_logps, tokenize_preferences
-    from trl.trainer.dpo_trainer import DataCollatorForPreference
-
-    from conftest import make_tiny_model
 
     raw = rows(finance_splits, 8)
     part1 = privatize_dataset(raw.select(range(4)), LabelPipeline(epsilon=1.0), seed=0, part="p1")

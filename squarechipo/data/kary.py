@@ -14,15 +14,13 @@ the same K on every row) and ``best`` (the index of the preferred response, 0 â‰
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
 import logging
 
 import datasets
 import numpy as np
 
 from squarechipo.privacy import label_dp as ld
-from squarechipo.privacy.ledger import PrivacyLedger, Release, _library_version, get_ledger, with_ledger
+from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger, with_ledger
 
 __all__ = ["KARY_MECHANISMS", "validate_kary", "release_kary", "kary_to_pairs"]
 
@@ -81,14 +79,10 @@ def release_kary(dataset: datasets.Dataset, mechanism: str, epsilon: float, *, s
         weights = np.eye(k)[released]  # RRWithPrior has no unbiased linear analyzer: the release itself
     out = out.add_column("label_weights", weights.tolist())
     del best, rng
-    release = Release(
-        mechanism=mechanism, epsilon=float(epsilon), corruption_rate=0.0, adversary=None, order=None, n_rows=len(dataset),
-        randomness="fixed_seed" if seed is not None else "os_entropy", library_version=_library_version(),
-        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        pipeline={"mechanism": mechanism, "epsilon": float(epsilon), "num_labels": k},
-    )
+    release = Release.now(mechanism, epsilon, len(dataset), fixed_seed=seed is not None,
+                          pipeline={"mechanism": mechanism, "epsilon": float(epsilon), "num_labels": k})
     logger.info("released %d best-of-%d labels through %s (Îµ = %s)", len(out), k, mechanism, epsilon)
-    return with_ledger(out, PrivacyLedger().with_release(dataclasses.replace(release)))
+    return with_ledger(out, PrivacyLedger().with_release(release))
 
 
 def kary_to_pairs(dataset: datasets.Dataset) -> datasets.Dataset:

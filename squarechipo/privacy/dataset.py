@@ -9,7 +9,6 @@ no record of which rows were swapped — and carries a :class:`~squarechipo.priv
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 
 import datasets

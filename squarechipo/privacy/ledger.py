@@ -82,18 +82,36 @@ class Release:
     def from_pipeline(
         cls, pipeline: Any, n_rows: int, *, fixed_seed: bool, data_fingerprint: str | None = None
     ) -> Release:
-        return cls(
+        return cls.now(
             mechanism="randomized_response" if pipeline.is_private else "none",
             epsilon=pipeline.epsilon,
+            n_rows=n_rows,
+            fixed_seed=fixed_seed,
+            pipeline=pipeline.to_dict(),
             corruption_rate=pipeline.corruption_rate,
             adversary=pipeline.adversary if pipeline.is_corrupted else None,
             order=pipeline.order if (pipeline.is_private and pipeline.is_corrupted) else None,
+            data_fingerprint=data_fingerprint,
+        )
+
+    @classmethod
+    def now(cls, mechanism: str, epsilon: float | None, n_rows: int, *, fixed_seed: bool, pipeline: dict[str, Any],
+            corruption_rate: float = 0.0, adversary: str | None = None, order: str | None = None,
+            data_fingerprint: str | None = None, part: str | None = None) -> Release:
+        """A release made now by this library version (``randomness`` from ``fixed_seed``)."""
+        return cls(
+            mechanism=mechanism,
+            epsilon=None if epsilon is None else float(epsilon),
+            corruption_rate=corruption_rate,
+            adversary=adversary,
+            order=order,
             n_rows=int(n_rows),
             randomness="fixed_seed" if fixed_seed else "os_entropy",
             library_version=_library_version(),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            pipeline=pipeline.to_dict(),
+            pipeline=pipeline,
             data_fingerprint=data_fingerprint,
+            part=part,
         )
 
 

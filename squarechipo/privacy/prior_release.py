@@ -12,7 +12,6 @@ others are RR rows with flip rate 1/(1+e^ε) and get the usual c(ε) debiasing.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import logging
@@ -23,7 +22,7 @@ import numpy as np
 from squarechipo.data.fingerprint import preference_fingerprint
 from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.label_dp import rr_with_prior
-from squarechipo.privacy.ledger import PrivacyLedger, Release, _library_version, get_ledger, with_ledger
+from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger, with_ledger
 
 __all__ = ["FROM_PRIOR_COLUMN", "canonical_first_is_chosen", "canonical_pairs", "release_with_prior", "combine_parts"]
 
@@ -75,11 +74,8 @@ def release_with_prior(dataset: datasets.Dataset, prior_first: np.ndarray, epsil
     out = dataset.remove_columns(["chosen", "rejected"]).add_column("chosen", chosen).add_column("rejected", rejected)
     out = out.add_column(FROM_PRIOR_COLUMN, from_prior.tolist())
     del swap, chosen, rejected, first_is_chosen, released, rng
-    release = Release(
-        mechanism="rr_with_prior", epsilon=float(epsilon), corruption_rate=0.0, adversary=None, order=None,
-        n_rows=len(dataset), randomness="fixed_seed" if seed is not None else "os_entropy",
-        library_version=_library_version(),
-        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    release = Release.now(
+        "rr_with_prior", epsilon, len(dataset), fixed_seed=seed is not None,
         pipeline={"mechanism": "rr_with_prior", "epsilon": float(epsilon), "num_labels": 2,
                   "prior_temperature": temperature, "rows_from_prior": int(from_prior.sum())},
         data_fingerprint=preference_fingerprint(dataset), part=part,

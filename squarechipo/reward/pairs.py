@@ -14,7 +14,12 @@ from __future__ import annotations
 import datasets
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from squarechipo.evaluation.generation import prompt_text
 from squarechipo.losses import preference_value

@@ -20,7 +20,7 @@ import torch
 
 from squarechipo.losses import square_loss
 
-__all__ = ["ROW_LOSS_SENSITIVITY", "row_square_losses", "select_index"]
+__all__ = ["ROW_LOSS_SENSITIVITY", "row_preference_losses", "row_square_losses", "select_index"]
 
 #: Each row's square loss lies in [0, 4], so replacing one row moves a candidate's L by at most 4.
 ROW_LOSS_SENSITIVITY = 4.0
@@ -33,6 +33,15 @@ def row_square_losses(margins: torch.Tensor) -> torch.Tensor:
     c(ε) here: the central model sees raw (possibly corrupted) labels.
     """
     return square_loss(margins, scale=1.0)
+
+
+def row_preference_losses(values):
+    """Per-row loss (ℓ(x, a⁺, a⁻) − 1)² of a general preference model ℓ ∈ [−1, 1] (003 Alg. 3, line 6): in [0, 4].
+
+    The same loss as :func:`row_square_losses` with ℓ = 2σ(m) − 1, for models that give ℓ directly.
+    Works on numpy arrays and torch tensors.
+    """
+    return (values - 1.0) ** 2
 
 
 def _mechanism_logits(losses, epsilon: float, sensitivity: float = ROW_LOSS_SENSITIVITY) -> np.ndarray:

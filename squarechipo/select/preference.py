@@ -14,7 +14,7 @@ import datasets
 import numpy as np
 
 from squarechipo.reward.pairs import PreferenceModel
-from squarechipo.select.exponential import select_index
+from squarechipo.select.exponential import row_preference_losses, select_index
 
 __all__ = ["select_preference_model"]
 
@@ -31,7 +31,7 @@ def select_preference_model(candidates: Sequence[Callable[[], PreferenceModel]],
     for k, load in enumerate(candidates):
         model = load()
         values = model.preference(private_rows["prompt"], private_rows["chosen"], private_rows["rejected"])
-        losses[k] = float(((values - 1.0) ** 2).sum())
+        losses[k] = float(row_preference_losses(values).sum())
         del model
     index = select_index(losses, epsilon, rng)
     del losses

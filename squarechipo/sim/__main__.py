@@ -12,8 +12,14 @@ import time
 from pathlib import Path
 
 from squarechipo.sim import experiments as ex
-from squarechipo.sim.report import (bandit_report, bt_report, general_report, kary_report, load_rows,
-                                     multistage_report)
+from squarechipo.sim.report import (
+    bandit_report,
+    bt_report,
+    general_report,
+    kary_report,
+    load_rows,
+    multistage_report,
+)
 
 
 def _labeldp_report(rows, out):

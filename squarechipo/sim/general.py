@@ -32,7 +32,7 @@ import torch
 
 from squarechipo.losses import self_play_loss, self_play_margin
 from squarechipo.privacy.calibration import debias_factor
-from squarechipo.select.exponential import select_index
+from squarechipo.select.exponential import row_preference_losses, select_index
 from squarechipo.sim.bandit import PreferenceData, fit_tabular
 
 __all__ = ["GeneralInstance", "make_general_instance", "duality_gap", "minimax_winner", "local_preference_model",
@@ -133,8 +133,7 @@ def central_preference_model(candidates: np.ndarray, data: PreferenceData, epsil
     """
     chosen = []
     for s, rng in enumerate(rngs):
-        values = candidates[:, data.context[s], data.chosen[s], data.rejected[s]]
-        losses = ((values - 1.0) ** 2).sum(axis=1)
+        losses = row_preference_losses(candidates[:, data.context[s], data.chosen[s], data.rejected[s]]).sum(axis=1)
         chosen.append(candidates[select_index(losses, epsilon, rng)])
     return np.stack(chosen)
 

@@ -99,7 +99,9 @@ def iterative_square_chipo(
         r_second = preference_model.preference(prompts, second, opponent)
         target = r_first - r_second
         targets_summary.append(float(np.abs(target).mean()))
-        previous = model_logps(policy, rows, collator, args.responses_batch_size, f"round {t}: log π^{t}")
+        # π¹ = π_ref: its log-probs were just computed; later iterates need a pass of their own.
+        previous = ref_logps if t == 1 else model_logps(policy, rows, collator, args.responses_batch_size,
+                                                        f"round {t}: log π^{t}")
         iterate_dir = out / f"iterate_{t + 1}"
         round_args = dataclasses.replace(args, output_dir=str(iterate_dir), push_to_hub=False)
         trainer = SelfPlayTrainer(policy, args=round_args, train_dataset=self_play_dataset(pairs, ref_logps, previous, target),

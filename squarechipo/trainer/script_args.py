@@ -62,12 +62,13 @@ class TrainScriptArguments(ScriptArguments):
             fixed_preference=self.label_fixed_preference,
         )
 
-    def load_splits(self, output_dir: str, state, with_eval: bool):
+    def load_splits(self, output_dir: str, state, with_eval: bool, release: bool = True):
         """(released train split, eval split or None): loaded, subset, and released once through the pipeline.
 
         The training split goes through the label pipeline on the main process, is saved with its
         ledger under ``privatized_dir`` (default ``<output_dir>/released_train``) and reused by every
-        rank and every re-run, so no fresh noise is drawn.
+        rank and every re-run, so no fresh noise is drawn. ``release=False`` returns the raw split
+        (for callers that release parts of it themselves, e.g. LP-2ST).
         """
         from squarechipo.data import load_preference_dataset
         from squarechipo.privacy.release import release_once
@@ -84,7 +85,7 @@ class TrainScriptArguments(ScriptArguments):
             if self.max_eval_samples is not None:
                 eval_dataset = eval_dataset.select(range(min(self.max_eval_samples, len(eval_dataset))))
         pipeline = self.label_pipeline()
-        if pipeline.is_private or pipeline.is_corrupted:
+        if release and (pipeline.is_private or pipeline.is_corrupted):
             folder = Path(self.privatized_dir or Path(output_dir) / "released_train")
             train = release_once(train, pipeline, folder, seed=self.label_seed, state=state)
             logger.info("rank %d/%d trains on %d released rows from %s (labels digest %s)", state.process_index,

@@ -101,8 +101,6 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
 
     _tag_names = ["trl", "dpo", "squarechipo"]
     _name = "squarechipo"
-    #: Collated keys that are not model inputs (subclasses add their own columns).
-    _non_model_keys = frozenset(_NON_MODEL_KEYS)
     _paper = {
         "title": "Square-χPO: Differentially Private and Robust χ²-Preference Optimization in Offline Direct Alignment",
         "citation": textwrap.dedent("""\
@@ -183,8 +181,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     # ------------------------------------------------------------------ loss
 
     def _policy_and_reference_logps(self, model, inputs) -> tuple[torch.Tensor, ...]:
-        model_kwargs = {k: v for k, v in inputs.items()
-                        if k not in self._non_model_keys and k not in getattr(self, "_extra_columns", {})}
+        model_kwargs = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS and k not in self._extra_columns}
         model_kwargs["use_cache"] = False
         if self.aux_loss_enabled:
             model_kwargs["output_router_logits"] = True
