@@ -11,15 +11,29 @@ position the responses were shown in (column ``rejected_shown_first``, balanced)
 
 Outputs under ``--out``::
 
-    finance_preference/                 DatasetDict train/validation/test = 85/5/10, standard format
+    finance_preference/                 DatasetDict train/validation/test = 85/5/10, standard format,
+                                        plus a ``judge`` split (see below)
     finance_preference_conversational/  the same rows as chat messages
-    finance_sft/                        prompt + chosen as prompt/completion (standard)
+    finance_sft/                        prompt + chosen as prompt/completion (standard), train/validation
     finance_sft_conversational/         the same as chat messages
     jsonl/<name>/<split>.jsonl          every split of the above as JSON Lines
 
+Three disjoint row pools, so that no label leaks between them (no two rows share a prompt):
+
+- the preference rows (train/validation/test): the labels a private pipeline protects;
+- the SFT rows: prompt + prudent plan from rows of their own. 003 App. E builds its SFT data from the
+  chosen responses of the *preference* rows; an SFT model trained that way has seen every raw label
+  that the pipeline later privatizes, so the ε of the aligned model would be false. Here the SFT
+  policy (the initial policy and reference of alignment) never sees a preference row;
+- the ``judge`` rows: raw, public labels for training an evaluation instrument (the gold reward-model
+  judge of ``recipes/gold_judge.py``). They are never part of a private pipeline.
+
+The three pools are drawn one after another from the same seeded stream, so the preference rows
+are the same whatever the sizes of the other two.
+
 Usage::
 
-    python -m data_gen.finance --out data --seed 0 [--rows 1697]
+    python -m data_gen.finance --out data --seed 0 [--rows 1697] [--sft-rows 1518] [--judge-rows 600]
 """
 
 from __future__ import annotations
@@ -36,6 +50,12 @@ __all__ = ["CATEGORIES", "generate_rows", "build_datasets", "write_datasets", "m
 
 DEFAULT_ROWS = 1697
 SPLIT_FRACTIONS = {"train": 0.85, "validation": 0.05, "test": 0.10}
+#: SFT rows of their own: as many training rows as 003's SFT had (its 85% of 1,697), plus 5% validation.
+DEFAULT_SFT_ROWS = 1518
+SFT_VALIDATION_FRACTION = 0.05
+#: Public gold rows for the evaluation judge.
+DEFAULT_JUDGE_ROWS = 600
+JUDGE_SPLIT = "judge"
 
 
 @dataclass(frozen=True)
@@ -428,37 +448,52 @@ def _sft(row: dict, conversational: bool) -> dict:
     return {"id": row["id"], "category": row["category"], "prompt": row["prompt"], "completion": row["chosen"]}
 
 
-def build_datasets(n_rows: int = DEFAULT_ROWS, seed: int = 0) -> dict[str, datasets.DatasetDict]:
-    """The four DatasetDicts (preference and SFT, standard and conversational) with 85/5/10 splits."""
-    splits = _split(generate_rows(n_rows, seed), seed)
+def _row_pools(n_rows: int, n_sft: int, n_judge: int, seed: int) -> tuple[dict, dict]:
+    """(preference splits incl. ``judge``, SFT splits): disjoint prompts, one seeded stream."""
+    rows = generate_rows(n_rows + n_sft + n_judge, seed)
+    preference = _split(rows[:n_rows], seed)
+    preference[JUDGE_SPLIT] = rows[n_rows + n_sft :]
+    sft_rows = rows[n_rows : n_rows + n_sft]
+    n_sft_validation = int(round(SFT_VALIDATION_FRACTION * n_sft))
+    sft = {"train": sft_rows[: n_sft - n_sft_validation], "validation": sft_rows[n_sft - n_sft_validation :]}
+    return preference, sft
+
+
+def build_datasets(n_rows: int = DEFAULT_ROWS, seed: int = 0, *, sft_rows: int = DEFAULT_SFT_ROWS,
+                   judge_rows: int = DEFAULT_JUDGE_ROWS) -> dict[str, datasets.DatasetDict]:
+    """The four DatasetDicts: preference (85/5/10 + ``judge``) and SFT (own rows), standard and conversational."""
+    if sft_rows < 2 or judge_rows < 1:
+        raise ValueError(f"sft_rows must be at least 2 and judge_rows at least 1 (got {sft_rows}, {judge_rows}).")
+    splits, sft_splits = _row_pools(n_rows, sft_rows, judge_rows, seed)
     description = (
         f"finance_preference (squarechipo data_gen.finance, seed {seed}): synthetic prompts about financial "
         "decisions; chosen = prudent low-risk plan, rejected = high-risk plan (003 App. E/F)."
     )
 
-    def make(transform) -> datasets.DatasetDict:
+    def make(transform, parts: dict[str, list[dict]]) -> datasets.DatasetDict:
         return datasets.DatasetDict(
             {
                 name: datasets.Dataset.from_list(
                     [transform(r) for r in part], info=datasets.DatasetInfo(description=description)
                 )
-                for name, part in splits.items()
+                for name, part in parts.items()
             }
         )
 
     return {
-        "finance_preference": make(lambda r: dict(r)),
-        "finance_preference_conversational": make(_conversational),
-        "finance_sft": make(lambda r: _sft(r, conversational=False)),
-        "finance_sft_conversational": make(lambda r: _sft(r, conversational=True)),
+        "finance_preference": make(lambda r: dict(r), splits),
+        "finance_preference_conversational": make(_conversational, splits),
+        "finance_sft": make(lambda r: _sft(r, conversational=False), sft_splits),
+        "finance_sft_conversational": make(lambda r: _sft(r, conversational=True), sft_splits),
     }
 
 
-def write_datasets(out: str | Path, n_rows: int = DEFAULT_ROWS, seed: int = 0) -> dict[str, Path]:
+def write_datasets(out: str | Path, n_rows: int = DEFAULT_ROWS, seed: int = 0, *, sft_rows: int = DEFAULT_SFT_ROWS,
+                   judge_rows: int = DEFAULT_JUDGE_ROWS) -> dict[str, Path]:
     """Write every dataset as a ``save_to_disk`` folder and as JSONL; returns the folders."""
     out = Path(out)
     written: dict[str, Path] = {}
-    for name, data in build_datasets(n_rows, seed).items():
+    for name, data in build_datasets(n_rows, seed, sft_rows=sft_rows, judge_rows=judge_rows).items():
         folder = out / name
         data.save_to_disk(str(folder))
         for split, part in data.items():
@@ -473,9 +508,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Generate the finance_preference dataset (003 App. E/F).")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="generation seed (the data is a function of it)")
-    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"number of rows (default {DEFAULT_ROWS})")
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS,
+                        help=f"preference rows, split 85/5/10 (default {DEFAULT_ROWS})")
+    parser.add_argument("--sft-rows", type=int, default=DEFAULT_SFT_ROWS,
+                        help=f"SFT rows, disjoint from the preference rows (default {DEFAULT_SFT_ROWS})")
+    parser.add_argument("--judge-rows", type=int, default=DEFAULT_JUDGE_ROWS,
+                        help=f"public gold rows for the evaluation judge (default {DEFAULT_JUDGE_ROWS})")
     args = parser.parse_args(argv)
-    written = write_datasets(args.out, args.rows, args.seed)
+    written = write_datasets(args.out, args.rows, args.seed, sft_rows=args.sft_rows, judge_rows=args.judge_rows)
     for name, folder in written.items():
         sizes = ", ".join(f"{k} {v}" for k, v in datasets.load_from_disk(str(folder)).num_rows.items())
         print(f"{name}: {folder} ({sizes})")

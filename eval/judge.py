@@ -3,15 +3,24 @@
     python eval/judge.py --policy outputs/square_chipo --baseline outputs/sft \
         --dataset data/finance_preference_conversational --split test --out outputs/eval/square_chipo
 
-Judges: the local transformers judge (default: the embedded SmolLM2, comparing next-token
-probabilities of "A" and "B"), or any OpenAI-compatible endpoint:
+Judges:
+
+- ``--judge reward-model --judge-model PATH``: any sequence-classification reward model (a TRL
+  ``RewardTrainer`` output, ``PrivateRewardTrainer`` with ``model_type: reward``, the finance gold
+  judge of ``recipes/gold_judge.py``, Skywork-Reward, ArmoRM ...); position-free by construction;
+- ``--judge local`` (default): a transformers causal LM (default: the embedded SmolLM2) comparing
+  next-token probabilities of "A" and "B";
+- ``--judge openai``: any OpenAI-compatible endpoint (with ``--judge-logprobs`` where the server
+  returns logprobs, e.g. vLLM, llama.cpp server, OpenAI):
 
     --judge openai --judge-base-url http://localhost:8000/v1 --judge-model meta-llama/Llama-3.1-70B-Instruct   # vLLM
     --judge openai --judge-base-url http://localhost:11434/v1 --judge-model llama3:70b                       # Ollama
 
-Every pair is judged in both orders; a win needs both to agree. Before judging, the judge is
-scored on gold pairs (the split's chosen vs rejected) and its accuracy and position bias are
-reported beside the win rate (``--calibration-pairs 0`` skips it).
+Every pair is judged in both orders. Judges that report log-odds use the soft rule (the mean
+log-odds over the two orders, which cancels a position prior, with ``--tie-band``); others the
+hard rule (a win needs both orders to agree). Before judging, the judge is scored on gold pairs
+(the split's chosen vs rejected) and its hard and soft accuracy are reported beside the win rate
+(``--calibration-pairs 0`` skips it).
 """
 
 from __future__ import annotations
@@ -44,6 +53,13 @@ def _template(args, test) -> JudgeTemplate:
 
 
 def build_judge(args, template: JudgeTemplate):
+    if args.judge == "reward-model":
+        from squarechipo.judge.reward_model import RewardModelJudge
+
+        if not args.judge_model:
+            raise SystemExit("--judge reward-model needs --judge-model PATH (a sequence-classification reward model, "
+                             "e.g. outputs/gold_judge from recipes/gold_judge.py)")
+        return RewardModelJudge(args.judge_model, batch_size=args.judge_batch_size)
     if args.judge == "local":
         from squarechipo.judge.local import TransformersJudge
 
@@ -55,7 +71,7 @@ def build_judge(args, template: JudgeTemplate):
     return OpenAICompatibleJudge(
         args.judge_base_url, args.judge_model, template, api_key_env=args.judge_api_key_env,
         max_concurrency=args.judge_concurrency, timeout=args.judge_timeout, max_retries=args.judge_retries,
-        cache_path=args.judge_cache or Path(args.out) / "judge_cache.sqlite",
+        cache_path=args.judge_cache or Path(args.out) / "judge_cache.sqlite", logprobs=args.judge_logprobs,
     )
 
 
@@ -75,15 +91,20 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=0.95)
     g.add_argument("--seed", type=int, default=0)
     j = p.add_argument_group("judge")
-    j.add_argument("--judge", choices=["local", "openai"], default="local")
-    j.add_argument("--judge-model", default=None, help="local: model path/id (default: embedded); openai: model name")
+    j.add_argument("--judge", choices=["local", "reward-model", "openai"], default="local")
+    j.add_argument("--judge-model", default=None,
+                   help="local: model path/id (default: embedded); reward-model: its folder or hub id; openai: model name")
+    j.add_argument("--tie-band", type=float, default=0.0,
+                   help="soft rule: |mean log-odds| at or below this is a tie (log-odds units; rewards for reward-model)")
+    j.add_argument("--judge-logprobs", action="store_true",
+                   help="openai: ask for top logprobs of the answer letter, so the soft rule applies")
     j.add_argument("--judge-base-url", default=None, help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
     j.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     j.add_argument("--judge-concurrency", type=int, default=4)
     j.add_argument("--judge-timeout", type=float, default=60.0)
     j.add_argument("--judge-retries", type=int, default=4)
     j.add_argument("--judge-cache", default=None, help="SQLite cache (default: <out>/judge_cache.sqlite)")
-    j.add_argument("--judge-batch-size", type=int, default=8, help="local judge batch size")
+    j.add_argument("--judge-batch-size", type=int, default=8, help="local and reward-model judge batch size")
     j.add_argument("--template", choices=["auto", *TEMPLATES], default="auto")
     j.add_argument("--template-file", default=None, help="YAML with name, system, user ({prompt}, {response_a}, {response_b})")
     j.add_argument("--calibration-pairs", type=int, default=64, help="gold pairs to score the judge on (0 = skip)")
@@ -102,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     generation = GenerationSettings(args.max_new_tokens, args.batch_size, args.do_sample, args.temperature, args.top_p, args.seed)
     result = evaluate_win_rate(
         args.policy, args.baseline, test, judge, args.out, generation=generation, max_prompts=args.max_prompts,
-        calibration_pairs=args.calibration_pairs,
+        calibration_pairs=args.calibration_pairs, tie_band=args.tie_band,
         label={"setting": args.setting, "method": args.method or Path(args.policy).name, "seed": str(args.seed)},
     )
     print(f"Win rate of {args.policy} vs {args.baseline}: {format_line(result.summary)}")

@@ -91,4 +91,4 @@ def tiny_model_factory(tokenizer):
 def finance_splits():
     from data_gen.finance import build_datasets
 
-    return build_datasets(n_rows=280, seed=0)
+    return build_datasets(n_rows=280, seed=0, sft_rows=40, judge_rows=40)

@@ -9,7 +9,14 @@ import datasets
 import numpy as np
 import pytest
 
-from data_gen.finance import CATEGORIES, DEFAULT_ROWS, build_datasets, generate_rows
+from data_gen.finance import (
+    CATEGORIES,
+    DEFAULT_JUDGE_ROWS,
+    DEFAULT_ROWS,
+    DEFAULT_SFT_ROWS,
+    build_datasets,
+    generate_rows,
+)
 from squarechipo.data import load_preference_dataset, validate_preference_dataset
 from squarechipo.privacy import LabelPipeline, get_ledger, privatize_dataset, save_privatized
 
@@ -59,27 +66,54 @@ def test_splits_formats_and_sft():
     data = build_datasets(DEFAULT_ROWS, seed=0)
     pref = data["finance_preference"]
     sizes = {k: len(v) for k, v in pref.items()}
-    assert sum(sizes.values()) == DEFAULT_ROWS
     assert sizes == {"train": round(0.85 * DEFAULT_ROWS), "validation": round(0.05 * DEFAULT_ROWS),
-                     "test": DEFAULT_ROWS - round(0.85 * DEFAULT_ROWS) - round(0.05 * DEFAULT_ROWS)}
+                     "test": DEFAULT_ROWS - round(0.85 * DEFAULT_ROWS) - round(0.05 * DEFAULT_ROWS),
+                     "judge": DEFAULT_JUDGE_ROWS}
     ids = [set(part["id"]) for part in pref.values()]
-    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    assert all(not (ids[i] & ids[j]) for i in range(len(ids)) for j in range(i))
     for name in ("finance_preference", "finance_preference_conversational"):
         for part in data[name].values():
             validate_preference_dataset(part)
     conv = data["finance_preference_conversational"]["train"][0]
     assert conv["prompt"][0]["role"] == "user" and conv["chosen"][0]["role"] == "assistant"
-    sft = data["finance_sft"]["train"][0]
-    assert sft["completion"] == pref["train"][0]["chosen"] and sft["prompt"] == pref["train"][0]["prompt"]
+    sft = data["finance_sft"]
+    assert {k: len(v) for k, v in sft.items()} == {"train": 1442, "validation": DEFAULT_SFT_ROWS - 1442}
+    assert set(sft["train"][0]) == {"id", "category", "prompt", "completion"}
+
+
+def test_sft_and_judge_rows_share_no_prompt_with_the_preference_rows():
+    data = build_datasets(DEFAULT_ROWS, seed=0)
+    pref = data["finance_preference"]
+    private = {p for split in ("train", "validation", "test") for p in pref[split]["prompt"]}
+    private_responses = {r for split in ("train", "validation", "test") for r in pref[split]["chosen"]}
+    sft_prompts = {p for part in data["finance_sft"].values() for p in part["prompt"]}
+    judge_prompts = set(pref["judge"]["prompt"])
+    assert not (sft_prompts & private) and not (judge_prompts & private) and not (sft_prompts & judge_prompts)
+    # No SFT row is a (prompt, chosen) of a preference row: the SFT policy never sees a private label.
+    sft_pairs = {(p, c) for part in data["finance_sft"].values() for p, c in zip(part["prompt"], part["completion"])}
+    assert not any((p, c) in sft_pairs for p, c in zip(pref["train"]["prompt"], pref["train"]["chosen"]))
+    assert len(private_responses) > 0.9 * len(private)
+
+
+def test_preference_rows_do_not_depend_on_the_other_pools():
+    small = build_datasets(140, seed=0, sft_rows=10, judge_rows=5)["finance_preference"]
+    large = build_datasets(140, seed=0, sft_rows=40, judge_rows=30)["finance_preference"]
+    for split in ("train", "validation", "test"):
+        assert small[split].to_list() == large[split].to_list()
+    assert len(large["judge"]) == 30
 
 
 def test_cli_writes_every_dataset(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "data_gen.finance", "--out", str(tmp_path), "--seed", "3", "--rows", "140"],
+    out = subprocess.run([sys.executable, "-m", "data_gen.finance", "--out", str(tmp_path), "--seed", "3", "--rows", "140",
+                          "--sft-rows", "40", "--judge-rows", "20"],
                          capture_output=True, text=True, check=True)
     assert "finance_sft_conversational" in out.stdout
-    for name in ("finance_preference", "finance_preference_conversational", "finance_sft", "finance_sft_conversational"):
-        assert set(datasets.load_from_disk(str(tmp_path / name))) == {"train", "validation", "test"}
-        assert (tmp_path / "jsonl" / name / "test.jsonl").exists()
+    for name in ("finance_preference", "finance_preference_conversational"):
+        assert set(datasets.load_from_disk(str(tmp_path / name))) == {"train", "validation", "test", "judge"}
+        assert (tmp_path / "jsonl" / name / "judge.jsonl").exists()
+    for name in ("finance_sft", "finance_sft_conversational"):
+        assert set(datasets.load_from_disk(str(tmp_path / name))) == {"train", "validation"}
+        assert (tmp_path / "jsonl" / name / "train.jsonl").exists()
 
 
 # --------------------------------------------------------------------------- loader
@@ -88,7 +122,7 @@ def test_cli_writes_every_dataset(tmp_path):
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fin")
-    data = build_datasets(140, seed=0)
+    data = build_datasets(140, seed=0, sft_rows=20, judge_rows=10)
     data["finance_preference"].save_to_disk(str(folder / "saved"))
     train = data["finance_preference"]["train"]
     train.to_json(str(folder / "train.jsonl"))
@@ -113,7 +147,7 @@ def test_loads_local_files(small, name):
 
 def test_loads_saved_folders_splits_and_implicit_prompts(small):
     folder, data = small
-    assert set(load_preference_dataset(folder / "saved")) == {"train", "validation", "test"}
+    assert set(load_preference_dataset(folder / "saved")) == {"train", "validation", "test", "judge"}
     assert len(load_preference_dataset(folder / "saved", split="test")) == len(data["finance_preference"]["test"])
     assert set(load_preference_dataset(folder / "files")) == {"train", "test"}
     implicit = load_preference_dataset(folder / "implicit.jsonl")

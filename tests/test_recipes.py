@@ -25,7 +25,7 @@ def workspace(tmp_path_factory, tokenizer):
     folder = tmp_path_factory.mktemp("recipe")
     make_tiny_model(tokenizer, seed=0).save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
-    build_datasets(140, seed=0)["finance_preference_conversational"].save_to_disk(str(folder / "data"))
+    build_datasets(140, seed=0, sft_rows=20, judge_rows=10)["finance_preference_conversational"].save_to_disk(str(folder / "data"))
     return folder
 
 

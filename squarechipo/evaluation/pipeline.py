@@ -2,10 +2,13 @@
 
 Writes into ``out``:
 
-- ``judgments.jsonl``: one line per test prompt — prompt, category, both responses, the verdict and
-  the judge's raw reply for each order, and the outcome (win / tie / loss / invalid);
+- ``judgments.jsonl``: one line per test prompt — prompt, category, both responses, the verdict,
+  raw reply and log-odds for each order, and the outcome (win / tie / loss / identical / invalid)
+  under the hard and the soft rule (:mod:`squarechipo.judge.stats`);
 - ``calibration.jsonl``: the judge on gold pairs (the split's own chosen vs rejected), both orders;
-- ``summary.json``: win/tie/loss rates with 95% Wilson intervals, per category, and the calibration;
+- ``summary.json``: the ties-as-½ win rate with a bootstrap interval over prompts, strict
+  win/tie/loss/identical shares with Wilson intervals, per category, the length breakdown, and the
+  calibration (hard and soft gold accuracy);
 - ``report.md`` and ``win_rates.png``.
 """
 
@@ -18,13 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 
 from squarechipo.evaluation.generation import generate_responses, prompt_text
 from squarechipo.evaluation.report import write_chart, write_report
-from squarechipo.judge.base import PairwiseJudge
-from squarechipo.judge.stats import calibrate, pair_outcome, summarize_outcomes
+from squarechipo.judge.base import PairwiseJudge, Verdict
+from squarechipo.judge.stats import (
+    OUTCOME_SCORES,
+    calibrate,
+    pair_outcome,
+    soft_margin,
+    soft_outcome,
+    summarize_outcomes,
+)
 
-__all__ = ["GenerationSettings", "evaluate_win_rate"]
+__all__ = ["GenerationSettings", "calibrate_judge", "evaluate_win_rate", "judge_pairs", "length_breakdown"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -50,18 +61,91 @@ def _response_text(response) -> str:
     return response if isinstance(response, str) else "\n".join(m["content"] for m in response if m.get("role") == "assistant")
 
 
-def _calibration(judge: PairwiseJudge, test: datasets.Dataset, n_pairs: int | None, out: Path) -> dict[str, Any]:
+def _log_odds(verdicts: list[Verdict]) -> list[float | None] | None:
+    """The verdicts' log-odds when every one has them (the soft rule applies), else None."""
+    values = [v.log_odds for v in verdicts]
+    return values if values and all(v is not None for v in values) else None
+
+
+def calibrate_judge(judge: PairwiseJudge, test: datasets.Dataset, n_pairs: int | None = None, out: Path | None = None,
+                    tie_band: float = 0.0) -> dict[str, Any]:
+    """The judge's accuracy on the first ``n_pairs`` gold pairs (None = all), both orders, hard and soft rule.
+
+    Writes ``calibration.jsonl`` into ``out`` when given.
+    """
     gold = test.select(range(min(n_pairs or len(test), len(test))))
     prompts = [prompt_text(p) for p in gold["prompt"]]
     chosen = [_response_text(c) for c in gold["chosen"]]
     rejected = [_response_text(r) for r in gold["rejected"]]
     chosen_first = judge.verdicts(prompts, chosen, rejected)
     rejected_first = judge.verdicts(prompts, rejected, chosen)
-    with open(out / "calibration.jsonl", "w", encoding="utf-8") as handle:
-        for p, c, r, v1, v2 in zip(prompts, chosen, rejected, chosen_first, rejected_first):
-            record = {"prompt": p, "chosen": c, "rejected": r, "chosen_first": asdict(v1), "rejected_first": asdict(v2)}
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return calibrate([v.choice for v in chosen_first], [v.choice for v in rejected_first]).to_dict()
+    if out is not None:
+        with open(out / "calibration.jsonl", "w", encoding="utf-8") as handle:
+            for p, c, r, v1, v2 in zip(prompts, chosen, rejected, chosen_first, rejected_first):
+                record = {"prompt": p, "chosen": c, "rejected": r, "chosen_first": asdict(v1),
+                          "rejected_first": asdict(v2)}
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return calibrate([v.choice for v in chosen_first], [v.choice for v in rejected_first],
+                     chosen_first_log_odds=_log_odds(chosen_first), rejected_first_log_odds=_log_odds(rejected_first),
+                     tie_band=tie_band).to_dict()
+
+
+def _verdict_record(verdict: Verdict | None) -> dict[str, Any] | None:
+    return None if verdict is None else asdict(verdict)
+
+
+def judge_pairs(judge: PairwiseJudge, prompts: list[str], policy_responses: list[str], baseline_responses: list[str],
+                *, tie_band: float = 0.0) -> tuple[list[dict[str, Any]], str]:
+    """Judge each (policy, baseline) pair in both orders; identical responses are not sent to the judge.
+
+    Returns one record per prompt (both verdicts, the hard and the soft outcome, and ``outcome`` under
+    the rule in force) and that rule: ``soft`` when the judge reported log-odds for every pair, else ``hard``.
+    """
+    identical = [p.strip() == b.strip() for p, b in zip(policy_responses, baseline_responses)]
+    asked = [i for i, same in enumerate(identical) if not same]
+    pick = lambda values: [values[i] for i in asked]  # noqa: E731
+    policy_first = dict(zip(asked, judge.verdicts(pick(prompts), pick(policy_responses), pick(baseline_responses))))
+    baseline_first = dict(zip(asked, judge.verdicts(pick(prompts), pick(baseline_responses), pick(policy_responses))))
+    soft = _log_odds(list(policy_first.values())) is not None and _log_odds(list(baseline_first.values())) is not None
+    rule = "soft" if soft else "hard"
+    rows = []
+    for i, prompt in enumerate(prompts):
+        first, second = policy_first.get(i), baseline_first.get(i)
+        if identical[i]:
+            hard_outcome = soft_result = "identical"
+        else:
+            hard_outcome = pair_outcome(first.choice, second.choice)
+            soft_result = soft_outcome(first.log_odds, second.log_odds, tie_band) if soft else None
+        rows.append({
+            "index": i, "prompt": prompt,
+            "policy_response": policy_responses[i], "baseline_response": baseline_responses[i],
+            "policy_first": _verdict_record(first), "baseline_first": _verdict_record(second),
+            "soft_margin": soft_margin(first.log_odds, second.log_odds) if first is not None and soft else None,
+            "hard_outcome": hard_outcome, "soft_outcome": soft_result,
+            "outcome": soft_result if soft else hard_outcome,
+        })
+    return rows, rule
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def length_breakdown(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean response length (words) of each side, and the ties-as-½ win rate split by which side is longer.
+
+    A judge that favours length shows a higher win rate where the policy's response is the longer one.
+    """
+    lengths = {
+        "policy_mean_words": float(np.mean([_words(r["policy_response"]) for r in rows])) if rows else float("nan"),
+        "baseline_mean_words": float(np.mean([_words(r["baseline_response"]) for r in rows])) if rows else float("nan"),
+    }
+    judged = [r for r in rows if r["outcome"] in ("win", "tie", "loss")]
+    for name, keep in (("policy_longer", lambda r: _words(r["policy_response"]) > _words(r["baseline_response"])),
+                       ("policy_not_longer", lambda r: _words(r["policy_response"]) <= _words(r["baseline_response"]))):
+        part = [OUTCOME_SCORES[r["outcome"]] for r in judged if keep(r)]
+        lengths[name] = {"n": len(part), "win_rate_half_ties": float(np.mean(part)) if part else float("nan")}
+    return lengths
 
 
 def evaluate_win_rate(
@@ -74,6 +158,7 @@ def evaluate_win_rate(
     generation: GenerationSettings = GenerationSettings(),
     max_prompts: int | None = None,
     calibration_pairs: int | None = 0,
+    tie_band: float = 0.0,
     label: dict[str, str] | None = None,
 ) -> EvaluationResult:
     """Generate with both models, judge every pair in both orders, and write the report.
@@ -84,6 +169,7 @@ def evaluate_win_rate(
             ``rejected`` for calibration).
         judge: any :class:`PairwiseJudge`.
         calibration_pairs: gold pairs to score the judge on first (None = all, 0 = skip).
+        tie_band: the soft rule's tie band on the mean log-odds (see :mod:`squarechipo.judge.stats`).
         label: free-form tags stored in the summary (e.g. ``{"setting": "CTL", "method": "square_chipo"}``)
             for :func:`squarechipo.evaluation.report.aggregate_runs`.
     """
@@ -92,7 +178,7 @@ def evaluate_win_rate(
     calibration = None
     if calibration_pairs != 0 and {"chosen", "rejected"} <= set(test.column_names):
         # Gold pairs come from the whole split, independent of how many prompts are evaluated.
-        calibration = _calibration(judge, test, calibration_pairs, out)
+        calibration = calibrate_judge(judge, test, calibration_pairs, out, tie_band)
         logger.info("judge calibration: %s", calibration)
     if max_prompts is not None:
         test = test.select(range(min(max_prompts, len(test))))
@@ -100,30 +186,14 @@ def evaluate_win_rate(
     settings = asdict(generation)
     policy_responses = generate_responses(policy, prompts, desc="policy", **settings)
     baseline_responses = generate_responses(baseline, prompts, desc="baseline", **settings)
-    texts = [prompt_text(p) for p in prompts]
-    policy_first = judge.verdicts(texts, policy_responses, baseline_responses)
-    baseline_first = judge.verdicts(texts, baseline_responses, policy_responses)
-    categories = test["category"] if "category" in test.column_names else ["all"] * len(texts)
-    rows = []
-    for i, text in enumerate(texts):
-        outcome = pair_outcome(policy_first[i].choice, baseline_first[i].choice)
-        rows.append({
-            "index": i,
-            "category": categories[i],
-            "prompt": text,
-            "policy_response": policy_responses[i],
-            "baseline_response": baseline_responses[i],
-            "policy_first": {"choice": policy_first[i].choice, "raw": policy_first[i].raw},
-            "baseline_first": {"choice": baseline_first[i].choice, "raw": baseline_first[i].raw},
-            "outcome": outcome,
-        })
+    rows, rule = judge_pairs(judge, [prompt_text(p) for p in prompts], policy_responses, baseline_responses,
+                             tie_band=tie_band)
+    categories = test["category"] if "category" in test.column_names else ["all"] * len(rows)
+    for row, category in zip(rows, categories):
+        row["category"] = category
     with open(out / "judgments.jsonl", "w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    per_category = {
-        category: summarize_outcomes([r["outcome"] for r in rows if r["category"] == category]).to_dict()
-        for category in sorted(set(categories))
-    }
     summary = {
         "policy": policy,
         "baseline": baseline,
@@ -131,8 +201,15 @@ def evaluate_win_rate(
         "template": getattr(getattr(judge, "template", None), "name", None),
         "generation": settings,
         "label": label or {},
+        "decision_rule": rule,
+        "tie_band": tie_band,
         "overall": summarize_outcomes([r["outcome"] for r in rows]).to_dict(),
-        "per_category": per_category,
+        "overall_hard": summarize_outcomes([r["hard_outcome"] for r in rows]).to_dict(),
+        "per_category": {
+            category: summarize_outcomes([r["outcome"] for r in rows if r["category"] == category]).to_dict()
+            for category in sorted(set(categories))
+        },
+        "lengths": length_breakdown(rows),
         "calibration": calibration,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -9,70 +9,115 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_report", "write_chart", "aggregate_runs", "format_line"]
+__all__ = ["aggregate_runs", "format_interval", "format_line", "format_lines", "format_percent", "write_chart", "write_report"]
 
 
-def _pct(x: float) -> str:
+def format_percent(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
-def _ci(ci) -> str:
-    return f"[{_pct(ci[0])}, {_pct(ci[1])}]"
+def format_interval(ci) -> str:
+    return f"[{format_percent(ci[0])}, {format_percent(ci[1])}]"
+
+
+def _judge_accuracy(cal: dict[str, Any] | None) -> str:
+    if not cal:
+        return "judge not calibrated"
+    return (f"judge gold accuracy {format_percent(cal['rule_accuracy'])} {format_interval(cal['rule_accuracy_ci'])} ({cal['rule']} rule) "
+            f"on {cal['n_pairs']} gold pairs")
+
+
+def format_lines(summary: dict[str, Any]) -> list[str]:
+    """The result in a few lines: the ties-as-½ win rate with its bootstrap interval, the strict shares,
+    identical responses and lengths, and the judge's gold accuracy."""
+    o = summary["overall"]
+    lines = [
+        f"win rate {format_percent(o['win_rate_half_ties'])} {format_interval(o['win_rate_half_ties_ci'])} "
+        f"(ties as ½, 95% bootstrap over {o['n_valid']} prompts)",
+        f"strict: win {format_percent(o['win_rate'])} {format_interval(o['win_ci'])}, tie {format_percent(o['tie_rate'])}, "
+        f"loss {format_percent(o['loss_rate'])} ({summary.get('decision_rule', 'hard')} rule, {o['n_invalid']} invalid)",
+        f"identical responses {o['identical']}/{o['n_valid']} ({format_percent(o['identical_rate'])})",
+    ]
+    lengths = summary.get("lengths")
+    if lengths:
+        lines[-1] += (f"; mean length {lengths['policy_mean_words']:.1f} vs {lengths['baseline_mean_words']:.1f} "
+                      "words (policy vs baseline)")
+    lines.append(_judge_accuracy(summary.get("calibration")))
+    return lines
 
 
 def format_line(summary: dict[str, Any]) -> str:
-    """One line: the win rate with its interval, and the judge's calibration beside it."""
-    o = summary["overall"]
-    line = (
-        f"win {_pct(o['win_rate'])} {_ci(o['win_ci'])}, tie {_pct(o['tie_rate'])}, loss {_pct(o['loss_rate'])} "
-        f"over {o['n_valid']} pairs ({o['n_invalid']} invalid)"
-    )
-    cal = summary.get("calibration")
-    if cal:
-        line += (
-            f"; judge calibration accuracy {_pct(cal['accuracy'])} {_ci(cal['accuracy_ci'])}, "
-            f"position bias {_pct(cal['position_bias_rate'])} on {cal['n_valid']} gold pairs"
-        )
-    else:
-        line += "; judge not calibrated"
-    return line
+    """:func:`format_lines` joined into one line."""
+    return "; ".join(format_lines(summary))
+
+
+def _calibration_lines(cal: dict[str, Any] | None) -> list[str]:
+    if not cal:
+        return ["The judge was not calibrated on gold pairs for this run.", ""]
+    has_soft = cal.get("soft_accuracy") is not None
+    soft_accuracy = format_percent(cal["soft_accuracy"]) if has_soft else "n/a (the judge reports no log-odds)"
+    soft_ci = format_interval(cal["soft_accuracy_ci"]) if has_soft else ""
+    lines = [
+        "## Judge calibration (gold pairs: the test split's chosen vs rejected)",
+        "",
+        "| rule | accuracy | 95% CI (Wilson) |",
+        "|---|---|---|",
+        f"| hard (both orders agree) | {format_percent(cal['hard_accuracy'])} | {format_interval(cal['hard_accuracy_ci'])} |",
+        f"| soft (mean log-odds over both orders, tie band {cal['tie_band']:g}) | {soft_accuracy} | {soft_ci} |",
+        f"| single judgment | {format_percent(cal['accuracy'])} | {format_interval(cal['accuracy_ci'])} |",
+        "",
+        f"On {cal['n_valid']} pairs ({cal['n_invalid']} invalid); position bias {format_percent(cal['position_bias_rate'])} "
+        f"(the same position picked in both orders). The win rate uses the **{cal['rule']}** rule.",
+        "",
+    ]
+    if not cal["rule_accuracy"] >= 0.75:
+        lines += ["**Warning:** the judge is weak on gold pairs; read the win rate with care.", ""]
+    return lines
 
 
 def write_report(summary: dict[str, Any], path: Path) -> None:
-    o = summary["overall"]
+    o, hard = summary["overall"], summary.get("overall_hard") or summary["overall"]
+    rule = summary.get("decision_rule", "hard")
     lines = [
         f"# Win rate: `{summary['policy']}` vs `{summary['baseline']}`",
         "",
-        f"Judge: `{summary['judge']}` (template `{summary['template']}`). Each pair is judged in both orders; "
-        "a win needs both orders to agree, disagreements are ties. Intervals are 95% Wilson intervals.",
+        f"Judge: `{summary['judge']}` (template `{summary['template']}`). Each pair is judged in both orders. "
+        f"Decision rule: **{rule}** ({'mean log-odds over the two orders, tie band ' + format(summary.get('tie_band', 0), 'g') if rule == 'soft' else 'a win needs both orders to agree; disagreements are ties'}). "
+        "Identical responses are not judged and count as ties.",
         "",
-        "| | rate | 95% CI | count |",
-        "|---|---|---|---|",
-        f"| win | {_pct(o['win_rate'])} | {_ci(o['win_ci'])} | {o['wins']} |",
-        f"| tie | {_pct(o['tie_rate'])} | {_ci(o['tie_ci'])} | {o['ties']} |",
-        f"| loss | {_pct(o['loss_rate'])} | {_ci(o['loss_ci'])} | {o['losses']} |",
-        f"| invalid (unparsable or failed replies, excluded) | | | {o['n_invalid']} |",
+        f"**Win rate (ties as ½): {format_percent(o['win_rate_half_ties'])} {format_interval(o['win_rate_half_ties_ci'])}** "
+        f"(95% BCa bootstrap over {o['n_valid']} prompts).",
+        "",
+        f"| outcome | {rule} rule | 95% CI (Wilson) | count | hard rule |",
+        "|---|---|---|---|---|",
+        f"| win | {format_percent(o['win_rate'])} | {format_interval(o['win_ci'])} | {o['wins']} | {hard['wins']} |",
+        f"| tie | {format_percent(o['tie_rate'])} | {format_interval(o['tie_ci'])} | {o['ties']} | {hard['ties']} |",
+        f"| loss | {format_percent(o['loss_rate'])} | {format_interval(o['loss_ci'])} | {o['losses']} | {hard['losses']} |",
+        f"| identical responses (not judged) | {format_percent(o['identical_rate'])} | | {o['identical']} | {hard['identical']} |",
+        f"| invalid (unparsable or failed replies, excluded) | | | {o['n_invalid']} | {hard['n_invalid']} |",
         "",
     ]
-    cal = summary.get("calibration")
-    if cal:
+    lengths = summary.get("lengths")
+    if lengths:
         lines += [
-            "## Judge calibration (gold pairs: the test split's chosen vs rejected)",
+            "## Length",
             "",
-            f"Accuracy {_pct(cal['accuracy'])} {_ci(cal['accuracy_ci'])} per judgment, "
-            f"{_pct(cal['consistent_accuracy'])} consistent in both orders, position bias "
-            f"{_pct(cal['position_bias_rate'])}, on {cal['n_valid']} pairs ({cal['n_invalid']} invalid).",
+            f"Mean length: policy {lengths['policy_mean_words']:.1f} words, baseline {lengths['baseline_mean_words']:.1f}.",
+            "",
+            "| pairs where the policy's response is | pairs | win rate (ties as ½) |",
+            "|---|---|---|",
+            f"| longer | {lengths['policy_longer']['n']} | {format_percent(lengths['policy_longer']['win_rate_half_ties'])} |",
+            f"| not longer | {lengths['policy_not_longer']['n']} | "
+            f"{format_percent(lengths['policy_not_longer']['win_rate_half_ties'])} |",
             "",
         ]
-        if cal["accuracy"] is not None and not math.isnan(cal["accuracy"]) and cal["accuracy"] < 0.75:
-            lines += ["**Warning:** the judge is weak on gold pairs; read the win rate with care.", ""]
-    else:
-        lines += ["The judge was not calibrated on gold pairs for this run.", ""]
-    lines += ["## Per category", "", "| category | win | tie | loss | pairs | invalid |", "|---|---|---|---|---|---|"]
+    lines += _calibration_lines(summary.get("calibration"))
+    lines += ["## Per category", "", "| category | win rate (ties ½) | win | tie | loss | identical | pairs | invalid |",
+              "|---|---|---|---|---|---|---|---|"]
     for category, c in summary["per_category"].items():
         lines.append(
-            f"| {category} | {_pct(c['win_rate'])} | {_pct(c['tie_rate'])} | {_pct(c['loss_rate'])} | "
-            f"{c['n_valid']} | {c['n_invalid']} |"
+            f"| {category} | {format_percent(c['win_rate_half_ties'])} | {format_percent(c['win_rate'])} | {format_percent(c['tie_rate'])} | "
+            f"{format_percent(c['loss_rate'])} | {c['identical']} | {c['n_valid']} | {c['n_invalid']} |"
         )
     g = summary["generation"]
     lines += ["", f"Generation: max_new_tokens {g['max_new_tokens']}, do_sample {g['do_sample']}, seed {g['seed']}.", ""]
@@ -80,35 +125,35 @@ def write_report(summary: dict[str, Any], path: Path) -> None:
 
 
 def write_chart(summary: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # The object-oriented Figure needs no pyplot backend, so the caller's backend is left alone.
+    from matplotlib.figure import Figure
 
     groups = [("overall", summary["overall"])] + list(summary["per_category"].items())
     labels = [name for name, _ in groups]
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(groups) + 1.5))
+    fig = Figure(figsize=(8, 0.5 * len(groups) + 1.5))
+    ax = fig.subplots()
     left = [0.0] * len(groups)
-    for key, colour in (("win_rate", "#2a9d8f"), ("tie_rate", "#e9c46a"), ("loss_rate", "#e76f51")):
+    for key, colour in (("win_rate", "#2a9d8f"), ("tie_rate", "#e9c46a"), ("identical_rate", "#bbbbbb"),
+                        ("loss_rate", "#e76f51")):
         values = [0.0 if math.isnan(g[key]) else g[key] for _, g in groups]
-        ax.barh(labels, values, left=left, color=colour, label=key.split("_")[0])
+        ax.barh(labels, values, left=left, color=colour, label=key.removesuffix("_rate"))
         left = [a + b for a, b in zip(left, values)]
     o = summary["overall"]
-    if not math.isnan(o["win_rate"]):
-        ax.errorbar([o["win_rate"]], [0], xerr=[[max(0.0, o["win_rate"] - o["win_ci"][0])], [max(0.0, o["win_ci"][1] - o["win_rate"])]],
-                    fmt="none", ecolor="black", capsize=4)
+    rate, (low, high) = o["win_rate_half_ties"], o["win_rate_half_ties_ci"]
+    if not math.isnan(rate):
+        ax.errorbar([rate], [0], xerr=[[max(0.0, rate - low)], [max(0.0, high - rate)]], fmt="D", color="black",
+                    capsize=4, label="win rate, ties ½ (95% CI)")
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
-    ax.set_xlabel("share of judged pairs (both orders)")
+    ax.set_xlabel(f"share of judged pairs ({summary.get('decision_rule', 'hard')} rule, both orders)")
     cal = summary.get("calibration")
     title = f"{Path(str(summary['policy'])).name} vs {Path(str(summary['baseline'])).name}"
     if cal:
-        title += f" — judge accuracy {_pct(cal['accuracy'])}"
+        title += f" — judge gold accuracy {format_percent(cal['rule_accuracy'])}"
     ax.set_title(title)
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def aggregate_runs(run_dirs: list[str | Path], out: str | Path) -> str:

@@ -26,10 +26,16 @@ class BasePairwiseJudge(ABC):
 
 @dataclass(frozen=True)
 class Verdict:
-    """One judgment of (prompt, response_a, response_b) as shown: 0 = A better, 1 = B, None = no answer."""
+    """One judgment of (prompt, response_a, response_b) as shown: 0 = A better, 1 = B, None = no answer.
+
+    ``log_odds``: the judge's log P(A better) − log P(B better) where it reports one (next-token
+    probabilities, server logprobs, or a reward difference r(A) − r(B) under Bradley–Terry); None
+    otherwise. The soft decision rule of :mod:`squarechipo.judge.stats` averages it over both orders.
+    """
 
     choice: int | None
     raw: str
+    log_odds: float | None = None
 
 
 class PairwiseJudge(BasePairwiseJudge):

@@ -4,6 +4,10 @@ No free generation: after the chat-formatted question the model's probability of
 letter is read off the next-token distribution (summed over the letter with and without a
 leading space), and the larger wins. Deterministic, batched, and never malformed. The default
 model is the embedded SmolLM2-135M-Instruct.
+
+Each verdict also carries the log-odds log P(A) − log P(B), so the soft rule of
+:mod:`squarechipo.judge.stats` can average the two orders and cancel the judge's position prior:
+small models pick one letter whatever they are shown, which makes the hard rule all ties.
 """
 
 from __future__ import annotations
@@ -71,5 +75,5 @@ class TransformersJudge(PairwiseJudge):
             for row in scores:
                 probs = row.exp().tolist()
                 raw = json.dumps({f"P({o})": round(p, 6) for o, p in zip(self.template.options, probs)})
-                results.append(Verdict(choice=int(row.argmax()), raw=raw))
+                results.append(Verdict(choice=int(row.argmax()), raw=raw, log_odds=float(row[0] - row[1])))
         return results

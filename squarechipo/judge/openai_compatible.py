@@ -8,6 +8,12 @@
   evaluation resumes without asking again. Failed requests are not cached (they are retried on the
   next run) and come back as a verdict with ``choice=None``, never as an exception.
 
+With ``logprobs=True`` the request asks for the top log-probabilities of the first answer token
+(``logprobs``/``top_logprobs``, served by OpenAI, vLLM and the llama.cpp server), and the verdict
+carries log P(A) − log P(B) for the soft rule. A letter missing from the top list gets the lowest
+listed log-probability, an upper bound on its own, so the log-odds are then a bound; with neither
+letter listed there are none.
+
 The API key is read from the environment variable named by ``api_key_env`` (never stored).
 """
 
@@ -16,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import sqlite3
@@ -33,6 +40,23 @@ __all__ = ["OpenAICompatibleJudge", "JudgeCache"]
 
 logger = logging.getLogger("squarechipo")
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+_TOKEN_WRAPPERS = "*_`\"'()."
+
+
+def _logsumexp(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _decode_cached(value: str) -> tuple[str, float | None]:
+    """A cached reply: JSON {"content", "log_odds"}; a plain string from an older cache is the content."""
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return value, None
+    if isinstance(record, dict) and "content" in record:
+        return str(record["content"]), record.get("log_odds")
+    return value, None
 
 
 class JudgeCache:
@@ -76,6 +100,8 @@ class OpenAICompatibleJudge(PairwiseJudge):
         max_tokens: int = 8,
         temperature: float = 0.0,
         cache_path: str | os.PathLike | None = None,
+        logprobs: bool = False,
+        top_logprobs: int = 20,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1 (got {max_concurrency}).")
@@ -89,6 +115,8 @@ class OpenAICompatibleJudge(PairwiseJudge):
         self.backoff = backoff
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.logprobs = logprobs
+        self.top_logprobs = top_logprobs
         self.cache = JudgeCache(cache_path) if cache_path is not None else None
         self.requests_sent = 0
         self._count_lock = threading.Lock()
@@ -98,10 +126,31 @@ class OpenAICompatibleJudge(PairwiseJudge):
 
     def _key(self, prompt: str, response_a: str, response_b: str) -> str:
         identity = [self.model, self.max_tokens, self.temperature, self.template.fingerprint, prompt, response_a, response_b]
+        if self.logprobs:
+            identity.append(["logprobs", self.top_logprobs])
         return hashlib.sha256(json.dumps(identity, ensure_ascii=False).encode("utf-8")).hexdigest()
 
-    def _ask(self, messages: list[dict[str, str]]) -> str:
+    def _letter_log_odds(self, choice: dict) -> float | None:
+        """log P(A) − log P(B) from the first generated token's top logprobs (see the module docstring)."""
+        content = ((choice.get("logprobs") or {}).get("content")) or []
+        if not content:
+            return None
+        top = content[0].get("top_logprobs") or []
+        values = {option: [] for option in self.template.options}
+        for entry in top:
+            token = str(entry.get("token", "")).strip().strip(_TOKEN_WRAPPERS).upper()
+            if token in values and entry.get("logprob") is not None:
+                values[token].append(float(entry["logprob"]))
+        if not top or not any(values.values()):
+            return None
+        floor = min(float(e["logprob"]) for e in top if e.get("logprob") is not None)
+        a, b = (_logsumexp(values[o]) if values[o] else floor for o in self.template.options)
+        return a - b
+
+    def _ask(self, messages: list[dict[str, str]]) -> tuple[str, float | None]:
         body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens, "temperature": self.temperature}
+        if self.logprobs:
+            body.update(logprobs=True, top_logprobs=self.top_logprobs)
         last_error = "no attempt"
         for attempt in range(self.max_retries + 1):
             with self._count_lock:
@@ -109,8 +158,9 @@ class OpenAICompatibleJudge(PairwiseJudge):
             try:
                 response = self._client.post("/chat/completions", json=body)
                 if response.status_code == 200:
-                    choices = response.json().get("choices") or [{}]
-                    return (choices[0].get("message") or {}).get("content") or ""
+                    choice = (response.json().get("choices") or [{}])[0]
+                    content = (choice.get("message") or {}).get("content") or ""
+                    return content, self._letter_log_odds(choice) if self.logprobs else None
                 last_error = f"HTTP {response.status_code}: {response.text[:200]}"
                 if response.status_code not in _RETRY_STATUS:
                     break
@@ -124,15 +174,16 @@ class OpenAICompatibleJudge(PairwiseJudge):
         key = self._key(prompt, response_a, response_b)
         cached = self.cache.get(key) if self.cache is not None else None
         if cached is not None:
-            return Verdict(parse_verdict(cached, self.template.options), cached)
+            reply, log_odds = _decode_cached(cached)
+            return Verdict(parse_verdict(reply, self.template.options), reply, log_odds)
         try:
-            reply = self._ask(self.template.messages(prompt, response_a, response_b))
+            reply, log_odds = self._ask(self.template.messages(prompt, response_a, response_b))
         except RuntimeError as error:
             logger.warning("judge request failed after %d retries: %s", self.max_retries, error)
             return Verdict(None, f"error: {error}")
         if self.cache is not None:
-            self.cache.put(key, reply)
-        return Verdict(parse_verdict(reply, self.template.options), reply)
+            self.cache.put(key, json.dumps({"content": reply, "log_odds": log_odds}))
+        return Verdict(parse_verdict(reply, self.template.options), reply, log_odds)
 
     def verdicts(self, prompts, responses_a, responses_b) -> list[Verdict]:
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:

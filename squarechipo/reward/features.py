@@ -20,12 +20,17 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from squarechipo.reward.linear import mle, objective_perturbation, sgd_debiased
 from squarechipo.trainer.privacy_settings import PrivacySettings
 
-__all__ = ["response_features", "comparison_features", "fit_linear_head", "LINEAR_ESTIMATORS"]
+__all__ = ["response_features", "comparison_features", "fit_linear_head", "LINEAR_ESTIMATORS", "reward_texts",
+           "sequence_scores"]
 
 LINEAR_ESTIMATORS = ("sgd_rr", "objective_perturbation", "mle")
 
 
-def _texts(tokenizer, prompts, responses) -> list[str]:
+def reward_texts(tokenizer, prompts, responses) -> list[str]:
+    """The text a reward model scores for (x, a): the chat template for messages, prompt + response for strings.
+
+    This is TRL's ``RewardTrainer`` layout for conversational and standard rows.
+    """
     texts = []
     for prompt, response in zip(prompts, responses):
         if isinstance(prompt, str):
@@ -43,7 +48,7 @@ def response_features(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     device = next(model.parameters()).device
     side = tokenizer.padding_side
     tokenizer.padding_side = "right"
-    texts = _texts(tokenizer, prompts, responses)
+    texts = reward_texts(tokenizer, prompts, responses)
     out = []
     try:
         for start in tqdm(range(0, len(texts), batch_size), desc="frozen features", unit="batch"):
@@ -55,6 +60,32 @@ def response_features(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     finally:
         tokenizer.padding_side = side
     return torch.cat(out).numpy()
+
+
+@torch.no_grad()
+def sequence_scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], *,
+                    batch_size: int = 16, max_length: int = 1024, desc: str = "scoring") -> np.ndarray:
+    """The outputs of a sequence-classification model on each text, float64 (n, num_outputs).
+
+    The model pools at the last non-pad token itself (transformers' ``*ForSequenceClassification``),
+    so these are exactly the rewards it would report. Texts are sorted by length before batching to
+    keep padding small, and the results come back in the input order.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.zeros((len(texts), 0))
+    chunks = []
+    for start in tqdm(range(0, len(texts), batch_size), desc=desc, unit="batch", disable=len(texts) <= batch_size):
+        index = order[start : start + batch_size]
+        batch = tokenizer([texts[i] for i in index], return_tensors="pt", padding=True, truncation=True,
+                          max_length=max_length, add_special_tokens=False).to(device)
+        chunks.append((index, model(**batch, use_cache=False).logits.double().cpu().numpy()))
+    if chunks:
+        out = np.zeros((len(texts), chunks[0][1].shape[1]))
+        for index, values in chunks:
+            out[index] = values
+    return out
 
 
 def comparison_features(model, tokenizer, dataset: datasets.Dataset, feature_bound: float, **kwargs) -> np.ndarray:
@@ -90,3 +121,48 @@ def fit_linear_head(features: np.ndarray, estimator: str, privacy: PrivacySettin
     if estimator == "mle":
         return mle(x, y, radius)[0]
     raise ValueError(f"estimator must be one of {LINEAR_ESTIMATORS} (got {estimator!r}).")
+
+
+def _score_head(model: PreTrainedModel) -> torch.nn.Linear:
+    head = getattr(model, "score", None)
+    if not isinstance(head, torch.nn.Linear):
+        raise ValueError(f"{type(model).__name__} has no linear `score` head; use a decoder *ForSequenceClassification model.")
+    return head
+
+
+def pooled_features(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], **kwargs) -> np.ndarray:
+    """What the classification head of a sequence classifier sees: the hidden state it pools, (n, hidden)."""
+    head = _score_head(model)
+    model.score = torch.nn.Identity()
+    try:
+        return sequence_scores(model, tokenizer, texts, **kwargs)
+    finally:
+        model.score = head
+
+
+def fit_linear_reward_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dataset: datasets.Dataset, *,
+                            radius: float, **kwargs) -> dict:
+    """Fit the ``score`` head of a one-output sequence classifier, in place, as a Bradley–Terry MLE on frozen features.
+
+    x_i = (φ(x, a⁺) − φ(x, a⁻))/s with φ the pooled hidden state and s the median ‖φ(x, a⁺) − φ(x, a⁻)‖;
+    θ = :func:`~squarechipo.reward.linear.mle` over ‖θ‖ ≤ ``radius``, and the head's weight is θ/s, so
+    r(x, a⁺) − r(x, a⁻) = ⟨θ, x_i⟩. The rows' labels are used as stored and without privacy: this is for
+    public labels (an evaluation judge), not a private pipeline. Returns the fit's summary.
+    """
+    if _score_head(model).out_features != 1:
+        raise ValueError(f"a reward model has one output; this one has num_labels={model.config.num_labels}.")
+    chosen = pooled_features(model, tokenizer, reward_texts(tokenizer, dataset["prompt"], dataset["chosen"]), **kwargs)
+    rejected = pooled_features(model, tokenizer, reward_texts(tokenizer, dataset["prompt"], dataset["rejected"]),
+                               **kwargs)
+    diff = chosen - rejected
+    scale = float(np.median(np.linalg.norm(diff, axis=1)))
+    if not scale > 0:
+        raise ValueError("chosen and rejected responses have the same features; nothing to fit.")
+    theta = mle(diff[None] / scale, np.ones((1, len(diff))), radius)[0]
+    with torch.no_grad():
+        model.score.weight.copy_(torch.as_tensor(theta / scale, dtype=model.score.weight.dtype).reshape(1, -1))
+        if model.score.bias is not None:
+            model.score.bias.zero_()
+    margins = diff @ theta / scale
+    return {"n_rows": len(diff), "radius": radius, "feature_scale": scale, "theta_norm": float(np.linalg.norm(theta)),
+            "train_accuracy": float(np.mean(margins > 0))}
