@@ -5,14 +5,22 @@ All inputs are summed token log-probabilities of the stored ``chosen`` (a⁺) an
 (z̄ = +1, DESIGN.md §1): a privatized or corrupted label is a swapped row.
 
 Numerics. Everything is computed in float32 at least (bf16/fp16 inputs are upcast; float64 stays
-float64, which is what ``gradcheck`` and the simulation lab use). The χPO link needs e^ℓ: ℓ is
-clamped to at most :data:`CHIPO_LOG_RATIO_CLAMP` (= 20) *inside the exponential only*. Above it
-the exponential part is frozen at e^20 ≈ 4.9e8 and its gradient stops; the linear part ℓ keeps
-its gradient. Why 20: (i) β·e^20 already saturates σ for any β ≥ 1e-7 unless the two sides cancel,
-so the loss value is unchanged in practice, and 003 clips the margin at 2R_max far below this;
-(ii) it bounds the per-row gradient by about β·e^20, so no float32/bf16 overflow can reach the
-backward pass even for log-ratios of ±1e4; (iii) without it float32 e^ℓ overflows at ℓ ≈ 88.7.
-The 2R_max clip of 003 also stops gradients where it is active, exactly as in the paper.
+float64, which is what ``gradcheck`` and the simulation lab use). The χPO margin needs
+e^{ℓ⁺} − e^{ℓ⁻}, and float32 e^ℓ overflows at ℓ ≈ 88.7. Clamping each ℓ before the exponential is
+wrong when *both* log-ratios are large: the two frozen terms cancel and h degenerates to DPO's
+ℓ⁺ − ℓ⁻ (e.g. ℓ⁺ = 25, ℓ⁻ = 22, β = 0.1, 2R_max = 10: the paper's m is +10, saturated; per-side
+clamping at 20 gives 0.3 with a live gradient). So :func:`margins` computes the difference as
+sign(d)·e^M·(1 − e^{−|d|}), M = max(ℓ⁺, ℓ⁻), d = ℓ⁺ − ℓ⁻, in log space (L = M + log(1 − e^{−|d|})),
+and caps L only where the result cannot change:
+
+- with a clip 2R_max, at log(2R_max/β) + 1: above it β·|h| > 2R_max, so m = ±2R_max exactly and the
+  gradient is zero, as in the paper;
+- without a clip, at :data:`CHIPO_LOG_RATIO_CLAMP` (= 20): β·e^20 saturates σ for any β ≥ 1e-7, so the
+  log loss is unchanged; the capped part's gradient stops (the linear part keeps it);
+- in the self-play margin (clipped at ±4 *after* two χPO margins are combined), at
+  :data:`SELF_PLAY_LOG_CAP` (= 60): exact wherever float32 can represent the terms.
+
+Up to M = 80 the difference is computed directly (exact value and gradient, including ℓ⁺ = ℓ⁻).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ __all__ = [
     "METHODS",
     "Method",
     "PreferenceLossOutput",
+    "chipo_difference",
     "chipo_link",
     "dpo_link",
     "log_loss",
@@ -49,10 +58,14 @@ __all__ = [
     "self_play_loss",
     "square_loss",
     "SELF_PLAY_CLIP",
+    "SELF_PLAY_LOG_CAP",
 ]
 
-#: Upper clamp on the log-ratio inside χPO's exponential (see the module docstring).
+#: Cap on log|e^{ℓ⁺} − e^{ℓ⁻}| in an unclipped χPO margin, and the largest max(ℓ⁺, ℓ⁻) computed directly
+#: (see the module docstring).
 CHIPO_LOG_RATIO_CLAMP = 20.0
+#: Cap on log|e^{ℓ⁺} − e^{ℓ⁻}| inside the self-play margin, which is clipped only after combining two margins.
+SELF_PLAY_LOG_CAP = 60.0
 
 Link = Literal["dpo", "chipo"]
 Loss = Literal["log", "robust_log", "square"]
@@ -99,11 +112,38 @@ def dpo_link(log_ratio: torch.Tensor) -> torch.Tensor:
 def chipo_link(log_ratio: torch.Tensor) -> torch.Tensor:
     """χPO's link g(ℓ) = ϕ(e^ℓ) = e^ℓ + ℓ with ϕ(u) = u + log u (003 §2, eq. (1), χPO of Huang et al. 2024).
 
-    The exponential sees min(ℓ, 20); see the module docstring for where the gradient stops.
+    For one response. The exponential sees min(ℓ, 20). Margins do not use this per side: they use
+    :func:`chipo_difference`, which stays exact when both log-ratios are large.
     """
     return torch.exp(torch.clamp(log_ratio, max=CHIPO_LOG_RATIO_CLAMP)) + log_ratio
 
 
+def chipo_difference(chosen_ratio: torch.Tensor, rejected_ratio: torch.Tensor, log_cap: float) -> torch.Tensor:
+    """h = g(ℓ⁺) − g(ℓ⁻) = (e^{ℓ⁺} − e^{ℓ⁻}) + (ℓ⁺ − ℓ⁻) for the χPO link (003 §2), computed stably.
+
+    log|e^{ℓ⁺} − e^{ℓ⁻}| = L = M + log(1 − e^{−|d|}), M = max(ℓ⁺, ℓ⁻), d = ℓ⁺ − ℓ⁻, and where L exceeds
+    ``log_cap`` the term is ±e^{log_cap} (see the module docstring for the caps that keep the result exact).
+    While M ≤ 80, where float32 holds e^M and its gradient, the difference itself is computed (exact
+    value and gradient, d = 0 included); beyond, through L (at d = 0 exactly the term and its gradient
+    are then 0: the true gradient e^M > e^80 is not representable anyway).
+    """
+    d = chosen_ratio - rejected_ratio
+    top = torch.maximum(chosen_ratio, rejected_ratio)
+    near = top <= _CHIPO_DIRECT_MAX
+    direct = torch.exp(torch.where(near, chosen_ratio, 0.0)) - torch.exp(torch.where(near, rejected_ratio, 0.0))
+    # log(1 − e^{−|d|}) → −∞ at d = 0: substitute 1 there (masked out of value and gradient), and keep
+    # |d| ≥ 1e-18 so the masked-out gradient 1/|d| stays finite in float32.
+    gap = torch.where(d == 0, torch.ones_like(d), d.abs().clamp(min=1e-18))
+    log_magnitude = torch.where(near, 0.0, top) + torch.log(-torch.expm1(-gap))
+    capped = torch.sign(d) * math.exp(log_cap)
+    far = torch.where(d == 0, torch.zeros_like(d), torch.sign(d) * torch.exp(torch.clamp(log_magnitude, max=log_cap)))
+    with torch.no_grad():
+        over_cap = torch.where(near, direct.abs() > math.exp(log_cap), log_magnitude > log_cap)
+    return torch.where(over_cap, capped, torch.where(near, direct, far)) + d
+
+
+#: Largest max(ℓ⁺, ℓ⁻) for which e^{ℓ⁺} − e^{ℓ⁻} is computed directly (float32 holds e^80 ≈ 5.5e34).
+_CHIPO_DIRECT_MAX = 80.0
 _LINKS = {"dpo": dpo_link, "chipo": chipo_link}
 
 
@@ -116,10 +156,12 @@ def margins(
     beta: float,
     link: Link,
     clip: float | None = None,
+    log_cap: float | None = None,
 ) -> torch.Tensor:
     """m = clip_{2R_max}(β·h), h = g(ℓ⁺) − g(ℓ⁻), ℓ± = log π(a±|x) − log π_ref(a±|x) (003 Alg. 1).
 
     ``clip`` is the full bound 2·R_max (None = no clip); it acts on the difference, as in 003.
+    ``log_cap`` overrides the χPO cap of the module docstring (default: exact under ``clip``).
     """
     if link not in _LINKS:
         raise ValueError(f"link must be one of {tuple(_LINKS)} (got {link!r}).")
@@ -130,8 +172,12 @@ def margins(
     dtype = _compute_dtype(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
     chosen_ratio = policy_chosen_logps.to(dtype) - ref_chosen_logps.to(dtype)
     rejected_ratio = policy_rejected_logps.to(dtype) - ref_rejected_logps.to(dtype)
-    g = _LINKS[link]
-    margin = beta * (g(chosen_ratio) - g(rejected_ratio))
+    if link == "chipo":
+        if log_cap is None:
+            log_cap = math.log(clip / beta) + 1.0 if clip is not None else CHIPO_LOG_RATIO_CLAMP
+        margin = beta * chipo_difference(chosen_ratio, rejected_ratio, log_cap)
+    else:
+        margin = beta * (chosen_ratio - rejected_ratio)
     if clip is not None:
         margin = torch.clamp(margin, -clip, clip)
     return margin
@@ -254,8 +300,12 @@ def self_play_margin(
     """
     if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta > 0):
         raise ValueError(f"eta (the mirror-descent step size η of 003 Alg. 3) must be positive and finite (got {eta!r}).")
-    current = margins(policy_a_logps, policy_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo")
-    previous = margins(previous_a_logps, previous_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo")
+    # Unclipped until the combination is clipped at ±4, so both margins keep their large terms (exact
+    # cancellation) up to SELF_PLAY_LOG_CAP.
+    current = margins(policy_a_logps, policy_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo",
+                      log_cap=SELF_PLAY_LOG_CAP)
+    previous = margins(previous_a_logps, previous_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo",
+                       log_cap=SELF_PLAY_LOG_CAP)
     return (1.0 + 1.0 / eta) * current - previous.to(current.dtype) / eta
 
 

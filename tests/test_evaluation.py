@@ -11,7 +11,7 @@ import pytest
 
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.judge.local import TransformersJudge
-from squarechipo.judge.stats import pair_outcome
+from squarechipo.judge.stats import pair_outcome, soft_outcome
 from tests.conftest import make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,17 +38,33 @@ def test_pipeline_writes_every_output(models, finance_splits, tmp_path):
     assert len(rows) == 6
     for row in rows:
         assert row["policy_response"] is not None and row["baseline_response"] is not None
+        if row["outcome"] == "identical":
+            assert row["policy_response"].strip() == row["baseline_response"].strip() and row["policy_first"] is None
+            continue
         assert row["policy_first"]["raw"] and row["baseline_first"]["raw"]
-        assert row["outcome"] == pair_outcome(row["policy_first"]["choice"], row["baseline_first"]["choice"])
+        assert row["hard_outcome"] == pair_outcome(row["policy_first"]["choice"], row["baseline_first"]["choice"])
+        # The transformers judge reports log-odds, so the soft rule decides.
+        assert row["outcome"] == soft_outcome(row["policy_first"]["log_odds"], row["baseline_first"]["log_odds"])
     summary = json.loads((tmp_path / "summary.json").read_text())
     overall = summary["overall"]
-    assert overall["wins"] + overall["ties"] + overall["losses"] + overall["n_invalid"] == 6
+    assert summary["decision_rule"] == "soft"
+    assert overall["wins"] + overall["ties"] + overall["losses"] + overall["identical"] + overall["n_invalid"] == 6
+    scores = {"win": 1.0, "tie": 0.5, "identical": 0.5, "loss": 0.0}
+    assert overall["win_rate_half_ties"] == pytest.approx(sum(scores[r["outcome"]] for r in rows) / 6)
+    assert summary["overall_hard"]["wins"] == sum(r["hard_outcome"] == "win" for r in rows)
     assert sum(c["n_pairs"] for c in summary["per_category"].values()) == 6
-    assert summary["calibration"]["n_pairs"] == 4 and summary["label"]["method"] == "square_chipo"
+    lengths = summary["lengths"]
+    assert lengths["policy_longer"]["n"] + lengths["policy_not_longer"]["n"] == sum(
+        r["outcome"] in ("win", "tie", "loss") for r in rows)
+    assert lengths["policy_mean_words"] == pytest.approx(sum(len(r["policy_response"].split()) for r in rows) / 6)
+    cal = summary["calibration"]
+    assert cal["n_pairs"] == 4 and summary["label"]["method"] == "square_chipo"
+    assert cal["rule"] == "soft" and cal["soft_accuracy"] is not None and cal["hard_accuracy"] is not None
     assert len((tmp_path / "calibration.jsonl").read_text().splitlines()) == 4
     assert (tmp_path / "win_rates.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (tmp_path / "report.md").read_text()
     assert "Judge calibration" in report and "| win |" in report and "Per category" in report
+    assert "Win rate (ties as ½)" in report and "| hard (both orders agree) |" in report and "## Length" in report
     assert json.loads(json.dumps(result.summary)) == summary
 
 
@@ -72,7 +88,35 @@ def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "Win rate of" in out.stdout and "judge calibration accuracy" in out.stdout
+    assert "Win rate of" in out.stdout and "judge gold accuracy" in out.stdout and "(ties as ½" in out.stdout
     agg = subprocess.run([sys.executable, "eval/aggregate.py", "--out", str(tmp_path / "table"), str(tmp_path / "eval")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert agg.returncode == 0 and "| all | policy |" not in agg.stdout and "policy" in agg.stdout
+
+
+def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_path):
+    from tests.conftest import make_tiny_classifier
+
+    make_tiny_classifier(tokenizer, seed=5).save_pretrained(tmp_path / "rm")
+    tokenizer.save_pretrained(tmp_path / "rm")
+    finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
+    out = subprocess.run(
+        [sys.executable, "eval/judge.py", "--policy", str(models / "policy"), "--baseline", str(models / "baseline"),
+         "--dataset", str(tmp_path / "data"), "--max-prompts", "4", "--max-new-tokens", "6", "--calibration-pairs", "6",
+         "--judge", "reward-model", "--judge-model", str(tmp_path / "rm"), "--tie-band", "0.0",
+         "--out", str(tmp_path / "eval")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["judge"].startswith("reward-model:") and summary["decision_rule"] == "soft"
+    cal = summary["calibration"]
+    assert cal["hard_accuracy"] == cal["soft_accuracy"]  # position-free: both orders always agree
+    for row in map(json.loads, (tmp_path / "eval" / "judgments.jsonl").read_text().splitlines()):
+        if row["policy_first"] is not None:
+            assert row["policy_first"]["log_odds"] == -row["baseline_first"]["log_odds"]
+            assert row["outcome"] == row["hard_outcome"]
+    missing = subprocess.run([sys.executable, "eval/judge.py", "--policy", "p", "--baseline", "b", "--dataset",
+                              str(tmp_path / "data"), "--judge", "reward-model", "--out", str(tmp_path / "x")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert missing.returncode != 0 and "--judge reward-model needs --judge-model" in missing.stderr

@@ -8,6 +8,7 @@ SQUARECHIPO_SKIP_LLAMA_CPP=1 to skip these tests where llama.cpp was not built.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -80,6 +81,31 @@ def test_judge_answers_through_a_real_server(server, tmp_path):
     picks = judge.judge(prompts, [list(pair) for pair in zip(a, b)], shuffle_order=True, seed=0)
     assert set(picks) <= {0, 1, -1}
     judge.close()
+
+
+def test_logprobs_give_log_odds_that_agree_with_the_letter_and_survive_the_cache(server, tmp_path):
+    judge = OpenAICompatibleJudge(server, "smollm2", FINANCE_TEMPLATE, max_tokens=1, logprobs=True,
+                                  cache_path=tmp_path / "lp.sqlite")
+    prompts, a, b = map(list, zip(*PAIRS[:4]))
+    verdicts = judge.verdicts(prompts, a, b)
+    assert all(v.log_odds is not None and math.isfinite(v.log_odds) for v in verdicts)
+    # The log-odds are log Σ P(A-like tokens) − log Σ P(B-like tokens) over the server's own top logprobs.
+    body = {"model": "smollm2", "messages": FINANCE_TEMPLATE.messages(prompts[0], a[0], b[0]), "max_tokens": 1,
+            "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
+    top = httpx.post(f"{server}/chat/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]["content"][0]
+    mass = {"A": 0.0, "B": 0.0}
+    for entry in top["top_logprobs"]:
+        letter = entry["token"].strip().upper()
+        if letter in mass:
+            mass[letter] += math.exp(entry["logprob"])
+    assert mass["A"] > 0 and mass["B"] > 0
+    assert verdicts[0].log_odds == pytest.approx(math.log(mass["A"]) - math.log(mass["B"]), abs=1e-6)
+    sent = judge.requests_sent
+    cached = judge.verdicts(prompts, a, b)
+    assert judge.requests_sent == sent and [v.log_odds for v in cached] == [v.log_odds for v in verdicts]
+    # The plain judge (no logprobs) has its own cache entries and reports no log-odds.
+    plain = OpenAICompatibleJudge(server, "smollm2", FINANCE_TEMPLATE, max_tokens=1, cache_path=tmp_path / "lp.sqlite")
+    assert all(v.log_odds is None for v in plain.verdicts(prompts, a, b)) and plain.requests_sent == 4
 
 
 def test_interrupted_run_resumes_from_the_cache(server, tmp_path):

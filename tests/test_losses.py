@@ -13,7 +13,10 @@ from squarechipo.losses import (
     CHIPO_LOG_RATIO_CLAMP,
     METHODS,
     chipo_link,
+    margins,
     preference_loss,
+    self_play_loss,
+    self_play_margin,
 )
 from squarechipo.privacy.calibration import debias_factor, flip_probability
 from squarechipo.privacy.mechanisms import randomized_response
@@ -214,3 +217,66 @@ def test_debiased_square_loss_gradient_is_unbiased_under_rr(method, theta, p_tru
     # Power check: without c(ε) the same noisy labels give a gradient many SEs away.
     naive = _swap_aware_gradient(method, theta, observed, beta, None)
     assert np.max(np.abs(naive - clean) / se) > 3 * Z_TOLERANCE
+
+
+# --------------------------------------------------------------------------- χPO when both log-ratios are large
+
+
+def test_saturated_chipo_margin_is_exact_with_zero_gradient():
+    # ℓ⁺ = 25, ℓ⁻ = 22, β = 0.1, 2R_max = 10: 003 gives m = clip(0.1·(e^25 − e^22 + 3)) = +10 (saturated).
+    chosen = torch.tensor([25.0], requires_grad=True)
+    rejected = torch.tensor([22.0], requires_grad=True)
+    zero = torch.zeros(1)
+    m = margins(chosen, rejected, zero, zero, beta=0.1, link="chipo", clip=10.0)
+    assert m.item() == 10.0
+    m.sum().backward()
+    assert chosen.grad.item() == 0.0 and rejected.grad.item() == 0.0
+    swapped = margins(torch.tensor([22.0]), torch.tensor([25.0]), zero, zero, beta=0.1, link="chipo", clip=10.0)
+    assert swapped.item() == -10.0
+
+
+def test_chipo_margin_keeps_the_exponential_difference_when_both_ratios_are_large():
+    # Unclipped: h = e^25 − e^24.5 + 0.5, far from DPO's 0.5.
+    chosen, rejected = torch.tensor([25.0], dtype=torch.float64), torch.tensor([24.5], dtype=torch.float64)
+    zero = torch.zeros(1, dtype=torch.float64)
+    m = margins(chosen, rejected, zero, zero, beta=1e-10, link="chipo", log_cap=60.0)
+    assert m.item() == pytest.approx(1e-10 * (math.exp(25) - math.exp(24.5) + 0.5), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chipo_margin_is_finite_for_huge_log_ratios(dtype):
+    values = torch.tensor([-1e4, -300.0, -25.0, 0.0, 19.9, 20.1, 25.0, 300.0, 1e4])
+    chosen = values.repeat_interleave(len(values)).to(dtype).requires_grad_(True)
+    rejected = values.repeat(len(values)).to(dtype).requires_grad_(True)
+    zero = torch.zeros_like(chosen)
+    for clip in (10.0, None):
+        for method in ("square_chipo", "chipo"):
+            out = preference_loss(method, chosen, rejected, zero, zero, beta=0.1, clip=clip, epsilon=0.5)
+            out.losses.sum().backward()
+            assert torch.isfinite(out.losses).all() and torch.isfinite(out.margins).all()
+            assert torch.isfinite(chosen.grad).all() and torch.isfinite(rejected.grad).all()
+            chosen.grad, rejected.grad = None, None
+    f = self_play_margin(chosen, rejected, zero, zero, zero, zero, beta=0.1, eta=1.0)
+    self_play_loss(f, torch.zeros_like(f)).sum().backward()
+    assert torch.isfinite(chosen.grad).all()
+
+
+def test_chipo_margin_gradcheck_away_from_the_clip():
+    # Both sides below 20, across 20, and both above 20 (the log-space branch), with and without d = 0.
+    chosen = torch.tensor([0.0, 0.3, 19.0, 24.0, 30.0, 27.0], dtype=torch.float64, requires_grad=True)
+    rejected = torch.tensor([0.0, -0.2, 21.0, 23.0, 29.9, 27.0], dtype=torch.float64, requires_grad=True)
+    zero = torch.zeros(6, dtype=torch.float64)
+    fn = lambda a, b: margins(a, b, zero, zero, beta=1e-12, link="chipo", log_cap=60.0)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (chosen, rejected), eps=1e-6, atol=1e-8, rtol=1e-4)
+    # The exact gradient at ℓ⁺ = ℓ⁻ = 0 (every row at the first step): ∂h/∂ℓ⁺ = e^0 + 1 = 2.
+    a, b = torch.zeros(1, requires_grad=True), torch.zeros(1, requires_grad=True)
+    margins(a, b, torch.zeros(1), torch.zeros(1), beta=1.0, link="chipo").sum().backward()
+    assert a.grad.item() == 2.0 and b.grad.item() == -2.0
+
+
+def test_self_play_margin_cancels_exactly_at_large_log_ratios():
+    # π = π^t with both log-ratios near 30: f = (1 + 1/η)βh − (β/η)h = βh, h = e^30 − e^29 + 1.
+    a, b = torch.tensor([30.0], dtype=torch.float64), torch.tensor([29.0], dtype=torch.float64)
+    zero = torch.zeros(1, dtype=torch.float64)
+    f = self_play_margin(a, b, a, b, zero, zero, beta=1e-13, eta=0.5)
+    assert f.item() == pytest.approx(1e-13 * (math.exp(30) - math.exp(29) + 1.0), rel=1e-9)
