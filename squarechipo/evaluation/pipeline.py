@@ -62,9 +62,9 @@ def _response_text(response) -> str:
 
 
 def _log_odds(verdicts: list[Verdict]) -> list[float | None] | None:
-    """The verdicts' log-odds when every one has them (the soft rule applies), else None."""
+    """The verdicts' log-odds when every one has them (the soft rule applies; vacuously so for none), else None."""
     values = [v.log_odds for v in verdicts]
-    return values if values and all(v is not None for v in values) else None
+    return values if all(v is not None for v in values) else None
 
 
 def calibrate_judge(judge: PairwiseJudge, test: datasets.Dataset, n_pairs: int | None = None, out: Path | None = None,

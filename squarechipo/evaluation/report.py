@@ -81,7 +81,8 @@ def write_report(summary: dict[str, Any], path: Path) -> None:
     lines = [
         f"# Win rate: `{summary['policy']}` vs `{summary['baseline']}`",
         "",
-        f"Judge: `{summary['judge']}` (template `{summary['template']}`). Each pair is judged in both orders. "
+        f"Judge: `{summary['judge']}`" + (f" (template `{summary['template']}`)" if summary.get("template") else "")
+        + ". Each pair is judged in both orders. "
         f"Decision rule: **{rule}** ({'mean log-odds over the two orders, tie band ' + format(summary.get('tie_band', 0), 'g') if rule == 'soft' else 'a win needs both orders to agree; disagreements are ties'}). "
         "Identical responses are not judged and count as ties.",
         "",
