@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 __all__ = ["BasePairwiseJudge", "PairwiseJudge", "Verdict"]
 
@@ -42,6 +43,25 @@ class PairwiseJudge(BasePairwiseJudge):
     """Base of squarechipo's judges: implement :meth:`verdicts`; :meth:`judge` follows TRL's contract."""
 
     name: str = "judge"
+
+    def _setup_local(self, model: str, kind: str, batch_size: int, max_length: int, device: str | None,
+                     padding_side: str | None = None) -> str:
+        """Shared set-up of the judges that run a transformers model here: resolve the model, pick the
+        device (GPU when present), load the tokenizer with a pad token. Returns the model path."""
+        from transformers import AutoTokenizer
+
+        from squarechipo.models import resolve_model_path
+
+        path = resolve_model_path(model)
+        self.name = f"{kind}:{model}"
+        self.batch_size, self.max_length = batch_size, max_length
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if padding_side is not None:
+            self.tokenizer.padding_side = padding_side
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        return path
 
     @abstractmethod
     def verdicts(self, prompts: list[str], responses_a: list[str], responses_b: list[str]) -> list[Verdict]:

@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from squarechipo.judge.base import PairwiseJudge, Verdict
 from squarechipo.judge.templates import FINANCE_TEMPLATE, JudgeTemplate
-from squarechipo.models import resolve_model_path
 
 __all__ = ["TransformersJudge"]
 
@@ -34,16 +33,8 @@ class TransformersJudge(PairwiseJudge):
         device: str | None = None,
         max_length: int = 2048,
     ) -> None:
-        path = resolve_model_path(model)
-        self.name = f"transformers:{model}"
+        path = self._setup_local(model, "transformers", batch_size, max_length, device, padding_side="left")
         self.template = template
-        self.batch_size = batch_size
-        self.max_length = max_length
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
         self.option_ids = [self._letter_ids(option) for option in template.options]
 

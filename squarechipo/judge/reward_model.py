@@ -14,10 +14,9 @@ import json
 
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModelForSequenceClassification
 
 from squarechipo.judge.base import PairwiseJudge, Verdict
-from squarechipo.models import resolve_model_path
 from squarechipo.reward.features import reward_texts, sequence_scores
 
 __all__ = ["RewardModelJudge"]
@@ -28,15 +27,8 @@ class RewardModelJudge(PairwiseJudge):
 
     def __init__(self, model: str, *, batch_size: int = 16, device: str | None = None, max_length: int = 1024,
                  dtype: torch.dtype | None = None) -> None:
-        path = resolve_model_path(model)
-        self.name = f"reward-model:{model}"
+        path = self._setup_local(model, "reward-model", batch_size, max_length, device)
         self.template = None
-        self.batch_size = batch_size
-        self.max_length = max_length
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype).to(self.device).eval()
         if self.model.config.num_labels != 1:
             raise ValueError(
