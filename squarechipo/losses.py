@@ -135,11 +135,10 @@ def chipo_difference(chosen_ratio: torch.Tensor, rejected_ratio: torch.Tensor, l
     # |d| ≥ 1e-18 so the masked-out gradient 1/|d| stays finite in float32.
     gap = torch.where(d == 0, torch.ones_like(d), d.abs().clamp(min=1e-18))
     log_magnitude = torch.where(near, 0.0, top) + torch.log(-torch.expm1(-gap))
-    capped = torch.sign(d) * math.exp(log_cap)
     far = torch.where(d == 0, torch.zeros_like(d), torch.sign(d) * torch.exp(torch.clamp(log_magnitude, max=log_cap)))
-    with torch.no_grad():
-        over_cap = torch.where(near, direct.abs() > math.exp(log_cap), log_magnitude > log_cap)
-    return torch.where(over_cap, capped, torch.where(near, direct, far)) + d
+    # The direct difference is capped the same way (a constant, so no gradient where the cap is active).
+    direct = torch.where(direct.detach().abs() > math.exp(log_cap), torch.sign(d) * math.exp(log_cap), direct)
+    return torch.where(near, direct, far) + d
 
 
 #: Largest max(ℓ⁺, ℓ⁻) for which e^{ℓ⁺} − e^{ℓ⁻} is computed directly (float32 holds e^80 ≈ 5.5e34).

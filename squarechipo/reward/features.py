@@ -74,17 +74,17 @@ def sequence_scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     model.eval()
     device = next(model.parameters()).device
     order = np.argsort([len(t) for t in texts], kind="stable")
-    out = np.zeros((len(texts), 0))
-    chunks = []
+    out: np.ndarray | None = None
     for start in tqdm(range(0, len(texts), batch_size), desc=desc, unit="batch", disable=len(texts) <= batch_size):
         index = order[start : start + batch_size]
         batch = tokenizer([texts[i] for i in index], return_tensors="pt", padding=True, truncation=True,
                           max_length=max_length, add_special_tokens=False).to(device)
-        chunks.append((index, model(**batch, use_cache=False).logits.double().cpu().numpy()))
-    if chunks:
-        out = np.zeros((len(texts), chunks[0][1].shape[1]))
-        for index, values in chunks:
-            out[index] = values
+        values = model(**batch, use_cache=False).logits.double().cpu().numpy()
+        if out is None:
+            out = np.zeros((len(texts), values.shape[1]))
+        out[index] = values
+    if out is None:
+        out = np.zeros((0, 0))
     return out
 
 
