@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import random
 import sqlite3
@@ -32,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from scipy.special import logsumexp
 
 from squarechipo.judge.base import PairwiseJudge, Verdict
 from squarechipo.judge.templates import FINANCE_TEMPLATE, JudgeTemplate, parse_verdict
@@ -41,11 +41,6 @@ __all__ = ["OpenAICompatibleJudge", "JudgeCache"]
 logger = logging.getLogger("squarechipo")
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 _TOKEN_WRAPPERS = "*_`\"'()."
-
-
-def _logsumexp(values: list[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
 
 
 def _decode_cached(value: str) -> tuple[str, float | None]:
@@ -144,7 +139,7 @@ class OpenAICompatibleJudge(PairwiseJudge):
         if not top or not any(values.values()):
             return None
         floor = min(float(e["logprob"]) for e in top if e.get("logprob") is not None)
-        a, b = (_logsumexp(values[o]) if values[o] else floor for o in self.template.options)
+        a, b = (float(logsumexp(values[o])) if values[o] else floor for o in self.template.options)
         return a - b
 
     def _ask(self, messages: list[dict[str, str]]) -> tuple[str, float | None]:
