@@ -32,8 +32,8 @@ from squarechipo.evaluation.report import format_interval, format_percent  # noq
 from squarechipo.judge.reward_model import RewardModelJudge  # noqa: E402
 from squarechipo.models import resolve_model_path  # noqa: E402
 from squarechipo.privacy.ledger import get_ledger  # noqa: E402
+from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage  # noqa: E402
 from squarechipo.reward.features import fit_linear_reward_model  # noqa: E402
-from squarechipo.trainer.trainer import PRIVACY_FILE  # noqa: E402
 
 RESULT_FILE = "gold_judge.json"
 
@@ -110,7 +110,9 @@ def main(args: GoldJudgeArguments) -> dict:
     (out / RESULT_FILE).write_text(json.dumps(result, indent=2), encoding="utf-8")
     # Public labels, no privacy: the record says so, and lets the lineage checks see what it was trained on.
     record = {"stage": "gold_judge", "labels": "raw public gold labels (evaluation instrument)", "epsilon": None,
-              "ledger": None, **training_data_record(train)}
+              "ledger": None, **training_data_record(train),
+              **check_lineage([("initial", ModelLineage.of_model(path))], train, private=False, override=False,
+                              override_field="", context="gold judge").record()}
     (out / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
     (out / "README.md").write_text(_card(args, result), encoding="utf-8")
     line = f"Gold judge saved to {out.resolve()}: fitted on {fit['n_rows']} public gold pairs"

@@ -7,7 +7,12 @@ Stage 2 queries each part-2 label once through RRWithPrior, the prior being the 
 σ(β·h/τ) (``lp2st_temperature``), then trains a fresh policy on both parts: RR rows get the c(ε)
 debiasing, rows released from the prior are pseudo-labels weighted by ``prior_row_weight`` (0 drops
 them). Each label is released once, so the ledger of the final model shows ε, not 2ε. Releases are
-saved under ``<output_dir>/released_part{1,2}`` and reused on a re-run (no fresh noise).
+saved under ``<output_dir>/released_part{1,2}`` by the one ``release_once`` and reused on a re-run
+(no fresh noise); a re-run whose prior differs (another temperature, another stage-1 policy) stops.
+
+001's guarantee needs a prior that does not depend on the part-2 labels: the model stage 1 starts
+from (which is also the prior's reference) is checked against the part-2 rows before the prior is
+computed (:mod:`squarechipo.privacy.lineage`; ``override_lineage_guard`` to override, recorded).
 """
 
 from __future__ import annotations
@@ -20,14 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-import datasets  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import ModelConfig, TrlParser  # noqa: E402
 
 from squarechipo.models import resolve_model_path  # noqa: E402
 from squarechipo.privacy.ledger import get_ledger  # noqa: E402
-from squarechipo.privacy.prior_release import combine_parts, release_with_prior  # noqa: E402
+from squarechipo.privacy.lineage import ModelLineage, check_lineage  # noqa: E402
+from squarechipo.privacy.prior_release import RRWithPriorRelease, combine_parts  # noqa: E402
 from squarechipo.privacy.release import release_once  # noqa: E402
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer  # noqa: E402
 from squarechipo.trainer.lp2st import policy_prior  # noqa: E402
@@ -77,23 +82,24 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
     stage1_args = dataclasses.replace(training_args, output_dir=str(out / "stage1"), push_to_hub=False)
     stage1 = _train(model_path, part1, stage1_args, tokenizer)
 
-    folder2 = out / "released_part2"
     raw2 = raw.select(range(cut, len(raw)))
-    if state.is_main_process and not (folder2 / "dataset_info.json").exists():
-        reference = AutoModelForCausalLM.from_pretrained(model_path)
-        prior = policy_prior(stage1.accelerator.unwrap_model(stage1.model), reference, tokenizer, raw2,
-                             method=training_args.method, beta=training_args.beta, clip=training_args.clip,
-                             temperature=script_args.lp2st_temperature, max_length=training_args.max_length)
-        released2 = release_with_prior(raw2, prior, pipeline.epsilon, part="lp2st/part2", seed=script_args.label_seed,
-                                       temperature=script_args.lp2st_temperature)
-        released2.save_to_disk(str(folder2))
-    state.wait_for_everyone()
-    del stage1
-    part2 = datasets.load_from_disk(str(folder2))
+    prior_lineage = check_lineage(
+        [("stage-1 initial policy and prior reference", ModelLineage.of_model(model_path))], raw2, private=True,
+        override=training_args.override_lineage_guard, override_field="override_lineage_guard",
+        context="LP-2ST prior (001 needs a prior independent of the part-2 labels)",
+    )
+    reference = AutoModelForCausalLM.from_pretrained(model_path)
+    prior = policy_prior(stage1.accelerator.unwrap_model(stage1.model), reference, tokenizer, raw2,
+                         method=training_args.method, beta=training_args.beta, clip=training_args.clip,
+                         temperature=script_args.lp2st_temperature, max_length=training_args.max_length)
+    del stage1, reference
+    part2 = release_once(raw2, RRWithPriorRelease(pipeline.epsilon, prior, script_args.lp2st_temperature),
+                         out / "released_part2", seed=script_args.label_seed, state=state, part="lp2st/part2")
     combined = combine_parts(part1, part2)
     ledger = get_ledger(combined)
     state.print(f"LP-2ST: {len(part1)} RR rows + {len(part2)} RRWithPrior rows "
                 f"({sum(part2['label_from_prior'])} from the prior); ledger total ε = {ledger.total_epsilon}")
+    state.print(f"LP-2ST prior lineage: {[finding.to_dict() for finding in prior_lineage.findings]}")
     final = _train(model_path, combined, training_args, tokenizer)
     state.print(f"Done. Stage-2 model, card and privacy record in {out.resolve()}")
     if hasattr(final, "end"):

@@ -25,10 +25,10 @@ from trl import ModelConfig, ScriptArguments, TrlParser  # noqa: E402
 
 from squarechipo.data import load_preference_dataset  # noqa: E402
 from squarechipo.models import resolve_model_path  # noqa: E402
+from squarechipo.privacy.lineage import PRIVACY_FILE  # noqa: E402
 from squarechipo.reward import PreferenceModel  # noqa: E402
 from squarechipo.trainer.iterative import iterative_square_chipo  # noqa: E402
 from squarechipo.trainer.self_play import SelfPlayConfig  # noqa: E402
-from squarechipo.trainer.trainer import PRIVACY_FILE  # noqa: E402
 
 
 @dataclass

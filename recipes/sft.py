@@ -23,8 +23,8 @@ from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_co
 
 from squarechipo.data.fingerprint import training_data_record  # noqa: E402
 from squarechipo.models import resolve_model_path  # noqa: E402
+from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage  # noqa: E402
 from squarechipo.trainer.precision import SFTRecipeConfig  # noqa: E402
-from squarechipo.trainer.trainer import PRIVACY_FILE  # noqa: E402
 
 
 @dataclass
@@ -64,7 +64,11 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     trainer.create_model_card(dataset_name=script_args.dataset_name)
     if trainer.is_world_process_zero():
         # No label privacy in SFT; the record lets the central selector check this model's training data.
-        record = {"stage": "sft", "epsilon": None, "ledger": None, **training_data_record(train)}
+        # `upstream` carries the starting model's own record, so a model trained from this one is checked
+        # against this SFT data too (transitive lineage).
+        lineage = check_lineage([("initial", ModelLineage.of_model(model_path))], train, private=False, override=False,
+                                override_field="", context="sft")
+        record = {"stage": "sft", "epsilon": None, "ledger": None, **training_data_record(train), **lineage.record()}
         (Path(training_args.output_dir) / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)

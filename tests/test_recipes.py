@@ -153,6 +153,32 @@ def test_lp2st_recipe_spends_epsilon_once(workspace):
     bad = run([sys.executable, "recipes/lp2st.py", "--config", str(corrupted)])
     assert bad.returncode != 0 and "no corruption" in bad.stderr
 
+    # A re-run with another prior temperature must not reuse part 2 released under the old prior.
+    hotter = write_config(workspace, "lp2st", label_corruption_rate=0.0, max_train_samples=12, lp2st_split=0.5,
+                          prior_row_weight=0.5, lp2st_temperature=3.0)
+    rerun = run([sys.executable, "recipes/lp2st.py", "--config", str(hotter)])
+    assert rerun.returncode != 0 and "released_part2 was released with pipeline" in rerun.stderr
+    assert "'prior_temperature': 3.0" in rerun.stderr
+
+
+def test_lp2st_refuses_a_prior_whose_model_saw_the_part2_rows(workspace, tokenizer):
+    """001's guarantee needs a prior independent of the part-2 labels: the start model saw part 2's prompts."""
+    import json
+
+    from squarechipo.data.fingerprint import training_data_record
+
+    leaky = workspace / "part2_leaky_model"
+    make_tiny_model(tokenizer, seed=0).save_pretrained(leaky)
+    tokenizer.save_pretrained(leaky)
+    part2 = datasets.load_from_disk(str(workspace / "data"))["train"].select(range(6, 12))
+    (leaky / "squarechipo_privacy.json").write_text(json.dumps(training_data_record(part2)))
+    config = write_config(workspace, "lp2st_leaky", label_corruption_rate=0.0, max_train_samples=12, lp2st_split=0.5,
+                          model_name_or_path=str(leaky))
+    result = run([sys.executable, "recipes/lp2st.py", "--config", str(config)])
+    assert result.returncode != 0
+    assert "LP-2ST prior" in result.stderr and "part2_leaky_model was trained on these rows" in result.stderr
+    assert not (workspace / "lp2st_leaky" / "released_part2").exists()
+
 
 def test_reward_model_recipe_with_the_debiased_bt_loss(workspace):
     config = _yaml(workspace, "rm", {**COMMON, "model_name_or_path": str(workspace / "model"), "dataset_name": str(workspace / "data"),

@@ -134,7 +134,10 @@ def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_onl
     record = json.loads((out / PRIVACY_FILE).read_text())
     assert record["stage"] == "central_selection" and record["epsilon"] == EPSILON_LARGE
     assert record["num_rows"] == 32 and record["num_candidates"] == 3 and record["selected_index"] == 1
-    assert record["dataset_fingerprint"] is None and record["guard_overrides"] == []
+    # Chosen with the private rows: the record names them, so no later run starts from it on them unchecked.
+    assert record["dataset_fingerprint"] == training_data_record(pool["private"])["dataset_fingerprint"]
+    assert record["guard_overrides"] == [] and record["label_exposure"] == []
+    assert record["lineage"] == [{"role": "reference", "model": str(pool["ref"]), "status": "recorded"}]
     text = json.dumps(record).lower()
     assert not any(word in text for word in ("loss", "score", "probab", "logit"))
     card = (out / "README.md").read_text()
@@ -186,6 +189,26 @@ def test_guard_refuses_unrecorded_candidates_unless_allowed(pool, tokenizer, tmp
     selection = select_policy(names, str(pool["ref"]), pool["private"].select(range(4)), epsilon=1.0,
                               max_length=64, allow_unrecorded_candidates=True)
     assert selection.guard_overrides == [{"candidate": str(bare), "reason": "no_record"}]
+
+
+def test_guard_refuses_a_reference_trained_on_the_private_data(pool, tokenizer, tmp_path):
+    """h depends on π_ref: a reference fit to the private rows voids the sensitivity argument (003 Alg. 2)."""
+    leaked_ref = tmp_path / "leaked_ref"
+    make_tiny_model(tokenizer, 0).save_pretrained(leaked_ref)
+    tokenizer.save_pretrained(leaked_ref)
+    sft = datasets.Dataset.from_dict({"prompt": pool["private"]["prompt"], "completion": pool["private"]["chosen"]})
+    (leaked_ref / PRIVACY_FILE).write_text(json.dumps(training_data_record(sft)))
+    names = [str(pool["ref"]), str(pool["good"])]
+    with pytest.raises(ValueError, match=r"(?s)the reference model .*leaked_ref was trained on prompts .*override_reference_guard"):
+        select_policy(names, str(leaked_ref), pool["private"], epsilon=1.0)
+
+    out = tmp_path / "overridden_ref"
+    selection = select_policy(names, str(leaked_ref), pool["private"].select(range(4)), epsilon=1.0, max_length=64,
+                              output_dir=str(out), override_reference_guard=True)
+    assert selection.reference_lineage == {"role": "reference", "model": str(leaked_ref), "status": "prompt_overlap"}
+    record = json.loads((out / PRIVACY_FILE).read_text())
+    assert record["label_exposure"] == [selection.reference_lineage]
+    assert f"labels exposed through the reference model {leaked_ref}" in (out / "README.md").read_text()
 
 
 @pytest.mark.parametrize(

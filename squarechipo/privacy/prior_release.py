@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 
 import datasets
 import numpy as np
@@ -24,7 +25,8 @@ from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.label_dp import rr_with_prior
 from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger, with_ledger
 
-__all__ = ["FROM_PRIOR_COLUMN", "canonical_first_is_chosen", "canonical_pairs", "release_with_prior", "combine_parts"]
+__all__ = ["FROM_PRIOR_COLUMN", "RRWithPriorRelease", "canonical_first_is_chosen", "canonical_pairs", "combine_parts",
+           "release_with_prior"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -47,6 +49,32 @@ def canonical_pairs(dataset: datasets.Dataset) -> datasets.Dataset:
     u = [c if f else r for c, r, f in zip(dataset["chosen"], dataset["rejected"], first)]
     v = [r if f else c for c, r, f in zip(dataset["chosen"], dataset["rejected"], first)]
     return datasets.Dataset.from_dict({"prompt": dataset["prompt"], "chosen": u, "rejected": v})
+
+
+def _prior_digest(prior_first: np.ndarray) -> str:
+    """A digest of the prior (public: it depends on no label it releases), rounded to absorb float noise."""
+    rounded = np.round(np.asarray(prior_first, dtype=np.float64), 6)
+    return "sha256:" + hashlib.sha256(rounded.tobytes()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, eq=False)
+class RRWithPriorRelease:
+    """RRWithPrior (001 Alg. 2, K = 2) with a given prior, as a release for
+    :func:`squarechipo.privacy.release.release_once`: its ``to_dict`` names the prior by a digest, so
+    a re-run with another prior (another stage-1 policy, another temperature) stops instead of
+    silently reusing a release made with the old one."""
+
+    epsilon: float
+    prior_first: np.ndarray
+    temperature: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"mechanism": "rr_with_prior", "epsilon": float(self.epsilon), "num_labels": 2,
+                "prior_temperature": self.temperature, "prior_digest": _prior_digest(self.prior_first)}
+
+    def release(self, dataset: datasets.Dataset, *, seed: int | None = None, part: str | None = None) -> datasets.Dataset:
+        return release_with_prior(dataset, self.prior_first, self.epsilon, part=part, seed=seed,
+                                  temperature=self.temperature)
 
 
 def release_with_prior(dataset: datasets.Dataset, prior_first: np.ndarray, epsilon: float, *, part: str | None = None,
@@ -76,8 +104,7 @@ def release_with_prior(dataset: datasets.Dataset, prior_first: np.ndarray, epsil
     del swap, chosen, rejected, first_is_chosen, released, rng
     release = Release.now(
         "rr_with_prior", epsilon, len(dataset), fixed_seed=seed is not None,
-        pipeline={"mechanism": "rr_with_prior", "epsilon": float(epsilon), "num_labels": 2,
-                  "prior_temperature": temperature, "rows_from_prior": int(from_prior.sum())},
+        pipeline={**RRWithPriorRelease(epsilon, prior, temperature).to_dict(), "rows_from_prior": int(from_prior.sum())},
         data_fingerprint=preference_fingerprint(dataset), part=part,
     )
     logger.info("released %d rows through RRWithPrior (ε = %s): %d from the prior, %d by RR", len(out), epsilon,

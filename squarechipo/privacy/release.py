@@ -21,22 +21,28 @@ from squarechipo.data.fingerprint import preference_fingerprint
 from squarechipo.privacy.dataset import privatize_dataset
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.pipeline import LabelPipeline
+from squarechipo.privacy.prior_release import RRWithPriorRelease
 
 __all__ = ["release_once"]
 
 logger = logging.getLogger("squarechipo")
 
 
-def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline: LabelPipeline, folder: Path) -> None:
+Mechanism = LabelPipeline | RRWithPriorRelease
+
+
+def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline: Mechanism, folder: Path) -> None:
     ledger = get_ledger(released)
     if ledger is None or not ledger.releases:
         raise ValueError(f"{folder} holds a dataset without a privacy ledger; delete it or choose another folder.")
     release = ledger.releases[-1]
-    if release.pipeline != pipeline.to_dict():
+    wanted = pipeline.to_dict()
+    # Every parameter this run asks for must match; the ledger may add public outcomes (rows_from_prior).
+    if {key: release.pipeline.get(key) for key in wanted} != wanted:
         raise ValueError(
-            f"{folder} was released with pipeline {release.pipeline}, but this run asks for {pipeline.to_dict()}. "
-            "Reusing it would misstate the privacy; releasing again would spend more budget. Point the run at "
-            "another folder for the new pipeline, or set the pipeline back."
+            f"{folder} was released with pipeline {release.pipeline}, but this run asks for {wanted}. "
+            "Reusing it would misstate the privacy; releasing again would query the same labels twice and spend "
+            "more budget. Point the run at another folder for the new pipeline, or set the pipeline back."
         )
     source_fingerprint = preference_fingerprint(source)
     if release.data_fingerprint != source_fingerprint:
@@ -48,7 +54,7 @@ def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline:
 
 def release_once(
     dataset: datasets.Dataset,
-    pipeline: LabelPipeline,
+    pipeline: Mechanism,
     folder: str | os.PathLike,
     *,
     seed: int | None = None,
@@ -59,7 +65,7 @@ def release_once(
 
     Args:
         dataset: the raw split (``chosen`` = the true preference).
-        pipeline: the label pipeline.
+        pipeline: the label pipeline, or an :class:`RRWithPriorRelease` (LP-2ST's part 2).
         folder: where the release is saved (``save_to_disk``; the ledger travels inside).
         seed: ``None`` = OS entropy (real data); an integer for simulation only.
         state: an ``accelerate.PartialState`` in distributed runs; the main process writes and the
@@ -69,7 +75,10 @@ def release_once(
     folder = Path(folder)
     is_main = True if state is None else state.is_main_process
     if is_main and not (folder / "dataset_info.json").exists():
-        released = privatize_dataset(dataset, pipeline, seed=seed, part=part)
+        if isinstance(pipeline, LabelPipeline):
+            released = privatize_dataset(dataset, pipeline, seed=seed, part=part)
+        else:
+            released = pipeline.release(dataset, seed=seed, part=part)
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:

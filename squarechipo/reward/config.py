@@ -38,6 +38,11 @@ class PrivateRewardConfig(RewardConfig):
     )
     epsilon: float | None = field(default=None, metadata={"help": "RR ε of the labels; default: from the ledger."})
     privacy_override: bool = field(default=False, metadata={"help": "Allow epsilon to disagree with the ledger."})
+    override_lineage_guard: bool = field(
+        default=False,
+        metadata={"help": "Train even if the initial model was trained on these rows or their prompts (private "
+                          "labels exposed through it). Recorded in the privacy record and card."},
+    )
 
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)

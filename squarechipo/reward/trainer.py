@@ -25,6 +25,7 @@ from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import robust_log_loss, square_loss
 from squarechipo.privacy.calibration import debias_factor_from_flip_rate
 from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.lineage import ModelLineage, check_lineage
 from squarechipo.reward.config import PrivateRewardConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
 from squarechipo.trainer.privacy_settings import PrivacySettings, resolve_privacy
@@ -63,6 +64,11 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
         self.privacy: PrivacySettings = resolve_privacy(ledger, epsilon=args.epsilon, flip_rate=None,
                                                         override=args.privacy_override)
         self.training_data = training_data_record(train_dataset)
+        self.lineage = None
+        if isinstance(train_dataset, datasets.Dataset):
+            self.lineage = check_lineage([("initial", ModelLineage.of_model(model))], train_dataset,
+                                         private=self.privacy.epsilon is not None, override=args.override_lineage_guard,
+                                         override_field="override_lineage_guard", context=type(self).__name__)
         super().__init__(model, args=args, train_dataset=train_dataset, **kwargs)
         logger.info("squarechipo reward model: type=%s loss=%s flip_rate=%.6f (source: %s)", args.model_type,
                     args.loss, self.privacy.flip_rate, self.privacy.source)
@@ -97,6 +103,7 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
             **self.privacy.record(self.args.privacy_override),
             "dropped_rows": dict(getattr(self, "dropped_rows", {})),
             **self.training_data,
+            **(self.lineage.record() if self.lineage is not None else {}),
         }
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):

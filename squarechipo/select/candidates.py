@@ -4,15 +4,15 @@ A candidate is a saved model folder, a PEFT adapter folder (``adapter_config.jso
 base model and merged for scoring), or the alias ``embedded``. The exponential mechanism is ε-DP
 only if the candidate set was chosen without the private data (003 Algorithm 2), so every candidate
 must carry the record squarechipo writes next to the models it trains (``squarechipo_privacy.json``:
-the label-invariant fingerprint of its preference data and a bottom-k sketch of its prompts). The
-guard refuses a candidate whose fingerprint equals the private data's or whose sketched prompts occur
-in the private data, and a candidate with no record. Each refusal can be overridden, and every
-override is written into the selected model's ledger.
+the label-invariant fingerprint of its preference data, a bottom-k sketch of its prompts, and the same
+for the models it started from). The guard (:mod:`squarechipo.privacy.lineage`, transitively through
+``upstream``) refuses a candidate whose own or upstream fingerprint equals the private data's or whose
+sketched prompts occur in the private data, and a candidate with no record. Each refusal can be
+overridden, and every override is written into the selected model's ledger.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +20,8 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from squarechipo.data.fingerprint import preference_fingerprint, prompt_hashes
 from squarechipo.models import resolve_model_path
-from squarechipo.trainer.trainer import PRIVACY_FILE
+from squarechipo.privacy.lineage import PRIVACY_FILE, UNRECORDED, ModelLineage, lineage_findings
 
 __all__ = ["Candidate", "GuardFinding", "check_candidates", "load_candidate"]
 
@@ -45,9 +44,7 @@ class Candidate:
                 f"candidates: {name!r} is not a local model folder. Pass saved model or adapter folders "
                 "(Hub ids must be downloaded first: the selector only reads local files)."
             )
-        record_file = path / PRIVACY_FILE
-        record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.exists() else None
-        return cls(name=name, path=path, record=record)
+        return cls(name=name, path=path, record=ModelLineage.from_folder(path).record)
 
     @property
     def is_adapter(self) -> bool:
@@ -77,18 +74,12 @@ def check_candidates(
     override_overlap: bool = False,
 ) -> list[GuardFinding]:
     """Refuse candidates trained on the private data; return the overridden findings for the ledger."""
-    fingerprint = preference_fingerprint(private)
-    private_prompts = prompt_hashes(private) or set()
-    findings = []
-    for candidate in candidates:
-        record = candidate.record
-        if record is None or (record.get("dataset_fingerprint") is None and record.get("prompt_sketch") is None):
-            findings.append(GuardFinding(candidate.name, "no_record"))
-            continue
-        if record.get("dataset_fingerprint") == fingerprint:
-            findings.append(GuardFinding(candidate.name, "same_dataset"))
-        elif private_prompts.intersection(record.get("prompt_sketch") or ()):
-            findings.append(GuardFinding(candidate.name, "prompt_overlap"))
+    lineages = [("candidate", ModelLineage(candidate.name, candidate.record)) for candidate in candidates]
+    findings = [
+        GuardFinding(finding.model, "no_record" if finding.status == UNRECORDED else finding.status)
+        for finding in lineage_findings(lineages, private)
+        if finding.status == UNRECORDED or finding.exposes_labels
+    ]
     blocking = [
         f for f in findings if (f.reason == "no_record" and not allow_unrecorded) or (f.reason != "no_record" and not override_overlap)
     ]

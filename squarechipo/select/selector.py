@@ -22,14 +22,15 @@ import torch
 from accelerate.utils import broadcast_object_list
 from transformers import AutoTokenizer
 
+from squarechipo.data.fingerprint import training_data_record
 from squarechipo.models import resolve_model_path
 from squarechipo.privacy.calibration import check_epsilon
 from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage, lineage_card_rows
 from squarechipo.select.candidates import Candidate, check_candidates, load_candidate
 from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_index
 from squarechipo.select.scoring import score_candidates, tokenize_preferences
 from squarechipo.trainer.precision import distributed_state
-from squarechipo.trainer.trainer import PRIVACY_FILE
 
 __all__ = ["Selection", "select_policy", "STAGE"]
 
@@ -50,6 +51,8 @@ class Selection:
     num_candidates: int
     candidates: tuple[str, ...] = ()
     guard_overrides: list[dict] = field(default_factory=list)
+    #: The reference model's lineage finding (:mod:`squarechipo.privacy.lineage`); public.
+    reference_lineage: dict = field(default_factory=dict)
 
 
 def _check_arguments(candidates, epsilon, beta, r_max, link, batch_size) -> None:
@@ -97,8 +100,15 @@ def select_policy(
     seed: int | None = None,
     allow_unrecorded_candidates: bool = False,
     override_candidate_guard: bool = False,
+    override_reference_guard: bool = False,
 ) -> Selection:
-    """Sample one candidate with P ∝ exp(−ε·L/8), L the square loss on the raw private labels (003 Alg. 2)."""
+    """Sample one candidate with P ∝ exp(−ε·L/8), L the square loss on the raw private labels (003 Alg. 2).
+
+    The score h depends on π_ref, so the reference is checked like the candidates: one trained on the
+    private rows or their prompts voids the sensitivity argument and is refused unless
+    ``override_reference_guard`` (recorded). A reference without a record (a public base model) is
+    accepted and recorded as unrecorded.
+    """
     _check_arguments(candidates, epsilon, beta, r_max, link, batch_size)
     out = Path(output_dir) if output_dir is not None else None
     _check_output_dir(out)
@@ -106,8 +116,12 @@ def select_policy(
     findings = check_candidates(
         pool, private_dataset, allow_unrecorded=allow_unrecorded_candidates, override_overlap=override_candidate_guard
     )
-    state = distributed_state()
     reference_path = resolve_model_path(ref_model)
+    reference_report = check_lineage(
+        [("reference", ModelLineage.from_folder(reference_path, name=ref_model))], private_dataset, private=True,
+        override=override_reference_guard, override_field="override_reference_guard", context="select_policy",
+    )
+    state = distributed_state()
     tokenizer = AutoTokenizer.from_pretrained(reference_path)
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     n = len(private_dataset)
@@ -142,6 +156,7 @@ def select_policy(
         num_candidates=len(pool),
         candidates=tuple(candidates),
         guard_overrides=[asdict(f) for f in findings],
+        reference_lineage=reference_report.findings[0].to_dict(),
     )
     if out is not None and state.is_main_process:
         _save_selection(
@@ -149,6 +164,12 @@ def select_policy(
             pool[index],
             out,
             record_extra={
+                # The selected model was chosen with the private rows: its record names them, so no later run
+                # starts from it on the same rows unchecked (nor selects it again as a candidate).
+                **training_data_record(private_dataset),
+                **reference_report.record(),
+                "upstream": list(reference_report.upstream)
+                + ModelLineage(pool[index].name, pool[index].record).upstream_entries("selected candidate"),
                 "beta": beta,
                 "r_max": r_max,
                 "link": link,
@@ -179,9 +200,6 @@ def _save_selection(selection: Selection, candidate: Candidate, out: Path, recor
         "selected_index": selection.index,
         "selected": selection.candidate,
         "guard_overrides": selection.guard_overrides,
-        # The selected model was chosen with the private data: it is not a valid candidate for it again.
-        "dataset_fingerprint": None,
-        "prompt_sketch": None,
         "candidate_record": candidate.record,
         **record_extra,
     }
@@ -203,6 +221,7 @@ def _card(record: dict) -> str:
         ("β / R_max / link", f"{record['beta']} / {record['r_max']} / {record['link']}"),
         ("per-row loss sensitivity", record["sensitivity"]),
         ("guard overrides", override_text),
+        *lineage_card_rows(record),
         ("sampling seed", "fixed (tests/simulation only: no guarantee)" if record["seeded"] else "OS entropy"),
     ]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)

@@ -43,6 +43,11 @@ class SquareChiPOConfig(DPOConfig):
         default=False,
         metadata={"help": "Allow epsilon/flip_rate to disagree with the dataset's ledger (recorded in the card)."},
     )
+    override_lineage_guard: bool = field(
+        default=False,
+        metadata={"help": "Train even if the initial policy or the reference was trained on these rows or their "
+                          "prompts (private labels exposed through it). Recorded in the privacy record and card."},
+    )
     prior_row_weight: float = field(
         default=1.0,
         metadata={"help": "LP-2ST (001): weight of rows whose label was released from the prior (pseudo-labels, "

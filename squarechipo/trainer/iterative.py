@@ -32,10 +32,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 from squarechipo.evaluation.generation import MIXTURE_FILE, generate_with_model
+from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage
 from squarechipo.reward.pairs import PreferenceModel
 from squarechipo.select.scoring import model_logps, tokenize_preferences
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
-from squarechipo.trainer.trainer import PRIVACY_FILE, write_privacy_record
+from squarechipo.trainer.trainer import write_privacy_record
 
 __all__ = ["self_play_dataset", "iterative_square_chipo"]
 
@@ -82,6 +83,17 @@ def iterative_square_chipo(
     out = Path(args.output_dir)
     if (out / MIXTURE_FILE).exists() or (out / PRIVACY_FILE).exists():
         raise FileExistsError(f"{out} already holds a self-play output; choose a new output_dir.")
+    # π_ref must not have seen the private rows behind ℓ̂: neither these prompts nor (by its sketch) the
+    # preference model's training prompts. The run's privacy is the preference model's, so ℓ̂'s ε decides.
+    lineage = check_lineage(
+        [("reference (π¹ = π_ref)", ModelLineage.of_model(policy))],
+        datasets.Dataset.from_dict({"prompt": list(prompts)}),
+        private=(preference_record or {}).get("epsilon") is not None,
+        override=args.override_lineage_guard,
+        override_field="override_lineage_guard",
+        context="iterative Square-χPO",
+        extra_prompt_hashes=(preference_record or {}).get("prompt_sketch") or (),
+    )
     collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
                                          max_length=args.max_length, truncation_mode=args.truncation_mode)
     # Line 8: D_x, two samples from π_ref per prompt (seeds differ so a ≠ b in distribution draws).
@@ -123,6 +135,7 @@ def iterative_square_chipo(
         "num_prompts": len(prompts),
         "mean_abs_target_per_round": targets_summary,
         **_privacy_fields(preference_record),
+        **lineage.record(),
     }
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,13 @@ from trl import DPOTrainer
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import preference_loss
 from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.lineage import (
+    PRIVACY_FILE,
+    LineageReport,
+    ModelLineage,
+    check_lineage,
+    lineage_card_rows,
+)
 from squarechipo.privacy.prior_release import FROM_PRIOR_COLUMN
 from squarechipo.trainer.config import SquareChiPOConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
@@ -52,8 +59,6 @@ TRL_INTERNALS = (
     "_tp_size",
     "create_model_card",
 )
-#: The privacy record written next to every saved model and checkpoint.
-PRIVACY_FILE = "squarechipo_privacy.json"
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
@@ -124,6 +129,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             ledger, epsilon=args.epsilon, flip_rate=args.flip_rate, override=args.privacy_override
         )
         self.training_data = training_data_record(train_dataset)
+        self.lineage: LineageReport | None = self._check_lineage(model, ref_model, train_dataset, args)
         self.lean_lm_head = False
         columns = getattr(train_dataset, "column_names", None) or []
         #: Rows released from an RRWithPrior prior (LP-2ST, 001) are pseudo-labels: not debiased, weighted.
@@ -146,6 +152,26 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             args.r_max,
             self.privacy.flip_rate,
             self.privacy.source,
+        )
+
+    def _starting_models(self, model, ref_model) -> list[tuple[str, ModelLineage]]:
+        """The models this run starts from, by role (TRL's default reference is the initial policy)."""
+        policy = ModelLineage.of_model(model)
+        if ref_model is None:
+            return [("policy and reference", policy)]
+        return [("policy", policy), ("reference", ModelLineage.of_model(ref_model))]
+
+    def _check_lineage(self, model, ref_model, train_dataset, args) -> LineageReport | None:
+        """Refuse a policy or reference trained on the rows whose private labels this run trains on."""
+        if not isinstance(train_dataset, datasets.Dataset):
+            return None
+        return check_lineage(
+            self._starting_models(model, ref_model),
+            train_dataset,
+            private=self.privacy.epsilon is not None,
+            override=args.override_lineage_guard,
+            override_field="override_lineage_guard",
+            context=type(self).__name__,
         )
 
     def _install_lean_lm_head(self) -> None:
@@ -279,6 +305,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             **self.privacy.record(self.args.privacy_override),
             "dropped_rows": dict(getattr(self, "dropped_rows", {})),
             **self.training_data,
+            **(self.lineage.record() if self.lineage is not None else {}),
         }
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
@@ -303,8 +330,11 @@ def _privacy_section(record: dict[str, Any], intro: str | None = None) -> str:
     rows = [(name, record[key]) for key, name in _EXTRA_CARD_FIELDS if key in record]
     if "r_max" in record:
         rows.append(("R_max (margin clipped to ±2·R_max)", record["r_max"] if record["r_max"] is not None else "no clip"))
+    epsilon = record["epsilon"] if record["epsilon"] is not None else "none (no privacy)"
+    if record.get("label_exposure"):
+        epsilon = f"{epsilon}: does not hold for this model (labels exposed through a starting model, see below)"
     rows += [
-        ("ε (local DP, total over releases)", record["epsilon"] if record["epsilon"] is not None else "none (no privacy)"),
+        ("ε (local DP, total over releases)", epsilon),
         ("mechanism", record["mechanism"] or "none recorded"),
         ("corruption rate α", record["corruption_rate"] if record["corruption_rate"] is not None else "none recorded"),
         ("adversary", record["adversary"] or "none"),
@@ -312,6 +342,7 @@ def _privacy_section(record: dict[str, Any], intro: str | None = None) -> str:
         ("flip rate the loss debiases for", f"{record['debiasing_flip_rate']:.6f}"),
         ("source of the privacy parameters", record["privacy_source"]),
         ("training data fingerprint", record.get("dataset_fingerprint") or "unknown"),
+        *lineage_card_rows(record),
     ]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     intro = intro or (

@@ -1,0 +1,168 @@
+"""Model lineage: no private label may reach a run through the models it starts from (issue 14 §1).
+
+Real tiny Llama models saved to real folders with real privacy records, the real trainers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+
+from squarechipo.data.fingerprint import training_data_record
+from squarechipo.privacy import LabelPipeline, privatize_dataset
+from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage
+from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
+from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+from tests.conftest import make_tiny_classifier, make_tiny_model
+
+
+def preference_rows(n: int, offset: int = 0) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({
+        "prompt": [f"Question {offset + i}: how much should I save each month?" for i in range(n)],
+        "chosen": ["About a fifth of your income, in an insured account."] * n,
+        "rejected": ["Nothing; spend it all on lottery tickets."] * n,
+    })
+
+
+def sft_rows(rows: datasets.Dataset) -> datasets.Dataset:
+    """SFT data made from preference rows (prompt + chosen): what 003 App. E does and what leaks the labels."""
+    return datasets.Dataset.from_dict({"prompt": rows["prompt"], "completion": rows["chosen"]})
+
+
+def save_model(folder, tokenizer, record: dict | None, seed: int = 0, classifier: bool = False):
+    model = make_tiny_classifier(tokenizer, seed) if classifier else make_tiny_model(tokenizer, seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if record is not None:
+        (folder / PRIVACY_FILE).write_text(json.dumps(record))
+    return folder
+
+
+def config(tmp_path, **overrides) -> SquareChiPOConfig:
+    values = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=1, learning_rate=1e-3,
+                  report_to="none", save_strategy="no", gradient_checkpointing=False, max_length=128, seed=0,
+                  disable_tqdm=True)
+    return SquareChiPOConfig(**{**values, **overrides})
+
+
+def trainer(policy_dir, ref_dir, train, args, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    ref = AutoModelForCausalLM.from_pretrained(ref_dir) if ref_dir is not None else None
+    return SquareChiPOTrainer(AutoModelForCausalLM.from_pretrained(policy_dir), ref_model=ref, args=args,
+                              train_dataset=train, processing_class=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def private(tmp_path_factory):
+    raw = preference_rows(16)
+    return {"raw": raw, "released": privatize_dataset(raw, LabelPipeline(epsilon=1.0), seed=0)}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tokenizer, private):
+    root = tmp_path_factory.mktemp("lineage")
+    public = preference_rows(16, offset=1000)
+    return {
+        "clean": save_model(root / "clean", tokenizer, training_data_record(sft_rows(public))),
+        "bare": save_model(root / "bare", tokenizer, None),
+        # SFT on prompt + chosen of the very rows whose labels are released: the 003 App. E pipeline.
+        "sft_leak": save_model(root / "sft_leak", tokenizer, training_data_record(sft_rows(private["raw"]))),
+        "same_rows": save_model(root / "same_rows", tokenizer, training_data_record(private["raw"])),
+        # Trained on public rows, but started from the leaky SFT model: caught through `upstream`.
+        "grandchild": save_model(root / "grandchild", tokenizer, {
+            **training_data_record(public),
+            **check_lineage([("policy", ModelLineage.from_folder(root / "sft_leak"))], public, private=False,
+                            override=False, override_field="", context="test").record(),
+        }),
+    }
+
+
+def test_trainer_refuses_a_policy_sft_trained_on_the_private_rows(models, private, tokenizer, tmp_path):
+    with pytest.raises(ValueError) as error:
+        trainer(models["sft_leak"], models["clean"], private["released"], config(tmp_path), tokenizer)
+    message = str(error.value)
+    assert f"the policy model {models['sft_leak']} was trained on prompts that occur in these rows" in message
+    assert "override_lineage_guard" in message and "finance_sft" in message
+
+
+def test_trainer_refuses_a_reference_trained_on_the_same_rows(models, private, tokenizer, tmp_path):
+    with pytest.raises(ValueError, match=r"the reference model .*same_rows was trained on these rows \(same"):
+        trainer(models["clean"], models["same_rows"], private["released"], config(tmp_path), tokenizer)
+
+
+def test_trainer_checks_lineage_transitively(models, private, tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="grandchild was trained on prompts that occur in these rows"):
+        trainer(models["grandchild"], models["clean"], private["released"], config(tmp_path), tokenizer)
+
+
+def test_default_reference_is_the_policy_and_is_checked(models, private, tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="the policy and reference model"):
+        trainer(models["sft_leak"], None, private["released"], config(tmp_path, precompute_ref_log_probs=True),
+                tokenizer)
+
+
+def test_override_is_recorded_in_the_privacy_record_and_card(models, private, tokenizer, tmp_path):
+    args = config(tmp_path, override_lineage_guard=True)
+    run = trainer(models["clean"], models["sft_leak"], private["released"], args, tokenizer)
+    run.train()
+    run.save_model(args.output_dir)
+    run.create_model_card()
+    record = json.loads((tmp_path / "out" / PRIVACY_FILE).read_text())
+    assert record["label_exposure"] == [{"role": "reference", "model": str(models["sft_leak"]),
+                                         "status": "prompt_overlap"}]
+    assert {"role": "policy", "model": str(models["clean"]), "status": "recorded"} in record["lineage"]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert f"labels exposed through the reference model {models['sft_leak']}" in card
+    assert "1.0: does not hold for this model" in card
+
+
+def test_unrecorded_public_model_is_accepted_and_recorded(models, private, tokenizer, tmp_path):
+    args = config(tmp_path)
+    run = trainer(models["bare"], models["clean"], private["released"], args, tokenizer)
+    assert run.privacy_record()["lineage"] == [
+        {"role": "policy", "model": str(models["bare"]), "status": "unrecorded"},
+        {"role": "reference", "model": str(models["clean"]), "status": "recorded"},
+    ]
+    assert run.privacy_record()["label_exposure"] == []
+    # The clean model's own training set travels on, so a model trained from this run is checked against it.
+    assert [entry["role"] for entry in run.privacy_record()["upstream"]] == ["reference"]
+
+
+def test_public_labels_are_not_refused(models, private, tokenizer, tmp_path):
+    run = trainer(models["sft_leak"], models["clean"], private["raw"], config(tmp_path), tokenizer)
+    record = run.privacy_record()
+    assert record["lineage_labels_private"] is False and record["label_exposure"] == []
+    assert record["lineage"][0]["status"] == "prompt_overlap"
+
+
+def test_reward_trainer_refuses_an_initial_model_trained_on_the_rows(private, tokenizer, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    leaky = save_model(tmp_path / "leaky_rm", tokenizer, training_data_record(sft_rows(private["raw"])), classifier=True)
+    args = PrivateRewardConfig(output_dir=str(tmp_path / "rm"), max_steps=1, per_device_train_batch_size=4,
+                               report_to="none", save_strategy="no", gradient_checkpointing=False)
+    model = AutoModelForSequenceClassification.from_pretrained(leaky, num_labels=1)
+    with pytest.raises(ValueError, match="the initial model .*leaky_rm was trained on prompts"):
+        PrivateRewardTrainer(model, args=args, train_dataset=private["released"], processing_class=tokenizer)
+
+
+def test_self_play_refuses_a_reference_trained_on_the_preference_models_rows(models, private, tokenizer, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from squarechipo.reward import PreferenceModel
+    from squarechipo.trainer.iterative import iterative_square_chipo
+    from squarechipo.trainer.self_play import SelfPlayConfig
+
+    preference = PreferenceModel(make_tiny_classifier(tokenizer, seed=5), tokenizer)
+    args = SelfPlayConfig(output_dir=str(tmp_path / "sp"), iterations=2, max_steps=1, report_to="none",
+                          save_strategy="no", gradient_checkpointing=False, max_length=128, disable_tqdm=True)
+    # ℓ̂ was trained on the released rows; self-play uses other prompts, but π_ref saw ℓ̂'s training prompts.
+    pm_record = {"model_type": "preference", "epsilon": 1.0, **training_data_record(private["released"])}
+    policy = AutoModelForCausalLM.from_pretrained(models["same_rows"])
+    with pytest.raises(ValueError, match=r"reference \(π¹ = π_ref\) model .*same_rows was trained on prompts"):
+        iterative_square_chipo(policy, tokenizer, [f"Other question {i}?" for i in range(4)], preference, args,
+                               reference_name=str(models["same_rows"]), preference_record=pm_record)
+    assert not (tmp_path / "sp").exists()  # refused before anything was sampled or written
