@@ -31,7 +31,7 @@ from trl import ModelConfig, TrlParser  # noqa: E402
 
 from squarechipo.models import resolve_model_path  # noqa: E402
 from squarechipo.privacy.ledger import get_ledger  # noqa: E402
-from squarechipo.privacy.lineage import ModelLineage, check_lineage  # noqa: E402
+from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source  # noqa: E402
 from squarechipo.privacy.prior_release import RRWithPriorRelease, combine_parts  # noqa: E402
 from squarechipo.privacy.release import release_once  # noqa: E402
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer  # noqa: E402
@@ -48,7 +48,7 @@ class LP2STScriptArguments(TrainScriptArguments):
 
 
 def _train(model_path, train, args: SquareChiPOConfig, tokenizer) -> SquareChiPOTrainer:
-    model = AutoModelForCausalLM.from_pretrained(model_path)
+    model = mark_source(AutoModelForCausalLM.from_pretrained(model_path), model_path)
     trainer = SquareChiPOTrainer(model, args=args, train_dataset=train, processing_class=tokenizer)
     trainer.train()
     trainer.save_model(args.output_dir)

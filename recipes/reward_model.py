@@ -22,6 +22,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer  # no
 from trl import ModelConfig, TrlParser, get_peft_config  # noqa: E402
 
 from squarechipo.models import resolve_model_path  # noqa: E402
+from squarechipo.privacy.lineage import mark_source  # noqa: E402
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset  # noqa: E402
 from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
 
@@ -39,7 +40,8 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1, revision=model_args.model_revision)
+    model = mark_source(AutoModelForSequenceClassification.from_pretrained(
+        model_path, num_labels=1, revision=model_args.model_revision), model_path)
     model.config.pad_token_id = tokenizer.pad_token_id
     trainer = PrivateRewardTrainer(model, args=training_args, train_dataset=train, eval_dataset=eval_dataset,
                                    processing_class=tokenizer, peft_config=get_peft_config(model_args))

@@ -54,6 +54,11 @@ class SelectConfig:
     override_candidate_guard: bool = field(
         default=False, metadata={"help": "Accept candidates trained on the private data: the guarantee does not hold."}
     )
+    override_reference_guard: bool = field(
+        default=False,
+        metadata={"help": "Accept a reference trained on the private rows or their prompts: the guarantee does not "
+                          "hold (recorded in the ledger and card)."},
+    )
 
 
 def main(config: SelectConfig):
@@ -82,6 +87,7 @@ def main(config: SelectConfig):
         seed=config.seed,
         allow_unrecorded_candidates=config.allow_unrecorded_candidates,
         override_candidate_guard=config.override_candidate_guard,
+        override_reference_guard=config.override_reference_guard,
     )
     state.print(
         f"Selected {selection.candidate} (candidate {selection.index + 1} of {selection.num_candidates}) with "

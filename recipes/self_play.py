@@ -25,7 +25,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser  # noqa: E402
 
 from squarechipo.data import load_preference_dataset  # noqa: E402
 from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.privacy.lineage import PRIVACY_FILE  # noqa: E402
+from squarechipo.privacy.lineage import PRIVACY_FILE, mark_source  # noqa: E402
 from squarechipo.reward import PreferenceModel  # noqa: E402
 from squarechipo.trainer.iterative import iterative_square_chipo  # noqa: E402
 from squarechipo.trainer.self_play import SelfPlayConfig  # noqa: E402
@@ -63,7 +63,7 @@ def main(script_args: SelfPlayScriptArguments, training_args: SelfPlayConfig, mo
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    policy = AutoModelForCausalLM.from_pretrained(model_path)
+    policy = mark_source(AutoModelForCausalLM.from_pretrained(model_path), model_path)
     preference = PreferenceModel.from_pretrained(script_args.preference_model, batch_size=training_args.responses_batch_size,
                                                  device=str(state.device))
     reference = model_args.model_name_or_path

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import ModelConfig, TrlParser, get_peft_config  # noqa: E402
 
 from squarechipo.models import resolve_model_path  # noqa: E402
+from squarechipo.privacy.lineage import mark_source  # noqa: E402
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer  # noqa: E402
 from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
 
@@ -43,11 +44,11 @@ def main(script_args: TrainScriptArguments, training_args: SquareChiPOConfig, mo
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
     init_kwargs = dict(revision=model_args.model_revision, dtype=dtype, attn_implementation=model_args.attn_implementation)
-    model = AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs)
+    model = mark_source(AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs), model_path)
     peft_config = get_peft_config(model_args)
     ref_model = None
     if peft_config is None and not training_args.precompute_ref_log_probs:
-        ref_model = AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs)
+        ref_model = mark_source(AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs), model_path)
 
     trainer = SquareChiPOTrainer(
         model,

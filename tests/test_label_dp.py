@@ -215,6 +215,36 @@ def test_kary_rows_release_and_convert():
         release_kary(released, "k_rr", 1.0)
 
 
+def test_kary_ledger_has_its_own_semantics_and_fingerprint():
+    """K-RR and subset releases have analyzer weights, not a binary flip rate; the ledger says so and
+    records the label-invariant fingerprint of the rows like every other release."""
+    import datasets
+
+    from squarechipo.data.fingerprint import preference_fingerprint
+    from squarechipo.data.kary import release_kary
+    from squarechipo.privacy.ledger import get_ledger
+
+    responses = [[f"r{i}-{j}" for j in range(3)] for i in range(30)]
+    rows = datasets.Dataset.from_dict({"prompt": [f"Q{i}" for i in range(30)], "responses": responses,
+                                       "best": [i % 3 for i in range(30)]})
+    # The same rows with each row's responses rotated (and `best` following): the same data, other labels order.
+    rotated = datasets.Dataset.from_dict({"prompt": rows["prompt"], "responses": [r[1:] + r[:1] for r in responses],
+                                          "best": [(i % 3 - 1) % 3 for i in range(30)]})
+    assert preference_fingerprint(rows) == preference_fingerprint(rotated)
+    for mechanism in ("k_rr", "subset"):
+        ledger = get_ledger(release_kary(rows, mechanism, 1.0, seed=0))
+        (release,) = ledger.releases
+        assert release.data_fingerprint == preference_fingerprint(rows)
+        assert release.flip_rate is None and not ledger.has_flip_rate
+        assert "analyzer weights" in release.semantics and "K = 3" in release.semantics
+        with pytest.raises(ValueError, match="label_weights"):
+            _ = ledger.rr_flip_rate
+        with pytest.raises(ValueError, match="label_weights"):
+            _ = ledger.debias_factor
+        summary = ledger.to_dict()
+        assert "debias_factor" not in summary and "analyzer weights" in summary["analyzer"]
+
+
 def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tmp_path):
     """Subset mechanism at ε = 2 on 3 responses; the reward model must rank the safe response first on
     held-out prompts (16/16; a model that learned nothing is right on each w.p. ≈ 1/3)."""
@@ -239,6 +269,8 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
     trainer = BestOfKRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=released,
                                    processing_class=tokenizer)
     assert trainer.privacy.epsilon == 2.0
+    record = trainer.privacy_record()  # no binary flip rate on a best-of-K card: the analyzer instead
+    assert record["debiasing_flip_rate"] is None and "subset over K = 3 labels: unbiased analyzer" in record["debiasing"]
     trainer.train()
     held = trainer._prepare_dataset(release_kary(rows(16, 1000), "k_rr", 50.0, seed=1), tokenizer, args, "held")
     batch = trainer.data_collator([held[i] for i in range(16)])

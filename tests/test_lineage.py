@@ -166,3 +166,22 @@ def test_self_play_refuses_a_reference_trained_on_the_preference_models_rows(mod
         iterative_square_chipo(policy, tokenizer, [f"Other question {i}?" for i in range(4)], preference, args,
                                reference_name=str(models["same_rows"]), preference_record=pm_record)
     assert not (tmp_path / "sp").exists()  # refused before anything was sampled or written
+
+
+def test_an_adapter_is_checked_by_its_own_record_when_marked(models, private, tokenizer, tmp_path):
+    """A LoRA adapter trained on the private rows, loaded as transformers does it: found through mark_source."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from squarechipo.privacy.lineage import mark_source
+
+    base = AutoModelForCausalLM.from_pretrained(models["bare"])
+    adapter_dir = tmp_path / "adapter"
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(adapter_dir)
+    (adapter_dir / PRIVACY_FILE).write_text(json.dumps(training_data_record(private["raw"])))
+    loaded = AutoModelForCausalLM.from_pretrained(adapter_dir)
+    assert ModelLineage.of_model(loaded).name == str(models["bare"])  # what transformers reports: the base
+    marked = mark_source(loaded, adapter_dir)
+    with pytest.raises(ValueError, match="adapter was trained on these rows"):
+        SquareChiPOTrainer(marked, ref_model=AutoModelForCausalLM.from_pretrained(models["clean"]), args=config(tmp_path),
+                           train_dataset=private["released"], processing_class=tokenizer)

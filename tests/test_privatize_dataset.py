@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import datasets
 import numpy as np
@@ -108,7 +109,7 @@ def test_os_entropy_draws_differ_fixed_seed_reproduces():
 def test_reprivatizing_raises_unless_composed():
     data = standard(800)
     once = privatize_dataset(data, LabelPipeline(epsilon=0.5), seed=1)
-    with pytest.raises(ValueError, match="already privatized.*compose=True"):
+    with pytest.raises(ValueError, match=r"(?s)already privatized.*post-processing.*keep the first release's ε.*compose=True"):
         privatize_dataset(once, LabelPipeline(epsilon=1.0), seed=2)
     twice = privatize_dataset(once, LabelPipeline(epsilon=1.0), seed=2, compose=True)
     ledger = get_ledger(twice)
@@ -120,6 +121,10 @@ def test_reprivatizing_raises_unless_composed():
     assert (1 - 2 * rho) == pytest.approx((1 - 2 * flip_probability(0.5)) * (1 - 2 * flip_probability(1.0)))
     rate = swapped_mask(data, twice).mean()
     assert abs(rate - rho) <= Z_TOLERANCE * binomial_se(rho, len(data))
+    # Post-processing: the stored labels alone are one RR with flip rate ρ, tighter than either ε.
+    assert ledger.stored_labels_epsilon == pytest.approx(math.log((1 - rho) / rho))
+    assert ledger.stored_labels_epsilon < 0.5
+    assert ledger.to_dict()["stored_labels_epsilon"] == pytest.approx(ledger.stored_labels_epsilon)
 
 
 def test_ledger_survives_datasets_operations(tmp_path):

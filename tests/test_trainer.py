@@ -207,6 +207,8 @@ def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits
     card = (out / "README.md").read_text()
     for text in ("Privacy and robustness", "| ε (local DP, total over releases) | 0.5 |", "| order | ltc |", "| β | 0.1 |"):
         assert text in card
+    q = flip_probability(0.5)
+    assert f"| how the loss treats the released labels | binary RR: flip rate {q:.6f}, debiased by c(ε) = " in card
 
 
 class _StopAt(TrainerCallback):

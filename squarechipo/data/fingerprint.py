@@ -27,25 +27,33 @@ _SEPARATOR = "\x1f"
 PROMPT_HASH_CHARS = 16
 
 
+def _dump(value) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 def _canonical_rows(table: pa.Table) -> list:
-    """One canonical value per row: prompt, then the two responses in sorted order."""
-    chosen, rejected = table["chosen"], table["rejected"]
+    """One canonical value per row: prompt, then the responses in sorted order (2, or K for best-of-K rows)."""
     prompt = table["prompt"] if "prompt" in table.column_names else None
+    prompts = prompt.to_pylist() if prompt is not None else [None] * table.num_rows
+    if "chosen" not in table.column_names and "responses" in table.column_names:
+        # Best-of-K rows: the order of `responses` carries the label (`best`), so sort it away.
+        return [_dump([p, sorted(_dump(r) for r in responses)]) for p, responses in
+                zip(prompts, table["responses"].to_pylist())]
+    chosen, rejected = table["chosen"], table["rejected"]
     strings = all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in (chosen, rejected))
     if strings and (prompt is None or pa.types.is_string(prompt.type) or pa.types.is_large_string(prompt.type)):
         first = pc.less_equal(chosen, rejected)
         low, high = pc.if_else(first, chosen, rejected), pc.if_else(first, rejected, chosen)
         prompt = prompt if prompt is not None else pa.array([""] * table.num_rows, pa.string())
         return pc.binary_join_element_wise(prompt, low, high, _SEPARATOR).to_pylist()
-    dump = lambda value: json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
-    prompts = prompt.to_pylist() if prompt is not None else [None] * table.num_rows
     return [
-        dump([p, sorted([dump(c), dump(r)])]) for p, c, r in zip(prompts, chosen.to_pylist(), rejected.to_pylist())
+        _dump([p, sorted([_dump(c), _dump(r)])]) for p, c, r in zip(prompts, chosen.to_pylist(), rejected.to_pylist())
     ]
 
 
 def preference_fingerprint(dataset: datasets.Dataset) -> str:
-    """``sha256:<hex>`` over the sorted per-row hashes of (prompt, sorted(chosen, rejected))."""
+    """``sha256:<hex>`` over the sorted per-row hashes of (prompt, sorted(chosen, rejected)), or of
+    (prompt, sorted(responses)) for best-of-K rows."""
     table = dataset.with_format("arrow")[:]
     row_hashes = sorted(hashlib.sha256(row.encode("utf-8")).digest() for row in _canonical_rows(table))
     return "sha256:" + hashlib.sha256(b"".join(row_hashes)).hexdigest()
@@ -79,7 +87,8 @@ def training_data_record(dataset: datasets.Dataset | None) -> dict:
     """What a trained model records about its training data, for the central selector's guard."""
     if not isinstance(dataset, datasets.Dataset):
         return {"dataset_fingerprint": None, "prompt_sketch": None}
-    is_preference = {"chosen", "rejected"} <= set(dataset.column_names)
+    columns = set(dataset.column_names)
+    is_preference = {"chosen", "rejected"} <= columns or "responses" in columns
     return {
         "dataset_fingerprint": preference_fingerprint(dataset) if is_preference else None,
         "prompt_sketch": prompt_sketch(dataset),

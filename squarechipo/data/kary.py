@@ -19,6 +19,7 @@ import logging
 import datasets
 import numpy as np
 
+from squarechipo.data.fingerprint import preference_fingerprint
 from squarechipo.privacy import label_dp as ld
 from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger, with_ledger
 
@@ -80,7 +81,8 @@ def release_kary(dataset: datasets.Dataset, mechanism: str, epsilon: float, *, s
     out = out.add_column("label_weights", weights.tolist())
     del best, rng
     release = Release.now(mechanism, epsilon, len(dataset), fixed_seed=seed is not None,
-                          pipeline={"mechanism": mechanism, "epsilon": float(epsilon), "num_labels": k})
+                          pipeline={"mechanism": mechanism, "epsilon": float(epsilon), "num_labels": k},
+                          data_fingerprint=preference_fingerprint(dataset))
     logger.info("released %d best-of-%d labels through %s (ε = %s)", len(out), k, mechanism, epsilon)
     return with_ledger(out, PrivacyLedger().with_release(release))
 

@@ -91,8 +91,10 @@ def privatize_dataset(
         seed: ``None`` (default) draws from OS entropy: use this for real labels. An integer is
             for simulation and makes the noise reproducible by anyone who knows it; the ledger
             records that a fixed seed was used, never the seed.
-        compose: the dataset already carries a ledger and you mean to release its (already
-            privatized) labels again; the ledger then adds this ε (basic composition).
+        compose: the dataset already carries a ledger and you mean to add noise to its released
+            labels. That is post-processing of the earlier release (the raw labels keep its ε); the
+            ledger records the new release, sums the ε (a valid, loose bound) and gives the tight ε
+            of the stored labels (``stored_labels_epsilon``).
         part: the name of the disjoint part of a larger dataset these rows are (multi-stage
             training, 001); releases on disjoint parts compose in parallel in the ledger.
 
@@ -109,9 +111,12 @@ def privatize_dataset(
     if existing is not None and existing.releases and not compose:
         raise ValueError(
             f"dataset was already privatized (ledger: total epsilon {existing.total_epsilon}, "
-            f"{len(existing.releases)} release(s)). Privatizing again draws fresh noise and spends more "
-            "budget; reuse the released data, or pass compose=True to release it again and record the "
-            "total epsilon."
+            f"{len(existing.releases)} release(s)): its labels are the released ones. Privatizing them again is "
+            "post-processing of that release: it spends nothing on the raw labels, which keep the first "
+            "release's ε, but it adds noise that cannot be removed and changes the flip rate the loss debiases "
+            "for. Reuse the released data as it is. If you do want the extra noise, pass compose=True: the "
+            "ledger adds the release, reports the sum of the ε (valid but loose) and the tight ε of the stored "
+            "labels (stored_labels_epsilon). To release the raw labels a second time, privatize the raw rows."
         )
     _, report = validate_preference_dataset(dataset)
     table = dataset.with_format("arrow")[:]

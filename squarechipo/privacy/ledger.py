@@ -61,7 +61,7 @@ class Release:
     simulation: anyone who learns the seed can undo the noise). The seed itself is never stored.
     """
 
-    mechanism: str  # "randomized_response" or "none"
+    mechanism: str  # "randomized_response", "none", "rr_with_prior", "k_rr" or "subset" (see :attr:`semantics`)
     epsilon: float | None
     corruption_rate: float
     adversary: str | None
@@ -77,6 +77,40 @@ class Release:
     #: The disjoint part of the rows this release covers (e.g. ``lp2st/part1``); None = every row.
     #: Releases on disjoint parts compose in parallel: each label is released once.
     part: str | None = None
+
+    @property
+    def num_labels(self) -> int:
+        """K, the number of values the released label takes (2 for a preference pair)."""
+        return int(self.pipeline.get("num_labels", 2))
+
+    @property
+    def flip_rate(self) -> float | None:
+        """The probability this release flipped a binary label; None where no flip rate exists (K-ary).
+
+        Binary RR flips with q(ε) = 1/(1+e^ε) (003 Alg. 1); binary RRWithPrior flips its RR rows at the same
+        rate, and its prior rows are marked in the data (``label_from_prior``) and not debiased (001 Alg. 2).
+        K-RR and the subset mechanism have no flip rate: their analyzer is the ``label_weights`` column (002).
+        """
+        if self.mechanism == "none" or self.epsilon is None:
+            return 0.0
+        if self.mechanism in _BINARY_MECHANISMS and self.num_labels == 2:
+            return flip_probability(self.epsilon)
+        return None
+
+    @property
+    def semantics(self) -> str:
+        """What a learner does with the released labels, in words (for cards)."""
+        if self.mechanism == "none" or self.epsilon is None:
+            return "no privacy noise"
+        if self.flip_rate is None:
+            if self.mechanism == "rr_with_prior":
+                return f"RRWithPrior over K = {self.num_labels} labels: the released label is used as is"
+            return (f"{self.mechanism} over K = {self.num_labels} labels: unbiased analyzer weights "
+                    "(label_weights column, 002)")
+        if self.mechanism == "rr_with_prior":
+            return (f"RRWithPrior (K = 2): RR rows flipped with rate {self.flip_rate:.6f} and debiased by "
+                    f"c(ε) = {debias_factor(self.epsilon):.6f}; rows released from the prior are pseudo-labels")
+        return f"binary RR: flip rate {self.flip_rate:.6f}, debiased by c(ε) = {debias_factor(self.epsilon):.6f}"
 
     @classmethod
     def from_pipeline(
@@ -115,6 +149,10 @@ class Release:
         )
 
 
+#: Mechanisms whose binary (K = 2) release flips the label with q(ε) = 1/(1+e^ε).
+_BINARY_MECHANISMS = ("randomized_response", "rr_with_prior")
+
+
 @dataclass(frozen=True)
 class PrivacyLedger:
     """The releases a dataset's labels went through, oldest first."""
@@ -132,7 +170,12 @@ class PrivacyLedger:
     @property
     def total_epsilon(self) -> float | None:
         """Total ε per label: basic composition (sum) over the releases a row went through, and the
-        maximum over disjoint parts (parallel composition); None if nothing was private."""
+        maximum over disjoint parts (parallel composition); None if nothing was private.
+
+        The sum is valid for any sequence of releases. It is loose for a re-release of labels that
+        were already released (``privatize_dataset(..., compose=True)``): that is post-processing of
+        the first release, so the raw labels keep the first release's ε, and the stored labels alone
+        satisfy :attr:`stored_labels_epsilon`, which is below every ε_k."""
         if not any(r.epsilon is not None for r in self.releases):
             return None
         return float(max(self._per_part(lambda rs: sum(r.epsilon for r in rs if r.epsilon is not None))))
@@ -145,19 +188,43 @@ class PrivacyLedger:
         return values[0]
 
     @property
+    def has_flip_rate(self) -> bool:
+        """Whether every release is binary with a flip rate (RR, binary RRWithPrior, or no noise)."""
+        return all(r.flip_rate is not None for r in self.releases)
+
+    def _binary_only(self, name: str) -> None:
+        kary = sorted({r.mechanism for r in self.releases if r.flip_rate is None})
+        if kary:
+            raise ValueError(
+                f"the {name} is defined for binary randomized response, but these labels were released by {kary} "
+                "over K labels. Train on the analyzer weights the release wrote (label_weights, "
+                "BestOfKRewardTrainer) instead of debiasing a flip rate."
+            )
+
+    @property
     def rr_flip_rate(self) -> float:
-        """Probability that the RR releases together flipped a label: 1 − 2ρ = Π(1 − 2q_k).
+        """Probability that the binary releases together flipped a label: 1 − 2ρ = Π(1 − 2q_k).
 
         An RRWithPrior release flips its RR rows at the same rate as RR_ε; its rows released from the
-        prior are marked in the data (``label_from_prior``) and are not debiased.
+        prior are marked in the data (``label_from_prior``) and are not debiased. Raises for K-ary releases.
         """
-        return self._common(lambda rs: (1.0 - math.prod(1.0 - 2.0 * flip_probability(r.epsilon) for r in rs)) / 2.0,
-                            "RR flip rate")
+        self._binary_only("flip rate")
+        return self._common(lambda rs: (1.0 - math.prod(1.0 - 2.0 * r.flip_rate for r in rs)) / 2.0, "RR flip rate")
+
+    @property
+    def stored_labels_epsilon(self) -> float | None:
+        """ε of the stored labels alone for binary releases: a chain of RRs is one RR with the composed
+        flip rate ρ, so ε = log((1 − ρ)/ρ) (tight; ≤ min ε_k). None without privacy or for K-ary releases."""
+        if self.total_epsilon is None or not self.has_flip_rate:
+            return None
+        rho = self.rr_flip_rate
+        return math.inf if rho == 0.0 else math.log((1.0 - rho) / rho)
 
     @property
     def debias_factor(self) -> float:
-        """c for the labels as stored: the product of c(ε_k) over RR releases (003 Alg. 1's c(ε))."""
-        return self._common(lambda rs: math.prod(debias_factor(r.epsilon) for r in rs), "debias factor")
+        """c for the labels as stored: 1/(1 − 2ρ) = Π c(ε_k) over the binary releases (003 Alg. 1's c(ε))."""
+        self._binary_only("debias factor c(ε)")
+        return self._common(lambda rs: math.prod(1.0 / (1.0 - 2.0 * r.flip_rate) for r in rs), "debias factor")
 
     @property
     def corruption_rate(self) -> float:
@@ -168,10 +235,13 @@ class PrivacyLedger:
         return replace(self, releases=self.releases + (release,))
 
     def to_dict(self) -> dict[str, Any]:
+        # Only what applies: a flip rate and c(ε) for binary releases, the analyzer for K-ary ones.
+        summary = {"debias_factor": self.debias_factor, "stored_labels_epsilon": self.stored_labels_epsilon} \
+            if self.has_flip_rate else {"analyzer": "; ".join(r.semantics for r in self.releases)}
         return {
             "format": "squarechipo.privacy_ledger/1",
             "total_epsilon": self.total_epsilon,
-            "debias_factor": self.debias_factor,
+            **summary,
             "releases": [asdict(r) for r in self.releases],
         }
 

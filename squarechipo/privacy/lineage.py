@@ -41,6 +41,7 @@ __all__ = [
     "check_lineage",
     "lineage_card_rows",
     "lineage_findings",
+    "mark_source",
 ]
 
 #: The privacy record written next to every model squarechipo saves.
@@ -49,6 +50,18 @@ PRIVACY_FILE = "squarechipo_privacy.json"
 RECORDED, UNRECORDED, SAME_DATASET, PROMPT_OVERLAP = "recorded", "unrecorded", "same_dataset", "prompt_overlap"
 EXPOSURES = (SAME_DATASET, PROMPT_OVERLAP)
 _TRAINING_KEYS = ("dataset_fingerprint", "prompt_sketch")
+#: Attribute naming the folder a model was loaded from, where ``name_or_path`` does not (adapters).
+_SOURCE_ATTRIBUTE = "squarechipo_source"
+
+
+def mark_source(model: Any, folder: str | os.PathLike) -> Any:
+    """Record on a loaded model the folder it came from, so its lineage is read from that folder.
+
+    ``AutoModelForCausalLM.from_pretrained(adapter_dir)`` sets ``name_or_path`` to the base model;
+    the recipes call this so an adapter's own ``squarechipo_privacy.json`` is the one checked.
+    """
+    setattr(model, _SOURCE_ATTRIBUTE, str(folder))
+    return model
 
 
 def _training_set(entry: dict) -> dict:
@@ -78,13 +91,14 @@ class ModelLineage:
     def of_model(cls, model: Any) -> ModelLineage:
         """The lineage of a loaded model, a path or a Hub id.
 
-        A loaded model is found by the folder it was loaded from (``name_or_path``; for a PEFT model,
-        its base). An adapter loaded through ``AutoModelForCausalLM.from_pretrained(adapter_dir)``
-        reports its base model's folder, so load adapters with PEFT or pass the folder itself.
+        A loaded model is found by the folder it was loaded from: :func:`mark_source`, else
+        ``name_or_path`` (for a PEFT model without one, its base). An adapter loaded through
+        ``AutoModelForCausalLM.from_pretrained(adapter_dir)`` reports its base model's folder unless
+        marked, so mark it or pass the folder itself.
         """
         if isinstance(model, (str, os.PathLike)):
             return cls.from_folder(model)
-        source = getattr(model, "name_or_path", None) or ""
+        source = getattr(model, _SOURCE_ATTRIBUTE, None) or getattr(model, "name_or_path", None) or ""
         peft_config = getattr(model, "peft_config", None)
         if not source and isinstance(peft_config, dict) and peft_config:
             source = next(iter(peft_config.values())).base_model_name_or_path or ""
@@ -148,7 +162,7 @@ def lineage_findings(
     ``extra_prompt_hashes`` adds prompt hashes known only as a sketch (e.g. the private training set
     of a preference model whose rows this run does not hold).
     """
-    is_preference = {"chosen", "rejected"} <= set(rows.column_names)
+    is_preference = {"chosen", "rejected"} <= set(rows.column_names) or "responses" in rows.column_names
     fingerprint = preference_fingerprint(rows) if is_preference else None
     hashes = (prompt_hashes(rows) or set()) | set(extra_prompt_hashes)
     findings = []

@@ -162,7 +162,7 @@ def _as_completion(prompts: list, responses: list[str]) -> list:
 
 def _privacy_fields(preference_record: dict | None) -> dict:
     """The label-privacy fields of the preference model's record (what the guarantee rests on)."""
-    keys = ("epsilon", "debiasing_flip_rate", "privacy_source", "privacy_override", "mechanism", "corruption_rate",
+    keys = ("epsilon", "debiasing_flip_rate", "debiasing", "privacy_source", "privacy_override", "mechanism", "corruption_rate",
             "adversary", "order", "ledger", "dataset_fingerprint", "prompt_sketch")
     record = copy.deepcopy(preference_record or {})
     fields = {key: record.get(key) for key in keys}

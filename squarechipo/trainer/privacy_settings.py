@@ -23,6 +23,8 @@ class PrivacySettings:
     epsilon: float | None
     source: str  # "ledger", "config", "config (override of ledger)", "none"
     ledger: PrivacyLedger | None
+    #: False for K-ary releases, whose learner uses analyzer weights instead of a flip rate.
+    binary: bool = True
 
     @property
     def loss_kwargs(self) -> dict[str, float]:
@@ -32,9 +34,15 @@ class PrivacySettings:
     def record(self, override: bool) -> dict[str, Any]:
         """The public privacy fields every trained model records (card and ``squarechipo_privacy.json``)."""
         last = self.ledger.releases[-1] if self.ledger is not None and self.ledger.releases else None
+        if self.ledger is not None and self.ledger.releases and self.source == "ledger":
+            debiasing = "; ".join(r.semantics for r in self.ledger.releases)
+        else:
+            debiasing = f"flip rate {self.flip_rate:.6f}" if self.flip_rate > 0 else "none"
         return {
             "epsilon": self.epsilon,
-            "debiasing_flip_rate": self.flip_rate,
+            # Only binary releases have a flip rate; K-ary ones record their analyzer under `debiasing`.
+            "debiasing_flip_rate": self.flip_rate if self.binary else None,
+            "debiasing": debiasing,
             "privacy_source": self.source,
             "privacy_override": bool(override),
             "mechanism": last.mechanism if last else None,
@@ -60,6 +68,14 @@ def resolve_privacy(
       ``override``.
     - No ledger: the config values (data privatized outside squarechipo), or no debiasing.
     """
+    if ledger is not None and not ledger.has_flip_rate:
+        if flip_rate is not None:
+            raise ValueError("flip_rate does not apply to K-ary releases (their loss uses the label_weights "
+                             "analyzer); remove it.")
+        if epsilon is not None and abs(epsilon - (ledger.total_epsilon or 0.0)) > _TOLERANCE and not override:
+            raise ValueError(f"config epsilon={epsilon} disagrees with the dataset's privacy ledger (total epsilon "
+                             f"{ledger.total_epsilon}). Remove it to use the ledger.")
+        return PrivacySettings(0.0, ledger.total_epsilon, "ledger", ledger, binary=False)
     if ledger is not None:
         ledger_rate = ledger.rr_flip_rate
         if epsilon is None and flip_rate is None:

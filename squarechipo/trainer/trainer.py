@@ -339,7 +339,7 @@ def _privacy_section(record: dict[str, Any], intro: str | None = None) -> str:
         ("corruption rate α", record["corruption_rate"] if record["corruption_rate"] is not None else "none recorded"),
         ("adversary", record["adversary"] or "none"),
         ("order", record["order"] or "n/a"),
-        ("flip rate the loss debiases for", f"{record['debiasing_flip_rate']:.6f}"),
+        ("how the loss treats the released labels", record.get("debiasing") or "none recorded"),
         ("source of the privacy parameters", record["privacy_source"]),
         ("training data fingerprint", record.get("dataset_fingerprint") or "unknown"),
         *lineage_card_rows(record),
