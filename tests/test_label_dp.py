@@ -154,8 +154,8 @@ def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(f
 
 
 def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokenizer, finance_splits):
-    """000 on frozen features of a (tiny) LM: SGD-RR on RR-released rows and objective perturbation on raw rows
-    both rank held-out chosen above rejected more often than chance (exact binomial bound)."""
+    """000 on frozen features of a (tiny) LM: θ̂_RR and averaged SGD-RR on RR-released rows and objective
+    perturbation on raw rows all rank held-out chosen above rejected more often than chance (exact binomial bound)."""
     from conftest import make_tiny_model
 
     from squarechipo.privacy import LabelPipeline, privatize_dataset
@@ -171,10 +171,11 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
     x_released = comparison_features(model, tokenizer, released, feature_bound=5.0)
     x_raw = comparison_features(model, tokenizer, raw, feature_bound=5.0)
     x_held = comparison_features(model, tokenizer, held, feature_bound=5.0)
-    local = fit_linear_head(x_released, "sgd_rr", privacy, radius=10.0, feature_bound=5.0, step=5.0)
+    local = fit_linear_head(x_released, "rr_mle", privacy, radius=10.0, feature_bound=5.0)
+    averaged = fit_linear_head(x_released, "sgd_rr_averaged", privacy, radius=10.0, feature_bound=5.0, step=5.0)
     central = fit_linear_head(x_raw, "objective_perturbation", None, radius=10.0, feature_bound=5.0, epsilon=8.0,
                               rng=np.random.default_rng(0))
-    for theta in (local, central):
+    for theta in (local, averaged, central):
         correct = int((x_held @ theta > 0).sum())
         # P(Binomial(60, 1/2) ≥ 40) ≈ 0.0067: above this, the head learned the preference.
         assert correct >= 40, correct

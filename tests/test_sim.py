@@ -94,9 +94,13 @@ def test_private_estimators_converge_and_central_noise_follows_theorem_5_2():
     rng = np.random.default_rng(2)
     theta = rng.standard_normal((trials, d))
     x, y = bt.sample_bt(theta, 20000, math.sqrt(d) + 2, rng)
-    local = bt.sgd_rr(x, y, 1.0, radius=3 * math.sqrt(d), rng=rng, checkpoints=[1000, 20000])
+    local = bt.sgd_rr_averaged(x, y, 1.0, radius=3 * math.sqrt(d), rng=rng, checkpoints=[1000, 20000])
     err = {n: np.linalg.norm(v - theta, axis=1).mean() for n, v in local.items()}
     assert err[20000] < 0.6 * err[1000], err
+    rr = {n: np.linalg.norm(bt.rr_mle(x[:, :n], y[:, :n], 1.0, 3 * math.sqrt(d), rng) - theta, axis=1) for n in (1000, 20000)}
+    # θ̂_RR's error shrinks like 1/√n (000 Cor. 4.3): by √20 ≈ 4.5 in expectation; demand > 2 (Welch t at 4 s.e.).
+    diff = rr[1000] - 2 * rr[20000]
+    assert diff.mean() > 4 * diff.std(ddof=1) / math.sqrt(trials), (rr[1000].mean(), rr[20000].mean())
     assert bt.perturbation_sigma(1.0, 1e-3, 2.0) == pytest.approx(2.0 * math.sqrt(8 * math.log(2000) + 4))
     central = bt.objective_perturbation(x, y, 1.0, 1e-3, math.sqrt(d) + 2, 3 * math.sqrt(d), rng)
     assert np.linalg.norm(central - theta, axis=1).mean() < err[20000]
@@ -275,3 +279,69 @@ def test_lp2st_uses_each_label_once_and_validates_its_settings():
     rows = ex.run_multistage_point({**ex.multistage_grid()[2], "n": 300}, [0, 1])
     assert [r["method"] for r in rows] == ["lp1st"] * 2 + ["lp2st"] * 2 + ["lp2st_drop"] * 2
     assert rows == ex.run_multistage_point({**ex.multistage_grid()[2], "n": 300}, [0, 1])
+
+
+def test_rr_debiased_mle_is_the_mle_without_noise_and_solves_its_kkt_conditions():
+    """θ̂_RR (000 eq. 6) with ε = ∞ is the MLE; with ε finite its debiased gradient vanishes inside the ball."""
+    from squarechipo.privacy.calibration import flip_probability
+    from squarechipo.reward import linear
+
+    rng = np.random.default_rng(4)
+    theta = rng.standard_normal((6, 3))
+    x, y = bt.sample_bt(theta, 3000, 4.0, rng)
+    np.testing.assert_array_equal(linear.rr_debiased_mle(x, y, None, 50.0), bt.mle(x, y, 50.0))
+    observed = rng.random(y.shape) < 0.5  # any labels: the KKT conditions hold whatever was observed
+    estimate = linear.rr_debiased_mle(x, observed, 2.0, 50.0)
+    rho = flip_probability(2.0)
+    soft = (observed - rho) / (1 - 2 * rho)
+    p = 1 / (1 + np.exp(-np.einsum("tnd,td->tn", x, estimate)))
+    gradient = np.einsum("tnd,tn->td", x, p - soft) + 1e-6 * estimate
+    inside = np.linalg.norm(estimate, axis=1) < 50.0 - 1e-9
+    assert inside.any()
+    assert np.abs(gradient[inside]).max() <= linear.GRADIENT_TOLERANCE
+
+
+def test_sgd_rr_follows_theorem_4_5_schedule_and_returns_the_last_iterate():
+    """η_t = 1/(λt) on 000's unnormalised debiased gradient, projection onto Θ_B, last iterate (no averaging)."""
+    from squarechipo.privacy.calibration import flip_probability
+    from squarechipo.reward import linear
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 40, 3))
+    observed = rng.random((2, 40)) < 0.7
+    epsilon, radius, lam = 1.0, 2.0, 0.3
+    out = linear.sgd_debiased(x, observed, epsilon, radius, [1, 40], strong_convexity_lambda=lam)
+    rho, theta = flip_probability(epsilon), np.zeros((2, 3))
+    sigma_eps = 1 - rho  # σ(ε) = e^ε/(1+e^ε)
+    for t in range(40):  # the definition, written from 000 eq. (4)–(5) and Algorithm 1
+        s = np.where(observed[:, t], 1.0, -1.0)
+        m = s * np.einsum("td,td->t", x[:, t], theta)
+        sig = 1 / (1 + np.exp(-m))
+        dloss = -sigma_eps * (1 - sig) - (1 - sigma_eps) * sig  # d/dm of −σ(ε)log σ(m) + (1−σ(ε))log σ(−m)
+        theta = theta - (dloss * s)[:, None] * x[:, t] / (lam * (t + 1))
+        theta = theta * np.minimum(1, radius / np.linalg.norm(theta, axis=1, keepdims=True))
+        if t == 0:
+            np.testing.assert_allclose(out[1], theta, rtol=1e-12)
+    np.testing.assert_allclose(out[40], theta, rtol=1e-12)
+    with pytest.raises(ValueError, match="strong_convexity_lambda"):
+        linear.sgd_debiased(x, observed, epsilon, radius, [40], strong_convexity_lambda=0.0)
+    assert linear.strong_convexity(1.0, 1.0, 1.0, 0.5) == pytest.approx(
+        (1 - 2 * rho) / (2 + math.exp(-2) + math.exp(2)) * 0.5)
+
+
+def test_exact_solvers_raise_instead_of_returning_an_inexact_minimiser(monkeypatch):
+    """Objective perturbation's guarantee is for the exact minimiser (000 Alg. 2): no silent early stop."""
+    from squarechipo.reward import linear
+
+    rng = np.random.default_rng(6)
+    theta = rng.standard_normal((3, 4))
+    x, y = bt.sample_bt(theta, 500, 4.0, rng)
+    estimate = linear.objective_perturbation(x, y, 1.0, 1e-3, 4.0, 100.0, np.random.default_rng(0))
+    assert np.isfinite(estimate).all()
+    monkeypatch.setattr(linear, "NEWTON_ITERATIONS", 1)
+    with pytest.raises(linear.NotConvergedError, match="exact minimiser"):
+        linear.objective_perturbation(x, y, 1.0, 1e-3, 4.0, 0.5, np.random.default_rng(0))
+    monkeypatch.setattr(linear, "NEWTON_ITERATIONS", 100)
+    monkeypatch.setattr(linear, "BRACKET_DOUBLINGS", 0)
+    with pytest.raises(linear.NotConvergedError, match="KKT bracket"):
+        linear.mle(x, y, radius=0.01)

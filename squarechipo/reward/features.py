@@ -3,7 +3,7 @@
 φ(x, a) is the frozen model's last-layer hidden state at the last token of prompt + response (chat
 template for conversational rows). A comparison's feature is the difference φ(x, a⁺) − φ(x, a⁻),
 clipped to ‖·‖ ≤ L (the L of 000's guarantees). The head θ is then fitted by
-:func:`~squarechipo.reward.linear.sgd_debiased` on RR-released rows (local label DP, 000 Alg. 1) or by
+:func:`~squarechipo.reward.linear.rr_debiased_mle` on RR-released rows (local label DP, 000 §4) or by
 :func:`~squarechipo.reward.linear.objective_perturbation` on the raw rows (central label DP, Alg. 2).
 """
 
@@ -17,13 +17,21 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from squarechipo.reward.linear import mle, objective_perturbation, sgd_debiased
+from squarechipo.reward.linear import (
+    mle,
+    objective_perturbation,
+    rr_debiased_mle,
+    sgd_debiased,
+    sgd_debiased_averaged,
+    strong_convexity,
+)
 from squarechipo.trainer.privacy_settings import PrivacySettings
 
 __all__ = ["response_features", "comparison_features", "fit_linear_head", "LINEAR_ESTIMATORS", "reward_texts",
            "sequence_scores"]
 
-LINEAR_ESTIMATORS = ("sgd_rr", "objective_perturbation", "mle")
+LINEAR_ESTIMATORS = ("rr_mle", "sgd_rr", "sgd_rr_averaged", "objective_perturbation", "mle")
+_LOCAL_ESTIMATORS = ("rr_mle", "sgd_rr", "sgd_rr_averaged")
 
 
 def reward_texts(tokenizer, prompts, responses) -> list[str]:
@@ -99,19 +107,34 @@ def comparison_features(model, tokenizer, dataset: datasets.Dataset, feature_bou
 
 def fit_linear_head(features: np.ndarray, estimator: str, privacy: PrivacySettings | None, *, radius: float,
                     feature_bound: float, epsilon: float | None = None, delta: float = 1e-5,
-                    rng: np.random.Generator | None = None, step: float = 1.0) -> np.ndarray:
+                    rng: np.random.Generator | None = None, step: float = 1.0,
+                    strong_convexity_lambda: float | None = None) -> np.ndarray:
     """θ (d,) for stored rows (every label reads chosen ≻ rejected).
 
-    - ``sgd_rr``: the rows were released by RR (``privacy`` from their ledger): one debiased SGD pass.
-    - ``objective_perturbation``: raw rows under central label DP with (``epsilon``, ``delta``); needs ``rng``.
-    - ``mle``: no privacy (a baseline).
+    Local label DP, on rows released by RR (``privacy`` from their ledger):
+
+    - ``rr_mle``: θ̂_RR of 000 §4, the debiased log loss minimised exactly over ‖θ‖ ≤ radius (Thm 4.2);
+    - ``sgd_rr``: 000 Algorithm 1 with Theorem 4.5's η_t = 1/(λt), last iterate; λ defaults to γ_ε·κ with
+      κ the smallest eigenvalue of the features' second moment (features are public under label DP);
+    - ``sgd_rr_averaged``: η₀/√t (``step``) with Polyak–Ruppert averaging.
+
+    Central label DP: ``objective_perturbation`` on raw rows with (``epsilon``, ``delta``); needs ``rng``.
+    No privacy: ``mle`` (a baseline).
     """
     x = np.asarray(features, dtype=np.float64)[None]
     y = np.ones(x.shape[:2])
-    if estimator == "sgd_rr":
+    n = x.shape[1]
+    if estimator in _LOCAL_ESTIMATORS:
         if privacy is None or privacy.epsilon is None:
-            raise ValueError("estimator='sgd_rr' needs rows released by randomized response (a ledger with ε).")
-        return sgd_debiased(x, y, privacy.epsilon, radius, [x.shape[1]], step)[x.shape[1]][0]
+            raise ValueError(f"estimator={estimator!r} needs rows released by randomized response (a ledger with ε).")
+        if estimator == "rr_mle":
+            return rr_debiased_mle(x, y, privacy.epsilon, radius)[0]
+        if estimator == "sgd_rr_averaged":
+            return sgd_debiased_averaged(x, y, privacy.epsilon, radius, [n], step)[n][0]
+        if strong_convexity_lambda is None:
+            coverage = float(np.linalg.eigvalsh(x[0].T @ x[0] / n).min())
+            strong_convexity_lambda = strong_convexity(privacy.epsilon, feature_bound, radius, coverage)
+        return sgd_debiased(x, y, privacy.epsilon, radius, [n], strong_convexity_lambda=strong_convexity_lambda)[n][0]
     if estimator == "objective_perturbation":
         if epsilon is None or not (0 < epsilon < math.inf) or rng is None:
             raise ValueError("estimator='objective_perturbation' needs a finite epsilon > 0 and an rng.")

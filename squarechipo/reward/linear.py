@@ -5,13 +5,21 @@ reward is ⟨θ, φ⟩ with θ in the ball Θ_B = {‖θ‖ ≤ B}. Arrays are v
 y (T, n). For one model pass T = 1.
 
 - :func:`mle` — the non-private MLE over Θ_B, solved exactly (Newton + KKT bisection).
-- :func:`sgd_debiased` — 000 Algorithm 1 on labels already released by RR_ε: one projected pass of
-  SGD on the debiased loss (:func:`squarechipo.losses.robust_log_loss` with ρ = 1/(1+e^ε)),
-  η_t = η₀/√t, Polyak–Ruppert averaging.
+- :func:`rr_debiased_mle` — θ̂_RR of 000 §4 (eq. 6, Theorem 4.2 / Corollary 4.3): the debiased log
+  loss of labels released by RR_ε, minimised exactly over Θ_B like the MLE.
+- :func:`sgd_debiased` — θ̂_SGD-RR, 000 Algorithm 1 with Theorem 4.5's schedule: one projected pass,
+  η_t = 1/(λt) with λ = γ_ε·κ, returning the last iterate.
+- :func:`sgd_debiased_averaged` — the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (a
+  common practical variant; Theorem 4.5 does not cover it).
 - :func:`objective_perturbation` — 000 Algorithm 2 (central label DP): argmin l_D(θ) + λ/2‖θ‖² + wᵀθ,
   w ~ N(0, σ²I), σ = L·√(8 log(2/δ) + 4ε)/ε (Theorem 5.2), λ = L²/(2ε), over Θ_B. The guarantee is
-  for the exact minimiser: it is solved to gradient norm < 1e-10 (and KKT bisection to 2^-40 on the
-  ball's multiplier), which is stated here rather than assumed.
+  for the exact minimiser: every Newton solve must reach gradient norm ≤ ``GRADIENT_TOLERANCE``
+  within ``NEWTON_ITERATIONS``, the KKT bracket must close within ``BRACKET_DOUBLINGS``, and
+  otherwise :class:`NotConvergedError` is raised instead of returning an inexact θ.
+
+Labels released by RR_ε with flip rate ρ = 1/(1+e^ε) enter the debiased loss as the soft labels
+(ỹ − ρ)/(1 − 2ρ): the normalised debiased loss [(1−ρ)·ℓ(m, ỹ) − ρ·ℓ(m, 1−ỹ)]/(1−2ρ) equals the
+logistic loss with that label up to a constant (its gradient is (σ(m) − (ỹ − ρ)/(1−2ρ))·x).
 """
 
 from __future__ import annotations
@@ -22,25 +30,51 @@ import numpy as np
 
 from squarechipo.privacy.calibration import flip_probability
 
-__all__ = ["mle", "objective_perturbation", "perturbation_sigma", "sgd_debiased"]
+__all__ = [
+    "NotConvergedError",
+    "mle",
+    "objective_perturbation",
+    "perturbation_sigma",
+    "rr_debiased_mle",
+    "sgd_debiased",
+    "sgd_debiased_averaged",
+    "strong_convexity",
+]
+
+#: Newton stops when every trial's gradient has max-norm below this (000 Alg. 2 needs the exact minimiser).
+GRADIENT_TOLERANCE = 1e-10
+NEWTON_ITERATIONS = 100
+#: The KKT bracket on the ball's multiplier grows ×4 per step; past this many steps something is wrong.
+BRACKET_DOUBLINGS = 60
+
+
+class NotConvergedError(RuntimeError):
+    """A solve that a guarantee needs to be exact did not converge."""
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def _newton(x: np.ndarray, y: np.ndarray, ridge: float, linear: np.ndarray, iterations: int = 100) -> np.ndarray:
-    """argmin Σ_i logloss(⟨x_i, θ⟩, y_i) + ridge/2‖θ‖² + ⟨linear, θ⟩ per trial, by damped Newton."""
+def _newton(x: np.ndarray, y: np.ndarray, ridge, linear: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """argmin Σ_i logloss(⟨x_i, θ⟩, y_i) + ridge/2‖θ‖² + ⟨linear, θ⟩ per trial, by damped Newton.
+
+    ``y`` may be any real (the debiased soft labels lie outside [0, 1]). Returns (θ, converged):
+    converged[t] says trial t reached max-norm gradient ≤ ``GRADIENT_TOLERANCE`` within ``NEWTON_ITERATIONS``.
+    """
+    iterations, tolerance = NEWTON_ITERATIONS, GRADIENT_TOLERANCE
     trials, n, d = x.shape
     theta = np.zeros((trials, d))
     ridge = np.broadcast_to(np.asarray(ridge, dtype=np.float64).reshape(-1, 1) if np.ndim(ridge) else np.full((trials, 1), float(ridge)), (trials, 1))
     objective = lambda th: (  # noqa: E731
         np.logaddexp(0.0, np.einsum("tnd,td->tn", x, th)) - y * np.einsum("tnd,td->tn", x, th)
     ).sum(1) + 0.5 * ridge[:, 0] * (th**2).sum(1) + (linear * th).sum(1)
-    for _ in range(iterations):
+    converged = np.zeros(trials, dtype=bool)
+    for _ in range(iterations + 1):
         p = _sigmoid(np.einsum("tnd,td->tn", x, theta))
         grad = np.matmul(np.swapaxes(x, 1, 2), (p - y)[..., None])[..., 0] + ridge * theta + linear
-        if np.abs(grad).max() < 1e-10:
+        converged = np.abs(grad).max(axis=1) <= tolerance
+        if converged.all():
             break
         hessian = np.matmul(np.swapaxes(x * (p * (1 - p))[..., None], 1, 2), x) + (ridge[:, :, None] + 1e-12) * np.eye(d)
         step = np.linalg.solve(hessian, grad[..., None])[..., 0]
@@ -50,32 +84,47 @@ def _newton(x: np.ndarray, y: np.ndarray, ridge: float, linear: np.ndarray, iter
             if not worse.any():
                 break
             t = np.where(worse[:, None], 0.5 * t, t)
-        theta = theta - t * step
+        theta = np.where(converged[:, None], theta, theta - t * step)
+    return theta, converged
+
+
+def _solved(x, y, ridge, linear, what: str) -> np.ndarray:
+    theta, converged = _newton(x, y, ridge, linear)
+    if not converged.all():
+        raise NotConvergedError(
+            f"{what}: Newton did not reach gradient norm ≤ {GRADIENT_TOLERANCE:g} in {NEWTON_ITERATIONS} iterations on "
+            f"{int((~converged).sum())} of {len(converged)} trials; the estimate would not be the exact minimiser "
+            "the guarantee is stated for. Rescale the features (‖x‖ ≤ L of order 1–10) or shrink the ball radius."
+        )
     return theta
 
 
 def _in_ball(x: np.ndarray, y: np.ndarray, ridge: float, linear: np.ndarray, radius: float) -> np.ndarray:
-    """argmin over Θ_B = {‖θ‖ ≤ B} of the strictly convex objective (000 eq. 8 and Algorithm 2).
+    """argmin over Θ_B = {‖θ‖ ≤ B} of the strictly convex objective (000 eq. 6, eq. 8 and Algorithm 2).
 
     KKT: the solution is the unconstrained minimiser when it lies in the ball; otherwise it is the
-    minimiser with an extra ridge μ ≥ 0 for which ‖θ(μ)‖ = B, found by bisection on μ (‖θ(μ)‖ decreases in μ).
+    minimiser with an extra ridge μ ≥ 0 for which ‖θ(μ)‖ = B, found by bisection on μ (‖θ(μ)‖ decreases
+    in μ). An unconstrained solve that does not converge has no minimiser nearby (the debiased loss
+    is unbounded below), so it is treated as outside the ball; every solve with μ > 0 must converge.
     """
-    theta = _newton(x, y, ridge, linear)
-    outside = np.linalg.norm(theta, axis=1) > radius
+    theta, converged = _newton(x, y, ridge, linear)
+    outside = ~converged | (np.linalg.norm(theta, axis=1) > radius)
     if not outside.any():
         return theta
     xs, ys, ls = x[outside], y[outside], linear[outside]
     low, high = np.zeros(outside.sum()), np.full(outside.sum(), 1.0)
-    while True:  # grow the bracket until every trial is inside the ball
-        inside = np.linalg.norm(_newton(xs, ys, ridge + high[:, None], ls), axis=1) <= radius
+    for _ in range(BRACKET_DOUBLINGS):  # grow the bracket until every trial is inside the ball
+        inside = np.linalg.norm(_solved(xs, ys, ridge + high[:, None], ls, "KKT bracket"), axis=1) <= radius
         if inside.all():
             break
         high = np.where(inside, high, 4.0 * high)
+    else:
+        raise NotConvergedError(f"KKT bracket: no multiplier up to 4^{BRACKET_DOUBLINGS} brings θ into ‖θ‖ ≤ {radius}.")
     for _ in range(40):
         mid = 0.5 * (low + high)
-        inside = np.linalg.norm(_newton(xs, ys, ridge + mid[:, None], ls), axis=1) <= radius
+        inside = np.linalg.norm(_solved(xs, ys, ridge + mid[:, None], ls, "KKT bisection"), axis=1) <= radius
         low, high = np.where(inside, low, mid), np.where(inside, mid, high)
-    theta[outside] = _newton(xs, ys, ridge + high[:, None], ls)
+    theta[outside] = _solved(xs, ys, ridge + high[:, None], ls, "KKT solution")
     return theta
 
 
@@ -99,23 +148,76 @@ def objective_perturbation(
     return _in_ball(x, y, feature_bound**2 / (2.0 * epsilon), noise, radius)
 
 
+def rr_debiased_mle(x: np.ndarray, observed: np.ndarray, epsilon: float | None, radius: float) -> np.ndarray:
+    """θ̂_RR (000 eq. 6): argmin over Θ_B of the debiased log loss of RR_ε-released labels, solved exactly.
+
+    ε-label-DP by RR and post-processing. Its error is c(ε) = (e^ε+1)/(e^ε−1) times the MLE's rate
+    (Theorem 4.2, Corollary 4.3). The same tiny ridge (1e-6) as :func:`mle`.
+    """
+    rho = flip_probability(epsilon)
+    soft = (np.asarray(observed, dtype=np.float64) - rho) / (1.0 - 2.0 * rho)
+    return _in_ball(x, soft, 1e-6, np.zeros(x.shape[::2]), radius)
+
+
+def strong_convexity(epsilon: float | None, feature_bound: float, radius: float, coverage: float) -> float:
+    """λ = γ_ε·κ of 000 Theorem 4.5: γ = 1/(2 + e^{−2LB} + e^{2LB}), γ_ε = (2σ(ε) − 1)·γ, κ = λ_min(Σ).
+
+    γ is the worst-case curvature σ' over ‖x‖ ≤ L, ‖θ‖ ≤ B, so it is tiny for large L·B (the schedule
+    1/(λt) then takes huge steps); pass a measured curvature to :func:`sgd_debiased` instead if you know one.
+    """
+    gamma = 1.0 / (2.0 + math.exp(-2.0 * feature_bound * radius) + math.exp(min(2.0 * feature_bound * radius, 700.0)))
+    return (1.0 - 2.0 * flip_probability(epsilon)) * gamma * coverage
+
+
+def _debiased_gradient_factor(x_t, theta, sign_t, rho) -> np.ndarray:
+    """d/dm of [−(1−ρ) log σ(m) + ρ log σ(−m)]/(1−2ρ) at m = ±⟨x_t, θ⟩ (the normalised loss of 000 eq. 4–5)."""
+    m = sign_t * np.einsum("td,td->t", x_t, theta)
+    return (-(1.0 - rho) * (1.0 - _sigmoid(m)) - rho * _sigmoid(m)) / (1.0 - 2.0 * rho)
+
+
+def _project(theta: np.ndarray, radius: float) -> np.ndarray:
+    norm = np.linalg.norm(theta, axis=1, keepdims=True)
+    return theta * np.minimum(1.0, radius / np.maximum(norm, 1e-300))
+
+
 def sgd_debiased(
+    x: np.ndarray, observed: np.ndarray, epsilon: float | None, radius: float, checkpoints: list[int], *,
+    strong_convexity_lambda: float,
+) -> dict[int, np.ndarray]:
+    """θ̂_SGD-RR: 000 Algorithm 1 on released labels with Theorem 4.5's schedule; the last iterate at checkpoints.
+
+    θ_{t+1} = Π_Θ_B(θ_t − η_t ĝ_t), η_t = 1/(λt), λ = γ_ε·κ (:func:`strong_convexity`), ĝ_t the gradient of
+    000's (unnormalised) debiased loss, whose curvature is (2σ(ε)−1)·σ'. Theorem 4.5 bounds the last iterate.
+    """
+    if not (strong_convexity_lambda > 0 and math.isfinite(strong_convexity_lambda)):
+        raise ValueError(f"strong_convexity_lambda must be positive and finite (got {strong_convexity_lambda!r}).")
+    trials, n, d = x.shape
+    rho = flip_probability(epsilon)
+    sign = np.where(np.asarray(observed).astype(bool), 1.0, -1.0)
+    theta = np.zeros((trials, d))
+    out, wanted = {}, set(checkpoints)
+    for t in range(n):
+        # 000's loss is (1 − 2ρ) times the normalised one: ĝ_t = (1 − 2ρ)·(normalised gradient).
+        grad = (1.0 - 2.0 * rho) * (_debiased_gradient_factor(x[:, t], theta, sign[:, t], rho) * sign[:, t])[:, None] * x[:, t]
+        theta = _project(theta - grad / (strong_convexity_lambda * (t + 1.0)), radius)
+        if t + 1 in wanted:
+            out[t + 1] = theta.copy()
+    return out
+
+
+def sgd_debiased_averaged(
     x: np.ndarray, observed: np.ndarray, epsilon: float | None, radius: float, checkpoints: list[int], step: float = 1.0,
 ) -> dict[int, np.ndarray]:
-    """000 Algorithm 1 on released labels ``observed`` (T, n): one projected, averaged SGD pass; estimates at checkpoints."""
+    """One projected pass of SGD on the normalised debiased loss with η_t = η₀/√t and Polyak–Ruppert
+    averaging; the average at checkpoints. Not the schedule of 000 Theorem 4.5 (no theorem there covers it)."""
     trials, n, d = x.shape
     rho = flip_probability(epsilon)
     sign = np.where(np.asarray(observed).astype(bool), 1.0, -1.0)
     theta, average = np.zeros((trials, d)), np.zeros((trials, d))
-    out = {}
-    wanted = set(checkpoints)
+    out, wanted = {}, set(checkpoints)
     for t in range(n):
-        m = sign[:, t] * np.einsum("td,td->t", x[:, t], theta)
-        # d/dm of [−(1−ρ) log σ(m) + ρ log σ(−m)]/(1−2ρ)
-        dloss = (-(1.0 - rho) * (1.0 - _sigmoid(m)) - rho * _sigmoid(m)) / (1.0 - 2.0 * rho)
-        theta = theta - (step / math.sqrt(t + 1.0)) * (dloss * sign[:, t])[:, None] * x[:, t]
-        norm = np.linalg.norm(theta, axis=1, keepdims=True)
-        theta = theta * np.minimum(1.0, radius / np.maximum(norm, 1e-300))
+        grad = (_debiased_gradient_factor(x[:, t], theta, sign[:, t], rho) * sign[:, t])[:, None] * x[:, t]
+        theta = _project(theta - (step / math.sqrt(t + 1.0)) * grad, radius)
         average += (theta - average) / (t + 1.0)
         if t + 1 in wanted:
             out[t + 1] = average.copy()

@@ -102,7 +102,7 @@ def bt_grid(full: bool = False) -> list[dict]:
     for d in ([3, 5, 10] if full else [5]):
         points.append({"study": "bt", "estimator": "mle", "epsilon": math.inf, "d": d})
         for eps in (0.1, 0.5, 1.0):
-            for estimator in ("objective_perturbation", "sgd_rr"):
+            for estimator in ("objective_perturbation", "rr_mle", "sgd_rr", "sgd_rr_averaged"):
                 points.append({"study": "bt", "estimator": estimator, "epsilon": eps, "d": d})
     return points
 
@@ -182,11 +182,15 @@ def run_bt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict
     radius = 3.0 * math.sqrt(d)  # Θ_B; ‖θ*‖ ≤ B except with negligible probability
     estimates = {}
     if point["estimator"] == "sgd_rr":
-        estimates = bt.sgd_rr(x, y, point["epsilon"], radius=radius, rng=rng, checkpoints=BT_NS)
+        estimates = bt.sgd_rr(x, y, point["epsilon"], radius, feature_bound, rng, BT_NS)
+    elif point["estimator"] == "sgd_rr_averaged":
+        estimates = bt.sgd_rr_averaged(x, y, point["epsilon"], radius=radius, rng=rng, checkpoints=BT_NS)
     else:
         for n in BT_NS:
             if point["estimator"] == "mle":
                 estimates[n] = bt.mle(x[:, :n], y[:, :n], radius)
+            elif point["estimator"] == "rr_mle":
+                estimates[n] = bt.rr_mle(x[:, :n], y[:, :n], point["epsilon"], radius, rng)
             else:
                 estimates[n] = bt.objective_perturbation(
                     x[:, :n], y[:, :n], point["epsilon"], BT_DELTA, feature_bound, radius, rng
