@@ -338,10 +338,10 @@ def test_exact_solvers_raise_instead_of_returning_an_inexact_minimiser(monkeypat
     x, y = bt.sample_bt(theta, 500, 4.0, rng)
     estimate = linear.objective_perturbation(x, y, 1.0, 1e-3, 4.0, 100.0, np.random.default_rng(0))
     assert np.isfinite(estimate).all()
+    solution = linear.objective_perturbation(x, y, 1.0, 1e-3, 4.0, 0.5, np.random.default_rng(0))
+    assert np.allclose(np.linalg.norm(solution, axis=1), 0.5)  # on the boundary: the KKT multiplier is active
     monkeypatch.setattr(linear, "NEWTON_ITERATIONS", 1)
-    with pytest.raises(linear.NotConvergedError, match="exact minimiser"):
+    with pytest.raises(linear.NotConvergedError, match="exact minimiser|could not tell"):
         linear.objective_perturbation(x, y, 1.0, 1e-3, 4.0, 0.5, np.random.default_rng(0))
-    monkeypatch.setattr(linear, "NEWTON_ITERATIONS", 100)
-    monkeypatch.setattr(linear, "BRACKET_DOUBLINGS", 0)
-    with pytest.raises(linear.NotConvergedError, match="KKT bracket"):
-        linear.mle(x, y, radius=0.01)
+    with pytest.raises(linear.NotConvergedError):
+        linear.mle(x, y, radius=100.0)  # unconstrained, not converged in one step: bisection down to μ → 0 fails

@@ -14,8 +14,8 @@ y (T, n). For one model pass T = 1.
 - :func:`objective_perturbation` — 000 Algorithm 2 (central label DP): argmin l_D(θ) + λ/2‖θ‖² + wᵀθ,
   w ~ N(0, σ²I), σ = L·√(8 log(2/δ) + 4ε)/ε (Theorem 5.2), λ = L²/(2ε), over Θ_B. The guarantee is
   for the exact minimiser: every Newton solve must reach gradient norm ≤ ``GRADIENT_TOLERANCE``
-  within ``NEWTON_ITERATIONS``, the KKT bracket must close within ``BRACKET_DOUBLINGS``, and
-  otherwise :class:`NotConvergedError` is raised instead of returning an inexact θ.
+  within ``NEWTON_ITERATIONS`` and every bisection step must be decided by a certificate, or
+  :class:`NotConvergedError` is raised instead of returning an inexact θ.
 
 Labels released by RR_ε with flip rate ρ = 1/(1+e^ε) enter the debiased loss as the soft labels
 (ỹ − ρ)/(1 − 2ρ): the normalised debiased loss [(1−ρ)·ℓ(m, ỹ) − ρ·ℓ(m, 1−ỹ)]/(1−2ρ) equals the
@@ -44,8 +44,6 @@ __all__ = [
 #: Newton stops when every trial's gradient has max-norm below this (000 Alg. 2 needs the exact minimiser).
 GRADIENT_TOLERANCE = 1e-10
 NEWTON_ITERATIONS = 100
-#: The KKT bracket on the ball's multiplier grows ×4 per step; past this many steps something is wrong.
-BRACKET_DOUBLINGS = 60
 
 
 class NotConvergedError(RuntimeError):
@@ -56,40 +54,53 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def _newton(x: np.ndarray, y: np.ndarray, ridge, linear: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _newton(x: np.ndarray, y: np.ndarray, ridge, linear: np.ndarray, *, theta: np.ndarray | None = None,
+            radius: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """argmin Σ_i logloss(⟨x_i, θ⟩, y_i) + ridge/2‖θ‖² + ⟨linear, θ⟩ per trial, by damped Newton.
 
-    ``y`` may be any real (the debiased soft labels lie outside [0, 1]). Returns (θ, converged):
-    converged[t] says trial t reached max-norm gradient ≤ ``GRADIENT_TOLERANCE`` within ``NEWTON_ITERATIONS``.
+    ``y`` may be any real (the debiased soft labels lie outside [0, 1]); ``theta`` warm-starts. Returns
+    (θ, converged, side): converged[t] says trial t reached max-norm gradient ≤ ``GRADIENT_TOLERANCE``
+    within ``NEWTON_ITERATIONS``. With ``radius``, a trial may stop earlier, once strong convexity
+    (modulus ≥ ridge) certifies on which side of the ball its minimiser θ* lies: ‖θ − θ*‖ ≤ ‖∇f(θ)‖/ridge.
+    side[t] is +1 (outside), −1 (inside) or 0 (undecided).
     """
     iterations, tolerance = NEWTON_ITERATIONS, GRADIENT_TOLERANCE
     trials, n, d = x.shape
-    theta = np.zeros((trials, d))
+    theta = np.zeros((trials, d)) if theta is None else np.array(theta, dtype=np.float64)
     ridge = np.broadcast_to(np.asarray(ridge, dtype=np.float64).reshape(-1, 1) if np.ndim(ridge) else np.full((trials, 1), float(ridge)), (trials, 1))
     objective = lambda th: (  # noqa: E731
         np.logaddexp(0.0, np.einsum("tnd,td->tn", x, th)) - y * np.einsum("tnd,td->tn", x, th)
     ).sum(1) + 0.5 * ridge[:, 0] * (th**2).sum(1) + (linear * th).sum(1)
-    converged = np.zeros(trials, dtype=bool)
+    side = np.zeros(trials)
     for _ in range(iterations + 1):
         p = _sigmoid(np.einsum("tnd,td->tn", x, theta))
         grad = np.matmul(np.swapaxes(x, 1, 2), (p - y)[..., None])[..., 0] + ridge * theta + linear
         converged = np.abs(grad).max(axis=1) <= tolerance
-        if converged.all():
+        done = converged
+        if radius is not None:
+            norm, bound = np.linalg.norm(theta, axis=1), np.linalg.norm(grad, axis=1) / ridge[:, 0]
+            side = np.where(norm - bound > radius, 1.0, np.where(norm + bound <= radius, -1.0, 0.0))
+            side = np.where(converged & (side == 0), np.where(norm > radius, 1.0, -1.0), side)
+            done = side != 0
+        if done.all():
             break
         hessian = np.matmul(np.swapaxes(x * (p * (1 - p))[..., None], 1, 2), x) + (ridge[:, :, None] + 1e-12) * np.eye(d)
         step = np.linalg.solve(hessian, grad[..., None])[..., 0]
         t, current = np.ones((trials, 1)), objective(theta)
-        for _ in range(30):  # backtracking keeps separable or flat trials stable
-            worse = objective(theta - t * step) > current + 1e-12
+        # Backtracking keeps separable or flat trials stable. Near the minimum a Newton step lowers the objective
+        # by less than its rounding error, so increases within that error are not counted as worse.
+        slack = 1e-12 * np.maximum(1.0, np.abs(current))
+        for _ in range(30):
+            worse = objective(theta - t * step) > current + slack
             if not worse.any():
                 break
             t = np.where(worse[:, None], 0.5 * t, t)
-        theta = np.where(converged[:, None], theta, theta - t * step)
-    return theta, converged
+        theta = np.where(done[:, None], theta, theta - t * step)
+    return theta, converged, side
 
 
-def _solved(x, y, ridge, linear, what: str) -> np.ndarray:
-    theta, converged = _newton(x, y, ridge, linear)
+def _solved(x, y, ridge, linear, what: str, theta: np.ndarray | None = None) -> np.ndarray:
+    theta, converged, _ = _newton(x, y, ridge, linear, theta=theta)
     if not converged.all():
         raise NotConvergedError(
             f"{what}: Newton did not reach gradient norm ≤ {GRADIENT_TOLERANCE:g} in {NEWTON_ITERATIONS} iterations on "
@@ -103,28 +114,31 @@ def _in_ball(x: np.ndarray, y: np.ndarray, ridge: float, linear: np.ndarray, rad
     """argmin over Θ_B = {‖θ‖ ≤ B} of the strictly convex objective (000 eq. 6, eq. 8 and Algorithm 2).
 
     KKT: the solution is the unconstrained minimiser when it lies in the ball; otherwise it is the
-    minimiser with an extra ridge μ ≥ 0 for which ‖θ(μ)‖ = B, found by bisection on μ (‖θ(μ)‖ decreases
-    in μ). An unconstrained solve that does not converge has no minimiser nearby (the debiased loss
-    is unbounded below), so it is treated as outside the ball; every solve with μ > 0 must converge.
+    minimiser θ(μ) with an extra ridge μ ≥ 0 for which ‖θ(μ)‖ = B (‖θ(μ)‖ decreases in μ). The bracket
+    is certified: μ ≥ ‖∇f(0)‖/B puts θ(μ) in the ball. Each bisection step decides the side of the
+    ball by a strong-convexity certificate (or raises); the returned solve must converge (or raises).
+    An unconstrained solve that does not converge (the debiased loss is unbounded below) goes to the
+    bisection, which then either finds the boundary solution or must converge at μ → 0.
     """
-    theta, converged = _newton(x, y, ridge, linear)
+    theta, converged, _ = _newton(x, y, ridge, linear)
     outside = ~converged | (np.linalg.norm(theta, axis=1) > radius)
     if not outside.any():
         return theta
     xs, ys, ls = x[outside], y[outside], linear[outside]
-    low, high = np.zeros(outside.sum()), np.full(outside.sum(), 1.0)
-    for _ in range(BRACKET_DOUBLINGS):  # grow the bracket until every trial is inside the ball
-        inside = np.linalg.norm(_solved(xs, ys, ridge + high[:, None], ls, "KKT bracket"), axis=1) <= radius
-        if inside.all():
-            break
-        high = np.where(inside, high, 4.0 * high)
-    else:
-        raise NotConvergedError(f"KKT bracket: no multiplier up to 4^{BRACKET_DOUBLINGS} brings θ into ‖θ‖ ≤ {radius}.")
+    gradient_at_zero = np.matmul(np.swapaxes(xs, 1, 2), (0.5 - ys)[..., None])[..., 0] + ls
+    low = np.zeros(outside.sum())
+    high = np.maximum(np.linalg.norm(gradient_at_zero, axis=1) / radius, 1e-12)
+    warm = _solved(xs, ys, ridge + high[:, None], ls, "KKT bracket")
     for _ in range(40):
         mid = 0.5 * (low + high)
-        inside = np.linalg.norm(_solved(xs, ys, ridge + mid[:, None], ls, "KKT bisection"), axis=1) <= radius
+        theta_mid, _, side = _newton(xs, ys, ridge + mid[:, None], ls, theta=warm, radius=radius)
+        if (side == 0).any():
+            raise NotConvergedError(f"KKT bisection: Newton could not tell in {NEWTON_ITERATIONS} iterations whether "
+                                    "the minimiser lies in the ball; rescale the features or shrink the radius.")
+        inside = side < 0
         low, high = np.where(inside, low, mid), np.where(inside, mid, high)
-    theta[outside] = _solved(xs, ys, ridge + high[:, None], ls, "KKT solution")
+        warm = np.where(inside[:, None], theta_mid, warm)
+    theta[outside] = _solved(xs, ys, ridge + high[:, None], ls, "KKT solution", theta=warm)
     return theta
 
 
