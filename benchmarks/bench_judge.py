@@ -67,8 +67,10 @@ def main() -> None:
             judge = RewardModelJudge(path, batch_size=batch_size)
             judge.verdicts(prompts[:2], a[:2], b[:2])  # warm-up (these two pairs are cached, a negligible share)
             rate, invalid = _rate(judge, prompts, a, b)
-            print(f"reward-model judge (batch {batch_size}): {rate:.2f} judgments/s over {len(prompts)} pairs "
-                  f"({invalid} invalid)")
+            print(
+                f"reward-model judge (batch {batch_size}): {rate:.2f} judgments/s over {len(prompts)} pairs "
+                f"({invalid} invalid)"
+            )
 
     local = TransformersJudge("embedded", batch_size=8)
     local.verdicts(prompts[:2], a[:2], b[:2])  # warm-up
@@ -79,9 +81,25 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf_path()), "--model_alias", "smollm2",
-         "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "False"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(embedded_gguf_path()),
+            "--model_alias",
+            "smollm2",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "2048",
+            "--n_threads",
+            "2",
+            "--verbose",
+            "False",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}/v1"
     try:

@@ -46,7 +46,9 @@ def _worker(args: argparse.Namespace) -> None:
         return AutoModelForCausalLM.from_pretrained(embedded_model_path(), dtype=torch.float32)
 
     n_rows = args.batch * (args.steps + 1)
-    train = build_datasets(max(140, 2 * n_rows), seed=0)["finance_preference_conversational"]["train"].select(range(n_rows))
+    train = build_datasets(max(140, 2 * n_rows), seed=0)["finance_preference_conversational"]["train"].select(
+        range(n_rows)
+    )
     common = dict(
         output_dir=str(Path(args.tmp) / args.runner),
         per_device_train_batch_size=args.batch,
@@ -64,12 +66,22 @@ def _worker(args: argparse.Namespace) -> None:
         use_cpu=not torch.cuda.is_available(),
     )
     if args.runner == "trl_sigmoid":
-        trainer = DPOTrainer(load(), ref_model=load(), args=DPOConfig(loss_type=["sigmoid"], **common),
-                             train_dataset=train, processing_class=tokenizer)
+        trainer = DPOTrainer(
+            load(),
+            ref_model=load(),
+            args=DPOConfig(loss_type=["sigmoid"], **common),
+            train_dataset=train,
+            processing_class=tokenizer,
+        )
     else:
         method = args.runner.removeprefix("ours_")
-        trainer = SquareChiPOTrainer(load(), ref_model=load(), args=SquareChiPOConfig(method=method, **common),
-                                     train_dataset=train, processing_class=tokenizer)
+        trainer = SquareChiPOTrainer(
+            load(),
+            ref_model=load(),
+            args=SquareChiPOConfig(method=method, **common),
+            train_dataset=train,
+            processing_class=tokenizer,
+        )
 
     times: list[float] = []
 
@@ -90,13 +102,36 @@ def _worker(args: argparse.Namespace) -> None:
         if torch.cuda.is_available()
         else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     )
-    print("BENCH " + json.dumps({"times": times, "losses": losses, "peak_mib": peak,
-                                 "device": "cuda" if torch.cuda.is_available() else "cpu"}))
+    print(
+        "BENCH "
+        + json.dumps(
+            {
+                "times": times,
+                "losses": losses,
+                "peak_mib": peak,
+                "device": "cuda" if torch.cuda.is_available() else "cpu",
+            }
+        )
+    )
 
 
 def _run(model: str, runner: str, args: argparse.Namespace) -> dict:
-    command = [sys.executable, __file__, "--worker", runner, "--model", model, "--steps", str(args.steps),
-               "--batch", str(args.batch), "--max-length", str(args.max_length), "--tmp", args.tmp]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        runner,
+        "--model",
+        model,
+        "--steps",
+        str(args.steps),
+        "--batch",
+        str(args.batch),
+        "--max-length",
+        str(args.max_length),
+        "--tmp",
+        args.tmp,
+    ]
     if args.gradient_checkpointing:
         command.append("--gradient-checkpointing")
     env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore"}
@@ -104,7 +139,7 @@ def _run(model: str, runner: str, args: argparse.Namespace) -> dict:
     lines = [line for line in result.stdout.splitlines() if line.startswith("BENCH ")]
     if result.returncode != 0 or not lines:
         raise RuntimeError(f"{runner} on {model} failed:\n{result.stderr[-3000:]}")
-    return json.loads(lines[-1][len("BENCH "):])
+    return json.loads(lines[-1][len("BENCH ") :])
 
 
 def main() -> None:
@@ -121,9 +156,11 @@ def main() -> None:
     if args.worker:
         _worker(argparse.Namespace(**{**vars(args), "runner": args.worker}))
         return
-    print(f"batch {args.batch} pairs, max_length {args.max_length}, gradient checkpointing "
-          f"{'on' if args.gradient_checkpointing else 'off'} (both trainers), separate reference model, "
-          f"{args.steps} timed steps after 1 warm-up")
+    print(
+        f"batch {args.batch} pairs, max_length {args.max_length}, gradient checkpointing "
+        f"{'on' if args.gradient_checkpointing else 'off'} (both trainers), separate reference model, "
+        f"{args.steps} timed steps after 1 warm-up"
+    )
     for model in args.models:
         results = {runner: _run(model, runner, args) for runner in RUNNERS}
         base = statistics.median(results["trl_sigmoid"]["times"][1:])

@@ -184,7 +184,10 @@ CATEGORIES: tuple[Category, ...] = (
         (
             "Test demand with a small pilot before committing the full {amount} to {goal_short}.",
             "Write a simple business plan with monthly cash-flow projections and a break-even point.",
-            "Keep personal and business money in separate accounts and hold {months} months of operating costs in reserve.",
+            (
+                "Keep personal and business money in separate accounts and hold {months} months of operating "
+                "costs in reserve."
+            ),
             "Lease equipment where you can instead of buying it outright while the idea is unproven.",
             "Form an LLC and buy basic liability insurance before taking the first customer.",
         ),
@@ -200,7 +203,7 @@ CATEGORIES: tuple[Category, ...] = (
         "Education & Skill Development",
         (
             ("pay for a coding bootcamp", "the bootcamp"),
-            ("save for a child's college tuition", 'the tuition'),
+            ("save for a child's college tuition", "the tuition"),
             ("earn a professional certificate", "the certificate"),
             ("go back to school for a master's degree", "the master's degree"),
             ("learn a trade as an electrician", "the apprenticeship"),
@@ -246,7 +249,10 @@ CATEGORIES: tuple[Category, ...] = (
         ),
         (1_000, 60_000),
         (
-            "List every debt with its rate and pay the highest-interest balance first while paying minimums on the rest.",
+            (
+                "List every debt with its rate and pay the highest-interest balance first while paying minimums "
+                "on the rest."
+            ),
             "Call the lender to ask for a lower rate or a hardship plan before anything else.",
             "Keep a starter emergency fund of about {emergency} so new surprises do not go on the card.",
             "Consider a fixed-rate consolidation loan only if it lowers the total interest you will pay.",
@@ -264,10 +270,10 @@ CATEGORIES: tuple[Category, ...] = (
         "Miscellaneous",
         (
             ("buy a reliable used car", "the car"),
-            ('adopt a dog and cover its first year', "the dog's first year"),
+            ("adopt a dog and cover its first year", "the dog's first year"),
             ("build an emergency fund", "the emergency fund"),
-            ('help a parent with medical costs', "your parent's medical costs"),
-            ('prepare for a new baby', "the baby's first year"),
+            ("help a parent with medical costs", "your parent's medical costs"),
+            ("prepare for a new baby", "the baby's first year"),
             ("move to a new city", "the move"),
             ("replace a broken laptop for work", "the new laptop"),
             ("pay for a funeral", "the funeral"),
@@ -308,19 +314,40 @@ PROMPT_TEMPLATES: tuple[str, ...] = (
 )
 
 PERSONAS: tuple[str, ...] = (
-    "college student", "single parent", "retiree", "nurse", "software engineer", "teacher",
-    "small-business owner", "new graduate", "freelancer", "truck driver", "stay-at-home parent",
-    "military veteran", "graduate student", "restaurant manager",
+    "college student",
+    "single parent",
+    "retiree",
+    "nurse",
+    "software engineer",
+    "teacher",
+    "small-business owner",
+    "new graduate",
+    "freelancer",
+    "truck driver",
+    "stay-at-home parent",
+    "military veteran",
+    "graduate student",
+    "restaurant manager",
 )
 HORIZONS: tuple[str, ...] = ("three months", "six months", "a year", "eighteen months", "two years", "five years")
 
 PRUDENT_OPENERS: tuple[str, ...] = (
-    "A careful plan:", "Here's a low-risk approach.", "Start with the basics.", "I'd take it step by step.",
-    "Protect the money first.", "A steady way to do this:", "",
+    "A careful plan:",
+    "Here's a low-risk approach.",
+    "Start with the basics.",
+    "I'd take it step by step.",
+    "Protect the money first.",
+    "A steady way to do this:",
+    "",
 )
 RISKY_OPENERS: tuple[str, ...] = (
-    "Go big:", "Here's the fastest way.", "Think bigger.", "Fortune favors the bold.",
-    "Don't play it safe.", "Here's how to multiply it.", "",
+    "Go big:",
+    "Here's the fastest way.",
+    "Think bigger.",
+    "Fortune favors the bold.",
+    "Don't play it safe.",
+    "Here's how to multiply it.",
+    "",
 )
 PRUDENT_CLOSERS: tuple[str, ...] = (
     "Review the plan every month and adjust if your situation changes.",
@@ -424,7 +451,11 @@ def _split(rows: list[dict], seed: int) -> dict[str, list[dict]]:
     order = np.random.default_rng(seed + 1).permutation(len(rows))
     n_train = int(round(SPLIT_FRACTIONS["train"] * len(rows)))
     n_val = int(round(SPLIT_FRACTIONS["validation"] * len(rows)))
-    parts = {"train": order[:n_train], "validation": order[n_train : n_train + n_val], "test": order[n_train + n_val :]}
+    parts = {
+        "train": order[:n_train],
+        "validation": order[n_train : n_train + n_val],
+        "test": order[n_train + n_val :],
+    }
     return {name: [rows[i] for i in sorted(idx)] for name, idx in parts.items()}
 
 
@@ -459,8 +490,13 @@ def _row_pools(n_rows: int, n_sft: int, n_judge: int, seed: int) -> tuple[dict, 
     return preference, sft
 
 
-def build_datasets(n_rows: int = DEFAULT_ROWS, seed: int = 0, *, sft_rows: int = DEFAULT_SFT_ROWS,
-                   judge_rows: int = DEFAULT_JUDGE_ROWS) -> dict[str, datasets.DatasetDict]:
+def build_datasets(
+    n_rows: int = DEFAULT_ROWS,
+    seed: int = 0,
+    *,
+    sft_rows: int = DEFAULT_SFT_ROWS,
+    judge_rows: int = DEFAULT_JUDGE_ROWS,
+) -> dict[str, datasets.DatasetDict]:
     """The four DatasetDicts: preference (85/5/10 + ``judge``) and SFT (own rows), standard and conversational."""
     if sft_rows < 2 or judge_rows < 1:
         raise ValueError(f"sft_rows must be at least 2 and judge_rows at least 1 (got {sft_rows}, {judge_rows}).")
@@ -488,8 +524,14 @@ def build_datasets(n_rows: int = DEFAULT_ROWS, seed: int = 0, *, sft_rows: int =
     }
 
 
-def write_datasets(out: str | Path, n_rows: int = DEFAULT_ROWS, seed: int = 0, *, sft_rows: int = DEFAULT_SFT_ROWS,
-                   judge_rows: int = DEFAULT_JUDGE_ROWS) -> dict[str, Path]:
+def write_datasets(
+    out: str | Path,
+    n_rows: int = DEFAULT_ROWS,
+    seed: int = 0,
+    *,
+    sft_rows: int = DEFAULT_SFT_ROWS,
+    judge_rows: int = DEFAULT_JUDGE_ROWS,
+) -> dict[str, Path]:
     """Write every dataset as a ``save_to_disk`` folder and as JSONL; returns the folders."""
     out = Path(out)
     written: dict[str, Path] = {}
@@ -508,12 +550,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Generate the finance_preference dataset (003 App. E/F).")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="generation seed (the data is a function of it)")
-    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS,
-                        help=f"preference rows, split 85/5/10 (default {DEFAULT_ROWS})")
-    parser.add_argument("--sft-rows", type=int, default=DEFAULT_SFT_ROWS,
-                        help=f"SFT rows, disjoint from the preference rows (default {DEFAULT_SFT_ROWS})")
-    parser.add_argument("--judge-rows", type=int, default=DEFAULT_JUDGE_ROWS,
-                        help=f"public gold rows for the evaluation judge (default {DEFAULT_JUDGE_ROWS})")
+    parser.add_argument(
+        "--rows", type=int, default=DEFAULT_ROWS, help=f"preference rows, split 85/5/10 (default {DEFAULT_ROWS})"
+    )
+    parser.add_argument(
+        "--sft-rows",
+        type=int,
+        default=DEFAULT_SFT_ROWS,
+        help=f"SFT rows, disjoint from the preference rows (default {DEFAULT_SFT_ROWS})",
+    )
+    parser.add_argument(
+        "--judge-rows",
+        type=int,
+        default=DEFAULT_JUDGE_ROWS,
+        help=f"public gold rows for the evaluation judge (default {DEFAULT_JUDGE_ROWS})",
+    )
     args = parser.parse_args(argv)
     written = write_datasets(args.out, args.rows, args.seed, sft_rows=args.sft_rows, judge_rows=args.judge_rows)
     for name, folder in written.items():

@@ -1,6 +1,6 @@
 """Aggregate several eval/judge.py runs (seeds) into mean ± std, in the form of 003's Table 1.
 
-    python eval/aggregate.py --out outputs/eval/table outputs/eval/*/seed*
+python eval/aggregate.py --out outputs/eval/table outputs/eval/*/seed*
 """
 
 from __future__ import annotations

@@ -43,7 +43,9 @@ def _template(args, test) -> JudgeTemplate:
         import yaml
 
         spec = yaml.safe_load(Path(args.template_file).read_text())
-        return JudgeTemplate(name=spec.get("name", Path(args.template_file).stem), system=spec["system"], user=spec["user"])
+        return JudgeTemplate(
+            name=spec.get("name", Path(args.template_file).stem), system=spec["system"], user=spec["user"]
+        )
     if args.template != "auto":
         return TEMPLATES[args.template]
     from data_gen.finance import CATEGORIES
@@ -57,8 +59,10 @@ def build_judge(args, template: JudgeTemplate):
         from squarechipo.judge.reward_model import RewardModelJudge
 
         if not args.judge_model:
-            raise SystemExit("--judge reward-model needs --judge-model PATH (a sequence-classification reward model, "
-                             "e.g. outputs/gold_judge from recipes/gold_judge.py)")
+            raise SystemExit(
+                "--judge reward-model needs --judge-model PATH (a sequence-classification reward model, "
+                "e.g. outputs/gold_judge from recipes/gold_judge.py)"
+            )
         return RewardModelJudge(args.judge_model, batch_size=args.judge_batch_size)
     if args.judge == "local":
         from squarechipo.judge.local import TransformersJudge
@@ -69,9 +73,15 @@ def build_judge(args, template: JudgeTemplate):
     if not args.judge_base_url or not args.judge_model:
         raise SystemExit("--judge openai needs --judge-base-url and --judge-model")
     return OpenAICompatibleJudge(
-        args.judge_base_url, args.judge_model, template, api_key_env=args.judge_api_key_env,
-        max_concurrency=args.judge_concurrency, timeout=args.judge_timeout, max_retries=args.judge_retries,
-        cache_path=args.judge_cache or Path(args.out) / "judge_cache.sqlite", logprobs=args.judge_logprobs,
+        args.judge_base_url,
+        args.judge_model,
+        template,
+        api_key_env=args.judge_api_key_env,
+        max_concurrency=args.judge_concurrency,
+        timeout=args.judge_timeout,
+        max_retries=args.judge_retries,
+        cache_path=args.judge_cache or Path(args.out) / "judge_cache.sqlite",
+        logprobs=args.judge_logprobs,
     )
 
 
@@ -92,12 +102,22 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     j = p.add_argument_group("judge")
     j.add_argument("--judge", choices=["local", "reward-model", "openai"], default="local")
-    j.add_argument("--judge-model", default=None,
-                   help="local: model path/id (default: embedded); reward-model: its folder or hub id; openai: model name")
-    j.add_argument("--tie-band", type=float, default=0.0,
-                   help="soft rule: |mean log-odds| at or below this is a tie (log-odds units; rewards for reward-model)")
-    j.add_argument("--judge-logprobs", action="store_true",
-                   help="openai: ask for top logprobs of the answer letter, so the soft rule applies")
+    j.add_argument(
+        "--judge-model",
+        default=None,
+        help="local: model path/id (default: embedded); reward-model: its folder or hub id; openai: model name",
+    )
+    j.add_argument(
+        "--tie-band",
+        type=float,
+        default=0.0,
+        help="soft rule: |mean log-odds| at or below this is a tie (log-odds units; rewards for reward-model)",
+    )
+    j.add_argument(
+        "--judge-logprobs",
+        action="store_true",
+        help="openai: ask for top logprobs of the answer letter, so the soft rule applies",
+    )
     j.add_argument("--judge-base-url", default=None, help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
     j.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     j.add_argument("--judge-concurrency", type=int, default=4)
@@ -106,7 +126,9 @@ def make_parser() -> argparse.ArgumentParser:
     j.add_argument("--judge-cache", default=None, help="SQLite cache (default: <out>/judge_cache.sqlite)")
     j.add_argument("--judge-batch-size", type=int, default=8, help="local and reward-model judge batch size")
     j.add_argument("--template", choices=["auto", *TEMPLATES], default="auto")
-    j.add_argument("--template-file", default=None, help="YAML with name, system, user ({prompt}, {response_a}, {response_b})")
+    j.add_argument(
+        "--template-file", default=None, help="YAML with name, system, user ({prompt}, {response_a}, {response_b})"
+    )
     j.add_argument("--calibration-pairs", type=int, default=64, help="gold pairs to score the judge on (0 = skip)")
     r = p.add_argument_group("labels for aggregation")
     r.add_argument("--setting", default="all", help="e.g. CTL or LTC")
@@ -120,10 +142,19 @@ def main(argv: list[str] | None = None) -> dict:
     test = load_preference_dataset(args.dataset, split=args.split)
     template = _template(args, test)
     judge = build_judge(args, template)
-    generation = GenerationSettings(args.max_new_tokens, args.batch_size, args.do_sample, args.temperature, args.top_p, args.seed)
+    generation = GenerationSettings(
+        args.max_new_tokens, args.batch_size, args.do_sample, args.temperature, args.top_p, args.seed
+    )
     result = evaluate_win_rate(
-        args.policy, args.baseline, test, judge, args.out, generation=generation, max_prompts=args.max_prompts,
-        calibration_pairs=args.calibration_pairs, tie_band=args.tie_band,
+        args.policy,
+        args.baseline,
+        test,
+        judge,
+        args.out,
+        generation=generation,
+        max_prompts=args.max_prompts,
+        calibration_pairs=args.calibration_pairs,
+        tie_band=args.tie_band,
         label={"setting": args.setting, "method": args.method or Path(args.policy).name, "seed": str(args.seed)},
     )
     print(f"Win rate of {args.policy} vs {args.baseline}: {format_line(result.summary)}")

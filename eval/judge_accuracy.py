@@ -33,8 +33,15 @@ def _judges(args):
     if args.server:
         from squarechipo.judge.openai_compatible import OpenAICompatibleJudge
 
-        yield OpenAICompatibleJudge(args.server, args.server_model, template, max_tokens=1, logprobs=True,
-                                    max_concurrency=args.server_concurrency, api_key_env=None)
+        yield OpenAICompatibleJudge(
+            args.server,
+            args.server_model,
+            template,
+            max_tokens=1,
+            logprobs=True,
+            max_concurrency=args.server_concurrency,
+            api_key_env=None,
+        )
     if args.reward_model:
         from squarechipo.judge.reward_model import RewardModelJudge
 
@@ -63,14 +70,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for judge in _judges(args):
         cal = calibrate_judge(judge, gold, args.max_pairs, tie_band=args.tie_band)
         results.append({"judge": judge.name, **cal})
-    lines = [f"Gold accuracy on {results[0]['n_pairs']} pairs of {args.dataset}:{args.split} "
-             f"(95% Wilson intervals; soft tie band {args.tie_band:g})", "",
-             "| judge | hard rule | soft rule | single judgment | position bias |", "|---|---|---|---|---|"]
+    lines = [
+        f"Gold accuracy on {results[0]['n_pairs']} pairs of {args.dataset}:{args.split} "
+        f"(95% Wilson intervals; soft tie band {args.tie_band:g})",
+        "",
+        "| judge | hard rule | soft rule | single judgment | position bias |",
+        "|---|---|---|---|---|",
+    ]
     for r in results:
-        soft = (f"{format_percent(r['soft_accuracy'])} {format_interval(r['soft_accuracy_ci'])}"
-                if r["soft_accuracy"] is not None else "n/a")
-        lines.append(f"| {r['judge']} | {format_percent(r['hard_accuracy'])} {format_interval(r['hard_accuracy_ci'])} | "
-                     f"{soft} | {format_percent(r['accuracy'])} | {format_percent(r['position_bias_rate'])} |")
+        soft = (
+            f"{format_percent(r['soft_accuracy'])} {format_interval(r['soft_accuracy_ci'])}"
+            if r["soft_accuracy"] is not None
+            else "n/a"
+        )
+        lines.append(
+            f"| {r['judge']} | {format_percent(r['hard_accuracy'])} {format_interval(r['hard_accuracy_ci'])} | "
+            f"{soft} | {format_percent(r['accuracy'])} | {format_percent(r['position_bias_rate'])} |"
+        )
     text = "\n".join(lines)
     print(text)
     if args.out:

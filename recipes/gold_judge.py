@@ -41,8 +41,10 @@ RESULT_FILE = "gold_judge.json"
 @dataclass
 class GoldJudgeArguments:
     model_name_or_path: str = field(default="embedded", metadata={"help": "Frozen base model (embedded = SmolLM2)."})
-    dataset_name: str = field(default="data/finance_preference_conversational",
-                              metadata={"help": "Preference data holding the public gold split."})
+    dataset_name: str = field(
+        default="data/finance_preference_conversational",
+        metadata={"help": "Preference data holding the public gold split."},
+    )
     dataset_train_split: str = field(default="judge", metadata={"help": "The public gold split to fit on."})
     dataset_test_split: str | None = field(default="test", metadata={"help": "Gold pairs to measure accuracy on."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Fit on the first N gold rows."})
@@ -62,7 +64,9 @@ def _load_gold(args: GoldJudgeArguments):
             "judge is fitted on raw public labels: use the finance generator's `judge` split."
         )
     if args.dataset_test_split == args.dataset_train_split:
-        raise SystemExit("dataset_test_split must differ from dataset_train_split: accuracy is measured on held-out pairs.")
+        raise SystemExit(
+            "dataset_test_split must differ from dataset_train_split: accuracy is measured on held-out pairs."
+        )
     if args.max_train_samples is not None:
         train = train.select(range(min(args.max_train_samples, len(train))))
     test = None
@@ -74,8 +78,14 @@ def _load_gold(args: GoldJudgeArguments):
 
 def _card(args: GoldJudgeArguments, result: dict) -> str:
     accuracy = result.get("test_accuracy")
-    measured = (f"Accuracy on {result['test_pairs']} held-out gold pairs ({args.dataset_test_split}): "
-                f"{format_percent(accuracy)} {format_interval(result['test_accuracy_ci'])} (95% Wilson).") if accuracy is not None else ""
+    measured = (
+        (
+            f"Accuracy on {result['test_pairs']} held-out gold pairs ({args.dataset_test_split}): "
+            f"{format_percent(accuracy)} {format_interval(result['test_accuracy_ci'])} (95% Wilson)."
+        )
+        if accuracy is not None
+        else ""
+    )
     return (
         f"# Gold reward-model judge\n\nA Bradley–Terry linear head on the frozen `{args.model_name_or_path}` "
         f"(pooled last hidden state), fitted by squarechipo's `recipes/gold_judge.py` on {result['n_rows']} public "
@@ -96,8 +106,9 @@ def main(args: GoldJudgeArguments) -> dict:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
     model.config.pad_token_id = tokenizer.pad_token_id
-    fit = fit_linear_reward_model(model, tokenizer, train, radius=args.radius, batch_size=args.batch_size,
-                                  max_length=args.max_length)
+    fit = fit_linear_reward_model(
+        model, tokenizer, train, radius=args.radius, batch_size=args.batch_size, max_length=args.max_length
+    )
     out = Path(args.output_dir)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -105,20 +116,34 @@ def main(args: GoldJudgeArguments) -> dict:
     if test is not None:
         judge = RewardModelJudge(str(out), batch_size=args.batch_size, max_length=args.max_length)
         cal = calibrate_judge(judge, test)
-        result.update(test_pairs=cal["n_pairs"], test_accuracy=cal["rule_accuracy"],
-                      test_accuracy_ci=cal["rule_accuracy_ci"])
+        result.update(
+            test_pairs=cal["n_pairs"], test_accuracy=cal["rule_accuracy"], test_accuracy_ci=cal["rule_accuracy_ci"]
+        )
     (out / RESULT_FILE).write_text(json.dumps(result, indent=2), encoding="utf-8")
     # Public labels, no privacy: the record says so, and lets the lineage checks see what it was trained on.
-    record = {"stage": "gold_judge", "labels": "raw public gold labels (evaluation instrument)", "epsilon": None,
-              "ledger": None, **training_data_record(train),
-              **check_lineage([("initial", ModelLineage.of_model(path))], train, private=False, override=False,
-                              override_field="", context="gold judge").record()}
+    record = {
+        "stage": "gold_judge",
+        "labels": "raw public gold labels (evaluation instrument)",
+        "epsilon": None,
+        "ledger": None,
+        **training_data_record(train),
+        **check_lineage(
+            [("initial", ModelLineage.of_model(path))],
+            train,
+            private=False,
+            override=False,
+            override_field="",
+            context="gold judge",
+        ).record(),
+    }
     (out / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
     (out / "README.md").write_text(_card(args, result), encoding="utf-8")
     line = f"Gold judge saved to {out.resolve()}: fitted on {fit['n_rows']} public gold pairs"
     if test is not None:
-        line += (f"; accuracy on {result['test_pairs']} held-out gold pairs {format_percent(result['test_accuracy'])} "
-                 f"{format_interval(result['test_accuracy_ci'])}")
+        line += (
+            f"; accuracy on {result['test_pairs']} held-out gold pairs {format_percent(result['test_accuracy'])} "
+            f"{format_interval(result['test_accuracy_ci'])}"
+        )
     print(line)
     return result
 

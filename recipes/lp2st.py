@@ -77,28 +77,53 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
-    part1 = release_once(raw.select(range(cut)), pipeline, out / "released_part1", seed=script_args.label_seed,
-                         state=state, part="lp2st/part1")
+    part1 = release_once(
+        raw.select(range(cut)),
+        pipeline,
+        out / "released_part1",
+        seed=script_args.label_seed,
+        state=state,
+        part="lp2st/part1",
+    )
     stage1_args = dataclasses.replace(training_args, output_dir=str(out / "stage1"), push_to_hub=False)
     stage1 = _train(model_path, part1, stage1_args, tokenizer)
 
     raw2 = raw.select(range(cut, len(raw)))
     prior_lineage = check_lineage(
-        [("stage-1 initial policy and prior reference", ModelLineage.of_model(model_path))], raw2, private=True,
-        override=training_args.override_lineage_guard, override_field="override_lineage_guard",
+        [("stage-1 initial policy and prior reference", ModelLineage.of_model(model_path))],
+        raw2,
+        private=True,
+        override=training_args.override_lineage_guard,
+        override_field="override_lineage_guard",
         context="LP-2ST prior (001 needs a prior independent of the part-2 labels)",
     )
     reference = AutoModelForCausalLM.from_pretrained(model_path)
-    prior = policy_prior(stage1.accelerator.unwrap_model(stage1.model), reference, tokenizer, raw2,
-                         method=training_args.method, beta=training_args.beta, clip=training_args.clip,
-                         temperature=script_args.lp2st_temperature, max_length=training_args.max_length)
+    prior = policy_prior(
+        stage1.accelerator.unwrap_model(stage1.model),
+        reference,
+        tokenizer,
+        raw2,
+        method=training_args.method,
+        beta=training_args.beta,
+        clip=training_args.clip,
+        temperature=script_args.lp2st_temperature,
+        max_length=training_args.max_length,
+    )
     del stage1, reference
-    part2 = release_once(raw2, RRWithPriorRelease(pipeline.epsilon, prior, script_args.lp2st_temperature),
-                         out / "released_part2", seed=script_args.label_seed, state=state, part="lp2st/part2")
+    part2 = release_once(
+        raw2,
+        RRWithPriorRelease(pipeline.epsilon, prior, script_args.lp2st_temperature),
+        out / "released_part2",
+        seed=script_args.label_seed,
+        state=state,
+        part="lp2st/part2",
+    )
     combined = combine_parts(part1, part2)
     ledger = get_ledger(combined)
-    state.print(f"LP-2ST: {len(part1)} RR rows + {len(part2)} RRWithPrior rows "
-                f"({sum(part2['label_from_prior'])} from the prior); ledger total ε = {ledger.total_epsilon}")
+    state.print(
+        f"LP-2ST: {len(part1)} RR rows + {len(part2)} RRWithPrior rows "
+        f"({sum(part2['label_from_prior'])} from the prior); ledger total ε = {ledger.total_epsilon}"
+    )
     state.print(f"LP-2ST prior lineage: {[finding.to_dict() for finding in prior_lineage.findings]}")
     final = _train(model_path, combined, training_args, tokenizer)
     state.print(f"Done. Stage-2 model, card and privacy record in {out.resolve()}")

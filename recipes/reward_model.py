@@ -40,11 +40,21 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = mark_source(AutoModelForSequenceClassification.from_pretrained(
-        model_path, num_labels=1, revision=model_args.model_revision), model_path)
+    model = mark_source(
+        AutoModelForSequenceClassification.from_pretrained(
+            model_path, num_labels=1, revision=model_args.model_revision
+        ),
+        model_path,
+    )
     model.config.pad_token_id = tokenizer.pad_token_id
-    trainer = PrivateRewardTrainer(model, args=training_args, train_dataset=train, eval_dataset=eval_dataset,
-                                   processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    trainer = PrivateRewardTrainer(
+        model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if eval_dataset is not None:
@@ -54,8 +64,10 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     trainer.create_model_card(dataset_name=script_args.dataset_name)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    trainer.accelerator.print(f"Done. {training_args.model_type} model, card and privacy record in "
-                              f"{Path(training_args.output_dir).resolve()}")
+    trainer.accelerator.print(
+        f"Done. {training_args.model_type} model, card and privacy record in "
+        f"{Path(training_args.output_dir).resolve()}"
+    )
     if hasattr(trainer, "end"):
         trainer.end()
     return trainer

@@ -56,8 +56,10 @@ class SelectConfig:
     )
     override_reference_guard: bool = field(
         default=False,
-        metadata={"help": "Accept a reference trained on the private rows or their prompts: the guarantee does not "
-                          "hold (recorded in the ledger and card)."},
+        metadata={
+            "help": "Accept a reference trained on the private rows or their prompts: the guarantee does not "
+            "hold (recorded in the ledger and card)."
+        },
     )
 
 
@@ -91,7 +93,8 @@ def main(config: SelectConfig):
     )
     state.print(
         f"Selected {selection.candidate} (candidate {selection.index + 1} of {selection.num_candidates}) with "
-        f"central ε = {selection.epsilon} over n = {selection.num_rows} private rows -> {Path(config.output_dir).resolve()}"
+        f"central ε = {selection.epsilon} over n = {selection.num_rows} private rows "
+        f"-> {Path(config.output_dir).resolve()}"
     )
     return selection
 

@@ -44,13 +44,17 @@ def main(script_args: SelfPlayScriptArguments, training_args: SelfPlayConfig, mo
     _ = training_args.device
     state = PartialState()
     if not script_args.preference_model or not Path(script_args.preference_model).is_dir():
-        raise ValueError(f"preference_model must be the folder of a trained preference model (got "
-                         f"{script_args.preference_model!r}); train one with recipes/reward_model.py first.")
+        raise ValueError(
+            f"preference_model must be the folder of a trained preference model (got "
+            f"{script_args.preference_model!r}); train one with recipes/reward_model.py first."
+        )
     record_file = Path(script_args.preference_model) / PRIVACY_FILE
     record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.exists() else None
     if record is not None and record.get("model_type") != "preference":
-        raise ValueError(f"{script_args.preference_model} is a {record.get('model_type')} model; self-play needs a "
-                         "pairwise preference model (model_type: preference).")
+        raise ValueError(
+            f"{script_args.preference_model} is a {record.get('model_type')} model; self-play needs a "
+            "pairwise preference model (model_type: preference)."
+        )
     with state.main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
     data = load_preference_dataset(script_args.dataset_name, config=script_args.dataset_config)
@@ -64,14 +68,20 @@ def main(script_args: SelfPlayScriptArguments, training_args: SelfPlayConfig, mo
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     policy = mark_source(AutoModelForCausalLM.from_pretrained(model_path), model_path)
-    preference = PreferenceModel.from_pretrained(script_args.preference_model, batch_size=training_args.responses_batch_size,
-                                                 device=str(state.device))
+    preference = PreferenceModel.from_pretrained(
+        script_args.preference_model, batch_size=training_args.responses_batch_size, device=str(state.device)
+    )
     reference = model_args.model_name_or_path
-    reference = reference if reference == "embedded" or not Path(reference).exists() else str(Path(reference).resolve())
-    out = iterative_square_chipo(policy, tokenizer, prompts, preference, training_args, reference_name=reference,
-                                 preference_record=record)
-    state.print(f"Done. {training_args.output_policy} of iterative Square-χPO (T = {training_args.iterations}) "
-                f"in {out.resolve()}")
+    reference = (
+        reference if reference == "embedded" or not Path(reference).exists() else str(Path(reference).resolve())
+    )
+    out = iterative_square_chipo(
+        policy, tokenizer, prompts, preference, training_args, reference_name=reference, preference_record=record
+    )
+    state.print(
+        f"Done. {training_args.output_policy} of iterative Square-χPO (T = {training_args.iterations}) "
+        f"in {out.resolve()}"
+    )
     return out
 
 

@@ -39,8 +39,10 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     with PartialState().main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
     source = Path(script_args.dataset_name)
-    data = datasets.load_from_disk(str(source)) if source.is_dir() else datasets.load_dataset(
-        script_args.dataset_name, script_args.dataset_config
+    data = (
+        datasets.load_from_disk(str(source))
+        if source.is_dir()
+        else datasets.load_dataset(script_args.dataset_name, script_args.dataset_config)
     )
     train = data[script_args.dataset_train_split]
     if script_args.max_train_samples is not None:
@@ -66,8 +68,14 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
         # No label privacy in SFT; the record lets the central selector check this model's training data.
         # `upstream` carries the starting model's own record, so a model trained from this one is checked
         # against this SFT data too (transitive lineage).
-        lineage = check_lineage([("initial", ModelLineage.of_model(model_path))], train, private=False, override=False,
-                                override_field="", context="sft")
+        lineage = check_lineage(
+            [("initial", ModelLineage.of_model(model_path))],
+            train,
+            private=False,
+            override=False,
+            override_field="",
+            context="sft",
+        )
         record = {"stage": "sft", "epsilon": None, "ledger": None, **training_data_record(train), **lineage.record()}
         (Path(training_args.output_dir) / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
     if training_args.push_to_hub:

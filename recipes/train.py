@@ -32,7 +32,9 @@ from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
 logger = logging.getLogger("squarechipo")
 
 
-def main(script_args: TrainScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig) -> SquareChiPOTrainer:
+def main(
+    script_args: TrainScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig
+) -> SquareChiPOTrainer:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
     state = PartialState()
@@ -43,7 +45,9 @@ def main(script_args: TrainScriptArguments, training_args: SquareChiPOConfig, mo
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
-    init_kwargs = dict(revision=model_args.model_revision, dtype=dtype, attn_implementation=model_args.attn_implementation)
+    init_kwargs = dict(
+        revision=model_args.model_revision, dtype=dtype, attn_implementation=model_args.attn_implementation
+    )
     model = mark_source(AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs), model_path)
     peft_config = get_peft_config(model_args)
     ref_model = None

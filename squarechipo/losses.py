@@ -298,13 +298,23 @@ def self_play_margin(
     ``previous_*`` are the log-probs of the frozen iterate π^t.
     """
     if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta > 0):
-        raise ValueError(f"eta (the mirror-descent step size η of 003 Alg. 3) must be positive and finite (got {eta!r}).")
+        raise ValueError(
+            f"eta (the mirror-descent step size η of 003 Alg. 3) must be positive and finite (got {eta!r})."
+        )
     # Unclipped until the combination is clipped at ±4, so both margins keep their large terms (exact
     # cancellation) up to SELF_PLAY_LOG_CAP.
-    current = margins(policy_a_logps, policy_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo",
-                      log_cap=SELF_PLAY_LOG_CAP)
-    previous = margins(previous_a_logps, previous_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo",
-                       log_cap=SELF_PLAY_LOG_CAP)
+    current = margins(
+        policy_a_logps, policy_b_logps, ref_a_logps, ref_b_logps, beta=beta, link="chipo", log_cap=SELF_PLAY_LOG_CAP
+    )
+    previous = margins(
+        previous_a_logps,
+        previous_b_logps,
+        ref_a_logps,
+        ref_b_logps,
+        beta=beta,
+        link="chipo",
+        log_cap=SELF_PLAY_LOG_CAP,
+    )
     return (1.0 + 1.0 / eta) * current - previous.to(current.dtype) / eta
 
 
@@ -324,7 +334,9 @@ def plackett_luce_top1_loss(scores: torch.Tensor, label_weights: torch.Tensor) -
     the debiased BT loss it is unbounded below; bound the scores (clip or a norm bound).
     """
     if scores.shape != label_weights.shape or scores.ndim != 2:
-        raise ValueError(f"scores and label_weights must both be (n, K) (got {tuple(scores.shape)} and "
-                         f"{tuple(label_weights.shape)}).")
+        raise ValueError(
+            f"scores and label_weights must both be (n, K) (got {tuple(scores.shape)} and "
+            f"{tuple(label_weights.shape)})."
+        )
     dtype = _compute_dtype(scores)
     return -(label_weights.to(dtype) * torch.log_softmax(scores.to(dtype), dim=-1)).sum(dim=-1)

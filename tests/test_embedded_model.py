@@ -17,10 +17,14 @@ def test_cached_model_loads_and_generates(embedded_path, tokenizer):
     model = AutoModelForCausalLM.from_pretrained(embedded_path)
     assert type(model).__name__ == "LlamaForCausalLM"
     assert 134_000_000 < sum(p.numel() for p in model.parameters()) < 135_000_000
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Name a safe place to keep savings."}],
-                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Name a safe place to keep savings."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     out = model.generate(**ids, max_new_tokens=12, do_sample=False)
-    text = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    text = tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
     assert len(text.split()) >= 3
 
 
@@ -37,8 +41,10 @@ def test_two_processes_starting_at_once_convert_once(tmp_path):
         from squarechipo.models import embedded_model_path
         print(embedded_model_path({str(tmp_path)!r}))
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outputs]
     paths = {o[0].strip().splitlines()[-1] for o in outputs}

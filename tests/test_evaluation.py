@@ -30,8 +30,14 @@ def test_pipeline_writes_every_output(models, finance_splits, tmp_path):
     test = finance_splits["finance_preference_conversational"]["test"]
     judge = TransformersJudge(str(models / "judge"))
     result = evaluate_win_rate(
-        str(models / "policy"), str(models / "baseline"), test, judge, tmp_path,
-        generation=GenerationSettings(max_new_tokens=8, batch_size=4, seed=0), max_prompts=6, calibration_pairs=4,
+        str(models / "policy"),
+        str(models / "baseline"),
+        test,
+        judge,
+        tmp_path,
+        generation=GenerationSettings(max_new_tokens=8, batch_size=4, seed=0),
+        max_prompts=6,
+        calibration_pairs=4,
         label={"setting": "CTL", "method": "square_chipo"},
     )
     rows = [json.loads(line) for line in (tmp_path / "judgments.jsonl").read_text().splitlines()]
@@ -55,7 +61,8 @@ def test_pipeline_writes_every_output(models, finance_splits, tmp_path):
     assert sum(c["n_pairs"] for c in summary["per_category"].values()) == 6
     lengths = summary["lengths"]
     assert lengths["policy_longer"]["n"] + lengths["policy_not_longer"]["n"] == sum(
-        r["outcome"] in ("win", "tie", "loss") for r in rows)
+        r["outcome"] in ("win", "tie", "loss") for r in rows
+    )
     assert lengths["policy_mean_words"] == pytest.approx(sum(len(r["policy_response"].split()) for r in rows) / 6)
     cal = summary["calibration"]
     assert cal["n_pairs"] == 4 and summary["label"]["method"] == "square_chipo"
@@ -82,15 +89,42 @@ def test_generation_is_seeded(models, finance_splits):
 def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
     finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
     out = subprocess.run(
-        [sys.executable, "eval/judge.py", "--policy", str(models / "policy"), "--baseline", str(models / "baseline"),
-         "--dataset", str(tmp_path / "data"), "--max-prompts", "4", "--max-new-tokens", "6", "--calibration-pairs", "4",
-         "--judge-model", str(models / "judge"), "--out", str(tmp_path / "eval"), "--seed", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "eval/judge.py",
+            "--policy",
+            str(models / "policy"),
+            "--baseline",
+            str(models / "baseline"),
+            "--dataset",
+            str(tmp_path / "data"),
+            "--max-prompts",
+            "4",
+            "--max-new-tokens",
+            "6",
+            "--calibration-pairs",
+            "4",
+            "--judge-model",
+            str(models / "judge"),
+            "--out",
+            str(tmp_path / "eval"),
+            "--seed",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Win rate of" in out.stdout and "judge gold accuracy" in out.stdout and "(ties as ½" in out.stdout
-    agg = subprocess.run([sys.executable, "eval/aggregate.py", "--out", str(tmp_path / "table"), str(tmp_path / "eval")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    agg = subprocess.run(
+        [sys.executable, "eval/aggregate.py", "--out", str(tmp_path / "table"), str(tmp_path / "eval")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert agg.returncode == 0 and "| all | policy |" not in agg.stdout and "policy" in agg.stdout
 
 
@@ -101,11 +135,34 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
     tokenizer.save_pretrained(tmp_path / "rm")
     finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
     out = subprocess.run(
-        [sys.executable, "eval/judge.py", "--policy", str(models / "policy"), "--baseline", str(models / "baseline"),
-         "--dataset", str(tmp_path / "data"), "--max-prompts", "4", "--max-new-tokens", "6", "--calibration-pairs", "6",
-         "--judge", "reward-model", "--judge-model", str(tmp_path / "rm"), "--tie-band", "0.0",
-         "--out", str(tmp_path / "eval")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "eval/judge.py",
+            "--policy",
+            str(models / "policy"),
+            "--baseline",
+            str(models / "baseline"),
+            "--dataset",
+            str(tmp_path / "data"),
+            "--max-prompts",
+            "4",
+            "--max-new-tokens",
+            "6",
+            "--calibration-pairs",
+            "6",
+            "--judge",
+            "reward-model",
+            "--judge-model",
+            str(tmp_path / "rm"),
+            "--tie-band",
+            "0.0",
+            "--out",
+            str(tmp_path / "eval"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
@@ -116,7 +173,24 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
         if row["policy_first"] is not None:
             assert row["policy_first"]["log_odds"] == -row["baseline_first"]["log_odds"]
             assert row["outcome"] == row["hard_outcome"]
-    missing = subprocess.run([sys.executable, "eval/judge.py", "--policy", "p", "--baseline", "b", "--dataset",
-                              str(tmp_path / "data"), "--judge", "reward-model", "--out", str(tmp_path / "x")],
-                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "eval/judge.py",
+            "--policy",
+            "p",
+            "--baseline",
+            "b",
+            "--dataset",
+            str(tmp_path / "data"),
+            "--judge",
+            "reward-model",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert missing.returncode != 0 and "--judge reward-model needs --judge-model" in missing.stderr

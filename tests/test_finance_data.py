@@ -66,9 +66,12 @@ def test_splits_formats_and_sft():
     data = build_datasets(DEFAULT_ROWS, seed=0)
     pref = data["finance_preference"]
     sizes = {k: len(v) for k, v in pref.items()}
-    assert sizes == {"train": round(0.85 * DEFAULT_ROWS), "validation": round(0.05 * DEFAULT_ROWS),
-                     "test": DEFAULT_ROWS - round(0.85 * DEFAULT_ROWS) - round(0.05 * DEFAULT_ROWS),
-                     "judge": DEFAULT_JUDGE_ROWS}
+    assert sizes == {
+        "train": round(0.85 * DEFAULT_ROWS),
+        "validation": round(0.05 * DEFAULT_ROWS),
+        "test": DEFAULT_ROWS - round(0.85 * DEFAULT_ROWS) - round(0.05 * DEFAULT_ROWS),
+        "judge": DEFAULT_JUDGE_ROWS,
+    }
     ids = [set(part["id"]) for part in pref.values()]
     assert all(not (ids[i] & ids[j]) for i in range(len(ids)) for j in range(i))
     for name in ("finance_preference", "finance_preference_conversational"):
@@ -104,9 +107,26 @@ def test_preference_rows_do_not_depend_on_the_other_pools():
 
 
 def test_cli_writes_every_dataset(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "data_gen.finance", "--out", str(tmp_path), "--seed", "3", "--rows", "140",
-                          "--sft-rows", "40", "--judge-rows", "20"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_gen.finance",
+            "--out",
+            str(tmp_path),
+            "--seed",
+            "3",
+            "--rows",
+            "140",
+            "--sft-rows",
+            "40",
+            "--judge-rows",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "finance_sft_conversational" in out.stdout
     for name in ("finance_preference", "finance_preference_conversational"):
         assert set(datasets.load_from_disk(str(tmp_path / name))) == {"train", "validation", "test", "judge"}
@@ -128,9 +148,11 @@ def small(tmp_path_factory):
     train.to_json(str(folder / "train.jsonl"))
     train.to_parquet(str(folder / "train.parquet"))
     train.remove_columns(["rejected_shown_first"]).to_csv(str(folder / "train.csv"), index=False)
-    implicit = data["finance_preference_conversational"]["train"].map(
-        lambda r: {"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]}
-    ).remove_columns("prompt")
+    implicit = (
+        data["finance_preference_conversational"]["train"]
+        .map(lambda r: {"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]})
+        .remove_columns("prompt")
+    )
     implicit.to_json(str(folder / "implicit.jsonl"))
     (folder / "files").mkdir()
     for split in ("train", "test"):

@@ -28,11 +28,13 @@ from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
 
 
 def separable(n: int, offset: int = 0) -> datasets.Dataset:
-    return datasets.Dataset.from_dict({
-        "prompt": [f"Question {offset + i}: should I keep my savings safe?" for i in range(n)],
-        "chosen": ["Yes, keep an emergency fund in an insured account."] * n,
-        "rejected": ["Bet everything on lottery tickets tonight!"] * n,
-    })
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Question {offset + i}: should I keep my savings safe?" for i in range(n)],
+            "chosen": ["Yes, keep an emergency fund in an insured account."] * n,
+            "rejected": ["Bet everything on lottery tickets tonight!"] * n,
+        }
+    )
 
 
 def test_preference_model_is_antisymmetric_by_construction(tokenizer):
@@ -56,10 +58,22 @@ def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(t
     released = privatize_dataset(separable(64), LabelPipeline(epsilon=2.0), seed=0)
     pairs = to_pairwise_dataset(released)
     assert len(pairs) == 64 and get_ledger(pairs).total_epsilon == 2.0
-    args = PrivateRewardConfig(output_dir=str(tmp_path / "pm"), model_type="preference", loss="square", max_margin=None,
-                               max_steps=16, learning_rate=3e-3, per_device_train_batch_size=8, report_to="none",
-                               save_strategy="no", logging_steps=4, max_length=256)
-    trainer = PrivateRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=pairs, processing_class=tokenizer)
+    args = PrivateRewardConfig(
+        output_dir=str(tmp_path / "pm"),
+        model_type="preference",
+        loss="square",
+        max_margin=None,
+        max_steps=16,
+        learning_rate=3e-3,
+        per_device_train_batch_size=8,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=4,
+        max_length=256,
+    )
+    trainer = PrivateRewardTrainer(
+        make_tiny_classifier(tokenizer), args=args, train_dataset=pairs, processing_class=tokenizer
+    )
     assert trainer.privacy.epsilon == 2.0 and trainer.privacy.source == "ledger"
     trainer.train()
     held = separable(16, offset=1000)
@@ -68,11 +82,16 @@ def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(t
     trainer.save_model()
     trainer.create_model_card()
     record = json.loads((tmp_path / "pm" / PRIVACY_FILE).read_text())
-    assert record["model_type"] == "preference" and record["epsilon"] == 2.0 and record["mechanism"] == "randomized_response"
+    assert (
+        record["model_type"] == "preference"
+        and record["epsilon"] == 2.0
+        and record["mechanism"] == "randomized_response"
+    )
     assert "| model type | preference |" in (tmp_path / "pm" / "README.md").read_text()
     reloaded = PreferenceModel.from_pretrained(str(tmp_path / "pm"))
-    np.testing.assert_allclose(reloaded.preference(held["prompt"][:4], held["chosen"][:4], held["rejected"][:4]),
-                               scores[:4], atol=1e-5)
+    np.testing.assert_allclose(
+        reloaded.preference(held["prompt"][:4], held["chosen"][:4], held["rejected"][:4]), scores[:4], atol=1e-5
+    )
 
 
 def test_preference_config_rejects_a_log_loss():
@@ -81,11 +100,13 @@ def test_preference_config_rejects_a_log_loss():
 
 
 def _self_play_rows(tokenizer, policy, reference, target):
-    pairs = datasets.Dataset.from_dict({
-        "prompt": [f"Question {i}?" for i in range(8)],
-        "chosen": [f"Answer number {i}." for i in range(8)],
-        "rejected": [f"Another reply {i}, longer than that." for i in range(8)],
-    })
+    pairs = datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Question {i}?" for i in range(8)],
+            "chosen": [f"Answer number {i}." for i in range(8)],
+            "rejected": [f"Another reply {i}, longer than that." for i in range(8)],
+        }
+    )
     rows = tokenize_preferences(pairs, tokenizer)
     collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id)
     ref = model_logps(reference, rows, collator, 4, "ref")
@@ -94,8 +115,18 @@ def _self_play_rows(tokenizer, policy, reference, target):
 
 
 def _config(tmp_path, **overrides):
-    values = dict(output_dir=str(tmp_path / "sp"), beta=0.5, eta=0.5, iterations=2, per_device_train_batch_size=8,
-                  report_to="none", save_strategy="no", logging_steps=1, gradient_checkpointing=False, max_length=128)
+    values = dict(
+        output_dir=str(tmp_path / "sp"),
+        beta=0.5,
+        eta=0.5,
+        iterations=2,
+        per_device_train_batch_size=8,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        gradient_checkpointing=False,
+        max_length=128,
+    )
     return SelfPlayConfig(**{**values, **overrides})
 
 
@@ -105,8 +136,13 @@ def test_self_play_loss_at_the_start_is_equation_11_on_the_columns(tokenizer, tm
     policy, reference = make_tiny_model(tokenizer, seed=1), make_tiny_model(tokenizer, seed=2)
     target = np.linspace(-1.5, 1.5, 8)
     dataset, ref, previous = _self_play_rows(tokenizer, policy, reference, target)
-    trainer = SelfPlayTrainer(policy, args=_config(tmp_path, learning_rate=0.0, max_steps=1), train_dataset=dataset,
-                              eval_dataset=dataset, processing_class=tokenizer)
+    trainer = SelfPlayTrainer(
+        policy,
+        args=_config(tmp_path, learning_rate=0.0, max_steps=1),
+        train_dataset=dataset,
+        eval_dataset=dataset,
+        processing_class=tokenizer,
+    )
     loss = trainer.evaluate()
     f = self_play_margin(previous[0], previous[1], previous[0], previous[1], ref[0], ref[1], beta=0.5, eta=0.5)
     expected = self_play_loss(f, torch.as_tensor(target)).mean().item()
@@ -118,8 +154,13 @@ def test_self_play_update_moves_f_towards_the_target(tokenizer, tmp_path):
     policy, reference = make_tiny_model(tokenizer, seed=1), make_tiny_model(tokenizer, seed=2)
     target = np.full(8, 1.0)  # every a beats its b by 1
     dataset, _, _ = _self_play_rows(tokenizer, policy, reference, target)
-    trainer = SelfPlayTrainer(policy, args=_config(tmp_path, learning_rate=3e-4, max_steps=10), train_dataset=dataset,
-                              eval_dataset=dataset, processing_class=tokenizer)
+    trainer = SelfPlayTrainer(
+        policy,
+        args=_config(tmp_path, learning_rate=3e-4, max_steps=10),
+        train_dataset=dataset,
+        eval_dataset=dataset,
+        processing_class=tokenizer,
+    )
     before = trainer.evaluate()
     trainer.train()
     after = trainer.evaluate()
@@ -129,8 +170,9 @@ def test_self_play_update_moves_f_towards_the_target(tokenizer, tmp_path):
 
 def test_self_play_rejects_bad_input(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="missing"):
-        SelfPlayTrainer(make_tiny_model(tokenizer), args=_config(tmp_path), train_dataset=separable(4),
-                        processing_class=tokenizer)
+        SelfPlayTrainer(
+            make_tiny_model(tokenizer), args=_config(tmp_path), train_dataset=separable(4), processing_class=tokenizer
+        )
     with pytest.raises(ValueError, match="output_policy"):
         _config(tmp_path, output_policy="best")
     with pytest.raises(ValueError, match="iterations ≥ 2"):
@@ -145,11 +187,29 @@ def test_iterative_driver_writes_a_mixture_that_generates_and_carries_the_privac
     policy.save_pretrained(reference_dir)
     tokenizer.save_pretrained(reference_dir)
     preference = PreferenceModel(make_tiny_classifier(tokenizer, seed=5), tokenizer)
-    args = _config(tmp_path, iterations=3, learning_rate=1e-3, num_train_epochs=1, responses_max_new_tokens=6,
-                   per_device_train_batch_size=4)
-    record = {"model_type": "preference", "epsilon": 1.0, "mechanism": "randomized_response", "dataset_fingerprint": "sha256:x"}
-    out = iterative_square_chipo(policy, tokenizer, [f"Question {i}?" for i in range(6)], preference, args,
-                                 reference_name=str(reference_dir), preference_record=record)
+    args = _config(
+        tmp_path,
+        iterations=3,
+        learning_rate=1e-3,
+        num_train_epochs=1,
+        responses_max_new_tokens=6,
+        per_device_train_batch_size=4,
+    )
+    record = {
+        "model_type": "preference",
+        "epsilon": 1.0,
+        "mechanism": "randomized_response",
+        "dataset_fingerprint": "sha256:x",
+    }
+    out = iterative_square_chipo(
+        policy,
+        tokenizer,
+        [f"Question {i}?" for i in range(6)],
+        preference,
+        args,
+        reference_name=str(reference_dir),
+        preference_record=record,
+    )
     members = mixture_members(out)
     assert members == [str(reference_dir), str(out / "iterate_2"), str(out / "iterate_3")]
     saved = json.loads((out / PRIVACY_FILE).read_text())
@@ -172,19 +232,36 @@ def test_central_preference_model_selection_picks_the_trained_candidate(tokenize
     from squarechipo.select.preference import select_preference_model
 
     pairs = to_pairwise_dataset(separable(48))
-    args = PrivateRewardConfig(output_dir=str(tmp_path / "pm"), model_type="preference", loss="square", max_margin=None,
-                               max_steps=16, learning_rate=3e-3, per_device_train_batch_size=8, report_to="none",
-                               save_strategy="no", max_length=256)
-    trainer = PrivateRewardTrainer(make_tiny_classifier(tokenizer, seed=1), args=args, train_dataset=pairs,
-                                   processing_class=tokenizer)
+    args = PrivateRewardConfig(
+        output_dir=str(tmp_path / "pm"),
+        model_type="preference",
+        loss="square",
+        max_margin=None,
+        max_steps=16,
+        learning_rate=3e-3,
+        per_device_train_batch_size=8,
+        report_to="none",
+        save_strategy="no",
+        max_length=256,
+    )
+    trainer = PrivateRewardTrainer(
+        make_tiny_classifier(tokenizer, seed=1), args=args, train_dataset=pairs, processing_class=tokenizer
+    )
     trainer.train()
-    trained, untrained = PreferenceModel(trainer.model, tokenizer), PreferenceModel(make_tiny_classifier(tokenizer, seed=2), tokenizer)
+    trained, untrained = (
+        PreferenceModel(trainer.model, tokenizer),
+        PreferenceModel(make_tiny_classifier(tokenizer, seed=2), tokenizer),
+    )
     private = separable(32, offset=500)
-    losses = [((m.preference(private["prompt"], private["chosen"], private["rejected"]) - 1) ** 2).sum()
-              for m in (untrained, trained)]
+    losses = [
+        ((m.preference(private["prompt"], private["chosen"], private["rejected"]) - 1) ** 2).sum()
+        for m in (untrained, trained)
+    ]
     assert np.exp(-50 * (losses[0] - losses[1]) / 8) < 1e-6  # at ε = 50 the untrained one is (almost) never drawn
-    picks = {select_preference_model([lambda: untrained, lambda: trained], private, 50.0, np.random.default_rng(s))
-             for s in range(5)}
+    picks = {
+        select_preference_model([lambda: untrained, lambda: trained], private, 50.0, np.random.default_rng(s))
+        for s in range(5)
+    }
     assert picks == {1}
     with pytest.raises(ValueError, match="at least 2"):
         select_preference_model([lambda: trained], private, 1.0, np.random.default_rng(0))

@@ -19,9 +19,19 @@ def test_square_chipo_steps_on_the_embedded_model(embedded_path, tokenizer, fina
     model = AutoModelForCausalLM.from_pretrained(embedded_path)
     before = [p.detach().clone() for p in model.parameters()]
     args = SquareChiPOConfig(
-        output_dir=str(tmp_path / "out"), method="square_chipo", r_max=5.0, per_device_train_batch_size=2,
-        max_steps=2, max_length=160, learning_rate=1e-5, logging_steps=1, report_to="none", save_strategy="no",
-        gradient_checkpointing=False, precompute_ref_log_probs=True, disable_tqdm=True,
+        output_dir=str(tmp_path / "out"),
+        method="square_chipo",
+        r_max=5.0,
+        per_device_train_batch_size=2,
+        max_steps=2,
+        max_length=160,
+        learning_rate=1e-5,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        precompute_ref_log_probs=True,
+        disable_tqdm=True,
     )
     trainer = SquareChiPOTrainer(model, args=args, train_dataset=released, processing_class=tokenizer)
     trainer.train()

@@ -28,8 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _texts(split, n):
     rows = split.select(range(n))
-    return ([prompt_text(p) for p in rows["prompt"]], [c[0]["content"] for c in rows["chosen"]],
-            [r[0]["content"] for r in rows["rejected"]])
+    return (
+        [prompt_text(p) for p in rows["prompt"]],
+        [c[0]["content"] for c in rows["chosen"]],
+        [r[0]["content"] for r in rows["rejected"]],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +60,9 @@ def test_batched_rewards_equal_the_model_on_each_text_alone(reward_model_dir, fi
     batched = judge.rewards(prompts, chosen)
     with torch.no_grad():
         for prompt, response, reward in zip(prompts, chosen, batched):
-            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt},
-                                                  {"role": "assistant", "content": response}], tokenize=False)
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], tokenize=False
+            )
             ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)
             assert judge.model(**ids).logits[0, 0].item() == pytest.approx(reward, abs=1e-4)
 
@@ -143,10 +147,26 @@ def test_linear_head_equals_the_fitted_margins(tokenizer, finance_splits):
 def test_gold_judge_recipe_beats_chance_on_held_out_gold_pairs(finance_splits, tmp_path):
     finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
     out = subprocess.run(
-        [sys.executable, "recipes/gold_judge.py", "--model_name_or_path", "embedded", "--dataset_name",
-         str(tmp_path / "data"), "--max_train_samples", "32", "--max_eval_samples", "28", "--output_dir",
-         str(tmp_path / "judge"), "--batch_size", "16"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "recipes/gold_judge.py",
+            "--model_name_or_path",
+            "embedded",
+            "--dataset_name",
+            str(tmp_path / "data"),
+            "--max_train_samples",
+            "32",
+            "--max_eval_samples",
+            "28",
+            "--output_dir",
+            str(tmp_path / "judge"),
+            "--batch_size",
+            "16",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "accuracy on 28 held-out gold pairs" in out.stdout
@@ -163,12 +183,28 @@ def test_gold_judge_recipe_beats_chance_on_held_out_gold_pairs(finance_splits, t
 def test_gold_judge_recipe_refuses_released_labels(finance_splits, tmp_path):
     from squarechipo.privacy import LabelPipeline, privatize_dataset, save_privatized
 
-    released = privatize_dataset(finance_splits["finance_preference_conversational"]["judge"].select(range(8)),
-                                 LabelPipeline(epsilon=1.0), seed=0)
+    released = privatize_dataset(
+        finance_splits["finance_preference_conversational"]["judge"].select(range(8)),
+        LabelPipeline(epsilon=1.0),
+        seed=0,
+    )
     save_privatized(released, tmp_path / "released.jsonl")
     out = subprocess.run(
-        [sys.executable, "recipes/gold_judge.py", "--dataset_name", str(tmp_path / "released.jsonl"),
-         "--dataset_train_split", "train", "--dataset_test_split", "", "--output_dir", str(tmp_path / "judge")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "recipes/gold_judge.py",
+            "--dataset_name",
+            str(tmp_path / "released.jsonl"),
+            "--dataset_train_split",
+            "train",
+            "--dataset_test_split",
+            "",
+            "--output_dir",
+            str(tmp_path / "judge"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode != 0 and "carries a privacy ledger" in out.stderr

@@ -40,9 +40,28 @@ def server():
 
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf_path()), "--model_alias", "smollm2",
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "False"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(embedded_gguf_path()),
+            "--model_alias",
+            "smollm2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "2048",
+            "--n_threads",
+            "2",
+            "--verbose",
+            "False",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 180
@@ -63,15 +82,19 @@ def server():
 
 
 PAIRS = [
-    (f"You have ${1000 * (i + 1)} to save for a trip. What do you do?",
-     "Put it in an insured savings account and budget for the trip.",
-     "Bet all of it on a meme coin and hope it goes up.")
+    (
+        f"You have ${1000 * (i + 1)} to save for a trip. What do you do?",
+        "Put it in an insured savings account and budget for the trip.",
+        "Bet all of it on a meme coin and hope it goes up.",
+    )
     for i in range(12)
 ]
 
 
 def test_judge_answers_through_a_real_server(server, tmp_path):
-    judge = OpenAICompatibleJudge(server, "smollm2", FINANCE_TEMPLATE, max_concurrency=2, cache_path=tmp_path / "c.sqlite")
+    judge = OpenAICompatibleJudge(
+        server, "smollm2", FINANCE_TEMPLATE, max_concurrency=2, cache_path=tmp_path / "c.sqlite"
+    )
     prompts, a, b = map(list, zip(*PAIRS[:4]))
     verdicts = judge.verdicts(prompts, a, b)
     assert len(verdicts) == 4 and all(v.raw is not None for v in verdicts)
@@ -84,15 +107,24 @@ def test_judge_answers_through_a_real_server(server, tmp_path):
 
 
 def test_logprobs_give_log_odds_that_agree_with_the_letter_and_survive_the_cache(server, tmp_path):
-    judge = OpenAICompatibleJudge(server, "smollm2", FINANCE_TEMPLATE, max_tokens=1, logprobs=True,
-                                  cache_path=tmp_path / "lp.sqlite")
+    judge = OpenAICompatibleJudge(
+        server, "smollm2", FINANCE_TEMPLATE, max_tokens=1, logprobs=True, cache_path=tmp_path / "lp.sqlite"
+    )
     prompts, a, b = map(list, zip(*PAIRS[:4]))
     verdicts = judge.verdicts(prompts, a, b)
     assert all(v.log_odds is not None and math.isfinite(v.log_odds) for v in verdicts)
     # The log-odds are log Σ P(A-like tokens) − log Σ P(B-like tokens) over the server's own top logprobs.
-    body = {"model": "smollm2", "messages": FINANCE_TEMPLATE.messages(prompts[0], a[0], b[0]), "max_tokens": 1,
-            "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
-    top = httpx.post(f"{server}/chat/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]["content"][0]
+    body = {
+        "model": "smollm2",
+        "messages": FINANCE_TEMPLATE.messages(prompts[0], a[0], b[0]),
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": 20,
+    }
+    top = httpx.post(f"{server}/chat/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]["content"][
+        0
+    ]
     mass = {"A": 0.0, "B": 0.0}
     for entry in top["top_logprobs"]:
         letter = entry["token"].strip().upper()
@@ -136,15 +168,21 @@ def test_interrupted_run_resumes_from_the_cache(server, tmp_path):
 
 def test_malformed_replies_are_counted_not_fatal(server, tmp_path):
     chatty = JudgeTemplate(
-        name="poem", system="You are a poet.",
+        name="poem",
+        system="You are a poet.",
         user="Write one short line of poetry about {prompt} without using any single capital letter alone.",
     )
     judge = OpenAICompatibleJudge(server, "smollm2", chatty, max_tokens=12, cache_path=tmp_path / "p.sqlite")
     verdicts = judge.verdicts(*map(list, zip(*PAIRS[:4])))
     assert len(verdicts) == 4
     assert sum(v.choice is None for v in verdicts) >= 1  # unparsable replies come back as None, no exception
-    empty = OpenAICompatibleJudge(server, "smollm2", max_tokens=1, cache_path=tmp_path / "e.sqlite",
-                                  template=JudgeTemplate("silent", "Reply with a single space.", "{prompt}{response_a}{response_b}"))
+    empty = OpenAICompatibleJudge(
+        server,
+        "smollm2",
+        max_tokens=1,
+        cache_path=tmp_path / "e.sqlite",
+        template=JudgeTemplate("silent", "Reply with a single space.", "{prompt}{response_a}{response_b}"),
+    )
     assert len(empty.verdicts(*map(list, zip(*PAIRS[:2])))) == 2
 
 

@@ -82,7 +82,9 @@ def test_bootstrap_interval_covers_the_truth_at_the_nominal_rate():
 def test_wilson_interval_covers_at_the_nominal_rate():
     # The exact coverage of the scipy Wilson interval at n = 50, p = 0.3, summed over the binomial pmf.
     n, p = 50, 0.3
-    coverage = sum(stats.binom.pmf(k, n, p) for k in range(n + 1) if wilson_interval(k, n)[0] <= p <= wilson_interval(k, n)[1])
+    coverage = sum(
+        stats.binom.pmf(k, n, p) for k in range(n + 1) if wilson_interval(k, n)[0] <= p <= wilson_interval(k, n)[1]
+    )
     assert 0.93 <= coverage <= 0.97
 
 
@@ -129,18 +131,35 @@ def test_calibration_reports_hard_and_soft_accuracy_side_by_side():
     assert cal.hard_accuracy == 0.0 and cal.soft_accuracy == pytest.approx(0.75)
     assert cal.rule == "soft" and cal.rule_accuracy == cal.soft_accuracy
     assert cal.soft_accuracy_ci == wilson_interval(3, 4)
-    banded = calibrate([0] * 4, [0] * 4, chosen_first_log_odds=chosen_first, rejected_first_log_odds=rejected_first,
-                       tie_band=0.75)
+    banded = calibrate(
+        [0] * 4, [0] * 4, chosen_first_log_odds=chosen_first, rejected_first_log_odds=rejected_first, tie_band=0.75
+    )
     assert banded.soft_accuracy == pytest.approx(0.5)  # the 0.5-strength pair is now a tie, counted as not right
 
 
 @pytest.mark.parametrize(
     "reply,expected",
-    [("A", 0), ("B", 1), ("B.", 1), ("**A**", 0), ("Response B is better.", 1), ("Answer: A", 0),
-     ("a", 0), ("", None), (None, None), ("   ", None), ("Both A and B are fine", None),
-     ("I cannot decide.", None), ("Alpha", None), ("A gentle breeze over the sea", None),
-     ("B, because it avoids debt.", 1), ("The better response is B.", 1), ("(A)", 0), ("A is better.", 0),
-     ("Response A is safer than response B", None)],
+    [
+        ("A", 0),
+        ("B", 1),
+        ("B.", 1),
+        ("**A**", 0),
+        ("Response B is better.", 1),
+        ("Answer: A", 0),
+        ("a", 0),
+        ("", None),
+        (None, None),
+        ("   ", None),
+        ("Both A and B are fine", None),
+        ("I cannot decide.", None),
+        ("Alpha", None),
+        ("A gentle breeze over the sea", None),
+        ("B, because it avoids debt.", 1),
+        ("The better response is B.", 1),
+        ("(A)", 0),
+        ("A is better.", 0),
+        ("Response A is safer than response B", None),
+    ],
 )
 def test_parse_verdict(reply, expected):
     assert parse_verdict(reply) == expected
@@ -148,13 +167,20 @@ def test_parse_verdict(reply, expected):
 
 def test_aggregate_in_the_form_of_table_1(tmp_path):
     runs = []
-    for setting, method, rates in [("CTL", "chipo", [0.60, 0.64]), ("CTL", "square_chipo", [0.66, 0.70]),
-                                   ("LTC", "chipo", [0.58])]:
+    for setting, method, rates in [
+        ("CTL", "chipo", [0.60, 0.64]),
+        ("CTL", "square_chipo", [0.66, 0.70]),
+        ("LTC", "chipo", [0.58]),
+    ]:
         for seed, rate in enumerate(rates):
             folder = tmp_path / f"{setting}-{method}-{seed}"
             folder.mkdir()
-            summary = {"policy": method, "label": {"setting": setting, "method": method},
-                       "overall": {"win_rate": rate}, "calibration": {"accuracy": 0.9}}
+            summary = {
+                "policy": method,
+                "label": {"setting": setting, "method": method},
+                "overall": {"win_rate": rate},
+                "calibration": {"accuracy": 0.9},
+            }
             (folder / "summary.json").write_text(json.dumps(summary))
             runs.append(folder)
     text = aggregate_runs(runs, tmp_path / "table")

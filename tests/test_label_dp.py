@@ -34,8 +34,11 @@ def test_top_k_matches_brute_force_over_all_subsets(num_labels):
         priors = rng.dirichlet(np.full(num_labels, 0.7), size=50)
         k_star, order = ld.optimal_top_k(priors, epsilon)
         for p, k, o in zip(priors, k_star, order):
-            best = max(p[list(s)].sum() * math.exp(epsilon) / (math.exp(epsilon) + len(s) - 1)
-                       for r in range(1, num_labels + 1) for s in itertools.combinations(range(num_labels), r))
+            best = max(
+                p[list(s)].sum() * math.exp(epsilon) / (math.exp(epsilon) + len(s) - 1)
+                for r in range(1, num_labels + 1)
+                for s in itertools.combinations(range(num_labels), r)
+            )
             assert p[o[:k]].sum() * math.exp(epsilon) / (math.exp(epsilon) + k - 1) == pytest.approx(best, rel=1e-12)
 
 
@@ -43,7 +46,9 @@ def test_rr_with_prior_sampler_matches_its_distribution():
     prior = np.array([0.5, 0.3, 0.15, 0.05])
     epsilon, n = 1.0, 200_000
     for y in range(4):
-        released, from_prior = ld.rr_with_prior(np.full(n, y), np.tile(prior, (n, 1)), epsilon, np.random.default_rng(y))
+        released, from_prior = ld.rr_with_prior(
+            np.full(n, y), np.tile(prior, (n, 1)), epsilon, np.random.default_rng(y)
+        )
         assert not from_prior.any()
         expected = ld.rr_with_prior_distribution(y, prior, epsilon)
         freq = np.bincount(released, minlength=4) / n
@@ -87,10 +92,16 @@ def test_subset_mechanism_is_epsilon_dp_on_every_output():
     q = 1 / (math.exp(epsilon) + 1)
 
     def prob(subset, y):
-        return math.prod((0.5 if k == y else q) if k in subset else (0.5 if k == y else 1 - q) for k in range(num_labels))
+        return math.prod(
+            (0.5 if k == y else q) if k in subset else (0.5 if k == y else 1 - q) for k in range(num_labels)
+        )
 
-    worst = max(prob(s, y) / prob(s, z) for r in range(num_labels + 1) for s in itertools.combinations(range(num_labels), r)
-                for y, z in itertools.permutations(range(num_labels), 2))
+    worst = max(
+        prob(s, y) / prob(s, z)
+        for r in range(num_labels + 1)
+        for s in itertools.combinations(range(num_labels), r)
+        for y, z in itertools.permutations(range(num_labels), 2)
+    )
     assert worst == pytest.approx(math.exp(epsilon), rel=1e-12)
 
 
@@ -173,15 +184,29 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
     x_held = comparison_features(model, tokenizer, held, feature_bound=5.0)
     local = fit_linear_head(x_released, "rr_mle", privacy, radius=10.0, feature_bound=5.0)
     averaged = fit_linear_head(x_released, "sgd_rr_averaged", privacy, radius=10.0, feature_bound=5.0, step=5.0)
-    central = fit_linear_head(x_raw, "objective_perturbation", None, radius=10.0, feature_bound=5.0, epsilon=8.0,
-                              rng=np.random.default_rng(0))
+    central = fit_linear_head(
+        x_raw,
+        "objective_perturbation",
+        None,
+        radius=10.0,
+        feature_bound=5.0,
+        epsilon=8.0,
+        rng=np.random.default_rng(0),
+    )
     for theta in (local, averaged, central):
         correct = int((x_held @ theta > 0).sum())
         # P(Binomial(60, 1/2) ≥ 40) ≈ 0.0067: above this, the head learned the preference.
         assert correct >= 40, correct
     with pytest.raises(ValueError, match="raw rows"):
-        fit_linear_head(x_released, "objective_perturbation", privacy, radius=10.0, feature_bound=5.0, epsilon=1.0,
-                        rng=np.random.default_rng(0))
+        fit_linear_head(
+            x_released,
+            "objective_perturbation",
+            privacy,
+            radius=10.0,
+            feature_bound=5.0,
+            epsilon=1.0,
+            rng=np.random.default_rng(0),
+        )
 
 
 def test_kary_rows_release_and_convert():
@@ -193,9 +218,13 @@ def test_kary_rows_release_and_convert():
     n, k = 4000, 4
     rng = np.random.default_rng(0)
     best = rng.integers(k, size=n)
-    rows = datasets.Dataset.from_dict({"prompt": [f"Q{i}" for i in range(n)],
-                                       "responses": [[f"r{i}-{j}" for j in range(k)] for i in range(n)],
-                                       "best": best.tolist()})
+    rows = datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Q{i}" for i in range(n)],
+            "responses": [[f"r{i}-{j}" for j in range(k)] for i in range(n)],
+            "best": best.tolist(),
+        }
+    )
     assert validate_kary(rows) == k
     pairs = kary_to_pairs(rows.select(range(3)))
     assert len(pairs) == 3 * (k - 1) and pairs["chosen"][0] == f"r0-{best[0]}"
@@ -209,7 +238,11 @@ def test_kary_rows_release_and_convert():
     released = release_kary(rows, "rr_with_prior", 1.0, seed=2, prior=prior)
     assert all(released["label_from_prior"]) and set(released["released_best"]) == {0}
     with pytest.raises(ValueError, match="same number K"):
-        validate_kary(datasets.Dataset.from_dict({"prompt": ["a", "b"], "responses": [["x", "y"], ["x", "y", "z"]], "best": [0, 0]}))
+        validate_kary(
+            datasets.Dataset.from_dict(
+                {"prompt": ["a", "b"], "responses": [["x", "y"], ["x", "y", "z"]], "best": [0, 0]}
+            )
+        )
     with pytest.raises(ValueError, match="best must be"):
         validate_kary(datasets.Dataset.from_dict({"prompt": ["a"], "responses": [["x", "y"]], "best": [2]}))
     with pytest.raises(ValueError, match="already released"):
@@ -226,11 +259,17 @@ def test_kary_ledger_has_its_own_semantics_and_fingerprint():
     from squarechipo.privacy.ledger import get_ledger
 
     responses = [[f"r{i}-{j}" for j in range(3)] for i in range(30)]
-    rows = datasets.Dataset.from_dict({"prompt": [f"Q{i}" for i in range(30)], "responses": responses,
-                                       "best": [i % 3 for i in range(30)]})
+    rows = datasets.Dataset.from_dict(
+        {"prompt": [f"Q{i}" for i in range(30)], "responses": responses, "best": [i % 3 for i in range(30)]}
+    )
     # The same rows with each row's responses rotated (and `best` following): the same data, other labels order.
-    rotated = datasets.Dataset.from_dict({"prompt": rows["prompt"], "responses": [r[1:] + r[:1] for r in responses],
-                                          "best": [(i % 3 - 1) % 3 for i in range(30)]})
+    rotated = datasets.Dataset.from_dict(
+        {
+            "prompt": rows["prompt"],
+            "responses": [r[1:] + r[:1] for r in responses],
+            "best": [(i % 3 - 1) % 3 for i in range(30)],
+        }
+    )
     assert preference_fingerprint(rows) == preference_fingerprint(rotated)
     for mechanism in ("k_rr", "subset"):
         ledger = get_ledger(release_kary(rows, mechanism, 1.0, seed=0))
@@ -256,31 +295,58 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
     from squarechipo.reward import PrivateRewardConfig
     from squarechipo.reward.best_of_k import BestOfKRewardTrainer
 
-    responses = ["Keep an emergency fund in an insured account.", "Bet it all on lottery tickets!",
-                 "Borrow money to buy meme coins!"]
+    responses = [
+        "Keep an emergency fund in an insured account.",
+        "Bet it all on lottery tickets!",
+        "Borrow money to buy meme coins!",
+    ]
 
     def rows(n, offset=0):
-        return datasets.Dataset.from_dict({"prompt": [f"Question {offset + i}: what should I do with savings? " for i in range(n)],
-                                           "responses": [responses] * n, "best": [0] * n})
+        return datasets.Dataset.from_dict(
+            {
+                "prompt": [f"Question {offset + i}: what should I do with savings? " for i in range(n)],
+                "responses": [responses] * n,
+                "best": [0] * n,
+            }
+        )
 
     released = release_kary(rows(96), "subset", 2.0, seed=0)
-    args = PrivateRewardConfig(output_dir=str(tmp_path / "bok"), model_type="reward", loss="plackett_luce", max_margin=8.0,
-                               max_steps=24, learning_rate=3e-3, per_device_train_batch_size=8, report_to="none",
-                               save_strategy="no", logging_steps=8, max_length=128)
-    trainer = BestOfKRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=released,
-                                   processing_class=tokenizer)
+    args = PrivateRewardConfig(
+        output_dir=str(tmp_path / "bok"),
+        model_type="reward",
+        loss="plackett_luce",
+        max_margin=8.0,
+        max_steps=24,
+        learning_rate=3e-3,
+        per_device_train_batch_size=8,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=8,
+        max_length=128,
+    )
+    trainer = BestOfKRewardTrainer(
+        make_tiny_classifier(tokenizer), args=args, train_dataset=released, processing_class=tokenizer
+    )
     assert trainer.privacy.epsilon == 2.0
     record = trainer.privacy_record()  # no binary flip rate on a best-of-K card: the analyzer instead
-    assert record["debiasing_flip_rate"] is None and "subset over K = 3 labels: unbiased analyzer" in record["debiasing"]
+    assert (
+        record["debiasing_flip_rate"] is None and "subset over K = 3 labels: unbiased analyzer" in record["debiasing"]
+    )
     trainer.train()
     held = trainer._prepare_dataset(release_kary(rows(16, 1000), "k_rr", 50.0, seed=1), tokenizer, args, "held")
     batch = trainer.data_collator([held[i] for i in range(16)])
     with torch.no_grad():
-        scores = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.reshape(16, 3)
+        scores = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.reshape(
+            16, 3
+        )
     assert (scores.argmax(dim=1) == 0).all(), scores
     with pytest.raises(ValueError, match="label_weights"):
-        BestOfKRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=rows(4), processing_class=tokenizer)
+        BestOfKRewardTrainer(
+            make_tiny_classifier(tokenizer), args=args, train_dataset=rows(4), processing_class=tokenizer
+        )
     from squarechipo.reward import PrivateRewardTrainer
 
     with pytest.raises(ValueError, match="best-of-K rows"):
-        PrivateRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=rows(4), processing_class=tokenizer)
+        PrivateRewardTrainer(
+            make_tiny_classifier(tokenizer), args=args, train_dataset=rows(4), processing_class=tokenizer
+        )

@@ -19,11 +19,13 @@ from tests.conftest import make_tiny_classifier, make_tiny_model
 
 
 def preference_rows(n: int, offset: int = 0) -> datasets.Dataset:
-    return datasets.Dataset.from_dict({
-        "prompt": [f"Question {offset + i}: how much should I save each month?" for i in range(n)],
-        "chosen": ["About a fifth of your income, in an insured account."] * n,
-        "rejected": ["Nothing; spend it all on lottery tickets."] * n,
-    })
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Question {offset + i}: how much should I save each month?" for i in range(n)],
+            "chosen": ["About a fifth of your income, in an insured account."] * n,
+            "rejected": ["Nothing; spend it all on lottery tickets."] * n,
+        }
+    )
 
 
 def sft_rows(rows: datasets.Dataset) -> datasets.Dataset:
@@ -41,9 +43,18 @@ def save_model(folder, tokenizer, record: dict | None, seed: int = 0, classifier
 
 
 def config(tmp_path, **overrides) -> SquareChiPOConfig:
-    values = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=1, learning_rate=1e-3,
-                  report_to="none", save_strategy="no", gradient_checkpointing=False, max_length=128, seed=0,
-                  disable_tqdm=True)
+    values = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        max_steps=1,
+        learning_rate=1e-3,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        max_length=128,
+        seed=0,
+        disable_tqdm=True,
+    )
     return SquareChiPOConfig(**{**values, **overrides})
 
 
@@ -51,8 +62,13 @@ def trainer(policy_dir, ref_dir, train, args, tokenizer):
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(ref_dir) if ref_dir is not None else None
-    return SquareChiPOTrainer(AutoModelForCausalLM.from_pretrained(policy_dir), ref_model=ref, args=args,
-                              train_dataset=train, processing_class=tokenizer)
+    return SquareChiPOTrainer(
+        AutoModelForCausalLM.from_pretrained(policy_dir),
+        ref_model=ref,
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +88,21 @@ def models(tmp_path_factory, tokenizer, private):
         "sft_leak": save_model(root / "sft_leak", tokenizer, training_data_record(sft_rows(private["raw"]))),
         "same_rows": save_model(root / "same_rows", tokenizer, training_data_record(private["raw"])),
         # Trained on public rows, but started from the leaky SFT model: caught through `upstream`.
-        "grandchild": save_model(root / "grandchild", tokenizer, {
-            **training_data_record(public),
-            **check_lineage([("policy", ModelLineage.from_folder(root / "sft_leak"))], public, private=False,
-                            override=False, override_field="", context="test").record(),
-        }),
+        "grandchild": save_model(
+            root / "grandchild",
+            tokenizer,
+            {
+                **training_data_record(public),
+                **check_lineage(
+                    [("policy", ModelLineage.from_folder(root / "sft_leak"))],
+                    public,
+                    private=False,
+                    override=False,
+                    override_field="",
+                    context="test",
+                ).record(),
+            },
+        ),
     }
 
 
@@ -100,8 +126,9 @@ def test_trainer_checks_lineage_transitively(models, private, tokenizer, tmp_pat
 
 def test_default_reference_is_the_policy_and_is_checked(models, private, tokenizer, tmp_path):
     with pytest.raises(ValueError, match="the policy and reference model"):
-        trainer(models["sft_leak"], None, private["released"], config(tmp_path, precompute_ref_log_probs=True),
-                tokenizer)
+        trainer(
+            models["sft_leak"], None, private["released"], config(tmp_path, precompute_ref_log_probs=True), tokenizer
+        )
 
 
 def test_override_is_recorded_in_the_privacy_record_and_card(models, private, tokenizer, tmp_path):
@@ -111,8 +138,9 @@ def test_override_is_recorded_in_the_privacy_record_and_card(models, private, to
     run.save_model(args.output_dir)
     run.create_model_card()
     record = json.loads((tmp_path / "out" / PRIVACY_FILE).read_text())
-    assert record["label_exposure"] == [{"role": "reference", "model": str(models["sft_leak"]),
-                                         "status": "prompt_overlap"}]
+    assert record["label_exposure"] == [
+        {"role": "reference", "model": str(models["sft_leak"]), "status": "prompt_overlap"}
+    ]
     assert {"role": "policy", "model": str(models["clean"]), "status": "recorded"} in record["lineage"]
     card = (tmp_path / "out" / "README.md").read_text()
     assert f"labels exposed through the reference model {models['sft_leak']}" in card
@@ -141,9 +169,17 @@ def test_public_labels_are_not_refused(models, private, tokenizer, tmp_path):
 def test_reward_trainer_refuses_an_initial_model_trained_on_the_rows(private, tokenizer, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
-    leaky = save_model(tmp_path / "leaky_rm", tokenizer, training_data_record(sft_rows(private["raw"])), classifier=True)
-    args = PrivateRewardConfig(output_dir=str(tmp_path / "rm"), max_steps=1, per_device_train_batch_size=4,
-                               report_to="none", save_strategy="no", gradient_checkpointing=False)
+    leaky = save_model(
+        tmp_path / "leaky_rm", tokenizer, training_data_record(sft_rows(private["raw"])), classifier=True
+    )
+    args = PrivateRewardConfig(
+        output_dir=str(tmp_path / "rm"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+    )
     model = AutoModelForSequenceClassification.from_pretrained(leaky, num_labels=1)
     with pytest.raises(ValueError, match="the initial model .*leaky_rm was trained on prompts"):
         PrivateRewardTrainer(model, args=args, train_dataset=private["released"], processing_class=tokenizer)
@@ -157,14 +193,29 @@ def test_self_play_refuses_a_reference_trained_on_the_preference_models_rows(mod
     from squarechipo.trainer.self_play import SelfPlayConfig
 
     preference = PreferenceModel(make_tiny_classifier(tokenizer, seed=5), tokenizer)
-    args = SelfPlayConfig(output_dir=str(tmp_path / "sp"), iterations=2, max_steps=1, report_to="none",
-                          save_strategy="no", gradient_checkpointing=False, max_length=128, disable_tqdm=True)
+    args = SelfPlayConfig(
+        output_dir=str(tmp_path / "sp"),
+        iterations=2,
+        max_steps=1,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        max_length=128,
+        disable_tqdm=True,
+    )
     # ℓ̂ was trained on the released rows; self-play uses other prompts, but π_ref saw ℓ̂'s training prompts.
     pm_record = {"model_type": "preference", "epsilon": 1.0, **training_data_record(private["released"])}
     policy = AutoModelForCausalLM.from_pretrained(models["same_rows"])
     with pytest.raises(ValueError, match=r"reference \(π¹ = π_ref\) model .*same_rows was trained on prompts"):
-        iterative_square_chipo(policy, tokenizer, [f"Other question {i}?" for i in range(4)], preference, args,
-                               reference_name=str(models["same_rows"]), preference_record=pm_record)
+        iterative_square_chipo(
+            policy,
+            tokenizer,
+            [f"Other question {i}?" for i in range(4)],
+            preference,
+            args,
+            reference_name=str(models["same_rows"]),
+            preference_record=pm_record,
+        )
     assert not (tmp_path / "sp").exists()  # refused before anything was sampled or written
 
 
@@ -183,5 +234,10 @@ def test_an_adapter_is_checked_by_its_own_record_when_marked(models, private, to
     assert ModelLineage.of_model(loaded).name == str(models["bare"])  # what transformers reports: the base
     marked = mark_source(loaded, adapter_dir)
     with pytest.raises(ValueError, match="adapter was trained on these rows"):
-        SquareChiPOTrainer(marked, ref_model=AutoModelForCausalLM.from_pretrained(models["clean"]), args=config(tmp_path),
-                           train_dataset=private["released"], processing_class=tokenizer)
+        SquareChiPOTrainer(
+            marked,
+            ref_model=AutoModelForCausalLM.from_pretrained(models["clean"]),
+            args=config(tmp_path),
+            train_dataset=private["released"],
+            processing_class=tokenizer,
+        )

@@ -30,6 +30,7 @@ def _rows(n=6, seed=0, scale=2.0, dtype=torch.float64):
 
 # --------------------------------------------------------------------------- values
 
+
 def test_methods_are_the_six_named_ones():
     assert set(METHODS) == {"dpo", "chipo", "square_chipo", "square_dpo", "rdpo", "robust_chipo"}
 
@@ -68,7 +69,9 @@ def test_robust_log_with_epsilon_uses_rr_flip_rate():
     rho = flip_probability(eps)
     out = preference_loss("rdpo", pc, pr, rc, rr, beta=0.5, epsilon=eps)
     m = 0.5 * ((pc - rc) - (pr - rr))
-    expected = (-(1 - rho) * torch.nn.functional.logsigmoid(m) + rho * torch.nn.functional.logsigmoid(-m)) / (1 - 2 * rho)
+    expected = (-(1 - rho) * torch.nn.functional.logsigmoid(m) + rho * torch.nn.functional.logsigmoid(-m)) / (
+        1 - 2 * rho
+    )
     torch.testing.assert_close(out.losses, expected)
     same = preference_loss("rdpo", pc, pr, rc, rr, beta=0.5, flip_rate=rho)
     torch.testing.assert_close(same.losses, out.losses)
@@ -139,8 +142,15 @@ def test_no_inf_or_nan_for_log_ratios_up_to_1e4(method, dtype):
         assert torch.isfinite(chosen.grad.float()).all() and torch.isfinite(rejected.grad.float()).all()
     # Also when the reference carries the extreme values (log-ratio = -ref).
     policy = torch.zeros(len(pairs), dtype=dtype, requires_grad=True)
-    out = preference_loss(method, policy, policy.detach().clone().requires_grad_(True),
-                          pairs[:, 0].to(dtype), pairs[:, 1].to(dtype), beta=1.0, epsilon=0.1)
+    out = preference_loss(
+        method,
+        policy,
+        policy.detach().clone().requires_grad_(True),
+        pairs[:, 0].to(dtype),
+        pairs[:, 1].to(dtype),
+        beta=1.0,
+        epsilon=0.1,
+    )
     out.losses.sum().backward()
     assert torch.isfinite(out.losses).all() and torch.isfinite(policy.grad.float()).all()
 
@@ -157,6 +167,7 @@ def test_gradcheck_float64_away_from_clamps(method, clip, eps):
 
 
 # --------------------------------------------------------------------------- statistics
+
 
 @pytest.mark.parametrize("method", ["square_chipo", "square_dpo"])
 def test_square_loss_bounded_by_one_plus_c_squared(method):
@@ -266,7 +277,10 @@ def test_chipo_margin_gradcheck_away_from_the_clip():
     chosen = torch.tensor([0.0, 0.3, 19.0, 24.0, 30.0, 27.0], dtype=torch.float64, requires_grad=True)
     rejected = torch.tensor([0.0, -0.2, 21.0, 23.0, 29.9, 27.0], dtype=torch.float64, requires_grad=True)
     zero = torch.zeros(6, dtype=torch.float64)
-    fn = lambda a, b: margins(a, b, zero, zero, beta=1e-12, link="chipo", log_cap=60.0)  # noqa: E731
+
+    def fn(a, b):
+        return margins(a, b, zero, zero, beta=1e-12, link="chipo", log_cap=60.0)
+
     assert torch.autograd.gradcheck(fn, (chosen, rejected), eps=1e-6, atol=1e-8, rtol=1e-4)
     # The exact gradient at ℓ⁺ = ℓ⁻ = 0 (every row at the first step): ∂h/∂ℓ⁺ = e^0 + 1 = 2.
     a, b = torch.zeros(1, requires_grad=True), torch.zeros(1, requires_grad=True)

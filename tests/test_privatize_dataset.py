@@ -109,7 +109,9 @@ def test_os_entropy_draws_differ_fixed_seed_reproduces():
 def test_reprivatizing_raises_unless_composed():
     data = standard(800)
     once = privatize_dataset(data, LabelPipeline(epsilon=0.5), seed=1)
-    with pytest.raises(ValueError, match=r"(?s)already privatized.*post-processing.*keep the first release's ε.*compose=True"):
+    with pytest.raises(
+        ValueError, match=r"(?s)already privatized.*post-processing.*keep the first release's ε.*compose=True"
+    ):
         privatize_dataset(once, LabelPipeline(epsilon=1.0), seed=2)
     twice = privatize_dataset(once, LabelPipeline(epsilon=1.0), seed=2, compose=True)
     ledger = get_ledger(twice)
@@ -164,8 +166,9 @@ def test_load_privatized_refuses_files_without_ledger(tmp_path):
 
 def test_targeted_adversary_on_a_category():
     data = standard(3000)
-    pipe = LabelPipeline(corruption_rate=0.4, adversary="targeted", target_column="category",
-                         target_values=["Investments"])
+    pipe = LabelPipeline(
+        corruption_rate=0.4, adversary="targeted", target_column="category", target_values=["Investments"]
+    )
     out = privatize_dataset(data, pipe, seed=9)
     swapped = swapped_mask(data, out)
     in_target = np.array(data["category"]) == "Investments"
@@ -176,7 +179,9 @@ def test_targeted_adversary_on_a_category():
 
 def test_fixed_adversary_prefers_longer():
     data = standard(3000)  # rejected is always the longer response here
-    out = privatize_dataset(data, LabelPipeline(corruption_rate=0.2, adversary="fixed", fixed_preference="longer"), seed=1)
+    out = privatize_dataset(
+        data, LabelPipeline(corruption_rate=0.2, adversary="fixed", fixed_preference="longer"), seed=1
+    )
     swapped = swapped_mask(data, out)
     assert abs(swapped.mean() - 0.2) <= Z_TOLERANCE * binomial_se(0.2, len(data))
     assert all(len(c) > len(r) for c, r in zip(np.array(out["chosen"])[swapped], np.array(out["rejected"])[swapped]))
@@ -189,7 +194,9 @@ def test_bad_pipeline_inputs_name_the_field():
     with pytest.raises(ValueError, match="target_column 'nope'"):
         privatize_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted", target_column="nope"), seed=0)
     with pytest.raises(ValueError, match="fixed_preference"):
-        privatize_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="fixed", fixed_preference="category"), seed=0)
+        privatize_dataset(
+            data, LabelPipeline(corruption_rate=0.1, adversary="fixed", fixed_preference="category"), seed=0
+        )
     with pytest.raises(ValueError, match="DatasetDict"):
         privatize_dataset(datasets.DatasetDict({"train": data}), LabelPipeline(epsilon=1.0))
 
@@ -207,7 +214,12 @@ def test_fingerprint_ignores_labels_and_order_not_content(make):
     assert preference_fingerprint(data.shuffle(seed=1)) == fingerprint
     assert get_ledger(released).releases[0].data_fingerprint == fingerprint
     assert preference_fingerprint(data.select(range(299))) != fingerprint
-    edited = data.map(lambda r, i: {"prompt": r["prompt"] + (" " if i == 0 else "")} if isinstance(r["prompt"], str)
-                      else {"prompt": [{"role": "user", "content": r["prompt"][0]["content"] + ("!" if i == 0 else "")}]},
-                      with_indices=True)
+    edited = data.map(
+        lambda r, i: (
+            {"prompt": r["prompt"] + (" " if i == 0 else "")}
+            if isinstance(r["prompt"], str)
+            else {"prompt": [{"role": "user", "content": r["prompt"][0]["content"] + ("!" if i == 0 else "")}]}
+        ),
+        with_indices=True,
+    )
     assert preference_fingerprint(edited) != fingerprint

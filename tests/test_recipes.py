@@ -25,7 +25,9 @@ def workspace(tmp_path_factory, tokenizer):
     folder = tmp_path_factory.mktemp("recipe")
     make_tiny_model(tokenizer, seed=0).save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
-    build_datasets(140, seed=0, sft_rows=20, judge_rows=10)["finance_preference_conversational"].save_to_disk(str(folder / "data"))
+    build_datasets(140, seed=0, sft_rows=20, judge_rows=10)["finance_preference_conversational"].save_to_disk(
+        str(folder / "data")
+    )
     return folder
 
 
@@ -62,12 +64,17 @@ def run(command: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
 
 
 def digests(output: str) -> dict[int, str]:
-    return {int(rank): digest for rank, digest in re.findall(r"rank (\d+)/\d+ trains on .* \(labels digest (\w+)\)", output)}
+    return {
+        int(rank): digest
+        for rank, digest in re.findall(r"rank (\d+)/\d+ trains on .* \(labels digest (\w+)\)", output)
+    }
 
 
 def test_accelerate_launch_trains_and_rerun_reuses_the_release(workspace):
     config = write_config(workspace, "single")
-    first = run([str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/train.py", "--config", str(config)])
+    first = run(
+        [str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/train.py", "--config", str(config)]
+    )
     assert first.returncode == 0, first.stderr[-4000:]
     out = workspace / "single"
     assert (out / "model.safetensors").exists() and (out / "README.md").exists()
@@ -76,7 +83,9 @@ def test_accelerate_launch_trains_and_rerun_reuses_the_release(workspace):
     ledger = get_ledger(released)
     assert ledger.total_epsilon == 0.5 and ledger.releases[0].randomness == "os_entropy"
 
-    second = run([str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/train.py", "--config", str(config)])
+    second = run(
+        [str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/train.py", "--config", str(config)]
+    )
     assert second.returncode == 0, second.stderr[-4000:]
     assert "released 16 training rows" not in second.stderr  # no fresh noise on a re-run
     assert digests(first.stderr) == digests(second.stderr)
@@ -107,20 +116,54 @@ def _yaml(folder: Path, name: str, config: dict) -> Path:
     return path
 
 
-COMMON = {"max_steps": 2, "per_device_train_batch_size": 2, "logging_steps": 1, "eval_strategy": "no",
-          "save_strategy": "no", "gradient_checkpointing": False, "report_to": "none", "learning_rate": 1.0e-3}
+COMMON = {
+    "max_steps": 2,
+    "per_device_train_batch_size": 2,
+    "logging_steps": 1,
+    "eval_strategy": "no",
+    "save_strategy": "no",
+    "gradient_checkpointing": False,
+    "report_to": "none",
+    "learning_rate": 1.0e-3,
+}
 
 
 def test_preference_model_then_self_play_recipes(workspace):
     """003 Alg. 3 from the command line: ℓ̂ on released labels, then T = 2 self-play rounds → a mixture."""
-    pm = _yaml(workspace, "pm", {**COMMON, "model_name_or_path": str(workspace / "model"), "dataset_name": str(workspace / "data"),
-                                  "output_dir": str(workspace / "pm"), "max_train_samples": 8, "model_type": "preference",
-                                  "loss": "square", "max_margin": None, "max_length": 512, "label_epsilon": 1.0})
+    pm = _yaml(
+        workspace,
+        "pm",
+        {
+            **COMMON,
+            "model_name_or_path": str(workspace / "model"),
+            "dataset_name": str(workspace / "data"),
+            "output_dir": str(workspace / "pm"),
+            "max_train_samples": 8,
+            "model_type": "preference",
+            "loss": "square",
+            "max_margin": None,
+            "max_length": 512,
+            "label_epsilon": 1.0,
+        },
+    )
     first = run([sys.executable, "recipes/reward_model.py", "--config", str(pm)])
     assert first.returncode == 0, first.stderr[-4000:]
-    sp = _yaml(workspace, "sp", {**COMMON, "model_name_or_path": str(workspace / "model"), "dataset_name": str(workspace / "data"),
-                                  "output_dir": str(workspace / "sp"), "max_prompts": 4, "preference_model": str(workspace / "pm"),
-                                  "iterations": 2, "responses_max_new_tokens": 6, "max_length": 128, "max_steps": 1})
+    sp = _yaml(
+        workspace,
+        "sp",
+        {
+            **COMMON,
+            "model_name_or_path": str(workspace / "model"),
+            "dataset_name": str(workspace / "data"),
+            "output_dir": str(workspace / "sp"),
+            "max_prompts": 4,
+            "preference_model": str(workspace / "pm"),
+            "iterations": 2,
+            "responses_max_new_tokens": 6,
+            "max_length": 128,
+            "max_steps": 1,
+        },
+    )
     second = run([sys.executable, "recipes/self_play.py", "--config", str(sp)])
     assert second.returncode == 0, second.stderr[-4000:]
     import json
@@ -129,16 +172,25 @@ def test_preference_model_then_self_play_recipes(workspace):
     assert mixture["members"] == [str(workspace / "model"), "iterate_2"]
     record = json.loads((workspace / "sp" / "squarechipo_privacy.json").read_text())
     assert record["epsilon"] == 1.0 and record["ledger"]["total_epsilon"] == 1.0
-    wrong = _yaml(workspace, "sp_wrong", {**COMMON, "model_name_or_path": str(workspace / "model"),
-                                          "dataset_name": str(workspace / "data"), "output_dir": str(workspace / "sp2"),
-                                          "preference_model": str(workspace / "missing")})
+    wrong = _yaml(
+        workspace,
+        "sp_wrong",
+        {
+            **COMMON,
+            "model_name_or_path": str(workspace / "model"),
+            "dataset_name": str(workspace / "data"),
+            "output_dir": str(workspace / "sp2"),
+            "preference_model": str(workspace / "missing"),
+        },
+    )
     third = run([sys.executable, "recipes/self_play.py", "--config", str(wrong)])
     assert third.returncode != 0 and "preference_model must be the folder" in third.stderr
 
 
 def test_lp2st_recipe_spends_epsilon_once(workspace):
-    config = write_config(workspace, "lp2st", label_corruption_rate=0.0, max_train_samples=12, lp2st_split=0.5,
-                          prior_row_weight=0.5)
+    config = write_config(
+        workspace, "lp2st", label_corruption_rate=0.0, max_train_samples=12, lp2st_split=0.5, prior_row_weight=0.5
+    )
     result = run([sys.executable, "recipes/lp2st.py", "--config", str(config)])
     assert result.returncode == 0, result.stderr[-4000:]
     import json
@@ -154,8 +206,15 @@ def test_lp2st_recipe_spends_epsilon_once(workspace):
     assert bad.returncode != 0 and "no corruption" in bad.stderr
 
     # A re-run with another prior temperature must not reuse part 2 released under the old prior.
-    hotter = write_config(workspace, "lp2st", label_corruption_rate=0.0, max_train_samples=12, lp2st_split=0.5,
-                          prior_row_weight=0.5, lp2st_temperature=3.0)
+    hotter = write_config(
+        workspace,
+        "lp2st",
+        label_corruption_rate=0.0,
+        max_train_samples=12,
+        lp2st_split=0.5,
+        prior_row_weight=0.5,
+        lp2st_temperature=3.0,
+    )
     rerun = run([sys.executable, "recipes/lp2st.py", "--config", str(hotter)])
     assert rerun.returncode != 0 and "released_part2 was released with pipeline" in rerun.stderr
     assert "'prior_temperature': 3.0" in rerun.stderr
@@ -172,8 +231,14 @@ def test_lp2st_refuses_a_prior_whose_model_saw_the_part2_rows(workspace, tokeniz
     tokenizer.save_pretrained(leaky)
     part2 = datasets.load_from_disk(str(workspace / "data"))["train"].select(range(6, 12))
     (leaky / "squarechipo_privacy.json").write_text(json.dumps(training_data_record(part2)))
-    config = write_config(workspace, "lp2st_leaky", label_corruption_rate=0.0, max_train_samples=12, lp2st_split=0.5,
-                          model_name_or_path=str(leaky))
+    config = write_config(
+        workspace,
+        "lp2st_leaky",
+        label_corruption_rate=0.0,
+        max_train_samples=12,
+        lp2st_split=0.5,
+        model_name_or_path=str(leaky),
+    )
     result = run([sys.executable, "recipes/lp2st.py", "--config", str(config)])
     assert result.returncode != 0
     assert "LP-2ST prior" in result.stderr and "part2_leaky_model was trained on these rows" in result.stderr
@@ -181,9 +246,22 @@ def test_lp2st_refuses_a_prior_whose_model_saw_the_part2_rows(workspace, tokeniz
 
 
 def test_reward_model_recipe_with_the_debiased_bt_loss(workspace):
-    config = _yaml(workspace, "rm", {**COMMON, "model_name_or_path": str(workspace / "model"), "dataset_name": str(workspace / "data"),
-                                      "output_dir": str(workspace / "rm"), "max_train_samples": 8, "model_type": "reward",
-                                      "loss": "debiased_bt", "max_margin": 8.0, "max_length": 512, "label_epsilon": 1.0})
+    config = _yaml(
+        workspace,
+        "rm",
+        {
+            **COMMON,
+            "model_name_or_path": str(workspace / "model"),
+            "dataset_name": str(workspace / "data"),
+            "output_dir": str(workspace / "rm"),
+            "max_train_samples": 8,
+            "model_type": "reward",
+            "loss": "debiased_bt",
+            "max_margin": 8.0,
+            "max_length": 512,
+            "label_epsilon": 1.0,
+        },
+    )
     result = run([sys.executable, "recipes/reward_model.py", "--config", str(config)])
     assert result.returncode == 0, result.stderr[-4000:]
     import json

@@ -26,7 +26,9 @@ def _softmax(x):
     return z / z.sum()
 
 
-@pytest.mark.parametrize("epsilon,losses", [(1.0, [0.0, 3.0, 5.0, 8.0, 20.0]), (0.3, [10.0, 12.0, 11.0]), (5.0, [2.0, 2.5, 9.0])])
+@pytest.mark.parametrize(
+    "epsilon,losses", [(1.0, [0.0, 3.0, 5.0, 8.0, 20.0]), (0.3, [10.0, 12.0, 11.0]), (5.0, [2.0, 2.5, 9.0])]
+)
 def test_selection_frequencies_match_softmax(epsilon, losses):
     """Chi-square goodness of fit against softmax(−ε·L/8); reject only at p < 1e-4."""
     counts = _frequencies(losses, epsilon, seed=11)

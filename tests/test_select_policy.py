@@ -42,11 +42,23 @@ def separable(n: int, offset: int = 0, reverse: bool = False) -> datasets.Datase
 
 def _train(tokenizer, folder: Path, data: datasets.Dataset) -> Path:
     args = SquareChiPOConfig(
-        output_dir=str(folder), method="square_chipo", max_steps=12, learning_rate=3e-3, per_device_train_batch_size=4,
-        report_to="none", save_strategy="no", gradient_checkpointing=False, max_length=128, seed=0, disable_tqdm=True,
+        output_dir=str(folder),
+        method="square_chipo",
+        max_steps=12,
+        learning_rate=3e-3,
+        per_device_train_batch_size=4,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        max_length=128,
+        seed=0,
+        disable_tqdm=True,
     )
     trainer = SquareChiPOTrainer(
-        make_tiny_model(tokenizer, 0), ref_model=make_tiny_model(tokenizer, 0), args=args, train_dataset=data,
+        make_tiny_model(tokenizer, 0),
+        ref_model=make_tiny_model(tokenizer, 0),
+        args=args,
+        train_dataset=data,
         processing_class=tokenizer,
     )
     trainer.train()
@@ -101,8 +113,15 @@ def test_batched_scores_equal_the_definition(pool, tokenizer):
     data = pool["private"].select(range(10))
     rows = tokenize_preferences(data, tokenizer)
     totals = score_candidates(
-        rows, _load(pool["ref"]), [_load(pool["good"]), _load(pool["bad"])], pad_token_id=tokenizer.pad_token_id,
-        beta=0.1, link="chipo", clip=10.0, max_length=None, batch_size=3,
+        rows,
+        _load(pool["ref"]),
+        [_load(pool["good"]), _load(pool["bad"])],
+        pad_token_id=tokenizer.pad_token_id,
+        beta=0.1,
+        link="chipo",
+        clip=10.0,
+        max_length=None,
+        batch_size=3,
     )
     reference = _load(pool["ref"])()
     for k, name in enumerate(("good", "bad")):
@@ -115,8 +134,16 @@ def test_batched_scores_equal_the_definition(pool, tokenizer):
 def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_only(pool, tokenizer, tmp_path):
     rows = tokenize_preferences(pool["private"], tokenizer)
     loaders = [_load(pool[name]) for name in ("ref", "good", "bad")]
-    totals = score_candidates(rows, loaders[0], loaders, pad_token_id=tokenizer.pad_token_id, beta=0.1,
-                              link="chipo", clip=10.0, max_length=128)
+    totals = score_candidates(
+        rows,
+        loaders[0],
+        loaders,
+        pad_token_id=tokenizer.pad_token_id,
+        beta=0.1,
+        link="chipo",
+        clip=10.0,
+        max_length=128,
+    )
     # The ref scores exactly n (h = 0); the trained policy generalises to the held-out prompts.
     assert totals[0].item() == pytest.approx(len(rows)) and totals[1] < totals[0] < totals[2]
     # P(not good) ≤ Σ_k exp(−ε (L_k − L_good)/8): make sure the assertion below tests the mechanism, not luck.
@@ -125,8 +152,13 @@ def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_onl
 
     out = tmp_path / "selected"
     selection = select_policy(
-        [str(pool[name]) for name in ("ref", "good", "bad")], str(pool["ref"]), pool["private"],
-        epsilon=EPSILON_LARGE, max_length=128, output_dir=str(out), seed=None,
+        [str(pool[name]) for name in ("ref", "good", "bad")],
+        str(pool["ref"]),
+        pool["private"],
+        epsilon=EPSILON_LARGE,
+        max_length=128,
+        output_dir=str(out),
+        seed=None,
     )
     assert selection.index == 1 and selection.candidate == str(pool["good"])
     assert (selection.num_rows, selection.num_candidates, selection.epsilon) == (32, 3, EPSILON_LARGE)
@@ -141,15 +173,20 @@ def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_onl
     text = json.dumps(record).lower()
     assert not any(word in text for word in ("loss", "score", "probab", "logit"))
     card = (out / "README.md").read_text()
-    assert "central ε" in card and "| n (private rows scored) | 32 |" in card and "| number of candidates (size of Π) | 3 |" in card
+    assert (
+        "central ε" in card
+        and "| n (private rows scored) | 32 |" in card
+        and "| number of candidates (size of Π) | 3 |" in card
+    )
     assert not (out / "released_train").exists() and not (out / "training_args.bin").exists()
     reloaded = load_candidate(Candidate.from_name(str(out)), dtype=torch.float32, device=torch.device("cpu"))
     good = _load(pool["good"])()
     assert all(torch.equal(a, b) for a, b in zip(reloaded.state_dict().values(), good.state_dict().values()))
 
     with pytest.raises(FileExistsError, match="another ε"):
-        select_policy([str(pool["ref"]), str(pool["good"])], str(pool["ref"]), pool["private"], epsilon=1.0,
-                      output_dir=str(out))
+        select_policy(
+            [str(pool["ref"]), str(pool["good"])], str(pool["ref"]), pool["private"], epsilon=1.0, output_dir=str(out)
+        )
 
 
 def test_guard_refuses_a_candidate_trained_on_the_private_data(pool, tokenizer, tmp_path):
@@ -172,8 +209,15 @@ def test_guard_refuses_a_candidate_trained_on_the_private_data(pool, tokenizer, 
         select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0)
 
     out = tmp_path / "overridden"
-    selection = select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0, max_length=64,
-                              output_dir=str(out), override_candidate_guard=True)
+    selection = select_policy(
+        names,
+        str(pool["ref"]),
+        pool["private"],
+        epsilon=1.0,
+        max_length=64,
+        output_dir=str(out),
+        override_candidate_guard=True,
+    )
     assert selection.guard_overrides == [{"candidate": str(leaked), "reason": "prompt_overlap"}]
     record = json.loads((out / PRIVACY_FILE).read_text())
     assert record["guard_overrides"] == [{"candidate": str(leaked), "reason": "prompt_overlap"}]
@@ -186,8 +230,14 @@ def test_guard_refuses_unrecorded_candidates_unless_allowed(pool, tokenizer, tmp
     names = [str(pool["ref"]), str(bare)]
     with pytest.raises(ValueError, match="no squarechipo_privacy.json records"):
         select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0)
-    selection = select_policy(names, str(pool["ref"]), pool["private"].select(range(4)), epsilon=1.0,
-                              max_length=64, allow_unrecorded_candidates=True)
+    selection = select_policy(
+        names,
+        str(pool["ref"]),
+        pool["private"].select(range(4)),
+        epsilon=1.0,
+        max_length=64,
+        allow_unrecorded_candidates=True,
+    )
     assert selection.guard_overrides == [{"candidate": str(bare), "reason": "no_record"}]
 
 
@@ -199,12 +249,21 @@ def test_guard_refuses_a_reference_trained_on_the_private_data(pool, tokenizer, 
     sft = datasets.Dataset.from_dict({"prompt": pool["private"]["prompt"], "completion": pool["private"]["chosen"]})
     (leaked_ref / PRIVACY_FILE).write_text(json.dumps(training_data_record(sft)))
     names = [str(pool["ref"]), str(pool["good"])]
-    with pytest.raises(ValueError, match=r"(?s)the reference model .*leaked_ref was trained on prompts .*override_reference_guard"):
+    with pytest.raises(
+        ValueError, match=r"(?s)the reference model .*leaked_ref was trained on prompts .*override_reference_guard"
+    ):
         select_policy(names, str(leaked_ref), pool["private"], epsilon=1.0)
 
     out = tmp_path / "overridden_ref"
-    selection = select_policy(names, str(leaked_ref), pool["private"].select(range(4)), epsilon=1.0, max_length=64,
-                              output_dir=str(out), override_reference_guard=True)
+    selection = select_policy(
+        names,
+        str(leaked_ref),
+        pool["private"].select(range(4)),
+        epsilon=1.0,
+        max_length=64,
+        output_dir=str(out),
+        override_reference_guard=True,
+    )
     assert selection.reference_lineage == {"role": "reference", "model": str(leaked_ref), "status": "prompt_overlap"}
     record = json.loads((out / PRIVACY_FILE).read_text())
     assert record["label_exposure"] == [selection.reference_lineage]
@@ -255,11 +314,28 @@ def _config(pool, folder: Path, name: str) -> Path:
 @pytest.mark.slow
 def test_recipe_in_two_processes_shards_scoring_and_saves_once(pool, tmp_path):
     """torchrun (gloo, 2 CPU processes): each rank scores half the rows; the selection equals one process's."""
-    single = _run([str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/select_policy.py", "--config",
-                   str(_config(pool, tmp_path, "single"))])
+    single = _run(
+        [
+            str(BIN / "accelerate"),
+            "launch",
+            "--num_processes",
+            "1",
+            "recipes/select_policy.py",
+            "--config",
+            str(_config(pool, tmp_path, "single")),
+        ]
+    )
     assert single.returncode == 0, single.stderr[-4000:]
-    double = _run([str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/select_policy.py", "--config",
-                   str(_config(pool, tmp_path, "double"))])
+    double = _run(
+        [
+            str(BIN / "torchrun"),
+            "--nproc_per_node",
+            "2",
+            "recipes/select_policy.py",
+            "--config",
+            str(_config(pool, tmp_path, "double")),
+        ]
+    )
     assert double.returncode == 0, double.stderr[-4000:]
     for out in ("single", "double"):
         record = json.loads((tmp_path / out / PRIVACY_FILE).read_text())
@@ -268,8 +344,19 @@ def test_recipe_in_two_processes_shards_scoring_and_saves_once(pool, tmp_path):
 
     # The all-reduced sums over the two shards equal the one-process sums.
     sums = tmp_path / "sums.json"
-    shard = _run([str(BIN / "torchrun"), "--nproc_per_node", "2", str(ROOT / "tests" / "helpers" / "shard_scores.py"),
-                  str(pool["ref"]), str(pool["good"]), str(pool["bad"]), str(pool["root"] / "private"), str(sums)])
+    shard = _run(
+        [
+            str(BIN / "torchrun"),
+            "--nproc_per_node",
+            "2",
+            str(ROOT / "tests" / "helpers" / "shard_scores.py"),
+            str(pool["ref"]),
+            str(pool["good"]),
+            str(pool["bad"]),
+            str(pool["root"] / "private"),
+            str(sums),
+        ]
+    )
     assert shard.returncode == 0, shard.stderr[-4000:]
     result = json.loads(sums.read_text())
     assert result["world_size"] == 2 and result["local_rows"] == [16, 16]

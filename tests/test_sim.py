@@ -46,8 +46,14 @@ def test_chi_target_satisfies_its_stationarity_condition():
 
 @pytest.mark.parametrize(
     "method, epsilon, link",
-    [("dpo", None, "dpo"), ("chipo", None, "chipo"), ("square_chipo", None, "chipo"), ("square_dpo", None, "dpo"),
-     ("rdpo", 1.0, "dpo"), ("square_chipo", 1.0, "chipo")],
+    [
+        ("dpo", None, "dpo"),
+        ("chipo", None, "chipo"),
+        ("square_chipo", None, "chipo"),
+        ("square_dpo", None, "dpo"),
+        ("rdpo", 1.0, "dpo"),
+        ("square_chipo", 1.0, "chipo"),
+    ],
 )
 def test_each_optimiser_recovers_its_target_at_the_rate(method, epsilon, link):
     """On an easy instance (good coverage) the fitted policy converges to π*_β.
@@ -97,7 +103,10 @@ def test_private_estimators_converge_and_central_noise_follows_theorem_5_2():
     local = bt.sgd_rr_averaged(x, y, 1.0, radius=3 * math.sqrt(d), rng=rng, checkpoints=[1000, 20000])
     err = {n: np.linalg.norm(v - theta, axis=1).mean() for n, v in local.items()}
     assert err[20000] < 0.6 * err[1000], err
-    rr = {n: np.linalg.norm(bt.rr_mle(x[:, :n], y[:, :n], 1.0, 3 * math.sqrt(d), rng) - theta, axis=1) for n in (1000, 20000)}
+    rr = {
+        n: np.linalg.norm(bt.rr_mle(x[:, :n], y[:, :n], 1.0, 3 * math.sqrt(d), rng) - theta, axis=1)
+        for n in (1000, 20000)
+    }
     # θ̂_RR's error shrinks like 1/√n (000 Cor. 4.3): by √20 ≈ 4.5 in expectation; demand > 2 (Welch t at 4 s.e.).
     diff = rr[1000] - 2 * rr[20000]
     assert diff.mean() > 4 * diff.std(ddof=1) / math.sqrt(trials), (rr[1000].mean(), rr[20000].mean())
@@ -119,8 +128,16 @@ def test_central_selection_prefers_low_loss_candidates():
 
 
 def test_points_reproduce_bit_for_bit_and_the_grid_resumes(tmp_path):
-    point = {"study": "t", "method": "square_chipo", "n": 300, "epsilon": 1.0, "alpha": 0.1, "order": "ltc",
-             "adversary": "flip", "coverage": 0.2}
+    point = {
+        "study": "t",
+        "method": "square_chipo",
+        "n": 300,
+        "epsilon": 1.0,
+        "alpha": 0.1,
+        "order": "ltc",
+        "adversary": "flip",
+        "coverage": 0.2,
+    }
     first, second = ex.run_bandit_point(point, [0, 1, 2]), ex.run_bandit_point(point, [0, 1, 2])
     assert first == second
     assert ex.run_bandit_point(point, [0, 1, 2], base_seed=1) != first
@@ -146,10 +163,14 @@ from squarechipo.sim import general as gp  # noqa: E402
 
 def test_duality_gap_is_exact_on_rock_paper_scissors_and_zero_at_the_lp_winner():
     gamma = 2.0
-    rps = gp.GeneralInstance(preference=np.tanh(gamma * gp.cyclic_tournament(3))[None], ref_policy=np.full((1, 3), 1 / 3))
+    rps = gp.GeneralInstance(
+        preference=np.tanh(gamma * gp.cyclic_tournament(3))[None], ref_policy=np.full((1, 3), 1 / 3)
+    )
     # Uniform play is the minimax winner of rock-paper-scissors; a pure action loses 2·tanh(γ) to its best response.
     assert gp.duality_gap(rps.preference, np.full((1, 3), 1 / 3)) == pytest.approx(0.0, abs=1e-15)
-    assert gp.duality_gap(rps.preference, np.array([[1.0, 0.0, 0.0]])) == pytest.approx(2 * math.tanh(gamma), abs=1e-15)
+    assert gp.duality_gap(rps.preference, np.array([[1.0, 0.0, 0.0]])) == pytest.approx(
+        2 * math.tanh(gamma), abs=1e-15
+    )
     instance = gp.make_general_instance(4, 5, 1.0, 1.0, np.random.default_rng(0))
     np.testing.assert_allclose(instance.preference, -np.swapaxes(instance.preference, 1, 2), atol=0)
     winner = gp.minimax_winner(instance.preference)
@@ -173,7 +194,9 @@ def test_local_preference_model_is_the_least_squares_solution_and_unbiased_under
 
     v = torch.zeros((3, 3, 3), dtype=torch.float64, requires_grad=True)
     x, c, r = (torch.as_tensor(a[0]) for a in (small.context, small.chosen, small.rejected))
-    opt = torch.optim.LBFGS([v], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-15, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        [v], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-15, line_search_fn="strong_wolfe"
+    )
 
     def closure():
         opt.zero_grad()
@@ -212,7 +235,10 @@ def test_self_play_iterates_solve_equation_11_in_closed_form():
     model = (u[:, :, None] - u[:, None, :]) / 2
     beta, eta = 0.3, 0.5
     result = gp.self_play(model[None], ref, 6000, 2, beta=beta, eta=eta, rngs=[np.random.default_rng(5)], max_iter=500)
-    g = lambda p: p / ref + np.log(p / ref)  # noqa: E731
+
+    def g(p):
+        return p / ref + np.log(p / ref)
+
     for t in (1, 2):
         previous, current = result.iterates[t - 1][0], result.iterates[t][0]
         residual = (1 + 1 / eta) * beta * g(current) - beta / eta * g(previous) - u / 2
@@ -227,9 +253,15 @@ def test_self_play_margin_and_loss_match_equation_8():
     import torch
 
     lp = torch.tensor([-1.0, -2.0], dtype=torch.float64)
-    t = lambda v: torch.tensor([v], dtype=torch.float64)  # noqa: E731
+
+    def t(v):
+        return torch.tensor([v], dtype=torch.float64)
+
     f = self_play_margin(lp[:1], lp[1:], t(-1.5), t(-1.5), t(-1.2), t(-1.7), beta=0.1, eta=0.5)
-    h = lambda a, b: (math.exp(a) + a) - (math.exp(b) + b)  # noqa: E731
+
+    def h(a, b):
+        return (math.exp(a) + a) - (math.exp(b) + b)
+
     assert f.item() == pytest.approx(3 * 0.1 * h(0.2, -0.3) - 0.2 * h(-0.3, 0.2), abs=1e-12)
     assert self_play_loss(torch.tensor([9.0]), torch.tensor([1.0])).item() == pytest.approx(9.0)  # clip_4
     with pytest.raises(ValueError, match="eta"):
@@ -240,7 +272,10 @@ def test_self_play_prefixes_and_mixture_lower_the_duality_gap():
     """One run of T iterations contains every shorter run (same draws), and the mixture beats π_ref."""
     instance = gp.make_general_instance(4, 5, 1.0, 1.0, np.random.default_rng(0))
     model = np.broadcast_to(instance.preference, (5, 4, 5, 5))
-    rngs = lambda: [np.random.default_rng([9, s]) for s in range(5)]  # noqa: E731
+
+    def rngs():
+        return [np.random.default_rng([9, s]) for s in range(5)]
+
     long = gp.self_play(model, instance.ref_policy, 2000, 16, beta=0.05, eta=0.3, rngs=rngs())
     short = gp.self_play(model, instance.ref_policy, 2000, 4, beta=0.05, eta=0.3, rngs=rngs())
     np.testing.assert_array_equal(long.iterates[:5], short.iterates)
@@ -253,7 +288,9 @@ def test_self_play_prefixes_and_mixture_lower_the_duality_gap():
 def test_central_preference_model_picks_the_truth_at_large_epsilon():
     instance = gp.make_general_instance(4, 5, 1.0, 1.0, np.random.default_rng(0))
     candidates = gp.preference_class(instance, 8, np.random.default_rng(3))
-    data = bd.sample_pairs(instance.prefer, instance.ref_policy, 3000, None, [np.random.default_rng(s) for s in range(4)])
+    data = bd.sample_pairs(
+        instance.prefer, instance.ref_policy, 3000, None, [np.random.default_rng(s) for s in range(4)]
+    )
     losses = np.array([((k[data.context[0], data.chosen[0], data.rejected[0]] - 1) ** 2).sum() for k in candidates])
     assert losses.argmin() == 1  # the noiseless member is ℓ* itself
     # P(any other) ≤ Σ_k exp(−ε·(L_k − L_min)/8): below 1e-6 at ε = 50 for these losses.
@@ -326,7 +363,8 @@ def test_sgd_rr_follows_theorem_4_5_schedule_and_returns_the_last_iterate():
     with pytest.raises(ValueError, match="strong_convexity_lambda"):
         linear.sgd_debiased(x, observed, epsilon, radius, [40], strong_convexity_lambda=0.0)
     assert linear.strong_convexity(1.0, 1.0, 1.0, 0.5) == pytest.approx(
-        (1 - 2 * rho) / (2 + math.exp(-2) + math.exp(2)) * 0.5)
+        (1 - 2 * rho) / (2 + math.exp(-2) + math.exp(2)) * 0.5
+    )
 
 
 def test_exact_solvers_raise_instead_of_returning_an_inexact_minimiser(monkeypatch):

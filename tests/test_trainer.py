@@ -49,7 +49,9 @@ def rows(finance_splits, n, split="train"):
 def build(tiny_model_factory, tokenizer, args, train, ref=True, **kwargs):
     model = tiny_model_factory(0)
     ref_model = tiny_model_factory(0) if ref else None
-    return SquareChiPOTrainer(model, ref_model=ref_model, args=args, train_dataset=train, processing_class=tokenizer, **kwargs)
+    return SquareChiPOTrainer(
+        model, ref_model=ref_model, args=args, train_dataset=train, processing_class=tokenizer, **kwargs
+    )
 
 
 def flat_params(model) -> torch.Tensor:
@@ -63,15 +65,27 @@ def test_trl_internals_we_rely_on(tiny_model_factory, tokenizer, finance_splits,
     """Fails loudly when a TRL upgrade moves what SquareChiPOTrainer subclasses or calls."""
     assert Version("1.16") <= Version(trl.__version__) < Version("1.17"), "pyproject pins trl 1.16.x"
     assert list(inspect.signature(DPOTrainer.compute_ref_log_probs).parameters) == ["self", "model", "inputs"]
-    assert list(inspect.signature(DPOTrainer._compute_loss).parameters) == ["self", "model", "inputs", "return_outputs"]
-    assert list(inspect.signature(DPOTrainer._precompute_ref_logps).parameters) == ["self", "dataset", "name", "batch_size"]
+    assert list(inspect.signature(DPOTrainer._compute_loss).parameters) == [
+        "self",
+        "model",
+        "inputs",
+        "return_outputs",
+    ]
+    assert list(inspect.signature(DPOTrainer._precompute_ref_logps).parameters) == [
+        "self",
+        "dataset",
+        "name",
+        "batch_size",
+    ]
     from trl.kernels import ChunkedLogProbFunction  # noqa: F401
     from trl.trainer.utils import FusedCausalLMOutput
 
     assert {"log_probs", "label_mask", "entropy", "is_top1"} <= set(FusedCausalLMOutput.__dataclass_fields__)
     batch = DataCollatorForPreference(pad_token_id=0)(
-        [{"prompt_ids": [1, 2, 3], "chosen_ids": [4, 5], "rejected_ids": [6]},
-         {"prompt_ids": [7, 8], "chosen_ids": [9], "rejected_ids": [10, 11]}]
+        [
+            {"prompt_ids": [1, 2, 3], "chosen_ids": [4, 5], "rejected_ids": [6]},
+            {"prompt_ids": [7, 8], "chosen_ids": [9], "rejected_ids": [10, 11]},
+        ]
     )
     assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5], [7, 8, 9, 0, 0], [1, 2, 3, 6, 0], [7, 8, 10, 11, 0]]
     assert batch["completion_mask"].tolist()[0] == [0, 0, 0, 1, 1]
@@ -85,7 +99,9 @@ def test_trl_internals_we_rely_on(tiny_model_factory, tokenizer, finance_splits,
 
 
 def _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory, n=6):
-    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, per_device_train_batch_size=n), rows(finance_splits, n))
+    trainer = build(
+        tiny_model_factory, tokenizer, make_config(tmp_path, per_device_train_batch_size=n), rows(finance_splits, n)
+    )
     return next(iter(trainer.get_train_dataloader()))
 
 
@@ -94,11 +110,15 @@ def test_lean_head_equals_trl_fused_head(tokenizer, finance_splits, tmp_path, ti
     batch = _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory)
     labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
     results = []
-    for patch in (lambda m: add_fused_lm_head(m, outputs=("log_probs", "entropy", "mean_logits", "is_top1")),
-                  lambda m: add_lean_lm_head(m, share_prompt=share_prompt)):
+    for patch in (
+        lambda m: add_fused_lm_head(m, outputs=("log_probs", "entropy", "mean_logits", "is_top1")),
+        lambda m: add_lean_lm_head(m, share_prompt=share_prompt),
+    ):
         model = tiny_model_factory(3, torch.float64)
         patch(model)
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels, fused_lm_head=True)
+        out = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels, fused_lm_head=True
+        )
         out.log_probs.sum().backward()
         results.append((out.log_probs.detach(), [p.grad.clone() for p in model.parameters()]))
     (trl_lp, trl_grads), (lean_lp, lean_grads) = results
@@ -129,10 +149,23 @@ def test_lean_head_falls_back_when_prompts_differ(tokenizer, tiny_model_factory)
 def test_dpo_loss_equals_trl_sigmoid_loss(tiny_model_factory, tokenizer, finance_splits, tmp_path):
     train = rows(finance_splits, 8)
     ours = build(tiny_model_factory, tokenizer, make_config(tmp_path, method="dpo", beta=0.3), train)
-    trl_args = DPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=8, beta=0.3, max_length=128,
-                         report_to="none", gradient_checkpointing=False, bf16=False, loss_type=["sigmoid"])
-    theirs = DPOTrainer(tiny_model_factory(0), ref_model=tiny_model_factory(0), args=trl_args, train_dataset=train,
-                        processing_class=tokenizer)
+    trl_args = DPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=8,
+        beta=0.3,
+        max_length=128,
+        report_to="none",
+        gradient_checkpointing=False,
+        bf16=False,
+        loss_type=["sigmoid"],
+    )
+    theirs = DPOTrainer(
+        tiny_model_factory(0),
+        ref_model=tiny_model_factory(0),
+        args=trl_args,
+        train_dataset=train,
+        processing_class=tokenizer,
+    )
     # Make policy differ from reference so the loss is not log 2 for both trivially.
     for trainer in (ours, theirs):
         with torch.no_grad():
@@ -193,7 +226,9 @@ def test_observed_label_accuracy_rises_on_separable_data(tiny_model_factory, tok
 
 
 def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = privatize_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=0)
+    train = privatize_dataset(
+        rows(finance_splits, 8), LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=0
+    )
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, r_max=2.0), train)
     trainer.train()
     trainer.save_model()
@@ -205,7 +240,12 @@ def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits
     assert record["method"] == "square_chipo" and record["epsilon"] == 0.5 and record["corruption_rate"] == 0.1
     assert record["order"] == "ltc" and record["r_max"] == 2.0 and record["dataset_fingerprint"].startswith("sha256:")
     card = (out / "README.md").read_text()
-    for text in ("Privacy and robustness", "| ε (local DP, total over releases) | 0.5 |", "| order | ltc |", "| β | 0.1 |"):
+    for text in (
+        "Privacy and robustness",
+        "| ε (local DP, total over releases) | 0.5 |",
+        "| order | ltc |",
+        "| β | 0.1 |",
+    ):
         assert text in card
     q = flip_probability(0.5)
     assert f"| how the loss treats the released labels | binary RR: flip rate {q:.6f}, debiased by c(ε) = " in card
@@ -225,8 +265,9 @@ def test_resume_after_interruption_matches_uninterrupted_run(tiny_model_factory,
     common = dict(max_steps=6, save_strategy="steps", save_steps=3, learning_rate=5e-3)
     full = build(tiny_model_factory, tokenizer, make_config(tmp_path / "a", **common), train)
     full.train()
-    interrupted = build(tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train,
-                        callbacks=[_StopAt(3)])
+    interrupted = build(
+        tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train, callbacks=[_StopAt(3)]
+    )
     interrupted.train()
     assert interrupted.state.global_step == 3
     assert os.path.isdir(tmp_path / "b" / "out" / "checkpoint-3")
@@ -240,8 +281,14 @@ def test_lora_adapter_uses_base_as_reference(tiny_model_factory, tokenizer, fina
     from peft import LoraConfig
 
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path), rows(finance_splits, 8), ref=False,
-                    peft_config=peft_config)
+    trainer = build(
+        tiny_model_factory,
+        tokenizer,
+        make_config(tmp_path),
+        rows(finance_splits, 8),
+        ref=False,
+        peft_config=peft_config,
+    )
     trainer.train()
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora" in n for n in trainable)
@@ -252,8 +299,9 @@ def test_precomputed_reference_gives_the_same_first_loss(tiny_model_factory, tok
     train = rows(finance_splits, 8)
     losses = []
     for precompute in (False, True):
-        args = make_config(tmp_path / str(precompute), max_steps=1, precompute_ref_log_probs=precompute,
-                           per_device_train_batch_size=8)
+        args = make_config(
+            tmp_path / str(precompute), max_steps=1, precompute_ref_log_probs=precompute, per_device_train_batch_size=8
+        )
         trainer = build(tiny_model_factory, tokenizer, args, train, ref=not precompute)
         trainer.train()
         losses.append(trainer.state.log_history[0]["loss"])
@@ -300,7 +348,9 @@ def test_unsupported_dpo_options_raise(tmp_path):
         make_config(tmp_path, r_max=-1.0)
 
 
-def test_push_to_hub_unreachable_fails_before_training(tiny_model_factory, tokenizer, finance_splits, tmp_path, monkeypatch):
+def test_push_to_hub_unreachable_fails_before_training(
+    tiny_model_factory, tokenizer, finance_splits, tmp_path, monkeypatch
+):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
     args = make_config(tmp_path, push_to_hub=True, hub_model_id="someone/model")
     with pytest.raises(RuntimeError, match="cannot be reached.*before training"):
@@ -324,8 +374,9 @@ def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_split
     assert data["label_from_prior"] == [False] * 4 + [True, True, False, False]
     policy, reference = make_tiny_model(tokenizer, seed=1), make_tiny_model(tokenizer, seed=2)
     args = make_config(tmp_path, prior_row_weight=0.25, per_device_eval_batch_size=8)
-    trainer = SquareChiPOTrainer(policy, ref_model=reference, args=args, train_dataset=data, eval_dataset=data,
-                                 processing_class=tokenizer)
+    trainer = SquareChiPOTrainer(
+        policy, ref_model=reference, args=args, train_dataset=data, eval_dataset=data, processing_class=tokenizer
+    )
     loss = trainer.evaluate()["eval_loss"]
     tokenized = tokenize_preferences(data, tokenizer)
     collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id, max_length=128)

@@ -18,7 +18,9 @@ def rows(**overrides):
 
 
 def test_detects_the_four_formats():
-    msg = lambda t: [{"role": "user", "content": t}]  # noqa: E731
+    def msg(t):
+        return [{"role": "user", "content": t}]
+
     assert detect_format(rows()).name == "standard, explicit prompt"
     assert detect_format(rows().remove_columns("prompt")).name == "standard, implicit prompt"
     conv = datasets.Dataset.from_list([{"prompt": msg("q"), "chosen": msg("a"), "rejected": msg("b")}])
@@ -43,7 +45,13 @@ def test_non_string_column():
 
 def test_mixed_formats():
     data = datasets.Dataset.from_list(
-        [{"prompt": "q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": [{"role": "assistant", "content": "b"}]}]
+        [
+            {
+                "prompt": "q",
+                "chosen": [{"role": "assistant", "content": "a"}],
+                "rejected": [{"role": "assistant", "content": "b"}],
+            }
+        ]
     )
     with pytest.raises(ValueError, match="mixed formats.*prompt is standard, chosen is conversational"):
         validate_preference_dataset(data)
@@ -64,7 +72,9 @@ def test_invalid_rows_raise_naming_the_field(overrides, reason):
 
 
 def test_empty_conversation_and_empty_message():
-    msg = lambda t: [{"role": "assistant", "content": t}]  # noqa: E731
+    def msg(t):
+        return [{"role": "assistant", "content": t}]
+
     data = datasets.Dataset.from_list(
         [
             {"chosen": msg("a"), "rejected": msg("b")},

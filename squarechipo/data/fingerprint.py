@@ -37,8 +37,10 @@ def _canonical_rows(table: pa.Table) -> list:
     prompts = prompt.to_pylist() if prompt is not None else [None] * table.num_rows
     if "chosen" not in table.column_names and "responses" in table.column_names:
         # Best-of-K rows: the order of `responses` carries the label (`best`), so sort it away.
-        return [_dump([p, sorted(_dump(r) for r in responses)]) for p, responses in
-                zip(prompts, table["responses"].to_pylist())]
+        return [
+            _dump([p, sorted(_dump(r) for r in responses)])
+            for p, responses in zip(prompts, table["responses"].to_pylist())
+        ]
     chosen, rejected = table["chosen"], table["rejected"]
     strings = all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in (chosen, rejected))
     if strings and (prompt is None or pa.types.is_string(prompt.type) or pa.types.is_large_string(prompt.type)):
@@ -72,8 +74,11 @@ def prompt_hashes(dataset: datasets.Dataset) -> set[str] | None:
     prompts = _prompts(dataset)
     if prompts is None:
         return None
+
     # A conversation counts as the text of its turns, so a standard and a conversational copy of a prompt match.
-    canon = lambda p: p if isinstance(p, str) else _SEPARATOR.join(str(m.get("content", "")) for m in p)  # noqa: E731
+    def canon(p):
+        return p if isinstance(p, str) else _SEPARATOR.join(str(m.get("content", "")) for m in p)
+
     return {hashlib.sha256(canon(p).encode("utf-8")).hexdigest()[:PROMPT_HASH_CHARS] for p in prompts}
 
 

@@ -38,18 +38,28 @@ def validate_kary(dataset: datasets.Dataset) -> int:
         raise ValueError("the best-of-K dataset is empty.")
     sizes = {len(r) for r in dataset["responses"]}
     if len(sizes) != 1 or min(sizes) < 2:
-        raise ValueError(f"responses must hold the same number K ≥ 2 of responses on every row (found sizes "
-                         f"{sorted(sizes)}); pad or split the rows so K is constant.")
+        raise ValueError(
+            f"responses must hold the same number K ≥ 2 of responses on every row (found sizes "
+            f"{sorted(sizes)}); pad or split the rows so K is constant."
+        )
     k = sizes.pop()
     best = np.asarray(dataset["best"])
     if not np.issubdtype(best.dtype, np.integer) or best.min() < 0 or best.max() >= k:
-        raise ValueError(f"best must be an integer index in 0..{k - 1} on every row (the position of the preferred "
-                         "response in responses).")
+        raise ValueError(
+            f"best must be an integer index in 0..{k - 1} on every row (the position of the preferred "
+            "response in responses)."
+        )
     return k
 
 
-def release_kary(dataset: datasets.Dataset, mechanism: str, epsilon: float, *, seed: int | None = None,
-                 prior: np.ndarray | None = None) -> datasets.Dataset:
+def release_kary(
+    dataset: datasets.Dataset,
+    mechanism: str,
+    epsilon: float,
+    *,
+    seed: int | None = None,
+    prior: np.ndarray | None = None,
+) -> datasets.Dataset:
     """Release ``best`` once through a K-ary mechanism; the raw labels do not appear in the output.
 
     ``seed`` = None draws from OS entropy (real labels); an integer is for simulations only.
@@ -74,15 +84,22 @@ def release_kary(dataset: datasets.Dataset, mechanism: str, epsilon: float, *, s
         weights = ld.k_rr_weights(released, k, epsilon)
     else:
         if prior is None:
-            raise ValueError("mechanism='rr_with_prior' needs prior: an (n, K) array of label-independent probabilities.")
+            raise ValueError(
+                "mechanism='rr_with_prior' needs prior: an (n, K) array of label-independent probabilities."
+            )
         released, from_prior = ld.rr_with_prior(best, prior, epsilon, rng)
         out = out.add_column("released_best", released.tolist()).add_column("label_from_prior", from_prior.tolist())
         weights = np.eye(k)[released]  # RRWithPrior has no unbiased linear analyzer: the release itself
     out = out.add_column("label_weights", weights.tolist())
     del best, rng
-    release = Release.now(mechanism, epsilon, len(dataset), fixed_seed=seed is not None,
-                          pipeline={"mechanism": mechanism, "epsilon": float(epsilon), "num_labels": k},
-                          data_fingerprint=preference_fingerprint(dataset))
+    release = Release.now(
+        mechanism,
+        epsilon,
+        len(dataset),
+        fixed_seed=seed is not None,
+        pipeline={"mechanism": mechanism, "epsilon": float(epsilon), "num_labels": k},
+        data_fingerprint=preference_fingerprint(dataset),
+    )
     logger.info("released %d best-of-%d labels through %s (ε = %s)", len(out), k, mechanism, epsilon)
     return with_ledger(out, PrivacyLedger().with_release(release))
 
@@ -91,8 +108,10 @@ def kary_to_pairs(dataset: datasets.Dataset) -> datasets.Dataset:
     """Raw best-of-K rows → K − 1 prompt/chosen/rejected rows each (best vs every other response)."""
     k = validate_kary(dataset)
     if get_ledger(dataset) is not None:
-        raise ValueError("kary_to_pairs takes raw rows: pairs from a released label would lose its debiasing; "
-                         "train on label_weights with plackett_luce_top1_loss instead.")
+        raise ValueError(
+            "kary_to_pairs takes raw rows: pairs from a released label would lose its debiasing; "
+            "train on label_weights with plackett_luce_top1_loss instead."
+        )
     prompts, chosen, rejected = [], [], []
     for prompt, responses, best in zip(dataset["prompt"], dataset["responses"], dataset["best"]):
         for j in range(k):

@@ -30,9 +30,11 @@ _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".cs
 
 
 def _is_saved_dataset(path: Path) -> bool:
-    return (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists() and (
-        path / "state.json"
-    ).exists()
+    return (
+        (path / "dataset_dict.json").exists()
+        or (path / "dataset_info.json").exists()
+        and (path / "state.json").exists()
+    )
 
 
 def _load_file(path: Path) -> datasets.Dataset:

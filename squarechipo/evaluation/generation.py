@@ -42,8 +42,12 @@ def generate_responses(model_name_or_path: str, prompts: list, *, device: str | 
         for k, member in enumerate(members):
             chosen = np.flatnonzero(draw == k)
             if chosen.size:
-                answers = generate_responses(member, [prompts[i] for i in chosen], device=device,
-                                             **{**settings, "desc": f"{desc} (iterate {k + 1}/{len(members)})"})
+                answers = generate_responses(
+                    member,
+                    [prompts[i] for i in chosen],
+                    device=device,
+                    **{**settings, "desc": f"{desc} (iterate {k + 1}/{len(members)})"},
+                )
                 for i, answer in zip(chosen, answers):
                     outputs[i] = answer
         return outputs
@@ -61,7 +65,10 @@ def mixture_members(model_name_or_path) -> list[str] | None:
     if not record.is_file():
         return None
     members = json.loads(record.read_text(encoding="utf-8"))["members"]
-    return [m if m == "embedded" or Path(m).is_absolute() or not (folder / m).exists() else str(folder / m) for m in members]
+    return [
+        m if m == "embedded" or Path(m).is_absolute() or not (folder / m).exists() else str(folder / m)
+        for m in members
+    ]
 
 
 def generate_with_model(
@@ -96,8 +103,9 @@ def generate_with_model(
     batches = range(0, len(texts), batch_size)
     try:
         for index, start in enumerate(tqdm(batches, desc=desc, unit="batch")):
-            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False).to(device)
+            batch = tokenizer(
+                texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(device)
             transformers.set_seed(seed + index)
             with torch.no_grad():
                 generated = model.generate(

@@ -58,7 +58,11 @@ class EvaluationResult:
 
 
 def _response_text(response) -> str:
-    return response if isinstance(response, str) else "\n".join(m["content"] for m in response if m.get("role") == "assistant")
+    return (
+        response
+        if isinstance(response, str)
+        else "\n".join(m["content"] for m in response if m.get("role") == "assistant")
+    )
 
 
 def _log_odds(verdicts: list[Verdict]) -> list[float | None] | None:
@@ -67,8 +71,13 @@ def _log_odds(verdicts: list[Verdict]) -> list[float | None] | None:
     return values if all(v is not None for v in values) else None
 
 
-def calibrate_judge(judge: PairwiseJudge, test: datasets.Dataset, n_pairs: int | None = None, out: Path | None = None,
-                    tie_band: float = 0.0) -> dict[str, Any]:
+def calibrate_judge(
+    judge: PairwiseJudge,
+    test: datasets.Dataset,
+    n_pairs: int | None = None,
+    out: Path | None = None,
+    tie_band: float = 0.0,
+) -> dict[str, Any]:
     """The judge's accuracy on the first ``n_pairs`` gold pairs (None = all), both orders, hard and soft rule.
 
     Writes ``calibration.jsonl`` into ``out`` when given.
@@ -82,20 +91,35 @@ def calibrate_judge(judge: PairwiseJudge, test: datasets.Dataset, n_pairs: int |
     if out is not None:
         with open(out / "calibration.jsonl", "w", encoding="utf-8") as handle:
             for p, c, r, v1, v2 in zip(prompts, chosen, rejected, chosen_first, rejected_first):
-                record = {"prompt": p, "chosen": c, "rejected": r, "chosen_first": asdict(v1),
-                          "rejected_first": asdict(v2)}
+                record = {
+                    "prompt": p,
+                    "chosen": c,
+                    "rejected": r,
+                    "chosen_first": asdict(v1),
+                    "rejected_first": asdict(v2),
+                }
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return calibrate([v.choice for v in chosen_first], [v.choice for v in rejected_first],
-                     chosen_first_log_odds=_log_odds(chosen_first), rejected_first_log_odds=_log_odds(rejected_first),
-                     tie_band=tie_band).to_dict()
+    return calibrate(
+        [v.choice for v in chosen_first],
+        [v.choice for v in rejected_first],
+        chosen_first_log_odds=_log_odds(chosen_first),
+        rejected_first_log_odds=_log_odds(rejected_first),
+        tie_band=tie_band,
+    ).to_dict()
 
 
 def _verdict_record(verdict: Verdict | None) -> dict[str, Any] | None:
     return None if verdict is None else asdict(verdict)
 
 
-def judge_pairs(judge: PairwiseJudge, prompts: list[str], policy_responses: list[str], baseline_responses: list[str],
-                *, tie_band: float = 0.0) -> tuple[list[dict[str, Any]], str]:
+def judge_pairs(
+    judge: PairwiseJudge,
+    prompts: list[str],
+    policy_responses: list[str],
+    baseline_responses: list[str],
+    *,
+    tie_band: float = 0.0,
+) -> tuple[list[dict[str, Any]], str]:
     """Judge each (policy, baseline) pair in both orders; identical responses are not sent to the judge.
 
     Returns one record per prompt (both verdicts, the hard and the soft outcome, and ``outcome`` under
@@ -103,7 +127,10 @@ def judge_pairs(judge: PairwiseJudge, prompts: list[str], policy_responses: list
     """
     identical = [p.strip() == b.strip() for p, b in zip(policy_responses, baseline_responses)]
     asked = [i for i, same in enumerate(identical) if not same]
-    pick = lambda values: [values[i] for i in asked]  # noqa: E731
+
+    def pick(values):
+        return [values[i] for i in asked]
+
     policy_first = dict(zip(asked, judge.verdicts(pick(prompts), pick(policy_responses), pick(baseline_responses))))
     baseline_first = dict(zip(asked, judge.verdicts(pick(prompts), pick(baseline_responses), pick(policy_responses))))
     soft = _log_odds(list(policy_first.values())) is not None and _log_odds(list(baseline_first.values())) is not None
@@ -116,14 +143,20 @@ def judge_pairs(judge: PairwiseJudge, prompts: list[str], policy_responses: list
         else:
             hard_outcome = pair_outcome(first.choice, second.choice)
             soft_result = soft_outcome(first.log_odds, second.log_odds, tie_band) if soft else None
-        rows.append({
-            "index": i, "prompt": prompt,
-            "policy_response": policy_responses[i], "baseline_response": baseline_responses[i],
-            "policy_first": _verdict_record(first), "baseline_first": _verdict_record(second),
-            "soft_margin": soft_margin(first.log_odds, second.log_odds) if first is not None and soft else None,
-            "hard_outcome": hard_outcome, "soft_outcome": soft_result,
-            "outcome": soft_result if soft else hard_outcome,
-        })
+        rows.append(
+            {
+                "index": i,
+                "prompt": prompt,
+                "policy_response": policy_responses[i],
+                "baseline_response": baseline_responses[i],
+                "policy_first": _verdict_record(first),
+                "baseline_first": _verdict_record(second),
+                "soft_margin": soft_margin(first.log_odds, second.log_odds) if first is not None and soft else None,
+                "hard_outcome": hard_outcome,
+                "soft_outcome": soft_result,
+                "outcome": soft_result if soft else hard_outcome,
+            }
+        )
     return rows, rule
 
 
@@ -138,11 +171,15 @@ def length_breakdown(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """
     lengths = {
         "policy_mean_words": float(np.mean([_words(r["policy_response"]) for r in rows])) if rows else float("nan"),
-        "baseline_mean_words": float(np.mean([_words(r["baseline_response"]) for r in rows])) if rows else float("nan"),
+        "baseline_mean_words": float(np.mean([_words(r["baseline_response"]) for r in rows]))
+        if rows
+        else float("nan"),
     }
     judged = [r for r in rows if r["outcome"] in ("win", "tie", "loss")]
-    for name, keep in (("policy_longer", lambda r: _words(r["policy_response"]) > _words(r["baseline_response"])),
-                       ("policy_not_longer", lambda r: _words(r["policy_response"]) <= _words(r["baseline_response"]))):
+    for name, keep in (
+        ("policy_longer", lambda r: _words(r["policy_response"]) > _words(r["baseline_response"])),
+        ("policy_not_longer", lambda r: _words(r["policy_response"]) <= _words(r["baseline_response"])),
+    ):
         part = [OUTCOME_SCORES[r["outcome"]] for r in judged if keep(r)]
         lengths[name] = {"n": len(part), "win_rate_half_ties": float(np.mean(part)) if part else float("nan")}
     return lengths
@@ -186,8 +223,9 @@ def evaluate_win_rate(
     settings = asdict(generation)
     policy_responses = generate_responses(policy, prompts, desc="policy", **settings)
     baseline_responses = generate_responses(baseline, prompts, desc="baseline", **settings)
-    rows, rule = judge_pairs(judge, [prompt_text(p) for p in prompts], policy_responses, baseline_responses,
-                             tie_band=tie_band)
+    rows, rule = judge_pairs(
+        judge, [prompt_text(p) for p in prompts], policy_responses, baseline_responses, tie_band=tie_band
+    )
     categories = test["category"] if "category" in test.column_names else ["all"] * len(rows)
     for row, category in zip(rows, categories):
         row["category"] = category

@@ -44,8 +44,15 @@ class PairwiseJudge(BasePairwiseJudge):
 
     name: str = "judge"
 
-    def _setup_local(self, model: str, kind: str, batch_size: int, max_length: int, device: str | None,
-                     padding_side: str | None = None) -> str:
+    def _setup_local(
+        self,
+        model: str,
+        kind: str,
+        batch_size: int,
+        max_length: int,
+        device: str | None,
+        padding_side: str | None = None,
+    ) -> str:
         """Shared set-up of the judges that run a transformers model here: resolve the model, pick the
         device (GPU when present), load the tokenizer with a pad token. Returns the model path."""
         from transformers import AutoTokenizer
@@ -68,7 +75,9 @@ class PairwiseJudge(BasePairwiseJudge):
         """Judge each pair as shown (A first); never raises for a bad reply, returns choice None."""
 
     def judge(self, prompts, completions, shuffle_order=True, seed: int | None = None) -> list[int]:
-        order = np.random.default_rng(seed).random(len(prompts)) < 0.5 if shuffle_order else np.zeros(len(prompts), bool)
+        order = (
+            np.random.default_rng(seed).random(len(prompts)) < 0.5 if shuffle_order else np.zeros(len(prompts), bool)
+        )
         first = [pair[1] if swap else pair[0] for pair, swap in zip(completions, order)]
         second = [pair[0] if swap else pair[1] for pair, swap in zip(completions, order)]
         results = []

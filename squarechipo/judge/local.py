@@ -51,14 +51,20 @@ class TransformersJudge(PairwiseJudge):
     @torch.no_grad()
     def verdicts(self, prompts, responses_a, responses_b) -> list[Verdict]:
         texts = [
-            self.tokenizer.apply_chat_template(self.template.messages(p, a, b), add_generation_prompt=True, tokenize=False)
+            self.tokenizer.apply_chat_template(
+                self.template.messages(p, a, b), add_generation_prompt=True, tokenize=False
+            )
             for p, a, b in zip(prompts, responses_a, responses_b)
         ]
         results: list[Verdict] = []
         for start in range(0, len(texts), self.batch_size):
             batch = self.tokenizer(
-                texts[start : start + self.batch_size], return_tensors="pt", padding=True,
-                truncation=True, max_length=self.max_length, add_special_tokens=False,
+                texts[start : start + self.batch_size],
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                add_special_tokens=False,
             ).to(self.device)
             logits = self.model(**batch).logits[:, -1].float()
             log_probs = torch.log_softmax(logits, dim=-1)

@@ -120,7 +120,15 @@ class OpenAICompatibleJudge(PairwiseJudge):
         self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
     def _key(self, prompt: str, response_a: str, response_b: str) -> str:
-        identity = [self.model, self.max_tokens, self.temperature, self.template.fingerprint, prompt, response_a, response_b]
+        identity = [
+            self.model,
+            self.max_tokens,
+            self.temperature,
+            self.template.fingerprint,
+            prompt,
+            response_a,
+            response_b,
+        ]
         if self.logprobs:
             identity.append(["logprobs", self.top_logprobs])
         return hashlib.sha256(json.dumps(identity, ensure_ascii=False).encode("utf-8")).hexdigest()
@@ -143,7 +151,12 @@ class OpenAICompatibleJudge(PairwiseJudge):
         return a - b
 
     def _ask(self, messages: list[dict[str, str]]) -> tuple[str, float | None]:
-        body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens, "temperature": self.temperature}
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
         if self.logprobs:
             body.update(logprobs=True, top_logprobs=self.top_logprobs)
         last_error = "no attempt"

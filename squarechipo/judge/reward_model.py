@@ -25,8 +25,15 @@ __all__ = ["RewardModelJudge"]
 class RewardModelJudge(PairwiseJudge):
     """``verdicts`` compare rewards; scores are cached per (prompt, response), so both orders cost one pass."""
 
-    def __init__(self, model: str, *, batch_size: int = 16, device: str | None = None, max_length: int = 1024,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        batch_size: int = 16,
+        device: str | None = None,
+        max_length: int = 1024,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         path = self._setup_local(model, "reward-model", batch_size, max_length, device)
         self.template = None
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype).to(self.device).eval()
@@ -42,8 +49,9 @@ class RewardModelJudge(PairwiseJudge):
 
     def _as_text(self, prompt: str, response: str) -> str:
         if self.tokenizer.chat_template:
-            return reward_texts(self.tokenizer, [[{"role": "user", "content": prompt}]],
-                                [[{"role": "assistant", "content": response}]])[0]
+            return reward_texts(
+                self.tokenizer, [[{"role": "user", "content": prompt}]], [[{"role": "assistant", "content": response}]]
+            )[0]
         return reward_texts(self.tokenizer, [prompt], [response])[0]
 
     def rewards(self, prompts: list[str], responses: list[str]) -> np.ndarray:
@@ -52,8 +60,14 @@ class RewardModelJudge(PairwiseJudge):
         missing = list(dict.fromkeys(k for k in keys if k not in self._cache))
         if missing:
             texts = [self._as_text(p, r) for p, r in missing]
-            scores = sequence_scores(self.model, self.tokenizer, texts, batch_size=self.batch_size,
-                                     max_length=self.max_length, desc="reward-model judge")[:, 0]
+            scores = sequence_scores(
+                self.model,
+                self.tokenizer,
+                texts,
+                batch_size=self.batch_size,
+                max_length=self.max_length,
+                desc="reward-model judge",
+            )[:, 0]
             self._cache.update(zip(missing, scores.tolist()))
         return np.array([self._cache[k] for k in keys])
 
@@ -62,6 +76,10 @@ class RewardModelJudge(PairwiseJudge):
         reward_b = self.rewards(list(prompts), list(responses_b))
         return [
             # Equal rewards give A in both orders: a tie under the hard rule.
-            Verdict(choice=0 if a >= b else 1, raw=json.dumps({"reward_a": round(a, 6), "reward_b": round(b, 6)}), log_odds=a - b)
+            Verdict(
+                choice=0 if a >= b else 1,
+                raw=json.dumps({"reward_a": round(a, 6), "reward_b": round(b, 6)}),
+                log_odds=a - b,
+            )
             for a, b in zip(reward_a.tolist(), reward_b.tolist())
         ]

@@ -59,7 +59,10 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
 
 
 def bootstrap_mean_interval(
-    values: Sequence[float], *, confidence: float = 0.95, n_resamples: int = 4999,
+    values: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 4999,
     rng: np.random.Generator | None = None,
 ) -> tuple[float, float]:
     """Bootstrap interval of the mean over units (prompts), BCa (scipy.stats.bootstrap).
@@ -71,8 +74,14 @@ def bootstrap_mean_interval(
         return math.nan, math.nan
     if np.all(x == x[0]):
         return float(x[0]), float(x[0])
-    result = stats.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="BCa",
-                             rng=rng if rng is not None else np.random.default_rng(0))
+    result = stats.bootstrap(
+        (x,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="BCa",
+        rng=rng if rng is not None else np.random.default_rng(0),
+    )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -105,8 +114,9 @@ def soft_margin(policy_first_log_odds: float | None, baseline_first_log_odds: fl
     return 0.5 * (policy_first_log_odds - baseline_first_log_odds)
 
 
-def soft_outcome(policy_first_log_odds: float | None, baseline_first_log_odds: float | None,
-                 tie_band: float = 0.0) -> str:
+def soft_outcome(
+    policy_first_log_odds: float | None, baseline_first_log_odds: float | None, tie_band: float = 0.0
+) -> str:
     """The soft rule: win if d > tie_band, loss if d < −tie_band, tie otherwise (see :func:`soft_margin`)."""
     if tie_band < 0 or not math.isfinite(tie_band):
         raise ValueError(f"tie_band must be finite and >= 0 (got {tie_band}).")
@@ -211,7 +221,9 @@ class Calibration:
 
 
 def calibrate(
-    chosen_first: list[int | None], rejected_first: list[int | None], *,
+    chosen_first: list[int | None],
+    rejected_first: list[int | None],
+    *,
     chosen_first_log_odds: list[float | None] | None = None,
     rejected_first_log_odds: list[float | None] | None = None,
     tie_band: float = 0.0,
@@ -229,7 +241,10 @@ def calibrate(
         outcomes = [soft_outcome(a, b, tie_band) for a, b in zip(chosen_first_log_odds, rejected_first_log_odds)]
         if all(o != "invalid" for o in outcomes):
             soft = sum(o == "win" for o in outcomes)
-            soft_accuracy, soft_ci = soft / len(outcomes) if outcomes else float("nan"), wilson_interval(soft, len(outcomes))
+            soft_accuracy, soft_ci = (
+                soft / len(outcomes) if outcomes else float("nan"),
+                wilson_interval(soft, len(outcomes)),
+            )
     hard_accuracy = hard / n_valid if n_valid else float("nan")
     hard_ci = wilson_interval(hard, n_valid)
     use_soft = soft_accuracy is not None

@@ -79,6 +79,10 @@ def parse_verdict(reply: str | None, options: tuple[str, str] = ("A", "B")) -> i
     leading = re.match(rf"^\(?([{letters}])\)?(?:\s*[.,!:;)]|\s+(?:is|because)\b|$)", first_line)
     if leading:
         return options.index(leading.group(1))
-    named = {m.group(1) for m in re.finditer(rf"\b(?:response|answer|option)\s*(?:is\s*)?:?\s*\(?([{letters}])\b",
-                                             reply, re.IGNORECASE)}
+    named = {
+        m.group(1)
+        for m in re.finditer(
+            rf"\b(?:response|answer|option)\s*(?:is\s*)?:?\s*\(?([{letters}])\b", reply, re.IGNORECASE
+        )
+    }
     return options.index(named.pop()) if len(named) == 1 else None

@@ -71,7 +71,9 @@ def _convert(target: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     folder, name = _gguf_location()
-    logger.warning("converting the embedded %s from GGUF to safetensors in %s (once, ~30 s)", EMBEDDED_MODEL_NAME, target)
+    logger.warning(
+        "converting the embedded %s from GGUF to safetensors in %s (once, ~30 s)", EMBEDDED_MODEL_NAME, target
+    )
     tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=name)
     quantized = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.float32)
     config = AutoConfig.from_pretrained(str(folder), gguf_file=name)

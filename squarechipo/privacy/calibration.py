@@ -34,7 +34,9 @@ def check_epsilon(epsilon: float | None, *, field: str = "epsilon", allow_none: 
         )
     value = float(epsilon)
     if math.isnan(value):
-        raise ValueError(f"{field} is NaN; pass a positive privacy budget such as {field}=0.5, or None for no privacy.")
+        raise ValueError(
+            f"{field} is NaN; pass a positive privacy budget such as {field}=0.5, or None for no privacy."
+        )
     if value <= 0:
         raise ValueError(
             f"{field} must be > 0 (got {value}); ε = 0 would release no information at all. "
@@ -56,7 +58,9 @@ def _check_rate(value: float, field: str, *, upper_inclusive: bool, why: str, ex
 def check_corruption_rate(corruption_rate: float, *, field: str = "corruption_rate") -> float:
     """Validate a Huber corruption rate α ∈ [0, 1/2] (003, §3: α-Huber contamination)."""
     return _check_rate(
-        corruption_rate, field, upper_inclusive=True,
+        corruption_rate,
+        field,
+        upper_inclusive=True,
         why="above 0.5 the adversary controls the majority label and nothing can be learned",
         example="0.1, or 0 for clean labels",
     )

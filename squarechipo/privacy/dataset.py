@@ -130,18 +130,14 @@ def privatize_dataset(
     )
     swap = pa.array(pipeline.apply(np.zeros(n, dtype=bool), rng, target=target, fixed_labels=fixed))
     chosen, rejected = table["chosen"], table["rejected"]
-    table = table.set_column(
-        table.schema.get_field_index("chosen"), "chosen", pc.if_else(swap, rejected, chosen)
-    )
-    table = table.set_column(
-        table.schema.get_field_index("rejected"), "rejected", pc.if_else(swap, chosen, rejected)
-    )
+    table = table.set_column(table.schema.get_field_index("chosen"), "chosen", pc.if_else(swap, rejected, chosen))
+    table = table.set_column(table.schema.get_field_index("rejected"), "rejected", pc.if_else(swap, chosen, rejected))
     del swap, chosen, rejected, rng
-    release = Release.from_pipeline(pipeline, n, fixed_seed=seed is not None, data_fingerprint=preference_fingerprint(dataset))
+    release = Release.from_pipeline(
+        pipeline, n, fixed_seed=seed is not None, data_fingerprint=preference_fingerprint(dataset)
+    )
     ledger = (existing or PrivacyLedger()).with_release(dataclasses.replace(release, part=part))
     info = _info_with_ledger(dataset.info, ledger)
     released = datasets.Dataset(table, info=info, split=dataset.split)
-    logger.info(
-        "released %d rows through %s (total epsilon %s)", n, pipeline.to_dict(), ledger.total_epsilon
-    )
+    logger.info("released %d rows through %s (total epsilon %s)", n, pipeline.to_dict(), ledger.total_epsilon)
     return released

@@ -24,8 +24,16 @@ import numpy as np
 
 from squarechipo.privacy.calibration import check_epsilon
 
-__all__ = ["optimal_top_k", "rr_with_prior", "rr_with_prior_distribution", "k_rr", "k_rr_weights",
-           "subset_mechanism", "subset_weights", "analyzer_variance"]
+__all__ = [
+    "optimal_top_k",
+    "rr_with_prior",
+    "rr_with_prior_distribution",
+    "k_rr",
+    "k_rr_weights",
+    "subset_mechanism",
+    "subset_weights",
+    "analyzer_variance",
+]
 
 
 def _finite_epsilon(epsilon: float) -> float:
@@ -68,7 +76,9 @@ def optimal_top_k(prior: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.nda
     return np.argmax(utility >= utility.max(axis=1, keepdims=True) - 1e-12, axis=1) + 1, order
 
 
-def rr_with_prior(labels, prior: np.ndarray, epsilon: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def rr_with_prior(
+    labels, prior: np.ndarray, epsilon: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """RRWithPrior (001 Algorithm 2) per row. Returns ``(released labels, from_prior)``.
 
     ``from_prior[i]`` is True where k* = 1: the release is the prior's top label, a function of the

@@ -105,11 +105,15 @@ class Release:
         if self.flip_rate is None:
             if self.mechanism == "rr_with_prior":
                 return f"RRWithPrior over K = {self.num_labels} labels: the released label is used as is"
-            return (f"{self.mechanism} over K = {self.num_labels} labels: unbiased analyzer weights "
-                    "(label_weights column, 002)")
+            return (
+                f"{self.mechanism} over K = {self.num_labels} labels: unbiased analyzer weights "
+                "(label_weights column, 002)"
+            )
         if self.mechanism == "rr_with_prior":
-            return (f"RRWithPrior (K = 2): RR rows flipped with rate {self.flip_rate:.6f} and debiased by "
-                    f"c(ε) = {debias_factor(self.epsilon):.6f}; rows released from the prior are pseudo-labels")
+            return (
+                f"RRWithPrior (K = 2): RR rows flipped with rate {self.flip_rate:.6f} and debiased by "
+                f"c(ε) = {debias_factor(self.epsilon):.6f}; rows released from the prior are pseudo-labels"
+            )
         return f"binary RR: flip rate {self.flip_rate:.6f}, debiased by c(ε) = {debias_factor(self.epsilon):.6f}"
 
     @classmethod
@@ -129,9 +133,20 @@ class Release:
         )
 
     @classmethod
-    def now(cls, mechanism: str, epsilon: float | None, n_rows: int, *, fixed_seed: bool, pipeline: dict[str, Any],
-            corruption_rate: float = 0.0, adversary: str | None = None, order: str | None = None,
-            data_fingerprint: str | None = None, part: str | None = None) -> Release:
+    def now(
+        cls,
+        mechanism: str,
+        epsilon: float | None,
+        n_rows: int,
+        *,
+        fixed_seed: bool,
+        pipeline: dict[str, Any],
+        corruption_rate: float = 0.0,
+        adversary: str | None = None,
+        order: str | None = None,
+        data_fingerprint: str | None = None,
+        part: str | None = None,
+    ) -> Release:
         """A release made now by this library version (``randomness`` from ``fixed_seed``)."""
         return cls(
             mechanism=mechanism,
@@ -183,8 +198,10 @@ class PrivacyLedger:
     def _common(self, value, name: str) -> float:
         values = self._per_part(value)
         if max(values) - min(values) > 1e-12:
-            raise ValueError(f"the {name} differs between the disjoint parts of this dataset ({values}); "
-                             "debias each part separately.")
+            raise ValueError(
+                f"the {name} differs between the disjoint parts of this dataset ({values}); "
+                "debias each part separately."
+            )
         return values[0]
 
     @property
@@ -236,8 +253,11 @@ class PrivacyLedger:
 
     def to_dict(self) -> dict[str, Any]:
         # Only what applies: a flip rate and c(ε) for binary releases, the analyzer for K-ary ones.
-        summary = {"debias_factor": self.debias_factor, "stored_labels_epsilon": self.stored_labels_epsilon} \
-            if self.has_flip_rate else {"analyzer": "; ".join(r.semantics for r in self.releases)}
+        summary = (
+            {"debias_factor": self.debias_factor, "stored_labels_epsilon": self.stored_labels_epsilon}
+            if self.has_flip_rate
+            else {"analyzer": "; ".join(r.semantics for r in self.releases)}
+        )
         return {
             "format": "squarechipo.privacy_ledger/1",
             "total_epsilon": self.total_epsilon,
@@ -292,9 +312,7 @@ def _kind(path: Path) -> str:
         return "parquet"
     if path.suffix == "" or path.is_dir():
         return "dir"
-    raise ValueError(
-        f"unsupported file type for {path}: use a folder (save_to_disk), .jsonl or .parquet."
-    )
+    raise ValueError(f"unsupported file type for {path}: use a folder (save_to_disk), .jsonl or .parquet.")
 
 
 def save_privatized(dataset: datasets.Dataset | datasets.DatasetDict, path: str | os.PathLike) -> Path:

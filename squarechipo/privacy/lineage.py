@@ -262,11 +262,17 @@ def lineage_card_rows(record: dict[str, Any]) -> list[tuple[str, str]]:
         for entry in record["lineage"]
     ]
     exposure = record.get("label_exposure") or []
-    rows.append((
-        "labels exposed through a starting model",
-        "; ".join(f"labels exposed through the {e['role']} model {e['model']} ({e['status']}, override)"
-                  for e in exposure) if exposure else "none found",
-    ))
+    rows.append(
+        (
+            "labels exposed through a starting model",
+            "; ".join(
+                f"labels exposed through the {e['role']} model {e['model']} ({e['status']}, override)"
+                for e in exposure
+            )
+            if exposure
+            else "none found",
+        )
+    )
     return rows
 
 

@@ -25,8 +25,14 @@ from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.label_dp import rr_with_prior
 from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger, with_ledger
 
-__all__ = ["FROM_PRIOR_COLUMN", "RRWithPriorRelease", "canonical_first_is_chosen", "canonical_pairs", "combine_parts",
-           "release_with_prior"]
+__all__ = [
+    "FROM_PRIOR_COLUMN",
+    "RRWithPriorRelease",
+    "canonical_first_is_chosen",
+    "canonical_pairs",
+    "combine_parts",
+    "release_with_prior",
+]
 
 logger = logging.getLogger("squarechipo")
 
@@ -69,16 +75,31 @@ class RRWithPriorRelease:
     temperature: float | None = None
 
     def to_dict(self) -> dict:
-        return {"mechanism": "rr_with_prior", "epsilon": float(self.epsilon), "num_labels": 2,
-                "prior_temperature": self.temperature, "prior_digest": _prior_digest(self.prior_first)}
+        return {
+            "mechanism": "rr_with_prior",
+            "epsilon": float(self.epsilon),
+            "num_labels": 2,
+            "prior_temperature": self.temperature,
+            "prior_digest": _prior_digest(self.prior_first),
+        }
 
-    def release(self, dataset: datasets.Dataset, *, seed: int | None = None, part: str | None = None) -> datasets.Dataset:
-        return release_with_prior(dataset, self.prior_first, self.epsilon, part=part, seed=seed,
-                                  temperature=self.temperature)
+    def release(
+        self, dataset: datasets.Dataset, *, seed: int | None = None, part: str | None = None
+    ) -> datasets.Dataset:
+        return release_with_prior(
+            dataset, self.prior_first, self.epsilon, part=part, seed=seed, temperature=self.temperature
+        )
 
 
-def release_with_prior(dataset: datasets.Dataset, prior_first: np.ndarray, epsilon: float, *, part: str | None = None,
-                       seed: int | None = None, temperature: float | None = None) -> datasets.Dataset:
+def release_with_prior(
+    dataset: datasets.Dataset,
+    prior_first: np.ndarray,
+    epsilon: float,
+    *,
+    part: str | None = None,
+    seed: int | None = None,
+    temperature: float | None = None,
+) -> datasets.Dataset:
     """Release the labels of raw rows (``chosen`` = truly preferred) once through RRWithPrior.
 
     ``prior_first[i]`` is the prior probability that the canonical first response u of row i is
@@ -92,10 +113,14 @@ def release_with_prior(dataset: datasets.Dataset, prior_first: np.ndarray, epsil
     validate_preference_dataset(dataset)
     prior = np.asarray(prior_first, dtype=np.float64)
     if prior.shape != (len(dataset),) or not np.all((prior >= 0) & (prior <= 1)):
-        raise ValueError(f"prior_first must be {len(dataset)} probabilities in [0, 1], one per row (got shape {prior.shape}).")
+        raise ValueError(
+            f"prior_first must be {len(dataset)} probabilities in [0, 1], one per row (got shape {prior.shape})."
+        )
     first_is_chosen = canonical_first_is_chosen(dataset)
     rng = np.random.default_rng(seed)
-    released, from_prior = rr_with_prior(first_is_chosen.astype(np.int64), np.stack([1 - prior, prior], axis=1), epsilon, rng)
+    released, from_prior = rr_with_prior(
+        first_is_chosen.astype(np.int64), np.stack([1 - prior, prior], axis=1), epsilon, rng
+    )
     swap = released.astype(bool) != first_is_chosen  # the released winner is not the true one
     chosen = [r if s else c for c, r, s in zip(dataset["chosen"], dataset["rejected"], swap)]
     rejected = [c if s else r for c, r, s in zip(dataset["chosen"], dataset["rejected"], swap)]
@@ -103,12 +128,24 @@ def release_with_prior(dataset: datasets.Dataset, prior_first: np.ndarray, epsil
     out = out.add_column(FROM_PRIOR_COLUMN, from_prior.tolist())
     del swap, chosen, rejected, first_is_chosen, released, rng
     release = Release.now(
-        "rr_with_prior", epsilon, len(dataset), fixed_seed=seed is not None,
-        pipeline={**RRWithPriorRelease(epsilon, prior, temperature).to_dict(), "rows_from_prior": int(from_prior.sum())},
-        data_fingerprint=preference_fingerprint(dataset), part=part,
+        "rr_with_prior",
+        epsilon,
+        len(dataset),
+        fixed_seed=seed is not None,
+        pipeline={
+            **RRWithPriorRelease(epsilon, prior, temperature).to_dict(),
+            "rows_from_prior": int(from_prior.sum()),
+        },
+        data_fingerprint=preference_fingerprint(dataset),
+        part=part,
     )
-    logger.info("released %d rows through RRWithPrior (ε = %s): %d from the prior, %d by RR", len(out), epsilon,
-                int(from_prior.sum()), int((~from_prior).sum()))
+    logger.info(
+        "released %d rows through RRWithPrior (ε = %s): %d from the prior, %d by RR",
+        len(out),
+        epsilon,
+        int(from_prior.sum()),
+        int((~from_prior).sum()),
+    )
     return with_ledger(out, PrivacyLedger().with_release(release))
 
 
@@ -120,8 +157,10 @@ def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets
     parts = [r.part for ledger in ledgers for r in ledger.releases]
     if None in parts or len(set(parts)) != len(parts):
         raise ValueError(f"each part's releases must name a distinct part (got {parts}); pass part=… when releasing.")
-    parts_data = [p if FROM_PRIOR_COLUMN in p.column_names else p.add_column(FROM_PRIOR_COLUMN, [False] * len(p))
-                  for p in (first, second)]
+    parts_data = [
+        p if FROM_PRIOR_COLUMN in p.column_names else p.add_column(FROM_PRIOR_COLUMN, [False] * len(p))
+        for p in (first, second)
+    ]
     combined = datasets.concatenate_datasets([parts_data[0].cast(parts_data[1].features), parts_data[1]])
     ledger = PrivacyLedger(releases=ledgers[0].releases + ledgers[1].releases)
     return with_ledger(combined, ledger)

@@ -5,5 +5,14 @@ from squarechipo.reward.config import MODEL_TYPES, REWARD_LOSSES, PrivateRewardC
 from squarechipo.reward.pairs import PreferenceModel, pair_text, to_pairwise_dataset
 from squarechipo.reward.trainer import PrivateRewardTrainer, reward_loss
 
-__all__ = ["BestOfKRewardTrainer", "MODEL_TYPES", "REWARD_LOSSES", "PreferenceModel", "PrivateRewardConfig", "PrivateRewardTrainer",
-           "pair_text", "reward_loss", "to_pairwise_dataset"]
+__all__ = [
+    "BestOfKRewardTrainer",
+    "MODEL_TYPES",
+    "REWARD_LOSSES",
+    "PreferenceModel",
+    "PrivateRewardConfig",
+    "PrivateRewardTrainer",
+    "pair_text",
+    "reward_loss",
+    "to_pairwise_dataset",
+]

@@ -47,9 +47,15 @@ class BestOfKRewardTrainer(PrivateRewardTrainer):
         columns = getattr(train_dataset, "column_names", None) or []
         missing = [c for c in ("prompt", "responses", "label_weights") if c not in columns]
         if missing:
-            raise ValueError(f"best-of-K training needs {missing}: release the rows with "
-                             "squarechipo.data.kary.release_kary (it adds label_weights).")
-        pad = processing_class.pad_token_id if processing_class.pad_token_id is not None else processing_class.eos_token_id
+            raise ValueError(
+                f"best-of-K training needs {missing}: release the rows with "
+                "squarechipo.data.kary.release_kary (it adds label_weights)."
+            )
+        pad = (
+            processing_class.pad_token_id
+            if processing_class.pad_token_id is not None
+            else processing_class.eos_token_id
+        )
         kwargs.setdefault("data_collator", _BestOfKCollator(pad))
         super().__init__(model, args=args, train_dataset=train_dataset, processing_class=processing_class, **kwargs)
 
@@ -85,5 +91,6 @@ class BestOfKRewardTrainer(PrivateRewardTrainer):
         loss = plackett_luce_top1_loss(scores, weights.to(scores.device)).mean()
         with torch.no_grad():
             self._metrics[mode]["released_top1_agreement"].append(
-                self.accelerator.gather_for_metrics((scores.argmax(-1) == weights.argmax(-1)).float()).mean().item())
+                self.accelerator.gather_for_metrics((scores.argmax(-1) == weights.argmax(-1)).float()).mean().item()
+            )
         return (loss, outputs) if return_outputs else loss

@@ -33,15 +33,19 @@ class PrivateRewardConfig(RewardConfig):
     loss: str = field(default="debiased_bt", metadata={"help": "debiased_bt (000) or square (003 eq. 10)."})
     max_margin: float | None = field(
         default=8.0,
-        metadata={"help": "Bound B on the reward margin |r(x,a⁺) − r(x,a⁻)| (clipped). The debiased BT loss is "
-                          "unbounded below without it (000 bounds ‖θ‖). None = no bound (square loss only)."},
+        metadata={
+            "help": "Bound B on the reward margin |r(x,a⁺) − r(x,a⁻)| (clipped). The debiased BT loss is "
+            "unbounded below without it (000 bounds ‖θ‖). None = no bound (square loss only)."
+        },
     )
     epsilon: float | None = field(default=None, metadata={"help": "RR ε of the labels; default: from the ledger."})
     privacy_override: bool = field(default=False, metadata={"help": "Allow epsilon to disagree with the ledger."})
     override_lineage_guard: bool = field(
         default=False,
-        metadata={"help": "Train even if the initial model was trained on these rows or their prompts (private "
-                          "labels exposed through it). Recorded in the privacy record and card."},
+        metadata={
+            "help": "Train even if the initial model was trained on these rows or their prompts (private "
+            "labels exposed through it). Recorded in the privacy record and card."
+        },
     )
 
     def __post_init__(self) -> None:

@@ -27,8 +27,14 @@ from squarechipo.reward.linear import (
 )
 from squarechipo.trainer.privacy_settings import PrivacySettings
 
-__all__ = ["response_features", "comparison_features", "fit_linear_head", "LINEAR_ESTIMATORS", "reward_texts",
-           "sequence_scores"]
+__all__ = [
+    "response_features",
+    "comparison_features",
+    "fit_linear_head",
+    "LINEAR_ESTIMATORS",
+    "reward_texts",
+    "sequence_scores",
+]
 
 LINEAR_ESTIMATORS = ("rr_mle", "sgd_rr", "sgd_rr_averaged", "objective_perturbation", "mle")
 _LOCAL_ESTIMATORS = ("rr_mle", "sgd_rr", "sgd_rr_averaged")
@@ -49,8 +55,14 @@ def reward_texts(tokenizer, prompts, responses) -> list[str]:
 
 
 @torch.no_grad()
-def response_features(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list, responses: list,
-                      batch_size: int = 8, max_length: int = 512) -> np.ndarray:
+def response_features(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list,
+    responses: list,
+    batch_size: int = 8,
+    max_length: int = 512,
+) -> np.ndarray:
     """φ(x, a): last-layer hidden state at the last real token, float64 (n, hidden)."""
     model.eval()
     device = next(model.parameters()).device
@@ -60,8 +72,13 @@ def response_features(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     out = []
     try:
         for start in tqdm(range(0, len(texts), batch_size), desc="frozen features", unit="batch"):
-            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, truncation=True,
-                              max_length=max_length).to(device)
+            batch = tokenizer(
+                texts[start : start + batch_size],
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+            ).to(device)
             hidden = model(**batch, output_hidden_states=True, use_cache=False).hidden_states[-1]
             last = batch["attention_mask"].sum(dim=1) - 1
             out.append(hidden[torch.arange(hidden.shape[0]), last].double().cpu())
@@ -71,8 +88,15 @@ def response_features(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 
 
 @torch.no_grad()
-def sequence_scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], *,
-                    batch_size: int = 16, max_length: int = 1024, desc: str = "scoring") -> np.ndarray:
+def sequence_scores(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: list[str],
+    *,
+    batch_size: int = 16,
+    max_length: int = 1024,
+    desc: str = "scoring",
+) -> np.ndarray:
     """The outputs of a sequence-classification model on each text, float64 (n, num_outputs).
 
     The model pools at the last non-pad token itself (transformers' ``*ForSequenceClassification``),
@@ -85,8 +109,14 @@ def sequence_scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     out: np.ndarray | None = None
     for start in tqdm(range(0, len(texts), batch_size), desc=desc, unit="batch", disable=len(texts) <= batch_size):
         index = order[start : start + batch_size]
-        batch = tokenizer([texts[i] for i in index], return_tensors="pt", padding=True, truncation=True,
-                          max_length=max_length, add_special_tokens=False).to(device)
+        batch = tokenizer(
+            [texts[i] for i in index],
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            add_special_tokens=False,
+        ).to(device)
         values = model(**batch, use_cache=False).logits.double().cpu().numpy()
         if out is None:
             out = np.zeros((len(texts), values.shape[1]))
@@ -105,10 +135,19 @@ def comparison_features(model, tokenizer, dataset: datasets.Dataset, feature_bou
     return diff * np.minimum(1.0, feature_bound / np.maximum(norms, 1e-300))
 
 
-def fit_linear_head(features: np.ndarray, estimator: str, privacy: PrivacySettings | None, *, radius: float,
-                    feature_bound: float, epsilon: float | None = None, delta: float = 1e-5,
-                    rng: np.random.Generator | None = None, step: float = 1.0,
-                    strong_convexity_lambda: float | None = None) -> np.ndarray:
+def fit_linear_head(
+    features: np.ndarray,
+    estimator: str,
+    privacy: PrivacySettings | None,
+    *,
+    radius: float,
+    feature_bound: float,
+    epsilon: float | None = None,
+    delta: float = 1e-5,
+    rng: np.random.Generator | None = None,
+    step: float = 1.0,
+    strong_convexity_lambda: float | None = None,
+) -> np.ndarray:
     """θ (d,) for stored rows (every label reads chosen ≻ rejected).
 
     Local label DP, on rows released by RR (``privacy`` from their ledger):
@@ -149,11 +188,15 @@ def fit_linear_head(features: np.ndarray, estimator: str, privacy: PrivacySettin
 def _score_head(model: PreTrainedModel) -> torch.nn.Linear:
     head = getattr(model, "score", None)
     if not isinstance(head, torch.nn.Linear):
-        raise ValueError(f"{type(model).__name__} has no linear `score` head; use a decoder *ForSequenceClassification model.")
+        raise ValueError(
+            f"{type(model).__name__} has no linear `score` head; use a decoder *ForSequenceClassification model."
+        )
     return head
 
 
-def pooled_features(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], **kwargs) -> np.ndarray:
+def pooled_features(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], **kwargs
+) -> np.ndarray:
     """What the classification head of a sequence classifier sees: the hidden state it pools, (n, hidden)."""
     head = _score_head(model)
     model.score = torch.nn.Identity()
@@ -163,8 +206,9 @@ def pooled_features(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
         model.score = head
 
 
-def fit_linear_reward_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dataset: datasets.Dataset, *,
-                            radius: float, **kwargs) -> dict:
+def fit_linear_reward_model(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dataset: datasets.Dataset, *, radius: float, **kwargs
+) -> dict:
     """Fit the ``score`` head of a one-output sequence classifier, in place, as a Bradley–Terry MLE on frozen features.
 
     x_i = (φ(x, a⁺) − φ(x, a⁻))/s with φ the pooled hidden state and s the median ‖φ(x, a⁺) − φ(x, a⁻)‖;
@@ -175,8 +219,9 @@ def fit_linear_reward_model(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     if _score_head(model).out_features != 1:
         raise ValueError(f"a reward model has one output; this one has num_labels={model.config.num_labels}.")
     chosen = pooled_features(model, tokenizer, reward_texts(tokenizer, dataset["prompt"], dataset["chosen"]), **kwargs)
-    rejected = pooled_features(model, tokenizer, reward_texts(tokenizer, dataset["prompt"], dataset["rejected"]),
-                               **kwargs)
+    rejected = pooled_features(
+        model, tokenizer, reward_texts(tokenizer, dataset["prompt"], dataset["rejected"]), **kwargs
+    )
     diff = chosen - rejected
     scale = float(np.median(np.linalg.norm(diff, axis=1)))
     if not scale > 0:
@@ -187,5 +232,10 @@ def fit_linear_reward_model(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
         if model.score.bias is not None:
             model.score.bias.zero_()
     margins = diff @ theta / scale
-    return {"n_rows": len(diff), "radius": radius, "feature_scale": scale, "theta_norm": float(np.linalg.norm(theta)),
-            "train_accuracy": float(np.mean(margins > 0))}
+    return {
+        "n_rows": len(diff),
+        "radius": radius,
+        "feature_scale": scale,
+        "theta_norm": float(np.linalg.norm(theta)),
+        "train_accuracy": float(np.mean(margins > 0)),
+    }

@@ -54,8 +54,15 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def _newton(x: np.ndarray, y: np.ndarray, ridge, linear: np.ndarray, *, theta: np.ndarray | None = None,
-            radius: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _newton(
+    x: np.ndarray,
+    y: np.ndarray,
+    ridge,
+    linear: np.ndarray,
+    *,
+    theta: np.ndarray | None = None,
+    radius: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """argmin Σ_i logloss(⟨x_i, θ⟩, y_i) + ridge/2‖θ‖² + ⟨linear, θ⟩ per trial, by damped Newton.
 
     ``y`` may be any real (the debiased soft labels lie outside [0, 1]); ``theta`` warm-starts. Returns
@@ -67,10 +74,18 @@ def _newton(x: np.ndarray, y: np.ndarray, ridge, linear: np.ndarray, *, theta: n
     iterations, tolerance = NEWTON_ITERATIONS, GRADIENT_TOLERANCE
     trials, n, d = x.shape
     theta = np.zeros((trials, d)) if theta is None else np.array(theta, dtype=np.float64)
-    ridge = np.broadcast_to(np.asarray(ridge, dtype=np.float64).reshape(-1, 1) if np.ndim(ridge) else np.full((trials, 1), float(ridge)), (trials, 1))
-    objective = lambda th: (  # noqa: E731
-        np.logaddexp(0.0, np.einsum("tnd,td->tn", x, th)) - y * np.einsum("tnd,td->tn", x, th)
-    ).sum(1) + 0.5 * ridge[:, 0] * (th**2).sum(1) + (linear * th).sum(1)
+    ridge = np.broadcast_to(
+        np.asarray(ridge, dtype=np.float64).reshape(-1, 1) if np.ndim(ridge) else np.full((trials, 1), float(ridge)),
+        (trials, 1),
+    )
+
+    def objective(th):
+        return (
+            (np.logaddexp(0.0, np.einsum("tnd,td->tn", x, th)) - y * np.einsum("tnd,td->tn", x, th)).sum(1)
+            + 0.5 * ridge[:, 0] * (th**2).sum(1)
+            + (linear * th).sum(1)
+        )
+
     side = np.zeros(trials)
     for _ in range(iterations + 1):
         p = _sigmoid(np.einsum("tnd,td->tn", x, theta))
@@ -84,7 +99,9 @@ def _newton(x: np.ndarray, y: np.ndarray, ridge, linear: np.ndarray, *, theta: n
             done = side != 0
         if done.all():
             break
-        hessian = np.matmul(np.swapaxes(x * (p * (1 - p))[..., None], 1, 2), x) + (ridge[:, :, None] + 1e-12) * np.eye(d)
+        hessian = np.matmul(np.swapaxes(x * (p * (1 - p))[..., None], 1, 2), x) + (ridge[:, :, None] + 1e-12) * np.eye(
+            d
+        )
         step = np.linalg.solve(hessian, grad[..., None])[..., 0]
         t, current = np.ones((trials, 1)), objective(theta)
         # Backtracking keeps separable or flat trials stable. Near the minimum a Newton step lowers the objective
@@ -103,7 +120,8 @@ def _solved(x, y, ridge, linear, what: str, theta: np.ndarray | None = None) -> 
     theta, converged, _ = _newton(x, y, ridge, linear, theta=theta)
     if not converged.all():
         raise NotConvergedError(
-            f"{what}: Newton did not reach gradient norm ≤ {GRADIENT_TOLERANCE:g} in {NEWTON_ITERATIONS} iterations on "
+            f"{what}: Newton did not reach gradient norm ≤ {GRADIENT_TOLERANCE:g} in {NEWTON_ITERATIONS} iterations "
+            "on "
             f"{int((~converged).sum())} of {len(converged)} trials; the estimate would not be the exact minimiser "
             "the guarantee is stated for. Rescale the features (‖x‖ ≤ L of order 1–10) or shrink the ball radius."
         )
@@ -133,8 +151,10 @@ def _in_ball(x: np.ndarray, y: np.ndarray, ridge: float, linear: np.ndarray, rad
         mid = 0.5 * (low + high)
         theta_mid, _, side = _newton(xs, ys, ridge + mid[:, None], ls, theta=warm, radius=radius)
         if (side == 0).any():
-            raise NotConvergedError(f"KKT bisection: Newton could not tell in {NEWTON_ITERATIONS} iterations whether "
-                                    "the minimiser lies in the ball; rescale the features or shrink the radius.")
+            raise NotConvergedError(
+                f"KKT bisection: Newton could not tell in {NEWTON_ITERATIONS} iterations whether "
+                "the minimiser lies in the ball; rescale the features or shrink the radius."
+            )
         inside = side < 0
         low, high = np.where(inside, low, mid), np.where(inside, mid, high)
         warm = np.where(inside[:, None], theta_mid, warm)
@@ -153,7 +173,12 @@ def perturbation_sigma(epsilon: float, delta: float, feature_bound: float) -> fl
 
 
 def objective_perturbation(
-    x: np.ndarray, y: np.ndarray, epsilon: float, delta: float, feature_bound: float, radius: float,
+    x: np.ndarray,
+    y: np.ndarray,
+    epsilon: float,
+    delta: float,
+    feature_bound: float,
+    radius: float,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """000 Algorithm 2 (central label DP) over Θ_B, solved exactly."""
@@ -195,7 +220,12 @@ def _project(theta: np.ndarray, radius: float) -> np.ndarray:
 
 
 def sgd_debiased(
-    x: np.ndarray, observed: np.ndarray, epsilon: float | None, radius: float, checkpoints: list[int], *,
+    x: np.ndarray,
+    observed: np.ndarray,
+    epsilon: float | None,
+    radius: float,
+    checkpoints: list[int],
+    *,
     strong_convexity_lambda: float,
 ) -> dict[int, np.ndarray]:
     """θ̂_SGD-RR: 000 Algorithm 1 on released labels with Theorem 4.5's schedule; the last iterate at checkpoints.
@@ -212,7 +242,11 @@ def sgd_debiased(
     out, wanted = {}, set(checkpoints)
     for t in range(n):
         # 000's loss is (1 − 2ρ) times the normalised one: ĝ_t = (1 − 2ρ)·(normalised gradient).
-        grad = (1.0 - 2.0 * rho) * (_debiased_gradient_factor(x[:, t], theta, sign[:, t], rho) * sign[:, t])[:, None] * x[:, t]
+        grad = (
+            (1.0 - 2.0 * rho)
+            * (_debiased_gradient_factor(x[:, t], theta, sign[:, t], rho) * sign[:, t])[:, None]
+            * x[:, t]
+        )
         theta = _project(theta - grad / (strong_convexity_lambda * (t + 1.0)), radius)
         if t + 1 in wanted:
             out[t + 1] = theta.copy()
@@ -220,7 +254,12 @@ def sgd_debiased(
 
 
 def sgd_debiased_averaged(
-    x: np.ndarray, observed: np.ndarray, epsilon: float | None, radius: float, checkpoints: list[int], step: float = 1.0,
+    x: np.ndarray,
+    observed: np.ndarray,
+    epsilon: float | None,
+    radius: float,
+    checkpoints: list[int],
+    step: float = 1.0,
 ) -> dict[int, np.ndarray]:
     """One projected pass of SGD on the normalised debiased loss with η_t = η₀/√t and Polyak–Ruppert
     averaging; the average at checkpoints. Not the schedule of 000 Theorem 4.5 (no theorem there covers it)."""

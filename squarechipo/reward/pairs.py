@@ -54,9 +54,12 @@ def to_pairwise_dataset(dataset: datasets.Dataset) -> datasets.Dataset:
             "Implicit-prompt rows: apply trl.extract_prompt first."
         )
     pairs = dataset.map(
-        lambda row: {"chosen": pair_text(row["prompt"], row["chosen"], row["rejected"]),
-                     "rejected": pair_text(row["prompt"], row["rejected"], row["chosen"])},
-        remove_columns=dataset.column_names, desc="pairing responses",
+        lambda row: {
+            "chosen": pair_text(row["prompt"], row["chosen"], row["rejected"]),
+            "rejected": pair_text(row["prompt"], row["rejected"], row["chosen"]),
+        },
+        remove_columns=dataset.column_names,
+        desc="pairing responses",
     )
     ledger = get_ledger(dataset)
     return with_ledger(pairs, ledger) if ledger is not None else pairs
@@ -93,8 +96,9 @@ class PreferenceModel:
     def preference(self, prompts: list, first: list, second: list) -> np.ndarray:
         """ℓ̂(x_i, first_i, second_i) = 2σ(s(x, a, b) − s(x, b, a)) − 1 for every i (float64 array)."""
         if not (len(prompts) == len(first) == len(second)):
-            raise ValueError(f"prompts, first and second must have equal lengths (got {len(prompts)}, "
-                             f"{len(first)}, {len(second)}).")
+            raise ValueError(
+                f"prompts, first and second must have equal lengths (got {len(prompts)}, {len(first)}, {len(second)})."
+            )
         forward = self._scores([pair_text(x, a, b) for x, a, b in zip(prompts, first, second)])
         backward = self._scores([pair_text(x, b, a) for x, a, b in zip(prompts, first, second)])
         return preference_value((forward - backward).double()).numpy()

@@ -57,21 +57,35 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
         if not isinstance(args, PrivateRewardConfig):
             raise TypeError(f"args must be a PrivateRewardConfig (got {type(args).__name__}).")
         if (args.loss == "plackett_luce") != self._best_of_k:
-            raise ValueError("loss='plackett_luce' is for best-of-K rows with BestOfKRewardTrainer; pairwise rows use "
-                             "debiased_bt or square." if not self._best_of_k else
-                             "BestOfKRewardTrainer needs loss: plackett_luce.")
+            raise ValueError(
+                "loss='plackett_luce' is for best-of-K rows with BestOfKRewardTrainer; pairwise rows use "
+                "debiased_bt or square."
+                if not self._best_of_k
+                else "BestOfKRewardTrainer needs loss: plackett_luce."
+            )
         ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
-        self.privacy: PrivacySettings = resolve_privacy(ledger, epsilon=args.epsilon, flip_rate=None,
-                                                        override=args.privacy_override)
+        self.privacy: PrivacySettings = resolve_privacy(
+            ledger, epsilon=args.epsilon, flip_rate=None, override=args.privacy_override
+        )
         self.training_data = training_data_record(train_dataset)
         self.lineage = None
         if isinstance(train_dataset, datasets.Dataset):
-            self.lineage = check_lineage([("initial", ModelLineage.of_model(model))], train_dataset,
-                                         private=self.privacy.epsilon is not None, override=args.override_lineage_guard,
-                                         override_field="override_lineage_guard", context=type(self).__name__)
+            self.lineage = check_lineage(
+                [("initial", ModelLineage.of_model(model))],
+                train_dataset,
+                private=self.privacy.epsilon is not None,
+                override=args.override_lineage_guard,
+                override_field="override_lineage_guard",
+                context=type(self).__name__,
+            )
         super().__init__(model, args=args, train_dataset=train_dataset, **kwargs)
-        logger.info("squarechipo reward model: type=%s loss=%s flip_rate=%.6f (source: %s)", args.model_type,
-                    args.loss, self.privacy.flip_rate, self.privacy.source)
+        logger.info(
+            "squarechipo reward model: type=%s loss=%s flip_rate=%.6f (source: %s)",
+            args.model_type,
+            args.loss,
+            self.privacy.flip_rate,
+            self.privacy.source,
+        )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if self.model.training else "eval"
@@ -109,8 +123,13 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
         if self.is_world_process_zero():
-            kind = "a pairwise preference model ℓ(x, a⁰, a¹) (003 Alg. 3)" if self.args.model_type == "preference" \
+            kind = (
+                "a pairwise preference model ℓ(x, a⁰, a¹) (003 Alg. 3)"
+                if self.args.model_type == "preference"
                 else "a reward model (000, debiased Bradley–Terry)"
-            write_privacy_record(self.args.output_dir, self.privacy_record(),
-                                 intro=f"This is {kind} trained with squarechipo on labels released through the "
-                                       "mechanism below.")
+            )
+            write_privacy_record(
+                self.args.output_dir,
+                self.privacy_record(),
+                intro=f"This is {kind} trained with squarechipo on labels released through the mechanism below.",
+            )

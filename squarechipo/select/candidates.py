@@ -81,7 +81,9 @@ def check_candidates(
         if finding.status == UNRECORDED or finding.exposes_labels
     ]
     blocking = [
-        f for f in findings if (f.reason == "no_record" and not allow_unrecorded) or (f.reason != "no_record" and not override_overlap)
+        f
+        for f in findings
+        if (f.reason == "no_record" and not allow_unrecorded) or (f.reason != "no_record" and not override_overlap)
     ]
     if blocking:
         lines = "\n  ".join(f.message() for f in blocking)

@@ -55,16 +55,16 @@ def _mechanism_logits(losses, epsilon: float, sensitivity: float = ROW_LOSS_SENS
         raise ValueError(f"sensitivity must be positive and finite (got {sensitivity!r}).")
     scores = np.asarray(losses, dtype=np.float64)
     if scores.ndim != 1 or scores.size == 0:
-        raise ValueError(f"losses must be a non-empty 1-D vector, one total loss per candidate (got shape {scores.shape}).")
+        raise ValueError(
+            f"losses must be a non-empty 1-D vector, one total loss per candidate (got shape {scores.shape})."
+        )
     if not np.all(np.isfinite(scores)):
         raise ValueError("losses must be finite; a NaN or inf loss would make the selection meaningless.")
     logits = -float(epsilon) * scores / (2.0 * float(sensitivity))
     return logits - logits.max()
 
 
-def select_index(
-    losses, epsilon: float, rng: np.random.Generator, sensitivity: float = ROW_LOSS_SENSITIVITY
-) -> int:
+def select_index(losses, epsilon: float, rng: np.random.Generator, sensitivity: float = ROW_LOSS_SENSITIVITY) -> int:
     """Sample a candidate index with probability ∝ exp(−ε·L/(2Δ)) by the Gumbel-max trick (float64)."""
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator (got {type(rng).__name__}).")

@@ -19,8 +19,12 @@ from squarechipo.select.exponential import row_preference_losses, select_index
 __all__ = ["select_preference_model"]
 
 
-def select_preference_model(candidates: Sequence[Callable[[], PreferenceModel]], private_rows: datasets.Dataset,
-                            epsilon: float, rng: np.random.Generator) -> int:
+def select_preference_model(
+    candidates: Sequence[Callable[[], PreferenceModel]],
+    private_rows: datasets.Dataset,
+    epsilon: float,
+    rng: np.random.Generator,
+) -> int:
     """The index of the sampled candidate (loaded one at a time through the callables)."""
     if len(candidates) < 2:
         raise ValueError(f"candidates must hold at least 2 preference models (got {len(candidates)}).")

@@ -42,17 +42,23 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def _tokenize_row(example: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
-    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    def encode(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
     if is_conversational(example):
-        render = lambda messages, gen: tokenizer.apply_chat_template(  # noqa: E731
-            messages, tokenize=False, add_generation_prompt=gen
-        )
+
+        def render(messages, gen):
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+
         prompt = encode(render(example["prompt"], True))
         chosen = encode(render(example["prompt"] + example["chosen"], False))
         rejected = encode(render(example["prompt"] + example["rejected"], False))
     else:
         eos = tokenizer.eos_token or ""
-        with_eos = lambda text: text if text.endswith(eos) else text + eos  # noqa: E731
+
+        def with_eos(text):
+            return text if text.endswith(eos) else text + eos
+
         prompt = tokenizer(example["prompt"])["input_ids"]
         chosen = tokenizer(example["prompt"] + with_eos(example["chosen"]))["input_ids"]
         rejected = tokenizer(example["prompt"] + with_eos(example["rejected"]))["input_ids"]
@@ -84,11 +90,15 @@ def completion_logps(model: PreTrainedModel, batch: dict, lean: bool) -> tuple[t
     completion_mask = batch["completion_mask"].to(device)
     labels = input_ids.masked_fill(completion_mask == 0, -100)
     if lean:
-        per_token = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True).log_probs
+        per_token = model(
+            input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True
+        ).log_probs
     else:  # models the lean head does not cover: full logits
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
         targets = labels[:, 1:]
-        per_token = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        per_token = (
+            torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        )
         per_token = per_token * (targets != -100)
     logps = per_token.to(torch.float64).sum(dim=1)
     return logps.chunk(2, dim=0)
@@ -100,7 +110,9 @@ def model_logps(model: PreTrainedModel, rows: list[dict], collator, batch_size: 
     lean = add_lean_lm_head(model, share_prompt=True)
     chosen, rejected = [], []
     total = (len(rows) + batch_size - 1) // batch_size
-    for batch in tqdm(_batches(rows, collator, batch_size), total=total, desc=desc, disable=not PartialState().is_local_main_process):
+    for batch in tqdm(
+        _batches(rows, collator, batch_size), total=total, desc=desc, disable=not PartialState().is_local_main_process
+    ):
         c, r = completion_logps(model, batch, lean)
         chosen.append(c.cpu())
         rejected.append(r.cpu())
@@ -129,7 +141,9 @@ def score_candidates(
     Models are loaded one at a time through the given callables and freed after use. With
     ``all_reduce=False`` the sums cover this process's rows only.
     """
-    collator = DataCollatorForPreference(pad_token_id=pad_token_id, max_length=max_length, truncation_mode=truncation_mode)
+    collator = DataCollatorForPreference(
+        pad_token_id=pad_token_id, max_length=max_length, truncation_mode=truncation_mode
+    )
     reference = load_reference()
     ref_logps = model_logps(reference, rows, collator, batch_size, "reference log-probs")
     del reference

@@ -118,8 +118,12 @@ def select_policy(
     )
     reference_path = resolve_model_path(ref_model)
     reference_report = check_lineage(
-        [("reference", ModelLineage.from_folder(reference_path, name=ref_model))], private_dataset, private=True,
-        override=override_reference_guard, override_field="override_reference_guard", context="select_policy",
+        [("reference", ModelLineage.from_folder(reference_path, name=ref_model))],
+        private_dataset,
+        private=True,
+        override=override_reference_guard,
+        override_field="override_reference_guard",
+        context="select_policy",
     )
     state = distributed_state()
     tokenizer = AutoTokenizer.from_pretrained(reference_path)
@@ -209,9 +213,7 @@ def _save_selection(selection: Selection, candidate: Candidate, out: Path, recor
 
 def _card(record: dict) -> str:
     overrides = record["guard_overrides"]
-    override_text = (
-        "; ".join(f"{o['candidate']} ({o['reason']})" for o in overrides) if overrides else "none"
-    )
+    override_text = "; ".join(f"{o['candidate']} ({o['reason']})" for o in overrides) if overrides else "none"
     rows = [
         ("mechanism", "exponential mechanism, P(π) ∝ exp(−ε·L(π)/8) (003 Algorithm 2)"),
         ("central ε (whole row: prompt, responses, label)", record["epsilon"]),

@@ -30,19 +30,36 @@ def _labeldp_report(rows, out):
 EXPERIMENTS = {
     "bandit": ("bandit.csv", ex.bandit_grid, ex.run_bandit_point, ex.BANDIT_COLUMNS, 20, 1, bandit_report),
     "bt": ("bt.csv", ex.bt_grid, ex.run_bt_point, ex.BT_COLUMNS, 100, len(ex.BT_NS), bt_report),
-    "general": ("general.csv", ex.general_grid, ex.run_general_point, ex.GENERAL_COLUMNS, 20,
-                len(ex.GENERAL_ITERATIONS), general_report),
-    "labeldp": ("multistage.csv", ex.multistage_grid, ex.run_multistage_point, ex.MULTISTAGE_COLUMNS, 20,
-                len(ex.MULTISTAGE_METHODS), _labeldp_report),
+    "general": (
+        "general.csv",
+        ex.general_grid,
+        ex.run_general_point,
+        ex.GENERAL_COLUMNS,
+        20,
+        len(ex.GENERAL_ITERATIONS),
+        general_report,
+    ),
+    "labeldp": (
+        "multistage.csv",
+        ex.multistage_grid,
+        ex.run_multistage_point,
+        ex.MULTISTAGE_COLUMNS,
+        20,
+        len(ex.MULTISTAGE_METHODS),
+        _labeldp_report,
+    ),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m squarechipo.sim", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m squarechipo.sim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("experiment", nargs="?", default="all", choices=["all", *EXPERIMENTS])
     parser.add_argument("--full", action="store_true", help="the full grid (hours; resumable)")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt)")
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt)"
+    )
     parser.add_argument("--out", default="outputs/sim", help="results folder (CSV + PNG)")
     parser.add_argument("--base-seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -56,12 +73,29 @@ def main(argv: list[str] | None = None) -> int:
             continue
         start = time.perf_counter()
         path = out / csv_name
-        ran = ex.run_grid(grid(args.full), runner, columns, path, list(range(args.seeds or default_seeds)),
-                          rows_per_seed=rows_per_seed, base_seed=args.base_seed, desc=name)
+        ran = ex.run_grid(
+            grid(args.full),
+            runner,
+            columns,
+            path,
+            list(range(args.seeds or default_seeds)),
+            rows_per_seed=rows_per_seed,
+            base_seed=args.base_seed,
+            desc=name,
+        )
         print(f"{name}: {ran} grid points run ({time.perf_counter() - start:.0f} s), results in {path}")
         lines += report(load_rows(path), out)
-    print("\n".join(["", "== Figures (95% confidence intervals)", *lines, "",
-                     f"plots: {', '.join(sorted(p.name for p in out.glob('*.png')))} in {out.resolve()}"]))
+    print(
+        "\n".join(
+            [
+                "",
+                "== Figures (95% confidence intervals)",
+                *lines,
+                "",
+                f"plots: {', '.join(sorted(p.name for p in out.glob('*.png')))} in {out.resolve()}",
+            ]
+        )
+    )
     return 0
 
 

@@ -23,8 +23,19 @@ from squarechipo.losses import METHODS, margins, preference_loss
 from squarechipo.privacy.pipeline import LabelPipeline
 from squarechipo.select.exponential import row_square_losses, select_index
 
-__all__ = ["Bandit", "PreferenceData", "make_bandit", "fit_tabular", "sample_pairs", "sample_preferences", "fit_policies", "value", "target_policy",
-           "candidate_class", "central_select"]
+__all__ = [
+    "Bandit",
+    "PreferenceData",
+    "make_bandit",
+    "fit_tabular",
+    "sample_pairs",
+    "sample_preferences",
+    "fit_policies",
+    "value",
+    "target_policy",
+    "candidate_class",
+    "central_select",
+]
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,9 @@ class Bandit:
         return float((1.0 / self.ref_policy[np.arange(len(best)), best]).max())
 
 
-def make_bandit(num_contexts: int, num_actions: int, r_max: float, coverage: float, rng: np.random.Generator) -> Bandit:
+def make_bandit(
+    num_contexts: int, num_actions: int, r_max: float, coverage: float, rng: np.random.Generator
+) -> Bandit:
     """Uniform rewards in [0, R_max]; π_ref puts mass ``coverage`` on each context's best action."""
     if not 0 < coverage < 1:
         raise ValueError(f"coverage must be in (0, 1) (got {coverage}); it is π_ref(a*|x).")
@@ -74,7 +87,11 @@ def sample_preferences(
 
 
 def sample_pairs(
-    prefer: np.ndarray, ref_policy: np.ndarray, n: int, pipeline: LabelPipeline | None, rngs: list[np.random.Generator],
+    prefer: np.ndarray,
+    ref_policy: np.ndarray,
+    n: int,
+    pipeline: LabelPipeline | None,
+    rngs: list[np.random.Generator],
     adversary_prefers: np.ndarray | None = None,
 ) -> PreferenceData:
     """n rows per seed: x uniform, a⁰, a¹ ~ π_ref(x), a⁰ preferred w.p. ``prefer[x, a⁰, a¹]``, then the pipeline.
@@ -91,7 +108,11 @@ def sample_pairs(
         a1 = np.minimum((rng.random(n)[:, None] > cdf[x]).sum(axis=1), num_actions - 1)
         first_preferred = rng.random(n) < prefer[x, a0, a1]
         fixed = None if adversary_prefers is None else adversary_prefers[x, a0, a1]
-        observed = first_preferred if pipeline is None else pipeline.apply(first_preferred, rng, fixed_labels=fixed).astype(bool)
+        observed = (
+            first_preferred
+            if pipeline is None
+            else pipeline.apply(first_preferred, rng, fixed_labels=fixed).astype(bool)
+        )
         contexts.append(x)
         chosen.append(np.where(observed, a0, a1))
         rejected.append(np.where(observed, a1, a0))
@@ -111,8 +132,15 @@ def fit_tabular(log_ref: torch.Tensor, theta: torch.Tensor, row_losses, max_iter
     losses. Returns the fitted policies (S, X, A); raises if the fit produced a non-finite policy.
     """
     theta = theta.detach().clone().requires_grad_(True)
-    optimizer = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, tolerance_grad=1e-10,
-                                  tolerance_change=1e-14, history_size=20, line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS(
+        [theta],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=1e-10,
+        tolerance_change=1e-14,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure():
         optimizer.zero_grad()
@@ -151,11 +179,14 @@ def fit_policies(
 
     def row_losses(log_policy):
         chosen, rejected = _gather(log_policy, data)
-        return preference_loss(method, chosen, rejected, ref_chosen, ref_rejected, beta=beta, clip=clip,
-                               epsilon=epsilon).losses
+        return preference_loss(
+            method, chosen, rejected, ref_chosen, ref_rejected, beta=beta, clip=clip, epsilon=epsilon
+        ).losses
 
     try:
-        return fit_tabular(log_ref, torch.zeros((seeds, *bandit.reward.shape), dtype=torch.float64), row_losses, max_iter)
+        return fit_tabular(
+            log_ref, torch.zeros((seeds, *bandit.reward.shape), dtype=torch.float64), row_losses, max_iter
+        )
     except FloatingPointError as error:
         raise FloatingPointError(
             f"{method}: the fit diverged (non-finite policy). Losses unbounded below (robust log) need a clip: "
@@ -208,8 +239,14 @@ def candidate_class(bandit: Bandit, beta: float, size: int, rng: np.random.Gener
 
 
 def central_select(
-    bandit: Bandit, candidates: np.ndarray, data: PreferenceData, *, beta: float, clip: float | None,
-    epsilon: float, rngs: list[np.random.Generator],
+    bandit: Bandit,
+    candidates: np.ndarray,
+    data: PreferenceData,
+    *,
+    beta: float,
+    clip: float | None,
+    epsilon: float,
+    rngs: list[np.random.Generator],
 ) -> np.ndarray:
     """003 Algorithm 2 per seed: L(π) = Σ_i (2σ(m_i) − 2)² on the raw labels, sampled by ``select_index``."""
     log_candidates = torch.log(torch.as_tensor(candidates, dtype=torch.float64))
@@ -218,8 +255,15 @@ def central_select(
     for s, rng in enumerate(rngs):
         x = torch.as_tensor(data.context[s])
         c, r = torch.as_tensor(data.chosen[s]), torch.as_tensor(data.rejected[s])
-        m = margins(log_candidates[:, x, c], log_candidates[:, x, r], log_ref[x, c], log_ref[x, r],
-                    beta=beta, link="chipo", clip=clip)
+        m = margins(
+            log_candidates[:, x, c],
+            log_candidates[:, x, r],
+            log_ref[x, c],
+            log_ref[x, r],
+            beta=beta,
+            link="chipo",
+            clip=clip,
+        )
         losses = row_square_losses(m).sum(dim=1).numpy()
         chosen_policies.append(candidates[select_index(losses, epsilon, rng)])
     return np.stack(chosen_policies)

@@ -37,13 +37,24 @@ from squarechipo.reward.linear import (
     strong_convexity,
 )
 
-__all__ = ["sample_bt", "mle", "objective_perturbation", "rr_mle", "sgd_rr", "sgd_rr_averaged", "perturbation_sigma",
-           "coverage", "ESTIMATORS"]
+__all__ = [
+    "sample_bt",
+    "mle",
+    "objective_perturbation",
+    "rr_mle",
+    "sgd_rr",
+    "sgd_rr_averaged",
+    "perturbation_sigma",
+    "coverage",
+    "ESTIMATORS",
+]
 
 ESTIMATORS = ("mle", "objective_perturbation", "rr_mle", "sgd_rr", "sgd_rr_averaged")
 
 
-def sample_bt(theta: np.ndarray, n: int, feature_bound: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def sample_bt(
+    theta: np.ndarray, n: int, feature_bound: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Features (T, n, d) with ‖x‖ ≤ L and labels (T, n) in {0, 1} for θ* of shape (T, d)."""
     trials, d = theta.shape
     x = rng.standard_normal((trials, n, d))
@@ -65,7 +76,12 @@ def rr_mle(x: np.ndarray, y: np.ndarray, epsilon: float, radius: float, rng: np.
 
 
 def sgd_rr(
-    x: np.ndarray, y: np.ndarray, epsilon: float, radius: float, feature_bound: float, rng: np.random.Generator,
+    x: np.ndarray,
+    y: np.ndarray,
+    epsilon: float,
+    radius: float,
+    feature_bound: float,
+    rng: np.random.Generator,
     checkpoints: list[int],
 ) -> dict[int, np.ndarray]:
     """000 Algorithm 1 with Theorem 4.5's schedule η_t = 1/(γ_ε·κ·t), last iterate."""
@@ -75,8 +91,13 @@ def sgd_rr(
 
 
 def sgd_rr_averaged(
-    x: np.ndarray, y: np.ndarray, epsilon: float, radius: float, rng: np.random.Generator,
-    checkpoints: list[int], step: float = 1.0,
+    x: np.ndarray,
+    y: np.ndarray,
+    epsilon: float,
+    radius: float,
+    rng: np.random.Generator,
+    checkpoints: list[int],
+    step: float = 1.0,
 ) -> dict[int, np.ndarray]:
     """RR_ε, then :func:`~squarechipo.reward.linear.sgd_debiased_averaged` (η₀/√t, Polyak–Ruppert averaging)."""
     observed = randomized_response(y.astype(bool), epsilon, rng)

@@ -24,27 +24,90 @@ from squarechipo.sim import bt
 from squarechipo.sim import general as gp
 from squarechipo.sim import multistage as ms
 
-__all__ = ["BANDIT_COLUMNS", "BT_COLUMNS", "GENERAL_COLUMNS", "GENERAL_INSTANCE", "bandit_grid", "bt_grid",
-           "general_grid", "multistage_grid", "run_multistage_point", "MULTISTAGE_COLUMNS", "point_key", "run_bandit_point", "run_bt_point", "run_general_point", "run_grid", "INSTANCE"]
+__all__ = [
+    "BANDIT_COLUMNS",
+    "BT_COLUMNS",
+    "GENERAL_COLUMNS",
+    "GENERAL_INSTANCE",
+    "bandit_grid",
+    "bt_grid",
+    "general_grid",
+    "multistage_grid",
+    "run_multistage_point",
+    "MULTISTAGE_COLUMNS",
+    "point_key",
+    "run_bandit_point",
+    "run_bt_point",
+    "run_general_point",
+    "run_grid",
+    "INSTANCE",
+]
 
 #: The default instance: 8 contexts, 6 actions, rewards in [0, 4], β = 0.5, margins clipped to ±2R_max.
 INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "beta": 0.5, "instance_seed": 0, "num_candidates": 16}
 
-BANDIT_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary", "coverage", "seed",
-                  "gap_best", "gap_target", "value", "concentrability", "key"]
+BANDIT_COLUMNS = [
+    "study",
+    "method",
+    "n",
+    "epsilon",
+    "alpha",
+    "order",
+    "adversary",
+    "coverage",
+    "seed",
+    "gap_best",
+    "gap_target",
+    "value",
+    "concentrability",
+    "key",
+]
 BT_COLUMNS = ["study", "estimator", "n", "epsilon", "d", "seed", "error", "key"]
-GENERAL_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary", "seed", "iterations",
-                   "dg_mixture", "dg_last", "model_error", "key"]
+GENERAL_COLUMNS = [
+    "study",
+    "method",
+    "n",
+    "epsilon",
+    "alpha",
+    "order",
+    "adversary",
+    "seed",
+    "iterations",
+    "dg_mixture",
+    "dg_last",
+    "model_error",
+    "key",
+]
 
-MULTISTAGE_COLUMNS = ["study", "method", "n", "epsilon", "split", "seed", "gap_best", "gap_target", "prior_share", "key"]
+MULTISTAGE_COLUMNS = [
+    "study",
+    "method",
+    "n",
+    "epsilon",
+    "split",
+    "seed",
+    "gap_best",
+    "gap_target",
+    "prior_share",
+    "key",
+]
 MULTISTAGE_METHODS = ("lp1st", "lp2st", "lp2st_drop")
 
 #: The non-transitive instance of 003 §4 (fixed before the first run): 4 contexts, 5 actions in a
 #: cyclic tournament of strength γ = 1 plus a transitive part r ~ U[0, 1]; β = 0.05, η = 0.3,
 #: m = 4000 unlabelled pairs, |𝓛| = 16 for the central model. The ``fixed`` adversary prefers the
 #: lower-indexed action of a pair.
-GENERAL_INSTANCE = {"num_contexts": 4, "num_actions": 5, "cycle_strength": 1.0, "reward_scale": 1.0, "beta": 0.05,
-                    "eta": 0.3, "num_unlabelled": 4000, "instance_seed": 0, "class_size": 16}
+GENERAL_INSTANCE = {
+    "num_contexts": 4,
+    "num_actions": 5,
+    "cycle_strength": 1.0,
+    "reward_scale": 1.0,
+    "beta": 0.05,
+    "eta": 0.3,
+    "num_unlabelled": 4000,
+    "instance_seed": 0,
+    "class_size": 16,
+}
 #: T at which the mixture of π¹..π^T is scored; one run of T_max iterations gives every prefix.
 GENERAL_ITERATIONS = [1, 2, 4, 8, 16, 32]
 
@@ -70,22 +133,25 @@ def bandit_grid(full: bool = False) -> list[dict]:
     ns = [250, 500, 1000, 2000, 4000, 8000, 16000]
     base = {"alpha": 0.0, "order": "ctl", "adversary": "flip", "coverage": 0.2, "n": 2000, "epsilon": inf}
     points = []
-    add = lambda study, **kw: points.append({**base, "study": study, **kw})  # noqa: E731
+
+    def add(study, **kw):
+        return points.append({**base, "study": study, **kw})
+
     for n in ns:
         add("rate", method="square_chipo", n=n)
-    for eps in ([0.1, 0.25, 0.5, 1.0, 2.0, 5.0, inf] if full else [0.1, 0.5, 1.0, 2.0, inf]):
+    for eps in [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, inf] if full else [0.1, 0.5, 1.0, 2.0, inf]:
         add("privacy", method="square_chipo", epsilon=eps)
-    for eps in ([0.25, 0.5, 1.0, 2.0, 5.0] if full else [0.5, 1.0, 2.0]):
+    for eps in [0.25, 0.5, 1.0, 2.0, 5.0] if full else [0.5, 1.0, 2.0]:
         for order in ("ctl", "ltc"):
             add("order", method="square_chipo", epsilon=eps, alpha=0.2, order=order)
-    for alpha in ([0.0, 0.1, 0.2, 0.3, 0.4] if full else [0.0, 0.2]):
+    for alpha in [0.0, 0.1, 0.2, 0.3, 0.4] if full else [0.0, 0.2]:
         for method in ("square_chipo", "chipo", "dpo", "square_dpo", "rdpo"):
-            for adversary in (["flip", "random"] if full else ["flip"]):
+            for adversary in ["flip", "random"] if full else ["flip"]:
                 add("robust", method=method, alpha=alpha, adversary=adversary)
-    for coverage in ([0.5, 0.2, 0.05, 0.02] if full else [0.5, 0.02]):
+    for coverage in [0.5, 0.2, 0.05, 0.02] if full else [0.5, 0.02]:
         for method in ("dpo", "chipo", "square_chipo"):
             add("coverage", method=method, coverage=coverage)
-    for eps in ([0.25, 0.5, 1.0, 2.0] if full else [0.5, 1.0]):
+    for eps in [0.25, 0.5, 1.0, 2.0] if full else [0.5, 1.0]:
         for method in ("central", "square_chipo"):
             add("central", method=method, epsilon=eps, alpha=0.1)
     if full:
@@ -99,7 +165,7 @@ def bandit_grid(full: bool = False) -> list[dict]:
 def bt_grid(full: bool = False) -> list[dict]:
     """000 Figure 1: d = 5 (default), plus d = 3 and 10 in the full grid; every estimator and ε."""
     points = []
-    for d in ([3, 5, 10] if full else [5]):
+    for d in [3, 5, 10] if full else [5]:
         points.append({"study": "bt", "estimator": "mle", "epsilon": math.inf, "d": d})
         for eps in (0.1, 0.5, 1.0):
             for estimator in ("objective_perturbation", "rr_mle", "sgd_rr", "sgd_rr_averaged"):
@@ -110,14 +176,30 @@ def bt_grid(full: bool = False) -> list[dict]:
 def general_grid(full: bool = False) -> list[dict]:
     """003 §4 / Thm 4.4: the duality gap in T and n (ε = ∞, α = 0), and CTL / LTC / central at ε, α."""
     inf = math.inf
-    base = {"study": "general_rate", "method": "local", "epsilon": inf, "alpha": 0.0, "order": "ctl",
-            "adversary": "fixed", "n": 4000}
+    base = {
+        "study": "general_rate",
+        "method": "local",
+        "epsilon": inf,
+        "alpha": 0.0,
+        "order": "ctl",
+        "adversary": "fixed",
+        "n": 4000,
+    }
     points = [{**base, "n": n} for n in ([250, 1000, 4000, 16000, 64000] if full else [250, 2000, 16000])]
-    for eps in ([0.5, 1.0, 2.0] if full else [1.0]):
-        for adversary in (["fixed", "flip"] if full else ["fixed"]):
+    for eps in [0.5, 1.0, 2.0] if full else [1.0]:
+        for adversary in ["fixed", "flip"] if full else ["fixed"]:
             for method, order in (("local", "ctl"), ("local", "ltc"), ("central", "ctl")):
-                points.append({**base, "study": "general_order", "method": method, "order": order, "epsilon": eps,
-                               "alpha": 0.1, "adversary": adversary})
+                points.append(
+                    {
+                        **base,
+                        "study": "general_order",
+                        "method": method,
+                        "order": order,
+                        "epsilon": eps,
+                        "alpha": 0.1,
+                        "adversary": adversary,
+                    }
+                )
     return points
 
 
@@ -125,8 +207,11 @@ def multistage_grid(full: bool = False) -> list[dict]:
     """LP-2ST vs LP-1ST (001) on the bandit of :data:`INSTANCE` (coverage 0.2, n = 2000) across ε."""
     eps = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0] if full else [0.1, 0.5, 1.0, 2.0]
     splits = [0.3, 0.5, 0.7] if full else [0.5]
-    return [{"study": "multistage", "n": 2000, "epsilon": e, "split": sp, "coverage": 0.2, "temperature": 1.0}
-            for e in eps for sp in splits]
+    return [
+        {"study": "multistage", "n": 2000, "epsilon": e, "split": sp, "coverage": 0.2, "temperature": 1.0}
+        for e in eps
+        for sp in splits
+    ]
 
 
 BT_NS = [1000, 2000, 4000, 7000, 10000]
@@ -140,8 +225,13 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
     """Every seed of one grid point: data, label pipeline, fit (or central selection), exact gaps."""
     key = point_key(point)
     inst = INSTANCE
-    bandit = bd.make_bandit(inst["num_contexts"], inst["num_actions"], inst["r_max"], point["coverage"],
-                            np.random.default_rng(inst["instance_seed"]))
+    bandit = bd.make_bandit(
+        inst["num_contexts"],
+        inst["num_actions"],
+        inst["r_max"],
+        point["coverage"],
+        np.random.default_rng(inst["instance_seed"]),
+    )
     rngs = _rngs(base_seed, key, seeds)
     epsilon = _eps(point["epsilon"])
     clip = 2.0 * inst["r_max"]
@@ -151,20 +241,32 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
         corrupt = LabelPipeline(epsilon=None, corruption_rate=point["alpha"], adversary=point["adversary"])
         data = bd.sample_preferences(bandit, point["n"], corrupt, rngs)
         # The class is public: drawn from the instance seed, never from the private data.
-        candidates = bd.candidate_class(bandit, beta, inst["num_candidates"], np.random.default_rng([inst["instance_seed"], 1]))
-        policies = bd.central_select(bandit, candidates, data, beta=beta, clip=clip, epsilon=point["epsilon"], rngs=rngs)
+        candidates = bd.candidate_class(
+            bandit, beta, inst["num_candidates"], np.random.default_rng([inst["instance_seed"], 1])
+        )
+        policies = bd.central_select(
+            bandit, candidates, data, beta=beta, clip=clip, epsilon=point["epsilon"], rngs=rngs
+        )
         link = "chipo"
     else:
-        pipeline = LabelPipeline(epsilon=epsilon, corruption_rate=point["alpha"], adversary=point["adversary"],
-                                 order=point["order"])
+        pipeline = LabelPipeline(
+            epsilon=epsilon, corruption_rate=point["alpha"], adversary=point["adversary"], order=point["order"]
+        )
         data = bd.sample_preferences(bandit, point["n"], pipeline, rngs)
         policies = bd.fit_policies(bandit, data, point["method"], beta=beta, clip=clip, epsilon=epsilon)
         link = "dpo" if point["method"] in ("dpo", "square_dpo", "rdpo") else "chipo"
     values = bd.value(bandit, policies)
     target = bd.value(bandit, bd.target_policy(bandit, beta, link))
     return [
-        {**point, "seed": s, "gap_best": bandit.best_value - v, "gap_target": abs(target - v), "value": v,
-         "concentrability": bandit.concentrability, "key": key}
+        {
+            **point,
+            "seed": s,
+            "gap_best": bandit.best_value - v,
+            "gap_target": abs(target - v),
+            "value": v,
+            "concentrability": bandit.concentrability,
+            "key": key,
+        }
         for s, v in zip(seeds, values)
     ]
 
@@ -206,32 +308,54 @@ def run_general_point(point: dict, seeds: list[int], base_seed: int = 0) -> list
     """Every seed of one point of :func:`general_grid`: labels, preference model, T_max self-play iterations."""
     key = point_key(point)
     inst = GENERAL_INSTANCE
-    instance = gp.make_general_instance(inst["num_contexts"], inst["num_actions"], inst["cycle_strength"],
-                                        inst["reward_scale"], np.random.default_rng(inst["instance_seed"]))
+    instance = gp.make_general_instance(
+        inst["num_contexts"],
+        inst["num_actions"],
+        inst["cycle_strength"],
+        inst["reward_scale"],
+        np.random.default_rng(inst["instance_seed"]),
+    )
     rngs = _rngs(base_seed, key, seeds)
     epsilon = _eps(point["epsilon"])
     actions = np.arange(inst["num_actions"])
     lower_first = np.broadcast_to(actions[:, None] < actions[None, :], instance.preference.shape)
     if point["method"] == "central":
-        corrupt = LabelPipeline(epsilon=None, corruption_rate=point["alpha"], adversary=point["adversary"],
-                                fixed_preference="lower_index")
+        corrupt = LabelPipeline(
+            epsilon=None, corruption_rate=point["alpha"], adversary=point["adversary"], fixed_preference="lower_index"
+        )
         data = bd.sample_pairs(instance.prefer, instance.ref_policy, point["n"], corrupt, rngs, lower_first)
-        candidates = gp.preference_class(instance, inst["class_size"], np.random.default_rng([inst["instance_seed"], 1]))
+        candidates = gp.preference_class(
+            instance, inst["class_size"], np.random.default_rng([inst["instance_seed"], 1])
+        )
         model = gp.central_preference_model(candidates, data, point["epsilon"], rngs)
     else:
-        pipeline = LabelPipeline(epsilon=epsilon, corruption_rate=point["alpha"], adversary=point["adversary"],
-                                 order=point["order"], fixed_preference="lower_index")
+        pipeline = LabelPipeline(
+            epsilon=epsilon,
+            corruption_rate=point["alpha"],
+            adversary=point["adversary"],
+            order=point["order"],
+            fixed_preference="lower_index",
+        )
         data = bd.sample_pairs(instance.prefer, instance.ref_policy, point["n"], pipeline, rngs, lower_first)
         model = gp.local_preference_model(data, inst["num_contexts"], inst["num_actions"], epsilon)
-    result = gp.self_play(model, instance.ref_policy, inst["num_unlabelled"], max(GENERAL_ITERATIONS),
-                          beta=inst["beta"], eta=inst["eta"], rngs=rngs)
+    result = gp.self_play(
+        model,
+        instance.ref_policy,
+        inst["num_unlabelled"],
+        max(GENERAL_ITERATIONS),
+        beta=inst["beta"],
+        eta=inst["eta"],
+        rngs=rngs,
+    )
     model_error = np.abs(model - instance.preference).mean(axis=(1, 2, 3))
     rows = []
     for t in GENERAL_ITERATIONS:
         mixture = gp.duality_gap(instance.preference, result.iterates[:t].mean(axis=0))
         last = gp.duality_gap(instance.preference, result.iterates[t])
-        rows += [{**point, "seed": s, "iterations": t, "dg_mixture": dm, "dg_last": dl, "model_error": e, "key": key}
-                 for s, dm, dl, e in zip(seeds, mixture, last, model_error)]
+        rows += [
+            {**point, "seed": s, "iterations": t, "dg_mixture": dm, "dg_last": dl, "model_error": e, "key": key}
+            for s, dm, dl, e in zip(seeds, mixture, last, model_error)
+        ]
     return rows
 
 
@@ -239,8 +363,13 @@ def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> l
     """LP-1ST, LP-2ST (prior rows weighted 1) and LP-2ST (prior rows dropped) on the same clean rows per seed."""
     key = point_key(point)
     inst = INSTANCE
-    bandit = bd.make_bandit(inst["num_contexts"], inst["num_actions"], inst["r_max"], point["coverage"],
-                            np.random.default_rng(inst["instance_seed"]))
+    bandit = bd.make_bandit(
+        inst["num_contexts"],
+        inst["num_actions"],
+        inst["r_max"],
+        point["coverage"],
+        np.random.default_rng(inst["instance_seed"]),
+    )
     beta, clip = inst["beta"], 2.0 * inst["r_max"]
     target = bd.value(bandit, bd.target_policy(bandit, beta, "chipo"))
     rows = []
@@ -251,12 +380,30 @@ def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> l
         if method == "lp1st":
             policies = ms.lp1st(bandit, clean, point["epsilon"], rngs, beta=beta, clip=clip)
         else:
-            policies, share = ms.lp2st(bandit, clean, point["epsilon"], rngs, beta=beta, clip=clip, split=point["split"],
-                                       temperature=point["temperature"],
-                                       prior_rows="drop" if method == "lp2st_drop" else "weight")
+            policies, share = ms.lp2st(
+                bandit,
+                clean,
+                point["epsilon"],
+                rngs,
+                beta=beta,
+                clip=clip,
+                split=point["split"],
+                temperature=point["temperature"],
+                prior_rows="drop" if method == "lp2st_drop" else "weight",
+            )
         values = bd.value(bandit, policies)
-        rows += [{**point, "method": method, "seed": s, "gap_best": bandit.best_value - v, "gap_target": abs(target - v),
-                  "prior_share": share, "key": key} for s, v in zip(seeds, values)]
+        rows += [
+            {
+                **point,
+                "method": method,
+                "seed": s,
+                "gap_best": bandit.best_value - v,
+                "gap_target": abs(target - v),
+                "prior_share": share,
+                "key": key,
+            }
+            for s, v in zip(seeds, values)
+        ]
     return rows
 
 
@@ -278,8 +425,16 @@ def _done_keys(path: Path, columns: list[str], expected_rows: dict[str, int]) ->
     return complete
 
 
-def run_grid(points: list[dict], runner, columns: list[str], path: Path, seeds: list[int], rows_per_seed: int = 1,
-             base_seed: int = 0, desc: str = "grid") -> int:
+def run_grid(
+    points: list[dict],
+    runner,
+    columns: list[str],
+    path: Path,
+    seeds: list[int],
+    rows_per_seed: int = 1,
+    base_seed: int = 0,
+    desc: str = "grid",
+) -> int:
     """Run the points not yet in ``path`` (CSV), appending each point's rows as soon as it finishes."""
     expected = {point_key(p): len(seeds) * rows_per_seed for p in points}
     done = _done_keys(path, columns, expected)

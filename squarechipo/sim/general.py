@@ -35,8 +35,17 @@ from squarechipo.privacy.calibration import debias_factor
 from squarechipo.select.exponential import row_preference_losses, select_index
 from squarechipo.sim.bandit import PreferenceData, fit_tabular
 
-__all__ = ["GeneralInstance", "make_general_instance", "duality_gap", "minimax_winner", "local_preference_model",
-           "central_preference_model", "preference_class", "self_play", "SelfPlayResult"]
+__all__ = [
+    "GeneralInstance",
+    "make_general_instance",
+    "duality_gap",
+    "minimax_winner",
+    "local_preference_model",
+    "central_preference_model",
+    "preference_class",
+    "self_play",
+    "SelfPlayResult",
+]
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,9 @@ def cyclic_tournament(num_actions: int) -> np.ndarray:
     return np.where(diff == 0, 0.0, np.where(diff <= (num_actions - 1) // 2, 1.0, -1.0))
 
 
-def make_general_instance(num_contexts: int, num_actions: int, cycle_strength: float, reward_scale: float,
-                          rng: np.random.Generator) -> GeneralInstance:
+def make_general_instance(
+    num_contexts: int, num_actions: int, cycle_strength: float, reward_scale: float, rng: np.random.Generator
+) -> GeneralInstance:
     """ℓ* = tanh(r_a − r_b + γ·C(a, b)) with r ~ U[0, reward_scale]; π_ref ~ Dirichlet(2·1) per context."""
     reward = rng.uniform(0.0, reward_scale, size=(num_contexts, num_actions))
     logits = reward[:, :, None] - reward[:, None, :] + cycle_strength * cyclic_tournament(num_actions)[None]
@@ -85,13 +95,22 @@ def minimax_winner(preference: np.ndarray) -> np.ndarray:
         # variables (p_1..p_A, v): maximise v s.t. Σ_a p_a ℓ(a, b) ≥ v ∀b, Σ p = 1, p ≥ 0
         cost = np.r_[np.zeros(num_actions), -1.0]
         upper = np.c_[-preference[x].T, np.ones(num_actions)]
-        result = linprog(cost, A_ub=upper, b_ub=np.zeros(num_actions), A_eq=[np.r_[np.ones(num_actions), 0.0]],
-                         b_eq=[1.0], bounds=[(0, None)] * num_actions + [(None, None)], method="highs")
+        result = linprog(
+            cost,
+            A_ub=upper,
+            b_ub=np.zeros(num_actions),
+            A_eq=[np.r_[np.ones(num_actions), 0.0]],
+            b_eq=[1.0],
+            bounds=[(0, None)] * num_actions + [(None, None)],
+            method="highs",
+        )
         policy[x] = np.clip(result.x[:num_actions], 0.0, None)
     return policy / policy.sum(axis=1, keepdims=True)
 
 
-def local_preference_model(data: PreferenceData, num_contexts: int, num_actions: int, epsilon: float | None) -> np.ndarray:
+def local_preference_model(
+    data: PreferenceData, num_contexts: int, num_actions: int, epsilon: float | None
+) -> np.ndarray:
     """003 eq. (10): argmin over antisymmetric tabular ℓ ∈ [−1, 1] of Σ_i (ℓ(x_i, a⁰_i, a¹_i) − c(ε)·z̄_i)².
 
     Stored rows read chosen ≻ rejected, so each row says ℓ(x, chosen, rejected) ≈ c(ε). By
@@ -124,8 +143,9 @@ def preference_class(instance: GeneralInstance, size: int, rng: np.random.Genera
     return np.stack(members)
 
 
-def central_preference_model(candidates: np.ndarray, data: PreferenceData, epsilon: float,
-                             rngs: list[np.random.Generator]) -> np.ndarray:
+def central_preference_model(
+    candidates: np.ndarray, data: PreferenceData, epsilon: float, rngs: list[np.random.Generator]
+) -> np.ndarray:
     """003 Alg. 3, central branch: sample ℓ ∈ 𝓛 ∝ exp(−ε·L(ℓ)/8), L(ℓ) = Σ_i (ℓ(x_i, a⁺_i, a⁻_i) − 1)².
 
     Each row's loss lies in [0, 4] (sensitivity 4), so this is :func:`select_index` on the raw
@@ -153,8 +173,17 @@ class SelfPlayResult:
         return self.iterates[-1]
 
 
-def self_play(preference_model: np.ndarray, ref_policy: np.ndarray, num_unlabelled: int, iterations: int, *,
-              beta: float, eta: float, rngs: list[np.random.Generator], max_iter: int = 60) -> SelfPlayResult:
+def self_play(
+    preference_model: np.ndarray,
+    ref_policy: np.ndarray,
+    num_unlabelled: int,
+    iterations: int,
+    *,
+    beta: float,
+    eta: float,
+    rngs: list[np.random.Generator],
+    max_iter: int = 60,
+) -> SelfPlayResult:
     """Policy optimisation of 003 Algorithm 3 (lines 8–13), every seed at once.
 
     D_x: ``num_unlabelled`` triples (x, a, b), x uniform, a, b ~ π_ref. For t = 1..T: one b̃ ~ π^t(x)
@@ -165,14 +194,22 @@ def self_play(preference_model: np.ndarray, ref_policy: np.ndarray, num_unlabell
         raise ValueError(f"iterations (T) must be at least 1 (got {iterations}).")
     seeds = len(rngs)
     num_contexts, num_actions = ref_policy.shape
-    draw = lambda rng, probs: np.minimum((rng.random(probs.shape[:-1])[..., None] > np.cumsum(probs, -1)).sum(-1),  # noqa: E731
-                                         num_actions - 1)
+
+    def draw(rng, probs):
+        return np.minimum(
+            (rng.random(probs.shape[:-1])[..., None] > np.cumsum(probs, -1)).sum(-1),
+            num_actions - 1,
+        )
+
     x = np.stack([rng.integers(num_contexts, size=num_unlabelled) for rng in rngs])
     a = np.stack([draw(rng, ref_policy[xs]) for rng, xs in zip(rngs, x)])
     b = np.stack([draw(rng, ref_policy[xs]) for rng, xs in zip(rngs, x)])
     seed_index = np.arange(seeds)[:, None]
     log_ref = torch.log(torch.as_tensor(ref_policy, dtype=torch.float64))
-    gather = lambda table, actions: table[torch.as_tensor(seed_index), torch.as_tensor(x), torch.as_tensor(actions)]  # noqa: E731
+
+    def gather(table, actions):
+        return table[torch.as_tensor(seed_index), torch.as_tensor(x), torch.as_tensor(actions)]
+
     ref_a, ref_b = gather(log_ref.expand(seeds, -1, -1), a), gather(log_ref.expand(seeds, -1, -1), b)
     theta = torch.zeros((seeds, num_contexts, num_actions), dtype=torch.float64)
     policy = np.broadcast_to(ref_policy, (seeds, num_contexts, num_actions)).copy()
@@ -185,8 +222,9 @@ def self_play(preference_model: np.ndarray, ref_policy: np.ndarray, num_unlabell
         previous_a, previous_b = gather(log_previous, a), gather(log_previous, b)
 
         def row_losses(log_policy, previous_a=previous_a, previous_b=previous_b, target=target):
-            f = self_play_margin(gather(log_policy, a), gather(log_policy, b), previous_a, previous_b, ref_a, ref_b,
-                                 beta=beta, eta=eta)
+            f = self_play_margin(
+                gather(log_policy, a), gather(log_policy, b), previous_a, previous_b, ref_a, ref_b, beta=beta, eta=eta
+            )
             return self_play_loss(f, target)
 
         policy = fit_tabular(log_ref, theta, row_losses, max_iter)

@@ -22,8 +22,9 @@ from squarechipo.sim.bandit import Bandit, PreferenceData, fit_tabular
 __all__ = ["fit_weighted_square_chipo", "lp1st", "lp2st"]
 
 
-def fit_weighted_square_chipo(bandit: Bandit, data: PreferenceData, scale: np.ndarray, weight: np.ndarray, *,
-                              beta: float, clip: float | None) -> np.ndarray:
+def fit_weighted_square_chipo(
+    bandit: Bandit, data: PreferenceData, scale: np.ndarray, weight: np.ndarray, *, beta: float, clip: float | None
+) -> np.ndarray:
     """Σ_i w_i·(2σ(m_i) − 1 − c_i)² / Σ_i w_i per seed, with per-row debiasing c_i and weights w_i."""
     log_ref = torch.log(torch.as_tensor(bandit.ref_policy, dtype=torch.float64))
     seeds = data.context.shape[0]
@@ -33,8 +34,15 @@ def fit_weighted_square_chipo(bandit: Bandit, data: PreferenceData, scale: np.nd
     norm = weight_t.sum(dim=1, keepdim=True).clamp(min=1e-12) / weight_t.shape[1]
 
     def row_losses(log_policy):
-        m = margins(log_policy[s_index, x, c], log_policy[s_index, x, r], log_ref[x, c], log_ref[x, r], beta=beta,
-                    link="chipo", clip=clip)
+        m = margins(
+            log_policy[s_index, x, c],
+            log_policy[s_index, x, r],
+            log_ref[x, c],
+            log_ref[x, r],
+            beta=beta,
+            link="chipo",
+            clip=clip,
+        )
         return weight_t * square_loss(m, scale_t) / norm
 
     return fit_tabular(log_ref, torch.zeros((seeds, *bandit.reward.shape), dtype=torch.float64), row_losses)
@@ -43,22 +51,36 @@ def fit_weighted_square_chipo(bandit: Bandit, data: PreferenceData, scale: np.nd
 def _rr(data: PreferenceData, epsilon: float, rngs) -> PreferenceData:
     """RR on clean rows (chosen = truly preferred): swap each row w.p. 1/(1+e^ε)."""
     flips = np.stack([rng.random(data.context.shape[1]) < flip_probability(epsilon) for rng in rngs])
-    return PreferenceData(data.context, np.where(flips, data.rejected, data.chosen), np.where(flips, data.chosen, data.rejected))
+    return PreferenceData(
+        data.context, np.where(flips, data.rejected, data.chosen), np.where(flips, data.chosen, data.rejected)
+    )
 
 
 def _take(data: PreferenceData, columns: slice) -> PreferenceData:
     return PreferenceData(data.context[:, columns], data.chosen[:, columns], data.rejected[:, columns])
 
 
-def lp1st(bandit: Bandit, clean: PreferenceData, epsilon: float, rngs, *, beta: float, clip: float | None) -> np.ndarray:
+def lp1st(
+    bandit: Bandit, clean: PreferenceData, epsilon: float, rngs, *, beta: float, clip: float | None
+) -> np.ndarray:
     released = _rr(clean, epsilon, rngs)
     ones = np.ones(clean.context.shape)
     return fit_weighted_square_chipo(bandit, released, debias_factor(epsilon) * ones, ones, beta=beta, clip=clip)
 
 
-def lp2st(bandit: Bandit, clean: PreferenceData, epsilon: float, rngs, *, beta: float, clip: float | None,
-          split: float = 0.5, temperature: float = 1.0, prior_rows: str = "weight",
-          prior_weight: float = 1.0) -> tuple[np.ndarray, float]:
+def lp2st(
+    bandit: Bandit,
+    clean: PreferenceData,
+    epsilon: float,
+    rngs,
+    *,
+    beta: float,
+    clip: float | None,
+    split: float = 0.5,
+    temperature: float = 1.0,
+    prior_rows: str = "weight",
+    prior_weight: float = 1.0,
+) -> tuple[np.ndarray, float]:
     """Returns (policies, mean fraction of part-2 rows released from the prior)."""
     if not 0 < split < 1:
         raise ValueError(f"split must be in (0, 1) (got {split}): the fraction of rows in stage 1.")
@@ -81,8 +103,15 @@ def lp2st(bandit: Bandit, clean: PreferenceData, epsilon: float, rngs, *, beta: 
         u, v = np.where(swap, bad, good), np.where(swap, good, bad)
         label = (~swap).astype(np.int64)
         log_pi = np.log(stage1[s])
-        h = margins(torch.as_tensor(log_pi[x, u]), torch.as_tensor(log_pi[x, v]), torch.as_tensor(log_ref[x, u]),
-                    torch.as_tensor(log_ref[x, v]), beta=beta, link="chipo", clip=clip).numpy()
+        h = margins(
+            torch.as_tensor(log_pi[x, u]),
+            torch.as_tensor(log_pi[x, v]),
+            torch.as_tensor(log_ref[x, u]),
+            torch.as_tensor(log_ref[x, v]),
+            beta=beta,
+            link="chipo",
+            clip=clip,
+        ).numpy()
         p_u = 1.0 / (1.0 + np.exp(-h / temperature))
         released, from_prior = rr_with_prior(label, np.stack([1 - p_u, p_u], axis=1), epsilon, rng)
         u_wins = released == 1

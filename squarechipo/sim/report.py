@@ -57,7 +57,10 @@ def _verdict(ok: bool) -> str:
 def _slope(ns: np.ndarray, groups: list[np.ndarray], rng: np.random.Generator, boot: int = 2000):
     """Least-squares slope of log(mean gap) on log n, with a seed-bootstrap 95% interval."""
     x = np.log(ns)
-    fit = lambda means: np.polyfit(x, np.log(means), 1)[0]  # noqa: E731
+
+    def fit(means):
+        return np.polyfit(x, np.log(means), 1)[0]
+
     point = fit(np.array([g.mean() for g in groups]))
     draws = [fit(np.array([rng.choice(g, len(g)).mean() for g in groups])) for _ in range(boot)]
     low, high = np.percentile(draws, [2.5, 97.5])
@@ -69,8 +72,9 @@ def _difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(a.mean() - b.mean()), Z95 * math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
 
 
-def _plot_curves(path: Path, xs, curves: dict[str, list[np.ndarray]], xlabel: str, title: str,
-                 ylabel: str = "J(π_best) − J(π̂)") -> None:
+def _plot_curves(
+    path: Path, xs, curves: dict[str, list[np.ndarray]], xlabel: str, title: str, ylabel: str = "J(π_best) − J(π̂)"
+) -> None:
     def draw(ax):
         for label, groups in curves.items():
             _errorbar(ax, xs, groups, label)
@@ -136,14 +140,20 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
         means = np.array([g.mean() for g in groups])
         order = np.argsort(c)
         monotone = bool(np.all(np.diff(means[order]) >= -np.array([_mean_ci(groups[i])[1] for i in order[1:]])))
-        lines.append(f"[privacy] square_chipo at n = 2000: gap grows with c(ε): {_verdict(monotone)} "
-                     f"(non-decreasing in c(ε) within the 95% half-widths; corr(log c, gap) = "
-                     f"{np.corrcoef(np.log(c), means)[0, 1]:.3f})")
+        lines.append(
+            f"[privacy] square_chipo at n = 2000: gap grows with c(ε): {_verdict(monotone)} "
+            f"(non-decreasing in c(ε) within the 95% half-widths; corr(log c, gap) = "
+            f"{np.corrcoef(np.log(c), means)[0, 1]:.3f})"
+        )
         for e, cc, g in zip(eps, c, groups):
             lines.append(f"       ε = {e:>5}: c(ε) = {cc:7.3f}, |J(π*_β) − J(π̂)| = {_fmt(g)}")
-        _plot(out / "bandit_privacy.png", lambda ax: (
-            _errorbar(ax, c, groups, "square_chipo"),
-            ax.set(xscale="log", xlabel="c(ε)", ylabel="|J(π*_β) − J(π̂)|", title="Cost of local DP (n = 2000)")))
+        _plot(
+            out / "bandit_privacy.png",
+            lambda ax: (
+                _errorbar(ax, c, groups, "square_chipo"),
+                ax.set(xscale="log", xlabel="c(ε)", ylabel="|J(π*_β) − J(π̂)|", title="Cost of local DP (n = 2000)"),
+            ),
+        )
 
     order = _group(rows, "order", "epsilon", "order", metric="gap_best")
     if order:
@@ -153,13 +163,22 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
             ctl, ltc = order[(e, "ctl")], order[(e, "ltc")]
             d, half = _difference(ltc, ctl)
             diffs.append(d)
-            lines.append(f"[order] α = 0.2 flip, ε = {e}: CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, LTC − CTL = {d:.4f} ± {half:.4f}: "
-                         f"LTC above CTL {_verdict(d - half > 0)}")
+            lines.append(
+                f"[order] α = 0.2 flip, ε = {e}: CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, LTC − CTL = {d:.4f} ± {half:.4f}: "
+                f"LTC above CTL {_verdict(d - half > 0)}"
+            )
         shrinking = all(a >= b for a, b in zip(diffs, diffs[1:]))
-        lines.append(f"        difference grows as ε shrinks: {_verdict(shrinking)} ({', '.join(f'{d:.4f}' for d in diffs)} "
-                     f"for ε = {', '.join(str(e) for e in eps)})")
-        _plot_curves(out / "bandit_ctl_vs_ltc.png", eps, {o.upper(): [order[(e, o)] for e in eps] for o in ("ctl", "ltc")},
-                     "ε", "CTL vs LTC (α = 0.2)")
+        lines.append(
+            f"        difference grows as ε shrinks: {_verdict(shrinking)} ({', '.join(f'{d:.4f}' for d in diffs)} "
+            f"for ε = {', '.join(str(e) for e in eps)})"
+        )
+        _plot_curves(
+            out / "bandit_ctl_vs_ltc.png",
+            eps,
+            {o.upper(): [order[(e, o)] for e in eps] for o in ("ctl", "ltc")},
+            "ε",
+            "CTL vs LTC (α = 0.2)",
+        )
 
     robust = _group(rows, "robust", "alpha", "adversary", "method", metric="gap_best")
     if robust:
@@ -172,37 +191,60 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
             for other in ("chipo", "dpo"):
                 d, half = _difference(g[other], sq)
                 verdicts.append(f"{other} − square_chipo = {d:.4f} ± {half:.4f} ({_verdict(d - half > 0)})")
-            lines.append(f"[robust] α = {alpha} {adversary}, ε = ∞, n = 2000: "
-                         + ", ".join(f"{m} {_fmt(v)}" for m, v in sorted(g.items())))
+            lines.append(
+                f"[robust] α = {alpha} {adversary}, ε = ∞, n = 2000: "
+                + ", ".join(f"{m} {_fmt(v)}" for m, v in sorted(g.items()))
+            )
             lines.append("         square_chipo below: " + "; ".join(verdicts))
             clean = {m: robust.get((0.0, adversary, m)) for m in g}
             if all(v is not None for v in clean.values()):
-                # The fixed-β targets differ by link, so the gap at α = 0 differs too; the increase isolates the corruption.
-                lines.append("         increase over α = 0 (same method): "
-                             + ", ".join(f"{m} {g[m].mean() - clean[m].mean():+.4f}" for m in sorted(g)))
+                # The fixed-β targets differ by link, so the gap at α = 0 differs too;
+                # the increase isolates the corruption.
+                lines.append(
+                    "         increase over α = 0 (same method): "
+                    + ", ".join(f"{m} {g[m].mean() - clean[m].mean():+.4f}" for m in sorted(g))
+                )
         methods = sorted({k[2] for k in robust})
         key = next((k[:2] for k in sorted(robust) if k[0] > 0), None)
         if key:
-            _plot(out / "bandit_robust.png", lambda ax: (
-                ax.bar(methods, [robust[(*key, m)].mean() for m in methods],
-                       yerr=[_mean_ci(robust[(*key, m)])[1] for m in methods], capsize=3),
-                ax.set(ylabel="J(π_best) − J(π̂)", title=f"α = {key[0]} ({key[1]}) corruption")))
+            _plot(
+                out / "bandit_robust.png",
+                lambda ax: (
+                    ax.bar(
+                        methods,
+                        [robust[(*key, m)].mean() for m in methods],
+                        yerr=[_mean_ci(robust[(*key, m)])[1] for m in methods],
+                        capsize=3,
+                    ),
+                    ax.set(ylabel="J(π_best) − J(π̂)", title=f"α = {key[0]} ({key[1]}) corruption"),
+                ),
+            )
 
     coverage = _group(rows, "coverage", "coverage", "method", metric="gap_best")
     if coverage:
         qs = sorted({k[0] for k in coverage})
         poor, good = qs[0], qs[-1]
         for q in qs:
-            lines.append(f"[coverage] π_ref(a*|x) = {q} (C* = {1 / q:.0f}): "
-                         + ", ".join(f"{m} {_fmt(coverage[(q, m)])}" for m in ("dpo", "chipo", "square_chipo")))
-        degrade = {m: coverage[(poor, m)].mean() - coverage[(good, m)].mean() for m in ("dpo", "chipo", "square_chipo")}
+            lines.append(
+                f"[coverage] π_ref(a*|x) = {q} (C* = {1 / q:.0f}): "
+                + ", ".join(f"{m} {_fmt(coverage[(q, m)])}" for m in ("dpo", "chipo", "square_chipo"))
+            )
+        degrade = {
+            m: coverage[(poor, m)].mean() - coverage[(good, m)].mean() for m in ("dpo", "chipo", "square_chipo")
+        }
         ok = degrade["dpo"] > max(degrade["chipo"], degrade["square_chipo"])
-        lines.append("           over-optimisation (gap at poor minus good coverage): "
-                     + ", ".join(f"{m} {v:+.4f}" for m, v in degrade.items())
-                     + f"; χPO links degrade less than DPO: {_verdict(ok)}")
-        _plot_curves(out / "bandit_coverage.png", [1 / q for q in qs],
-                     {m: [coverage[(q, m)] for q in qs] for m in ("dpo", "chipo", "square_chipo")},
-                     "C* = 1/π_ref(a*|x)", "Coverage of π_ref")
+        lines.append(
+            "           over-optimisation (gap at poor minus good coverage): "
+            + ", ".join(f"{m} {v:+.4f}" for m, v in degrade.items())
+            + f"; χPO links degrade less than DPO: {_verdict(ok)}"
+        )
+        _plot_curves(
+            out / "bandit_coverage.png",
+            [1 / q for q in qs],
+            {m: [coverage[(q, m)] for q in qs] for m in ("dpo", "chipo", "square_chipo")},
+            "C* = 1/π_ref(a*|x)",
+            "Coverage of π_ref",
+        )
 
     central = _group(rows, "central", "epsilon", "method", metric="gap_best")
     if central:
@@ -210,11 +252,18 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
         for e in eps:
             cen, loc = central[(e, "central")], central[(e, "square_chipo")]
             d, half = _difference(loc, cen)
-            lines.append(f"[central] ε = {e}, α = 0.1, n = 2000: central selection {_fmt(cen)} vs local square_chipo "
-                         f"{_fmt(loc)}; local − central = {d:.4f} ± {half:.4f}: central better {_verdict(d - half > 0)}")
+            lines.append(
+                f"[central] ε = {e}, α = 0.1, n = 2000: central selection {_fmt(cen)} vs local square_chipo "
+                f"{_fmt(loc)}; local − central = {d:.4f} ± {half:.4f}: central better {_verdict(d - half > 0)}"
+            )
         labels = {"central": "central (exp. mechanism, |Π| = 16)", "square_chipo": "local (square_chipo, CTL)"}
-        _plot_curves(out / "bandit_central_vs_local.png", eps,
-                     {label: [central[(e, m)] for e in eps] for m, label in labels.items()}, "ε", "Central vs local DP")
+        _plot_curves(
+            out / "bandit_central_vs_local.png",
+            eps,
+            {label: [central[(e, m)] for e in eps] for m, label in labels.items()},
+            "ε",
+            "Central vs local DP",
+        )
     return lines
 
 
@@ -232,23 +281,42 @@ def bt_report(rows: list[dict], out: Path) -> list[str]:
                 central, local = errors[(d, "objective_perturbation", e, n)], errors[(d, "rr_mle", e, n)]
                 ok = mle[n].mean() < central.mean() < local.mean()
                 all_ok &= ok
-                sgd = {name: errors[(d, name, e, n)].mean() / mle[n].mean() for name in ("sgd_rr", "sgd_rr_averaged")
-                       if (d, name, e, n) in errors}
+                sgd = {
+                    name: errors[(d, name, e, n)].mean() / mle[n].mean()
+                    for name in ("sgd_rr", "sgd_rr_averaged")
+                    if (d, name, e, n) in errors
+                }
                 sgd_text = ", ".join(f"{name}/MLE = {ratio:.2f}" for name, ratio in sgd.items())
-                lines.append(f"[bt d={int(d)}] ε = {e}, n = {int(n):>5}: MLE {_fmt(mle[n])} < central {_fmt(central)} < local "
-                             f"θ̂_RR {_fmt(local)}: {_verdict(ok)}; θ̂_RR/MLE = {local.mean() / mle[n].mean():6.2f} "
-                             f"beside c(ε) = (e^ε+1)/(e^ε−1) = {c:.2f}" + (f"; {sgd_text}" if sgd_text else ""))
-        lines.append(f"[bt d={int(d)}] ordering non-private < central < local (θ̂_RR) at every n and ε: {_verdict(all_ok)}")
+                lines.append(
+                    f"[bt d={int(d)}] ε = {e}, n = {int(n):>5}: MLE {_fmt(mle[n])} < central {_fmt(central)} < local "
+                    f"θ̂_RR {_fmt(local)}: {_verdict(ok)}; θ̂_RR/MLE = {local.mean() / mle[n].mean():6.2f} "
+                    f"beside c(ε) = (e^ε+1)/(e^ε−1) = {c:.2f}" + (f"; {sgd_text}" if sgd_text else "")
+                )
+        lines.append(
+            f"[bt d={int(d)}] ordering non-private < central < local (θ̂_RR) at every n and ε: {_verdict(all_ok)}"
+        )
 
         def draw(ax, d=d, ns=ns, eps=eps, mle=mle):
             _errorbar(ax, ns, [mle[n] for n in ns], "MLE (non-private)", color="k")
             for e, colour in zip(eps, ("C0", "C1", "C2", "C3")):
-                _errorbar(ax, ns, [errors[(d, "objective_perturbation", e, n)] for n in ns], f"central ε={e}", color=colour)
-                _errorbar(ax, ns, [errors[(d, "rr_mle", e, n)] for n in ns], f"local θ̂_RR ε={e}", color=colour, ls="--")
+                _errorbar(
+                    ax, ns, [errors[(d, "objective_perturbation", e, n)] for n in ns], f"central ε={e}", color=colour
+                )
+                _errorbar(
+                    ax, ns, [errors[(d, "rr_mle", e, n)] for n in ns], f"local θ̂_RR ε={e}", color=colour, ls="--"
+                )
                 if (d, "sgd_rr_averaged", e, ns[0]) in errors:
-                    _errorbar(ax, ns, [errors[(d, "sgd_rr_averaged", e, n)] for n in ns], f"local SGD-RR (averaged) ε={e}",
-                              color=colour, ls=":")
-            ax.set(yscale="log", xlabel="n", ylabel="‖θ̂ − θ*‖₂", title=f"Private BT estimation (d = {int(d)}; 000 Fig. 1)")
+                    _errorbar(
+                        ax,
+                        ns,
+                        [errors[(d, "sgd_rr_averaged", e, n)] for n in ns],
+                        f"local SGD-RR (averaged) ε={e}",
+                        color=colour,
+                        ls=":",
+                    )
+            ax.set(
+                yscale="log", xlabel="n", ylabel="‖θ̂ − θ*‖₂", title=f"Private BT estimation (d = {int(d)}; 000 Fig. 1)"
+            )
             ax.legend(fontsize=6)
 
         _plot(out / f"bt_error_d{int(d)}.png", draw)
@@ -269,22 +337,42 @@ def general_report(rows: list[dict], out: Path) -> list[str]:
             first, last = rate[(n, ts[0])], rate[(n, t_max)]
             d, half = _difference(first, last)
             lines.append(f"[general T] n = {int(n):>6}, ε = ∞, α = 0: mixture of π¹..π^T: {curve}")
-            lines.append(f"            DG(T={int(ts[0])}) − DG(T={int(t_max)}) = {d:.4f} ± {half:.4f}: falls with T "
-                         f"{_verdict(d - half > 0)}")
+            lines.append(
+                f"            DG(T={int(ts[0])}) − DG(T={int(t_max)}) = {d:.4f} ± {half:.4f}: falls with T "
+                f"{_verdict(d - half > 0)}"
+            )
         last_iterate = _group(rows, "general_rate", "n", "iterations", metric="dg_last")
-        lines.append("            last iterate π^{T+1} at T = " + f"{int(t_max)}: "
-                     + ", ".join(f"n={int(n)} {_fmt(last_iterate[(n, t_max)])}" for n in ns)
-                     + " (self-play cycles on a non-transitive game; the mixture is what Alg. 3 returns)")
+        lines.append(
+            "            last iterate π^{T+1} at T = "
+            + f"{int(t_max)}: "
+            + ", ".join(f"n={int(n)} {_fmt(last_iterate[(n, t_max)])}" for n in ns)
+            + " (self-play cycles on a non-transitive game; the mixture is what Alg. 3 returns)"
+        )
         ends = [rate[(n, t_max)] for n in ns]
         d, half = _difference(ends[0], ends[-1])
         steps = all(a.mean() > b.mean() for a, b in zip(ends, ends[1:]))
-        lines.append(f"[general n] DG at T = {int(t_max)}: " + ", ".join(f"n={int(n)} {_fmt(e)}" for n, e in zip(ns, ends))
-                     + f"; DG(n={int(ns[0])}) − DG(n={int(ns[-1])}) = {d:.4f} ± {half:.4f}: falls with n "
-                     + _verdict(d - half > 0 and steps))
-        _plot_curves(out / "general_dg_vs_T.png", ts, {f"n = {int(n)}": [rate[(n, t)] for t in ts] for n in ns},
-                     "T (iterations)", "Iterative Square-χPO: mixture of iterates", ylabel=dg_label)
-        _plot_curves(out / "general_dg_vs_n.png", ns, {f"T = {int(t)}": [rate[(n, t)] for n in ns] for t in ts[1:]},
-                     "n (labelled pairs)", "Iterative Square-χPO: duality gap in n", ylabel=dg_label)
+        lines.append(
+            f"[general n] DG at T = {int(t_max)}: "
+            + ", ".join(f"n={int(n)} {_fmt(e)}" for n, e in zip(ns, ends))
+            + f"; DG(n={int(ns[0])}) − DG(n={int(ns[-1])}) = {d:.4f} ± {half:.4f}: falls with n "
+            + _verdict(d - half > 0 and steps)
+        )
+        _plot_curves(
+            out / "general_dg_vs_T.png",
+            ts,
+            {f"n = {int(n)}": [rate[(n, t)] for t in ts] for n in ns},
+            "T (iterations)",
+            "Iterative Square-χPO: mixture of iterates",
+            ylabel=dg_label,
+        )
+        _plot_curves(
+            out / "general_dg_vs_n.png",
+            ns,
+            {f"T = {int(t)}": [rate[(n, t)] for n in ns] for t in ts[1:]},
+            "n (labelled pairs)",
+            "Iterative Square-χPO: duality gap in n",
+            ylabel=dg_label,
+        )
     order = _group(rows, "general_order", "epsilon", "adversary", "method", "order", "iterations", metric="dg_mixture")
     if order:
         t_max = max(k[4] for k in order)
@@ -293,19 +381,33 @@ def general_report(rows: list[dict], out: Path) -> list[str]:
             central = order[(eps, adversary, "central", "ctl", t_max)]
             d, half = _difference(ltc, ctl)
             dc, halfc = _difference(ctl, central)
-            lines.append(f"[general order] ε = {eps}, α = 0.1 ({adversary} adversary), n = 4000, T = {int(t_max)}: "
-                         f"CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, central {_fmt(central)}")
-            lines.append(f"            LTC − CTL = {d:.4f} ± {half:.4f}: CTL better {_verdict(d - half > 0)}; "
-                         f"CTL − central = {dc:.4f} ± {halfc:.4f}: central at least as good {_verdict(dc + halfc >= 0)} "
-                         f"(Thm 4.4 terms at this ε: c(ε) = {debias_factor(eps):.2f} vs 1 + 1/√ε = {1 + eps ** -0.5:.2f})")
+            lines.append(
+                f"[general order] ε = {eps}, α = 0.1 ({adversary} adversary), n = 4000, T = {int(t_max)}: "
+                f"CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, central {_fmt(central)}"
+            )
+            lines.append(
+                f"            LTC − CTL = {d:.4f} ± {half:.4f}: CTL better {_verdict(d - half > 0)}; "
+                f"CTL − central = {dc:.4f} ± {halfc:.4f}: central at least as good {_verdict(dc + halfc >= 0)} "
+                f"(Thm 4.4 terms at this ε: c(ε) = {debias_factor(eps):.2f} vs 1 + 1/√ε = {1 + eps**-0.5:.2f})"
+            )
         eps_adv = sorted({(k[0], k[1]) for k in order})
         ts = sorted({k[4] for k in order})
         e0, a0 = eps_adv[0]
-        _plot_curves(out / "general_order.png", ts,
-                     {label: [order[(e0, a0, m, o, t)] for t in ts]
-                      for label, (m, o) in {"local CTL": ("local", "ctl"), "local LTC": ("local", "ltc"),
-                                            "central (exp. mechanism)": ("central", "ctl")}.items()},
-                     "T (iterations)", f"CTL / LTC / central, ε = {e0}, α = 0.1 ({a0})", ylabel=dg_label)
+        _plot_curves(
+            out / "general_order.png",
+            ts,
+            {
+                label: [order[(e0, a0, m, o, t)] for t in ts]
+                for label, (m, o) in {
+                    "local CTL": ("local", "ctl"),
+                    "local LTC": ("local", "ltc"),
+                    "central (exp. mechanism)": ("central", "ctl"),
+                }.items()
+            },
+            "T (iterations)",
+            f"CTL / LTC / central, ε = {e0}, α = 0.1 ({a0})",
+            ylabel=dg_label,
+        )
     return lines
 
 
@@ -321,16 +423,31 @@ def multistage_report(rows: list[dict], out: Path) -> list[str]:
         for method in ("lp2st", "lp2st_drop"):
             diff = one - gaps[(eps, split, method)]  # paired: > 0 means LP-2ST better
             mean, half = _mean_ci(diff)
-            verdict = "LP-2ST better" if mean - half > 0 else "LP-1ST better" if mean + half < 0 else "no significant difference"
-            parts.append(f"{method} {_fmt(gaps[(eps, split, method)])} (LP-1ST − it = {mean:+.4f} ± {half:.4f}: {verdict})")
-        lines.append(f"[multistage] ε = {eps}, split {split}, n = 2000: LP-1ST {_fmt(one)}; " + "; ".join(parts)
-                     + f"; part-2 rows released from the prior: {shares[(eps, split, 'lp2st')].mean():.1%}")
+            verdict = (
+                "LP-2ST better"
+                if mean - half > 0
+                else "LP-1ST better"
+                if mean + half < 0
+                else "no significant difference"
+            )
+            parts.append(
+                f"{method} {_fmt(gaps[(eps, split, method)])} (LP-1ST − it = {mean:+.4f} ± {half:.4f}: {verdict})"
+            )
+        lines.append(
+            f"[multistage] ε = {eps}, split {split}, n = 2000: LP-1ST {_fmt(one)}; "
+            + "; ".join(parts)
+            + f"; part-2 rows released from the prior: {shares[(eps, split, 'lp2st')].mean():.1%}"
+        )
     if points:
         split0 = points[0][1]
         eps = [p[0] for p in points if p[1] == split0]
-        _plot_curves(out / "multistage_lp2st.png", eps,
-                     {m: [gaps[(e, split0, m)] for e in eps] for m in ("lp1st", "lp2st", "lp2st_drop")},
-                     "ε", f"LP-2ST vs LP-1ST (001), split {split0}")
+        _plot_curves(
+            out / "multistage_lp2st.png",
+            eps,
+            {m: [gaps[(e, split0, m)] for e in eps] for m in ("lp1st", "lp2st", "lp2st_drop")},
+            "ε",
+            f"LP-2ST vs LP-1ST (001), split {split0}",
+        )
     return lines
 
 
@@ -346,18 +463,25 @@ def kary_report(out: Path, ks=(2, 4, 8, 16, 32, 64), epsilons=(0.5, 1.0, 2.0, 4.
         slope_krr = np.polyfit(np.log(ks[1:]), np.log(krr[1:]), 1)[0]
         slope_sub = np.polyfit(np.log(ks[1:]), np.log(sub[1:]), 1)[0]
         ratio = ", ".join(f"K={k}: {a / b:.2f}" for k, a, b in zip(ks, krr, sub))
-        lines.append(f"[kary] ε = {eps}: Var(K-RR)/Var(subset) {ratio}; variance ∝ K^{slope_krr:.2f} (K-RR) vs "
-                     f"K^{slope_sub:.2f} (subset), i.e. ℓ2 error ∝ K^{slope_krr / 2:.2f} vs K^{slope_sub / 2:.2f} "
-                     f"(002: K vs √K for ε = O(1)); subset beats K-RR from K = "
-                     + str(next((k for k, a, b in zip(ks, krr, sub) if b < a), "never")))
+        lines.append(
+            f"[kary] ε = {eps}: Var(K-RR)/Var(subset) {ratio}; variance ∝ K^{slope_krr:.2f} (K-RR) vs "
+            f"K^{slope_sub:.2f} (subset), i.e. ℓ2 error ∝ K^{slope_krr / 2:.2f} vs K^{slope_sub / 2:.2f} "
+            f"(002: K vs √K for ε = O(1)); subset beats K-RR from K = "
+            + str(next((k for k, a, b in zip(ks, krr, sub) if b < a), "never"))
+        )
         curves[f"K-RR ε={eps}"] = krr
         curves[f"subset ε={eps}"] = sub
 
     def draw(ax):
         for label, values in curves.items():
             ax.plot(ks, values, marker="o", ls="--" if label.startswith("K-RR") else "-", label=label)
-        ax.set(xscale="log", yscale="log", xlabel="K", ylabel="Σ_k Var(a_k) per sample",
-               title="Unbiased K-ary analyzers (002)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="K",
+            ylabel="Σ_k Var(a_k) per sample",
+            title="Unbiased K-ary analyzers (002)",
+        )
         ax.legend(fontsize=6)
 
     _plot(out / "kary_variance.png", draw)

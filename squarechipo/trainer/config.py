@@ -45,13 +45,17 @@ class SquareChiPOConfig(DPOConfig):
     )
     override_lineage_guard: bool = field(
         default=False,
-        metadata={"help": "Train even if the initial policy or the reference was trained on these rows or their "
-                          "prompts (private labels exposed through it). Recorded in the privacy record and card."},
+        metadata={
+            "help": "Train even if the initial policy or the reference was trained on these rows or their "
+            "prompts (private labels exposed through it). Recorded in the privacy record and card."
+        },
     )
     prior_row_weight: float = field(
         default=1.0,
-        metadata={"help": "LP-2ST (001): weight of rows whose label was released from the prior (pseudo-labels, "
-                          "not debiased); 0 drops them. Used only when the data has a label_from_prior column."},
+        metadata={
+            "help": "LP-2ST (001): weight of rows whose label was released from the prior (pseudo-labels, "
+            "not debiased); 0 drops them. Used only when the data has a label_from_prior column."
+        },
     )
     heavy_metrics: bool = field(
         default=False,

@@ -24,6 +24,10 @@ class CountDroppedRowsMixin:
             self.dropped_rows[dataset_name] = dropped
             logger.warning(
                 "%s: %d of %d rows do not fit max_length=%s tokens and are left out by TRL's length filter. "
-                "Raise max_length to keep them.", dataset_name, dropped, before, args.max_length,
+                "Raise max_length to keep them.",
+                dataset_name,
+                dropped,
+                before,
+                args.max_length,
             )
         return prepared

@@ -46,8 +46,10 @@ logger = logging.getLogger("squarechipo")
 def self_play_dataset(pairs: datasets.Dataset, ref_logps, previous_logps, target: np.ndarray) -> datasets.Dataset:
     """The rows of one update: prompt/chosen(=a)/rejected(=b) and the five columns of :mod:`self_play`."""
     columns = {
-        "ref_chosen_logps": ref_logps[0].tolist(), "ref_rejected_logps": ref_logps[1].tolist(),
-        "previous_chosen_logps": previous_logps[0].tolist(), "previous_rejected_logps": previous_logps[1].tolist(),
+        "ref_chosen_logps": ref_logps[0].tolist(),
+        "ref_rejected_logps": ref_logps[1].tolist(),
+        "previous_chosen_logps": previous_logps[0].tolist(),
+        "previous_rejected_logps": previous_logps[1].tolist(),
         "self_play_target": np.asarray(target, dtype=np.float64).tolist(),
     }
     out = pairs
@@ -57,9 +59,18 @@ def self_play_dataset(pairs: datasets.Dataset, ref_logps, previous_logps, target
 
 
 def _sample(model, tokenizer, prompts, args: SelfPlayConfig, seed: int, desc: str) -> list[str]:
-    return generate_with_model(model, tokenizer, prompts, max_new_tokens=args.responses_max_new_tokens,
-                               batch_size=args.responses_batch_size, do_sample=True,
-                               temperature=args.responses_temperature, top_p=args.responses_top_p, seed=seed, desc=desc)
+    return generate_with_model(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=args.responses_max_new_tokens,
+        batch_size=args.responses_batch_size,
+        do_sample=True,
+        temperature=args.responses_temperature,
+        top_p=args.responses_top_p,
+        seed=seed,
+        desc=desc,
+    )
 
 
 def iterative_square_chipo(
@@ -94,13 +105,21 @@ def iterative_square_chipo(
         context="iterative Square-χPO",
         extra_prompt_hashes=(preference_record or {}).get("prompt_sketch") or (),
     )
-    collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-                                         max_length=args.max_length, truncation_mode=args.truncation_mode)
+    collator = DataCollatorForPreference(
+        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+        max_length=args.max_length,
+        truncation_mode=args.truncation_mode,
+    )
     # Line 8: D_x, two samples from π_ref per prompt (seeds differ so a ≠ b in distribution draws).
     first = _sample(policy, tokenizer, prompts, args, args.seed * 1000 + 1, "D_x: a ~ π_ref")
     second = _sample(policy, tokenizer, prompts, args, args.seed * 1000 + 2, "D_x: b ~ π_ref")
-    pairs = datasets.Dataset.from_dict({"prompt": list(prompts), "chosen": _as_completion(prompts, first),
-                                        "rejected": _as_completion(prompts, second)})
+    pairs = datasets.Dataset.from_dict(
+        {
+            "prompt": list(prompts),
+            "chosen": _as_completion(prompts, first),
+            "rejected": _as_completion(prompts, second),
+        }
+    )
     rows = tokenize_preferences(pairs, tokenizer)
     ref_logps = model_logps(policy, rows, collator, args.responses_batch_size, "log π_ref(a|x), log π_ref(b|x)")
     members = [reference_name]
@@ -112,12 +131,19 @@ def iterative_square_chipo(
         target = r_first - r_second
         targets_summary.append(float(np.abs(target).mean()))
         # π¹ = π_ref: its log-probs were just computed; later iterates need a pass of their own.
-        previous = ref_logps if t == 1 else model_logps(policy, rows, collator, args.responses_batch_size,
-                                                        f"round {t}: log π^{t}")
+        previous = (
+            ref_logps
+            if t == 1
+            else model_logps(policy, rows, collator, args.responses_batch_size, f"round {t}: log π^{t}")
+        )
         iterate_dir = out / f"iterate_{t + 1}"
         round_args = dataclasses.replace(args, output_dir=str(iterate_dir), push_to_hub=False)
-        trainer = SelfPlayTrainer(policy, args=round_args, train_dataset=self_play_dataset(pairs, ref_logps, previous, target),
-                                  processing_class=tokenizer)
+        trainer = SelfPlayTrainer(
+            policy,
+            args=round_args,
+            train_dataset=self_play_dataset(pairs, ref_logps, previous, target),
+            processing_class=tokenizer,
+        )
         trainer.train()
         policy = trainer.accelerator.unwrap_model(trainer.model)
         if args.output_policy == "mixture" or t < args.updates:
@@ -141,11 +167,15 @@ def iterative_square_chipo(
         out.mkdir(parents=True, exist_ok=True)
         if args.output_policy == "mixture":
             record["members"] = members
-            (out / MIXTURE_FILE).write_text(json.dumps({"members": members, "weights": "uniform",
-                                                        "algorithm": record["algorithm"]}, indent=2), encoding="utf-8")
+            (out / MIXTURE_FILE).write_text(
+                json.dumps({"members": members, "weights": "uniform", "algorithm": record["algorithm"]}, indent=2),
+                encoding="utf-8",
+            )
             tokenizer.save_pretrained(str(out))
-        intro = ("This policy was aligned with iterative Square-χPO (003 Algorithm 3) against a pairwise preference "
-                 "model trained on labels released through the mechanism below.")
+        intro = (
+            "This policy was aligned with iterative Square-χPO (003 Algorithm 3) against a pairwise preference "
+            "model trained on labels released through the mechanism below."
+        )
         write_privacy_record(str(out), record, intro=intro)
         for member in members[1:]:
             shutil.copy(out / PRIVACY_FILE, out / member / PRIVACY_FILE)
@@ -162,8 +192,20 @@ def _as_completion(prompts: list, responses: list[str]) -> list:
 
 def _privacy_fields(preference_record: dict | None) -> dict:
     """The label-privacy fields of the preference model's record (what the guarantee rests on)."""
-    keys = ("epsilon", "debiasing_flip_rate", "debiasing", "privacy_source", "privacy_override", "mechanism", "corruption_rate",
-            "adversary", "order", "ledger", "dataset_fingerprint", "prompt_sketch")
+    keys = (
+        "epsilon",
+        "debiasing_flip_rate",
+        "debiasing",
+        "privacy_source",
+        "privacy_override",
+        "mechanism",
+        "corruption_rate",
+        "adversary",
+        "order",
+        "ledger",
+        "dataset_fingerprint",
+        "prompt_sketch",
+    )
     record = copy.deepcopy(preference_record or {})
     fields = {key: record.get(key) for key in keys}
     fields["debiasing_flip_rate"] = fields["debiasing_flip_rate"] or 0.0

@@ -132,9 +132,15 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
     original_forward = types.MethodType(type(model).forward, model)
 
     @functools.wraps(type(model).forward)
-    def _lean_forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+    def _lean_forward(
+        self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs
+    ):
         if not fused_lm_head:
-            for key, value in (("labels", labels), ("shift_labels", shift_labels), ("num_items_in_batch", num_items_in_batch)):
+            for key, value in (
+                ("labels", labels),
+                ("shift_labels", shift_labels),
+                ("num_items_in_batch", num_items_in_batch),
+            ):
                 if value is not None:
                     kwargs[key] = value
             return original_forward(*args, **kwargs)
@@ -170,8 +176,15 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
             bias = bias.full_tensor() if bias is not None else None
         with maybe_gather_lm_head_ctx(weight, bias):
             selected = ChunkedLogProbFunction.apply(
-                hidden.to(weight.device), weight, bias, targets.to(weight.device), temperature,
-                VOCAB_CHUNK_SIZE, softcap, logit_scale, (),
+                hidden.to(weight.device),
+                weight,
+                bias,
+                targets.to(weight.device),
+                temperature,
+                VOCAB_CHUNK_SIZE,
+                softcap,
+                logit_scale,
+                (),
             )[0]
         # index_put keeps the graph connected even when a micro-batch has no completion token.
         log_probs = selected.new_zeros(shape).index_put((rows.to(selected.device), cols.to(selected.device)), selected)

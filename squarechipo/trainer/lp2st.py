@@ -22,17 +22,29 @@ from squarechipo.select.scoring import model_logps, tokenize_preferences
 __all__ = ["policy_prior"]
 
 
-def policy_prior(policy: PreTrainedModel, reference: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                 raw_rows: datasets.Dataset, *, method: str, beta: float, clip: float | None, temperature: float = 1.0,
-                 max_length: int | None = None, batch_size: int = 8) -> np.ndarray:
+def policy_prior(
+    policy: PreTrainedModel,
+    reference: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    raw_rows: datasets.Dataset,
+    *,
+    method: str,
+    beta: float,
+    clip: float | None,
+    temperature: float = 1.0,
+    max_length: int | None = None,
+    batch_size: int = 8,
+) -> np.ndarray:
     """p(u ≻ v) per row of ``raw_rows`` (canonical order of :func:`canonical_pairs`), float64 in [0, 1]."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive (got {temperature!r}); larger values flatten the prior.")
     rows = tokenize_preferences(canonical_pairs(raw_rows), tokenizer)
-    collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-                                         max_length=max_length)
+    collator = DataCollatorForPreference(
+        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, max_length=max_length
+    )
     policy_logps = model_logps(policy, rows, collator, batch_size, "stage-1 prior: policy log-probs")
     ref_logps = model_logps(reference, rows, collator, batch_size, "stage-1 prior: reference log-probs")
-    m = margins(policy_logps[0], policy_logps[1], ref_logps[0], ref_logps[1], beta=beta, link=METHODS[method].link,
-                clip=clip)
+    m = margins(
+        policy_logps[0], policy_logps[1], ref_logps[0], ref_logps[1], beta=beta, link=METHODS[method].link, clip=clip
+    )
     return torch.sigmoid(m / temperature).numpy()

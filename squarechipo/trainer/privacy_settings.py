@@ -70,11 +70,14 @@ def resolve_privacy(
     """
     if ledger is not None and not ledger.has_flip_rate:
         if flip_rate is not None:
-            raise ValueError("flip_rate does not apply to K-ary releases (their loss uses the label_weights "
-                             "analyzer); remove it.")
+            raise ValueError(
+                "flip_rate does not apply to K-ary releases (their loss uses the label_weights analyzer); remove it."
+            )
         if epsilon is not None and abs(epsilon - (ledger.total_epsilon or 0.0)) > _TOLERANCE and not override:
-            raise ValueError(f"config epsilon={epsilon} disagrees with the dataset's privacy ledger (total epsilon "
-                             f"{ledger.total_epsilon}). Remove it to use the ledger.")
+            raise ValueError(
+                f"config epsilon={epsilon} disagrees with the dataset's privacy ledger (total epsilon "
+                f"{ledger.total_epsilon}). Remove it to use the ledger."
+            )
         return PrivacySettings(0.0, ledger.total_epsilon, "ledger", ledger, binary=False)
     if ledger is not None:
         ledger_rate = ledger.rr_flip_rate
@@ -82,7 +85,9 @@ def resolve_privacy(
             return PrivacySettings(ledger_rate, ledger.total_epsilon, "ledger", ledger)
         config_rate = flip_rate if flip_rate is not None else flip_probability(epsilon)
         disagrees = (
-            abs(config_rate - ledger_rate) > _TOLERANCE if flip_rate is None else config_rate < ledger_rate - _TOLERANCE
+            abs(config_rate - ledger_rate) > _TOLERANCE
+            if flip_rate is None
+            else config_rate < ledger_rate - _TOLERANCE
         )
         if disagrees and not override:
             given = f"flip_rate={flip_rate}" if flip_rate is not None else f"epsilon={epsilon}"
@@ -93,7 +98,9 @@ def resolve_privacy(
             )
         source = "config (override of ledger)" if disagrees else "config"
         if disagrees:
-            logger.warning("privacy_override: debiasing for flip rate %.6f instead of the ledger's %.6f", config_rate, ledger_rate)
+            logger.warning(
+                "privacy_override: debiasing for flip rate %.6f instead of the ledger's %.6f", config_rate, ledger_rate
+            )
         return PrivacySettings(config_rate, epsilon if epsilon is not None else ledger.total_epsilon, source, ledger)
     if flip_rate is not None:
         return PrivacySettings(flip_rate, epsilon, "config", None)

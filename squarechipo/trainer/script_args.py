@@ -88,8 +88,14 @@ class TrainScriptArguments(ScriptArguments):
         if release and (pipeline.is_private or pipeline.is_corrupted):
             folder = Path(self.privatized_dir or Path(output_dir) / "released_train")
             train = release_once(train, pipeline, folder, seed=self.label_seed, state=state)
-            logger.info("rank %d/%d trains on %d released rows from %s (labels digest %s)", state.process_index,
-                        state.num_processes, len(train), folder, labels_digest(train))
+            logger.info(
+                "rank %d/%d trains on %d released rows from %s (labels digest %s)",
+                state.process_index,
+                state.num_processes,
+                len(train),
+                folder,
+                labels_digest(train),
+            )
         return train, eval_dataset
 
 

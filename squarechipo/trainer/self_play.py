@@ -28,8 +28,13 @@ from squarechipo.trainer.trainer import SquareChiPOTrainer
 __all__ = ["SelfPlayConfig", "SelfPlayTrainer", "SELF_PLAY_COLUMNS", "OUTPUT_POLICIES"]
 
 #: Columns a self-play dataset must carry besides prompt/chosen/rejected.
-SELF_PLAY_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps", "previous_chosen_logps", "previous_rejected_logps",
-                     "self_play_target")
+SELF_PLAY_COLUMNS = (
+    "ref_chosen_logps",
+    "ref_rejected_logps",
+    "previous_chosen_logps",
+    "previous_rejected_logps",
+    "self_play_target",
+)
 _EXTRA_COLUMNS = SELF_PLAY_COLUMNS[2:]
 #: ``mixture``: the uniform mixture of π¹..π^T that 003 Alg. 3 outputs (its guarantee, Thm 4.4, is for
 #: the mixture); ``last``: the last iterate π^{T+1} (one more update; no guarantee on a non-transitive game).
@@ -48,7 +53,9 @@ class SelfPlayConfig(SquareChiPOConfig):
     iterations: int = field(default=2, metadata={"help": "T, the number of self-play rounds of 003 Alg. 3."})
     output_policy: str = field(default="mixture", metadata={"help": "mixture (default; 003 Alg. 3) or last."})
     responses_max_new_tokens: int = field(default=64, metadata={"help": "Length of the sampled responses a, b, b̃."})
-    responses_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature for a, b ~ π_ref and b̃ ~ πᵗ."})
+    responses_temperature: float = field(
+        default=1.0, metadata={"help": "Sampling temperature for a, b ~ π_ref and b̃ ~ πᵗ."}
+    )
     responses_top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling for the sampled responses."})
     responses_batch_size: int = field(default=8, metadata={"help": "Generation and scoring batch size."})
 
@@ -83,8 +90,10 @@ class SelfPlayTrainer(SquareChiPOTrainer):
         columns = getattr(train_dataset, "column_names", None) or []
         missing = [c for c in SELF_PLAY_COLUMNS if c not in columns]
         if missing:
-            raise ValueError(f"the self-play dataset is missing {missing}; build it with "
-                             "squarechipo.trainer.iterative.self_play_dataset.")
+            raise ValueError(
+                f"the self-play dataset is missing {missing}; build it with "
+                "squarechipo.trainer.iterative.self_play_dataset."
+            )
         super().__init__(model, ref_model=None, args=args, train_dataset=train_dataset, **kwargs)
 
     def _extra_columns_for(self, columns: list[str]) -> dict[str, torch.dtype]:
@@ -97,18 +106,29 @@ class SelfPlayTrainer(SquareChiPOTrainer):
 
     def _compute_loss(self, model, inputs, return_outputs):
         mode = "train" if self.model.training else "eval"
-        outputs, model_kwargs, chosen, rejected, ref_chosen, ref_rejected = self._policy_and_reference_logps(model, inputs)
+        outputs, model_kwargs, chosen, rejected, ref_chosen, ref_rejected = self._policy_and_reference_logps(
+            model, inputs
+        )
         device = chosen.device
-        f = self_play_margin(chosen, rejected, inputs["previous_chosen_logps"].to(device),
-                             inputs["previous_rejected_logps"].to(device), ref_chosen.to(device),
-                             ref_rejected.to(device), beta=self.beta, eta=self.args.eta)
+        f = self_play_margin(
+            chosen,
+            rejected,
+            inputs["previous_chosen_logps"].to(device),
+            inputs["previous_rejected_logps"].to(device),
+            ref_chosen.to(device),
+            ref_rejected.to(device),
+            beta=self.beta,
+            eta=self.args.eta,
+        )
         target = inputs["self_play_target"].to(device)
         loss = self_play_loss(f, target).mean()
         gather = self.accelerator.gather_for_metrics
         metrics = self._metrics[mode]
         with torch.no_grad():
             metrics["self_play/f"].append(gather(f.detach().float()).mean().item())
-            metrics["self_play/clipped_fraction"].append(gather((f.detach().abs() > SELF_PLAY_CLIP).float()).mean().item())
+            metrics["self_play/clipped_fraction"].append(
+                gather((f.detach().abs() > SELF_PLAY_CLIP).float()).mean().item()
+            )
             metrics["self_play/target"].append(gather(target.float()).mean().item())
             drift = (chosen.detach() - inputs["previous_chosen_logps"].to(device)).abs()
             metrics["self_play/abs_logp_change"].append(gather(drift.float()).mean().item())

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import textwrap
 from typing import Any
 
 import datasets
@@ -96,6 +95,9 @@ class ColumnsCollator:
         return batch
 
 
+_PAPER_TITLE = "Square-χPO: Differentially Private and Robust χ²-Preference Optimization in Offline Direct Alignment"
+
+
 class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     """Align a causal LM with χPO / Square-χPO / DPO / rDPO on privatized or corrupted labels.
 
@@ -107,14 +109,16 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     _tag_names = ["trl", "dpo", "squarechipo"]
     _name = "squarechipo"
     _paper = {
-        "title": "Square-χPO: Differentially Private and Robust χ²-Preference Optimization in Offline Direct Alignment",
-        "citation": textwrap.dedent("""\
-            @inproceedings{zhou2025squarechipo,
-                title     = {{Square$\\chi$PO: Differentially Private and Robust $\\chi^2$-Preference Optimization in Offline Direct Alignment}},
-                author    = {Xingyu Zhou and Yulian Wu and Wenqian Weng and Francesco Orabona},
-                booktitle = {International Conference on Machine Learning (ICML)},
-                year      = 2025,
-            }"""),
+        "title": _PAPER_TITLE,
+        "citation": (
+            "@inproceedings{zhou2025squarechipo,\n"
+            "    title     = {{Square$\\chi$PO: Differentially Private and Robust $\\chi^2$-Preference "
+            "Optimization in Offline Direct Alignment}},\n"
+            "    author    = {Xingyu Zhou and Yulian Wu and Wenqian Weng and Francesco Orabona},\n"
+            "    booktitle = {International Conference on Machine Learning (ICML)},\n"
+            "    year      = 2025,\n"
+            "}"
+        ),
     }
 
     def __init__(self, model, ref_model=None, args: SquareChiPOConfig | None = None, train_dataset=None, **kwargs):
@@ -241,8 +245,14 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         )
         loss = result.losses.mean()
         if FROM_PRIOR_COLUMN in inputs:
-            loss = self._with_prior_rows(inputs[FROM_PRIOR_COLUMN].to(chosen.device), result.losses, chosen, rejected,
-                                         ref_chosen.to(chosen.device), ref_rejected.to(chosen.device))
+            loss = self._with_prior_rows(
+                inputs[FROM_PRIOR_COLUMN].to(chosen.device),
+                result.losses,
+                chosen,
+                rejected,
+                ref_chosen.to(chosen.device),
+                ref_rejected.to(chosen.device),
+            )
         if self.aux_loss_enabled and outputs.aux_loss is not None:
             loss = loss + self.router_aux_loss_coef * outputs.aux_loss
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(outputs.aux_loss).mean().item())
@@ -256,8 +266,9 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     def _with_prior_rows(self, from_prior, debiased, chosen, rejected, ref_chosen, ref_rejected) -> torch.Tensor:
         """RR rows keep the debiased loss; prior rows (pseudo-labels) take the plain loss with weight
         ``prior_row_weight`` (0 drops them). Weighted mean over the batch."""
-        plain = preference_loss(self.args.method, chosen, rejected, ref_chosen, ref_rejected, beta=self.beta,
-                                clip=self.args.clip).losses
+        plain = preference_loss(
+            self.args.method, chosen, rejected, ref_chosen, ref_rejected, beta=self.beta, clip=self.args.clip
+        ).losses
         losses = torch.where(from_prior, plain, debiased)
         weight = torch.where(from_prior, torch.full_like(losses, self.args.prior_row_weight), torch.ones_like(losses))
         mode = "train" if self.model.training else "eval"
@@ -321,7 +332,9 @@ def write_privacy_record(output_dir: str, record: dict[str, Any], intro: str | N
         json.dump(record, handle, indent=2, sort_keys=True)
     readme = os.path.join(output_dir, "README.md")
     text = open(readme, encoding="utf-8").read() if os.path.exists(readme) else ""
-    text = text.split("\n## Privacy and robustness (squarechipo)")[0].rstrip() + "\n\n" + _privacy_section(record, intro)
+    text = (
+        text.split("\n## Privacy and robustness (squarechipo)")[0].rstrip() + "\n\n" + _privacy_section(record, intro)
+    )
     with open(readme, "w", encoding="utf-8") as handle:
         handle.write(text)
 
@@ -329,7 +342,9 @@ def write_privacy_record(output_dir: str, record: dict[str, Any], intro: str | N
 def _privacy_section(record: dict[str, Any], intro: str | None = None) -> str:
     rows = [(name, record[key]) for key, name in _EXTRA_CARD_FIELDS if key in record]
     if "r_max" in record:
-        rows.append(("R_max (margin clipped to ±2·R_max)", record["r_max"] if record["r_max"] is not None else "no clip"))
+        rows.append(
+            ("R_max (margin clipped to ±2·R_max)", record["r_max"] if record["r_max"] is not None else "no clip")
+        )
     epsilon = record["epsilon"] if record["epsilon"] is not None else "none (no privacy)"
     if record.get("label_exposure"):
         epsilon = f"{epsilon}: does not hold for this model (labels exposed through a starting model, see below)"

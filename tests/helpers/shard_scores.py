@@ -19,15 +19,29 @@ ref, good, bad, data_dir, out = sys.argv[1:6]
 state = PartialState(cpu=True)
 tokenizer = AutoTokenizer.from_pretrained(ref)
 private = datasets.load_from_disk(data_dir)
-load = lambda path: lambda: load_candidate(Candidate.from_name(path), dtype=torch.float32, device=torch.device("cpu"))  # noqa: E731
+
+
+def load(path):
+    return lambda: load_candidate(Candidate.from_name(path), dtype=torch.float32, device=torch.device("cpu"))
+
+
 kwargs = dict(pad_token_id=tokenizer.pad_token_id, beta=0.1, link="chipo", clip=10.0, max_length=128, batch_size=4)
 shard = private.shard(num_shards=state.num_processes, index=state.process_index, contiguous=True)
 sharded = score_candidates(tokenize_preferences(shard, tokenizer), load(ref), [load(good), load(bad)], **kwargs)
 counts = [None] * state.num_processes
 dist.all_gather_object(counts, len(shard))
 if state.is_main_process:
-    single = score_candidates(tokenize_preferences(private, tokenizer), load(ref), [load(good), load(bad)],
-                              all_reduce=False, **kwargs)
-    Path(out).write_text(json.dumps({"world_size": state.num_processes, "local_rows": counts,
-                                     "sharded": sharded.tolist(), "single": single.tolist()}))
+    single = score_candidates(
+        tokenize_preferences(private, tokenizer), load(ref), [load(good), load(bad)], all_reduce=False, **kwargs
+    )
+    Path(out).write_text(
+        json.dumps(
+            {
+                "world_size": state.num_processes,
+                "local_rows": counts,
+                "sharded": sharded.tolist(),
+                "single": single.tolist(),
+            }
+        )
+    )
 state.wait_for_everyone()
