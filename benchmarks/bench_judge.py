@@ -18,17 +18,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import httpx
 
-import httpx  # noqa: E402
-
-from data_gen.finance import build_datasets  # noqa: E402
-from squarechipo.judge.local import TransformersJudge  # noqa: E402
-from squarechipo.judge.openai_compatible import OpenAICompatibleJudge  # noqa: E402
-from squarechipo.judge.reward_model import RewardModelJudge  # noqa: E402
-from squarechipo.models.embedded import embedded_gguf_path  # noqa: E402
+from data_gen.finance import build_datasets
+from squarechipo.judge.local import TransformersJudge
+from squarechipo.judge.openai_compatible import OpenAICompatibleJudge
+from squarechipo.judge.reward_model import RewardModelJudge
+from squarechipo.models.embedded import embedded_gguf_path
 
 
 def _rate(judge, prompts, a, b) -> tuple[float, int]:

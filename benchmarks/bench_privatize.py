@@ -13,7 +13,7 @@ import time
 import datasets
 import numpy as np
 
-from squarechipo.privacy import LabelPipeline, privatize_dataset, randomized_response
+from squarechipo.privacy import LabelPipeline, randomized_response, release_dataset
 
 
 def _best_of(repeats: int, fn) -> float:
@@ -50,10 +50,10 @@ def main() -> None:
         }
     )
     start = time.perf_counter()
-    out = privatize_dataset(data, pipeline)
+    out = release_dataset(data, pipeline)
     elapsed = time.perf_counter() - start
     assert len(out) == n
-    print(f"privatize_dataset (validate + CTL + swap + ledger), {n:,} rows: {elapsed:.2f} s (target < 60 s)")
+    print(f"release_dataset (validate + CTL + swap + ledger), {n:,} rows: {elapsed:.2f} s (target < 60 s)")
 
 
 if __name__ == "__main__":

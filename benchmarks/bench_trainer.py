@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 RUNNERS = ("trl_sigmoid", "ours_dpo", "ours_square_chipo")
 

@@ -6,12 +6,8 @@ python eval/aggregate.py --out outputs/eval/table outputs/eval/*/seed*
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from squarechipo.evaluation.report import aggregate_runs  # noqa: E402
+from squarechipo.evaluation.report import aggregate_runs
 
 
 def main(argv: list[str] | None = None) -> str:

@@ -27,15 +27,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from squarechipo.data import load_preference_dataset  # noqa: E402
-from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate  # noqa: E402
-from squarechipo.evaluation.report import format_line  # noqa: E402
-from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate  # noqa: E402
+from squarechipo.data import load_preference_dataset
+from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
+from squarechipo.evaluation.report import format_line
+from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate
 
 
 def _template(args, test) -> JudgeTemplate:

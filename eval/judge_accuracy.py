@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from squarechipo.data import load_preference_dataset  # noqa: E402
-from squarechipo.evaluation.pipeline import calibrate_judge  # noqa: E402
-from squarechipo.evaluation.report import format_interval, format_percent  # noqa: E402
-from squarechipo.judge.templates import TEMPLATES  # noqa: E402
+from squarechipo.data import load_preference_dataset
+from squarechipo.evaluation.pipeline import calibrate_judge
+from squarechipo.evaluation.report import format_interval, format_percent
+from squarechipo.judge.templates import TEMPLATES
 
 
 def _judges(args):

@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from trl import TrlParser
 
-import torch  # noqa: E402
-from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: E402
-from trl import TrlParser  # noqa: E402
-
-from squarechipo.data import load_preference_dataset  # noqa: E402
-from squarechipo.data.fingerprint import training_data_record  # noqa: E402
-from squarechipo.evaluation.pipeline import calibrate_judge  # noqa: E402
-from squarechipo.evaluation.report import format_interval, format_percent  # noqa: E402
-from squarechipo.judge.reward_model import RewardModelJudge  # noqa: E402
-from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.privacy.ledger import get_ledger  # noqa: E402
-from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage  # noqa: E402
-from squarechipo.reward.features import fit_linear_reward_model  # noqa: E402
+from squarechipo.data import load_preference_dataset
+from squarechipo.evaluation.pipeline import calibrate_judge
+from squarechipo.evaluation.report import format_interval, format_percent
+from squarechipo.judge.reward_model import RewardModelJudge
+from squarechipo.models import resolve_model_path
+from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.lineage import ModelLineage, public_labels_record
+from squarechipo.privacy.record import write_privacy_record
+from squarechipo.reward.features import fit_linear_reward_model
 
 RESULT_FILE = "gold_judge.json"
 
@@ -120,24 +117,17 @@ def main(args: GoldJudgeArguments) -> dict:
             test_pairs=cal["n_pairs"], test_accuracy=cal["rule_accuracy"], test_accuracy_ci=cal["rule_accuracy_ci"]
         )
     (out / RESULT_FILE).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    # Public labels, no privacy: the record says so, and lets the lineage checks see what it was trained on.
-    record = {
-        "stage": "gold_judge",
-        "labels": "raw public gold labels (evaluation instrument)",
-        "epsilon": None,
-        "ledger": None,
-        **training_data_record(train),
-        **check_lineage(
-            [("initial", ModelLineage.of_model(path))],
-            train,
-            private=False,
-            override=False,
-            override_field="",
-            context="gold judge",
-        ).record(),
-    }
-    (out / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
     (out / "README.md").write_text(_card(args, result), encoding="utf-8")
+    # Public labels, no privacy: the record says so, and lets the lineage checks see what it was trained on.
+    record = public_labels_record(
+        "gold_judge",
+        [("initial", ModelLineage.of_model(path))],
+        train,
+        context="gold judge",
+        details={"labels": "raw public gold labels (evaluation instrument)"},
+    )
+    intro = "This reward model is an evaluation instrument fitted on raw public gold labels; no ε is claimed."
+    write_privacy_record(out, record, intro=intro)
     line = f"Gold judge saved to {out.resolve()}: fitted on {fit['n_rows']} public gold pairs"
     if test is not None:
         line += (

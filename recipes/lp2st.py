@@ -19,24 +19,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from accelerate import PartialState
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, TrlParser
 
-from accelerate import PartialState  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-from trl import ModelConfig, TrlParser  # noqa: E402
-
-from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.privacy.ledger import get_ledger  # noqa: E402
-from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source  # noqa: E402
-from squarechipo.privacy.prior_release import RRWithPriorRelease, combine_parts  # noqa: E402
-from squarechipo.privacy.release import release_once  # noqa: E402
-from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer  # noqa: E402
-from squarechipo.trainer.lp2st import policy_prior  # noqa: E402
-from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
+from squarechipo.models import resolve_model_path
+from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source
+from squarechipo.privacy.measurements import RRWithPrior
+from squarechipo.privacy.release import combine_parts, release_once
+from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+from squarechipo.trainer.lp2st import policy_prior
+from squarechipo.trainer.script_args import TrainScriptArguments
 
 logger = logging.getLogger("squarechipo")
 
@@ -112,7 +109,7 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
     del stage1, reference
     part2 = release_once(
         raw2,
-        RRWithPriorRelease(pipeline.epsilon, prior, script_args.lp2st_temperature),
+        RRWithPrior(pipeline.epsilon, prior, script_args.lp2st_temperature),
         out / "released_part2",
         seed=script_args.label_seed,
         state=state,

@@ -12,19 +12,16 @@ reward with the RR-debiased Bradley–Terry loss of 000. The labels go through t
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from accelerate import PartialState
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from trl import ModelConfig, TrlParser, get_peft_config
 
-from accelerate import PartialState  # noqa: E402
-from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: E402
-from trl import ModelConfig, TrlParser, get_peft_config  # noqa: E402
-
-from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.privacy.lineage import mark_source  # noqa: E402
-from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset  # noqa: E402
-from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
+from squarechipo.models import resolve_model_path
+from squarechipo.privacy.lineage import mark_source
+from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
+from squarechipo.trainer.script_args import TrainScriptArguments
 
 
 def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, model_args: ModelConfig):

@@ -12,19 +12,16 @@ and ``squarechipo_privacy.json`` recording ε, n and |Π|. Scores are never prin
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+import torch
+from trl import TrlParser
 
-import torch  # noqa: E402
-from trl import TrlParser  # noqa: E402
-
-from squarechipo.data import load_preference_dataset  # noqa: E402
-from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.select import select_policy  # noqa: E402
-from squarechipo.trainer.precision import distributed_state  # noqa: E402
+from squarechipo.data import load_preference_dataset
+from squarechipo.models import resolve_model_path
+from squarechipo.models.runtime import distributed_state
+from squarechipo.select import select_policy
 
 
 @dataclass

@@ -11,24 +11,21 @@ iterates; ``eval/judge.py`` and ``generate_responses`` sample one iterate per pr
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from accelerate import PartialState
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, ScriptArguments, TrlParser
 
-from accelerate import PartialState  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-from trl import ModelConfig, ScriptArguments, TrlParser  # noqa: E402
-
-from squarechipo.data import load_preference_dataset  # noqa: E402
-from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.privacy.lineage import PRIVACY_FILE, mark_source  # noqa: E402
-from squarechipo.reward import PreferenceModel  # noqa: E402
-from squarechipo.trainer.iterative import iterative_square_chipo  # noqa: E402
-from squarechipo.trainer.self_play import SelfPlayConfig  # noqa: E402
+from squarechipo.data import load_preference_dataset
+from squarechipo.models import resolve_model_path
+from squarechipo.privacy.lineage import mark_source
+from squarechipo.privacy.record import read_privacy_record
+from squarechipo.reward import PreferenceModel
+from squarechipo.trainer.iterative import iterative_square_chipo
+from squarechipo.trainer.self_play import SelfPlayConfig
 
 
 @dataclass
@@ -48,8 +45,7 @@ def main(script_args: SelfPlayScriptArguments, training_args: SelfPlayConfig, mo
             f"preference_model must be the folder of a trained preference model (got "
             f"{script_args.preference_model!r}); train one with recipes/reward_model.py first."
         )
-    record_file = Path(script_args.preference_model) / PRIVACY_FILE
-    record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.exists() else None
+    record = read_privacy_record(script_args.preference_model)
     if record is not None and record.get("model_type") != "preference":
         raise ValueError(
             f"{script_args.preference_model} is a {record.get('model_type')} model; self-play needs a "

@@ -7,24 +7,20 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import datasets
+import torch
+from accelerate import PartialState
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_config
 
-import datasets  # noqa: E402
-import torch  # noqa: E402
-from accelerate import PartialState  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_config  # noqa: E402
-
-from squarechipo.data.fingerprint import training_data_record  # noqa: E402
-from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage  # noqa: E402
-from squarechipo.trainer.precision import SFTRecipeConfig  # noqa: E402
+from squarechipo.models import resolve_model_path
+from squarechipo.privacy.lineage import ModelLineage, public_labels_record
+from squarechipo.privacy.record import write_privacy_record
+from squarechipo.trainer.config import SFTRecipeConfig
 
 
 @dataclass
@@ -68,16 +64,12 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
         # No label privacy in SFT; the record lets the central selector check this model's training data.
         # `upstream` carries the starting model's own record, so a model trained from this one is checked
         # against this SFT data too (transitive lineage).
-        lineage = check_lineage(
-            [("initial", ModelLineage.of_model(model_path))],
-            train,
-            private=False,
-            override=False,
-            override_field="",
-            context="sft",
+        record = public_labels_record("sft", [("initial", ModelLineage.of_model(model_path))], train, context="sft")
+        intro = (
+            "This model was fine-tuned with [squarechipo](https://pypi.org/project/squarechipo/)'s SFT recipe on "
+            "public rows; no label privacy is claimed for them."
         )
-        record = {"stage": "sft", "epsilon": None, "ledger": None, **training_data_record(train), **lineage.record()}
-        (Path(training_args.output_dir) / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+        write_privacy_record(training_args.output_dir, record, intro=intro)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
     trainer.accelerator.print(f"SFT model saved to {Path(training_args.output_dir).resolve()}")

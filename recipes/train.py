@@ -14,20 +14,17 @@ its privacy ledger under ``privatized_dir``, and reused by every rank and every 
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+import torch
+from accelerate import PartialState
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, TrlParser, get_peft_config
 
-import torch  # noqa: E402
-from accelerate import PartialState  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-from trl import ModelConfig, TrlParser, get_peft_config  # noqa: E402
-
-from squarechipo.models import resolve_model_path  # noqa: E402
-from squarechipo.privacy.lineage import mark_source  # noqa: E402
-from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer  # noqa: E402
-from squarechipo.trainer.script_args import TrainScriptArguments  # noqa: E402
+from squarechipo.models import resolve_model_path
+from squarechipo.privacy.lineage import mark_source
+from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+from squarechipo.trainer.script_args import TrainScriptArguments
 
 logger = logging.getLogger("squarechipo")
 

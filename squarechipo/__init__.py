@@ -10,11 +10,11 @@ reward estimation), ``001_4a60f6186f1046a1.txt`` (RRWithPrior), ``002_3ce59a2791
 (√K label randomizer).
 """
 
-__version__ = "0.1.0"
+from squarechipo.losses import METHODS, PreferenceLossOutput, preference_loss
+from squarechipo.privacy.calibration import debias_factor, flip_probability
+from squarechipo.privacy.measurements import LabelPipeline
 
-from squarechipo.losses import METHODS, PreferenceLossOutput, preference_loss  # noqa: E402
-from squarechipo.privacy.calibration import debias_factor, flip_probability  # noqa: E402
-from squarechipo.privacy.pipeline import LabelPipeline  # noqa: E402
+__version__ = "0.1.0"
 
 __all__ = [
     "__version__",

@@ -76,7 +76,7 @@ def test_pipeline_writes_every_output(models, finance_splits, tmp_path):
 
 
 def test_generation_is_seeded(models, finance_splits):
-    from squarechipo.evaluation.generation import generate_responses
+    from squarechipo.models.generation import generate_responses
 
     prompts = finance_splits["finance_preference_conversational"]["test"]["prompt"][:3]
     kwargs = dict(max_new_tokens=6, batch_size=2, do_sample=True, temperature=1.0)

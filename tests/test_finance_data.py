@@ -18,7 +18,7 @@ from data_gen.finance import (
     generate_rows,
 )
 from squarechipo.data import load_preference_dataset, validate_preference_dataset
-from squarechipo.privacy import LabelPipeline, get_ledger, privatize_dataset, save_privatized
+from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset, save_privatized
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +178,7 @@ def test_loads_saved_folders_splits_and_implicit_prompts(small):
 
 def test_loader_keeps_ledgers_of_privatized_files(small, tmp_path):
     folder, data = small
-    released = privatize_dataset(data["finance_preference"]["train"], LabelPipeline(epsilon=1.0), seed=0)
+    released = release_dataset(data["finance_preference"]["train"], LabelPipeline(epsilon=1.0), seed=0)
     for name in ("r.jsonl", "r.parquet"):
         save_privatized(released, tmp_path / name)
         assert get_ledger(load_preference_dataset(tmp_path / name)) == get_ledger(released)

@@ -11,17 +11,18 @@ import torch
 from conftest import make_tiny_classifier, make_tiny_model
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-from squarechipo.evaluation.generation import generate_responses, mixture_members
 from squarechipo.losses import self_play_loss, self_play_margin
-from squarechipo.privacy import LabelPipeline, privatize_dataset
+from squarechipo.models.generation import generate_responses, mixture_members
+from squarechipo.models.logprobs import model_logps, tokenize_preferences
+from squarechipo.privacy import LabelPipeline, release_dataset
 from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.record import PrivacyRecord
 from squarechipo.reward import (
     PreferenceModel,
     PrivateRewardConfig,
     PrivateRewardTrainer,
     to_pairwise_dataset,
 )
-from squarechipo.select.scoring import model_logps, tokenize_preferences
 from squarechipo.trainer import PRIVACY_FILE
 from squarechipo.trainer.iterative import iterative_square_chipo, self_play_dataset
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
@@ -55,7 +56,7 @@ def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(t
     """RR at ε = 2 flips 12% of 64 labels; the least-squares fit of 003 eq. (10) must still prefer the
     safe answer on held-out prompts. Under no learning ℓ̂ > 0 on all 16 held-out rows has probability
     2^-16 for a symmetric random model, so the check tests learning."""
-    released = privatize_dataset(separable(64), LabelPipeline(epsilon=2.0), seed=0)
+    released = release_dataset(separable(64), LabelPipeline(epsilon=2.0), seed=0)
     pairs = to_pairwise_dataset(released)
     assert len(pairs) == 64 and get_ledger(pairs).total_epsilon == 2.0
     args = PrivateRewardConfig(
@@ -208,7 +209,7 @@ def test_iterative_driver_writes_a_mixture_that_generates_and_carries_the_privac
         preference,
         args,
         reference_name=str(reference_dir),
-        preference_record=record,
+        preference_record=PrivacyRecord.from_dict(record),
     )
     members = mixture_members(out)
     assert members == [str(reference_dir), str(out / "iterate_2"), str(out / "iterate_3")]

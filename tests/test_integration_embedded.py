@@ -8,14 +8,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from squarechipo.privacy import LabelPipeline, debias_factor, privatize_dataset
+from squarechipo.privacy import LabelPipeline, debias_factor, release_dataset
 from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrainer
 
 
 @pytest.mark.slow
 def test_square_chipo_steps_on_the_embedded_model(embedded_path, tokenizer, finance_splits, tmp_path):
     train = finance_splits["finance_preference_conversational"]["train"].select(range(4))
-    released = privatize_dataset(train, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ctl"), seed=0)
+    released = release_dataset(train, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ctl"), seed=0)
     model = AutoModelForCausalLM.from_pretrained(embedded_path)
     before = [p.detach().clone() for p in model.parameters()]
     args = SquareChiPOConfig(

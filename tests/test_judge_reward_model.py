@@ -16,7 +16,7 @@ import pytest
 import torch
 from scipy import stats
 
-from squarechipo.evaluation.generation import prompt_text
+from squarechipo.data.text import prompt_text
 from squarechipo.evaluation.pipeline import calibrate_judge, judge_pairs
 from squarechipo.judge.base import PairwiseJudge, Verdict
 from squarechipo.judge.reward_model import RewardModelJudge
@@ -181,9 +181,9 @@ def test_gold_judge_recipe_beats_chance_on_held_out_gold_pairs(finance_splits, t
 
 
 def test_gold_judge_recipe_refuses_released_labels(finance_splits, tmp_path):
-    from squarechipo.privacy import LabelPipeline, privatize_dataset, save_privatized
+    from squarechipo.privacy import LabelPipeline, release_dataset, save_privatized
 
-    released = privatize_dataset(
+    released = release_dataset(
         finance_splits["finance_preference_conversational"]["judge"].select(range(8)),
         LabelPipeline(epsilon=1.0),
         seed=0,

@@ -11,8 +11,9 @@ import datasets
 import pytest
 
 from squarechipo.data.fingerprint import training_data_record
-from squarechipo.privacy import LabelPipeline, privatize_dataset
+from squarechipo.privacy import LabelPipeline, release_dataset
 from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage
+from squarechipo.privacy.record import PrivacyRecord
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from tests.conftest import make_tiny_classifier, make_tiny_model
@@ -74,7 +75,7 @@ def trainer(policy_dir, ref_dir, train, args, tokenizer):
 @pytest.fixture(scope="module")
 def private(tmp_path_factory):
     raw = preference_rows(16)
-    return {"raw": raw, "released": privatize_dataset(raw, LabelPipeline(epsilon=1.0), seed=0)}
+    return {"raw": raw, "released": release_dataset(raw, LabelPipeline(epsilon=1.0), seed=0)}
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +215,7 @@ def test_self_play_refuses_a_reference_trained_on_the_preference_models_rows(mod
             preference,
             args,
             reference_name=str(models["same_rows"]),
-            preference_record=pm_record,
+            preference_record=PrivacyRecord.from_dict(pm_record),
         )
     assert not (tmp_path / "sp").exists()  # refused before anything was sampled or written
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from squarechipo.privacy.calibration import flip_probability
+from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.privacy.mechanisms import ctl, huber_corruption, ltc, randomized_response
-from squarechipo.privacy.pipeline import LabelPipeline
 from tests.conftest import Z_TOLERANCE, binomial_se
 
 N = 1_000_000

@@ -13,7 +13,7 @@ from squarechipo.privacy import (
     LabelPipeline,
     get_ledger,
     load_privatized,
-    privatize_dataset,
+    release_dataset,
     save_privatized,
 )
 from squarechipo.privacy.calibration import debias_factor, flip_probability
@@ -57,7 +57,7 @@ def swapped_mask(original, released):
 )
 def test_swaps_rows_keeps_columns_and_pairs(make):
     data = make()
-    out = privatize_dataset(data, LabelPipeline(epsilon=0.5), seed=0)
+    out = release_dataset(data, LabelPipeline(epsilon=0.5), seed=0)
     assert out.column_names == data.column_names
     assert out.features == data.features
     for name in set(data.column_names) - {"chosen", "rejected"}:
@@ -71,7 +71,7 @@ def test_swaps_rows_keeps_columns_and_pairs(make):
 
 def test_no_trace_of_which_rows_were_swapped():
     data = standard()
-    out = privatize_dataset(data, LabelPipeline(epsilon=1.0, corruption_rate=0.1), seed=3)
+    out = release_dataset(data, LabelPipeline(epsilon=1.0, corruption_rate=0.1), seed=3)
     assert out.column_names == data.column_names  # no index or original-label column
     assert out.cache_files == []  # not a view on the input's cache files
     assert out._indices is None
@@ -82,7 +82,7 @@ def test_no_trace_of_which_rows_were_swapped():
 
 def test_ledger_records_public_parameters_only():
     data = standard(500)
-    out = privatize_dataset(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=11)
+    out = release_dataset(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=11)
     ledger = get_ledger(out)
     (release,) = ledger.releases
     assert release.mechanism == "randomized_response"
@@ -93,27 +93,27 @@ def test_ledger_records_public_parameters_only():
     assert "11" not in json.dumps(release.pipeline)
     assert ledger.total_epsilon == 0.5
     assert ledger.debias_factor == pytest.approx(debias_factor(0.5))
-    default = privatize_dataset(data, LabelPipeline(epsilon=0.5))
+    default = release_dataset(data, LabelPipeline(epsilon=0.5))
     assert get_ledger(default).releases[0].randomness == "os_entropy"
 
 
 def test_os_entropy_draws_differ_fixed_seed_reproduces():
     data = standard(1000)
     pipe = LabelPipeline(epsilon=0.5)
-    a, b = privatize_dataset(data, pipe), privatize_dataset(data, pipe)
+    a, b = release_dataset(data, pipe), release_dataset(data, pipe)
     assert a["chosen"] != b["chosen"]
-    c, d = privatize_dataset(data, pipe, seed=5), privatize_dataset(data, pipe, seed=5)
+    c, d = release_dataset(data, pipe, seed=5), release_dataset(data, pipe, seed=5)
     assert c["chosen"] == d["chosen"]
 
 
 def test_reprivatizing_raises_unless_composed():
     data = standard(800)
-    once = privatize_dataset(data, LabelPipeline(epsilon=0.5), seed=1)
+    once = release_dataset(data, LabelPipeline(epsilon=0.5), seed=1)
     with pytest.raises(
         ValueError, match=r"(?s)already privatized.*post-processing.*keep the first release's ε.*compose=True"
     ):
-        privatize_dataset(once, LabelPipeline(epsilon=1.0), seed=2)
-    twice = privatize_dataset(once, LabelPipeline(epsilon=1.0), seed=2, compose=True)
+        release_dataset(once, LabelPipeline(epsilon=1.0), seed=2)
+    twice = release_dataset(once, LabelPipeline(epsilon=1.0), seed=2, compose=True)
     ledger = get_ledger(twice)
     assert len(ledger.releases) == 2
     assert ledger.total_epsilon == pytest.approx(1.5)  # basic composition
@@ -130,7 +130,7 @@ def test_reprivatizing_raises_unless_composed():
 
 
 def test_ledger_survives_datasets_operations(tmp_path):
-    out = privatize_dataset(standard(300), LabelPipeline(epsilon=2.0), seed=0)
+    out = release_dataset(standard(300), LabelPipeline(epsilon=2.0), seed=0)
     expected = get_ledger(out)
     derived = [
         out.map(lambda r: {"prompt": r["prompt"].upper()}),
@@ -149,7 +149,7 @@ def test_ledger_survives_datasets_operations(tmp_path):
 def test_save_and_load_privatized_round_trip(tmp_path, name):
     for make in (standard, conversational):
         data = make(200)
-        out = privatize_dataset(data, LabelPipeline(epsilon=0.7, corruption_rate=0.05), seed=2)
+        out = release_dataset(data, LabelPipeline(epsilon=0.7, corruption_rate=0.05), seed=2)
         path = save_privatized(out, tmp_path / make.__name__ / name)
         back = load_privatized(path)
         assert get_ledger(back) == get_ledger(out)
@@ -169,7 +169,7 @@ def test_targeted_adversary_on_a_category():
     pipe = LabelPipeline(
         corruption_rate=0.4, adversary="targeted", target_column="category", target_values=["Investments"]
     )
-    out = privatize_dataset(data, pipe, seed=9)
+    out = release_dataset(data, pipe, seed=9)
     swapped = swapped_mask(data, out)
     in_target = np.array(data["category"]) == "Investments"
     assert not swapped[~in_target].any()
@@ -179,7 +179,7 @@ def test_targeted_adversary_on_a_category():
 
 def test_fixed_adversary_prefers_longer():
     data = standard(3000)  # rejected is always the longer response here
-    out = privatize_dataset(
+    out = release_dataset(
         data, LabelPipeline(corruption_rate=0.2, adversary="fixed", fixed_preference="longer"), seed=1
     )
     swapped = swapped_mask(data, out)
@@ -190,15 +190,15 @@ def test_fixed_adversary_prefers_longer():
 def test_bad_pipeline_inputs_name_the_field():
     data = standard(20)
     with pytest.raises(ValueError, match="target_column"):
-        privatize_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted"), seed=0)
+        release_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted"), seed=0)
     with pytest.raises(ValueError, match="target_column 'nope'"):
-        privatize_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted", target_column="nope"), seed=0)
+        release_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted", target_column="nope"), seed=0)
     with pytest.raises(ValueError, match="fixed_preference"):
-        privatize_dataset(
+        release_dataset(
             data, LabelPipeline(corruption_rate=0.1, adversary="fixed", fixed_preference="category"), seed=0
         )
     with pytest.raises(ValueError, match="DatasetDict"):
-        privatize_dataset(datasets.DatasetDict({"train": data}), LabelPipeline(epsilon=1.0))
+        release_dataset(datasets.DatasetDict({"train": data}), LabelPipeline(epsilon=1.0))
 
 
 @pytest.mark.parametrize("make", [standard, conversational], ids=["std", "conv"])
@@ -206,7 +206,7 @@ def test_fingerprint_ignores_labels_and_order_not_content(make):
     from squarechipo.data.fingerprint import preference_fingerprint
 
     data = make(300)
-    released = privatize_dataset(data, LabelPipeline(epsilon=0.1), seed=4)
+    released = release_dataset(data, LabelPipeline(epsilon=0.1), seed=4)
     assert released["chosen"] != data["chosen"]
     fingerprint = preference_fingerprint(data)
     assert fingerprint.startswith("sha256:")

@@ -16,10 +16,11 @@ import yaml
 
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import margins as policy_margins
+from squarechipo.models.logprobs import tokenize_preferences
 from squarechipo.select import select_policy
 from squarechipo.select.candidates import Candidate, load_candidate
 from squarechipo.select.exponential import row_square_losses
-from squarechipo.select.scoring import score_candidates, tokenize_preferences
+from squarechipo.select.scoring import score_candidates
 from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrainer
 from tests.conftest import make_tiny_model
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from squarechipo.privacy.pipeline import LabelPipeline
+from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import bt
 from squarechipo.sim import experiments as ex

@@ -17,10 +17,10 @@ from trl.trainer.dpo_trainer import DataCollatorForPreference
 from trl.trainer.utils import add_fused_lm_head
 
 from squarechipo.losses import METHODS
-from squarechipo.privacy import LabelPipeline, get_ledger, privatize_dataset
+from squarechipo.models.lm_head import add_lean_lm_head
+from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.calibration import flip_probability
 from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
-from squarechipo.trainer.lm_head import add_lean_lm_head
 
 
 def make_config(tmp_path, **overrides) -> SquareChiPOConfig:
@@ -186,7 +186,7 @@ def test_dpo_loss_equals_trl_sigmoid_loss(tiny_model_factory, tokenizer, finance
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_each_method_trains(method, tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = privatize_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
+    train = release_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, method=method, r_max=5.0), train)
     before = flat_params(trainer.model)
     trainer.train()
@@ -226,7 +226,7 @@ def test_observed_label_accuracy_rises_on_separable_data(tiny_model_factory, tok
 
 
 def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = privatize_dataset(
+    train = release_dataset(
         rows(finance_splits, 8), LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=0
     )
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, r_max=2.0), train)
@@ -261,7 +261,7 @@ class _StopAt(TrainerCallback):
 
 
 def test_resume_after_interruption_matches_uninterrupted_run(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = privatize_dataset(rows(finance_splits, 24), LabelPipeline(epsilon=1.0), seed=0)
+    train = release_dataset(rows(finance_splits, 24), LabelPipeline(epsilon=1.0), seed=0)
     common = dict(max_steps=6, save_strategy="steps", save_steps=3, learning_rate=5e-3)
     full = build(tiny_model_factory, tokenizer, make_config(tmp_path / "a", **common), train)
     full.train()
@@ -312,14 +312,14 @@ def test_precomputed_reference_gives_the_same_first_loss(tiny_model_factory, tok
 
 
 def test_debiasing_comes_from_the_ledger(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = privatize_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
+    train = release_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path), train)
     assert trainer.privacy.source == "ledger"
     assert trainer.privacy.flip_rate == pytest.approx(flip_probability(0.5))
 
 
 def test_config_epsilon_disagreeing_with_ledger_raises(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = privatize_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
+    train = release_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
     with pytest.raises(ValueError, match="disagrees with the dataset's privacy ledger.*privacy_override"):
         build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0), train)
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0, privacy_override=True), train)
@@ -364,12 +364,15 @@ def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_split
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
     from squarechipo.losses import preference_loss
-    from squarechipo.privacy.prior_release import combine_parts, release_with_prior
-    from squarechipo.select.scoring import model_logps, tokenize_preferences
+    from squarechipo.models.logprobs import model_logps, tokenize_preferences
+    from squarechipo.privacy.measurements import RRWithPrior
+    from squarechipo.privacy.release import combine_parts, release_dataset
 
     raw = rows(finance_splits, 8)
-    part1 = privatize_dataset(raw.select(range(4)), LabelPipeline(epsilon=1.0), seed=0, part="p1")
-    part2 = release_with_prior(raw.select(range(4, 8)), np.array([0.99, 0.99, 0.5, 0.5]), 1.0, part="p2", seed=1)
+    part1 = release_dataset(raw.select(range(4)), LabelPipeline(epsilon=1.0), seed=0, part="p1")
+    part2 = release_dataset(
+        raw.select(range(4, 8)), RRWithPrior(1.0, np.array([0.99, 0.99, 0.5, 0.5])), part="p2", seed=1
+    )
     data = combine_parts(part1, part2)
     assert data["label_from_prior"] == [False] * 4 + [True, True, False, False]
     policy, reference = make_tiny_model(tokenizer, seed=1), make_tiny_model(tokenizer, seed=2)

@@ -8,7 +8,7 @@ import datasets
 import pytest
 
 from squarechipo.data.validation import detect_format, validate_preference_dataset
-from squarechipo.privacy import LabelPipeline, privatize_dataset
+from squarechipo.privacy import LabelPipeline, release_dataset
 
 
 def rows(**overrides):
@@ -103,4 +103,4 @@ def test_drop_invalid_returns_and_logs_the_count(caplog):
 
 def test_privatize_refuses_invalid_rows():
     with pytest.raises(ValueError, match="identical chosen and rejected"):
-        privatize_dataset(rows(rejected=["c1", "r2", "r3"]), LabelPipeline(epsilon=1.0))
+        release_dataset(rows(rejected=["c1", "r2", "r3"]), LabelPipeline(epsilon=1.0))

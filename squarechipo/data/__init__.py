@@ -1,5 +1,6 @@
 """Preference data: format detection and validation (loaders and generators build on this)."""
 
+from squarechipo.data.loading import load_preference_dataset
 from squarechipo.data.validation import (
     PreferenceFormat,
     ValidationReport,
@@ -7,8 +8,10 @@ from squarechipo.data.validation import (
     validate_preference_dataset,
 )
 
-__all__ = ["PreferenceFormat", "ValidationReport", "detect_format", "validate_preference_dataset"]
-
-from squarechipo.data.loading import load_preference_dataset  # noqa: E402
-
-__all__ += ["load_preference_dataset"]
+__all__ = [
+    "PreferenceFormat",
+    "ValidationReport",
+    "detect_format",
+    "load_preference_dataset",
+    "validate_preference_dataset",
+]

@@ -4,7 +4,7 @@ Sources, in the order they are tried:
 
 1. a ``save_to_disk`` folder (``Dataset`` or ``DatasetDict``) — ledgers come with it;
 2. a local ``.jsonl``/``.json``, ``.parquet`` or ``.csv`` file — the ledger is read from the
-   Parquet metadata or the JSONL sidecar (see :mod:`squarechipo.privacy.ledger`);
+   Parquet metadata or the JSONL sidecar (see :mod:`squarechipo.data.metadata`);
 3. a folder of such files (one file per split, e.g. ``train.jsonl``, ``test.jsonl``);
 4. anything else is a hub id for :func:`datasets.load_dataset` (needs a network).
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import datasets
 
+from squarechipo.data import metadata
 from squarechipo.data.validation import validate_preference_dataset
-from squarechipo.privacy.ledger import read_ledger_for_path, with_ledger
 
 __all__ = ["load_preference_dataset"]
 
@@ -42,8 +42,9 @@ def _load_file(path: Path) -> datasets.Dataset:
     if builder is None:
         raise ValueError(f"unsupported file type {path.suffix!r} for {path}: use .jsonl, .json, .parquet or .csv.")
     data = datasets.load_dataset(builder, data_files=str(path), split="train")
-    ledger = read_ledger_for_path(path) if builder in ("json", "parquet") else None
-    return with_ledger(data, ledger) if ledger is not None else data
+    # The privacy ledger of a released file travels in its sidecar or Parquet metadata (squarechipo.data.metadata).
+    block = metadata.read_block_for_path(path) if builder in ("json", "parquet") else None
+    return metadata.with_block(data, block) if block is not None else data
 
 
 def _load_folder_of_files(path: Path) -> datasets.DatasetDict:

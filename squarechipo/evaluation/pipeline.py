@@ -23,7 +23,7 @@ from typing import Any
 import datasets
 import numpy as np
 
-from squarechipo.evaluation.generation import generate_responses, prompt_text
+from squarechipo.data.text import prompt_text, response_text
 from squarechipo.evaluation.report import write_chart, write_report
 from squarechipo.judge.base import PairwiseJudge, Verdict
 from squarechipo.judge.stats import (
@@ -34,6 +34,7 @@ from squarechipo.judge.stats import (
     soft_outcome,
     summarize_outcomes,
 )
+from squarechipo.models.generation import generate_responses
 
 __all__ = ["GenerationSettings", "calibrate_judge", "evaluate_win_rate", "judge_pairs", "length_breakdown"]
 
@@ -57,14 +58,6 @@ class EvaluationResult:
     rows: list[dict[str, Any]] = field(repr=False, default_factory=list)
 
 
-def _response_text(response) -> str:
-    return (
-        response
-        if isinstance(response, str)
-        else "\n".join(m["content"] for m in response if m.get("role") == "assistant")
-    )
-
-
 def _log_odds(verdicts: list[Verdict]) -> list[float | None] | None:
     """The verdicts' log-odds when every one has them (the soft rule applies; vacuously so for none), else None."""
     values = [v.log_odds for v in verdicts]
@@ -84,8 +77,8 @@ def calibrate_judge(
     """
     gold = test.select(range(min(n_pairs or len(test), len(test))))
     prompts = [prompt_text(p) for p in gold["prompt"]]
-    chosen = [_response_text(c) for c in gold["chosen"]]
-    rejected = [_response_text(r) for r in gold["rejected"]]
+    chosen = [response_text(c) for c in gold["chosen"]]
+    rejected = [response_text(r) for r in gold["rejected"]]
     chosen_first = judge.verdicts(prompts, chosen, rejected)
     rejected_first = judge.verdicts(prompts, rejected, chosen)
     if out is not None:

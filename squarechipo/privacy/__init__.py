@@ -1,11 +1,11 @@
-"""Label privacy (randomized response, local DP), Huber corruption, their orders and the ledger."""
+"""Label privacy: the mechanisms (as functions and as measurements), the one dataset-level release, the
+ledger, the privacy record, debiasing and the lineage of models."""
 
 from squarechipo.privacy.calibration import (
     debias_factor,
     debias_factor_from_flip_rate,
     flip_probability,
 )
-from squarechipo.privacy.dataset import privatize_dataset
 from squarechipo.privacy.ledger import (
     PrivacyLedger,
     Release,
@@ -13,6 +13,7 @@ from squarechipo.privacy.ledger import (
     load_privatized,
     save_privatized,
 )
+from squarechipo.privacy.measurements import KaryRR, LabelPipeline, RRWithPrior, SubsetMechanism
 from squarechipo.privacy.mechanisms import (
     ADVERSARIES,
     ctl,
@@ -20,11 +21,15 @@ from squarechipo.privacy.mechanisms import (
     ltc,
     randomized_response,
 )
-from squarechipo.privacy.pipeline import LabelPipeline
+from squarechipo.privacy.release import release_dataset, release_once
 
 __all__ = [
     "ADVERSARIES",
+    "KaryRR",
     "LabelPipeline",
+    "RRWithPrior",
+    "SubsetMechanism",
+    "release_once",
     "PrivacyLedger",
     "Release",
     "ctl",
@@ -35,7 +40,7 @@ __all__ = [
     "huber_corruption",
     "load_privatized",
     "ltc",
-    "privatize_dataset",
+    "release_dataset",
     "randomized_response",
     "save_privatized",
 ]

@@ -17,14 +17,19 @@ __all__ = [
 ]
 
 
-def check_epsilon(epsilon: float | None, *, field: str = "epsilon", allow_none: bool = True) -> float:
-    """Validate a local-DP budget and return it as a float (``None`` and ``inf`` mean no privacy).
+def check_epsilon(
+    epsilon: float | None, *, field: str = "epsilon", allow_none: bool = True, finite: bool = False
+) -> float:
+    """The one ε check: validate a privacy budget and return it as a float (``None`` and ``inf`` mean no privacy).
+
+    ``finite=True`` is for mechanisms that need a noise scale (K-ary label DP, the exponential mechanism):
+    there ε = ∞ (or None) would release the labels, or the argmin, as they are.
 
     Raises:
-        ValueError: naming ``field`` when ε is NaN, not a number, or ≤ 0.
+        ValueError: naming ``field`` when ε is NaN, not a number, ≤ 0, or infinite where ``finite``.
     """
     if epsilon is None:
-        if allow_none:
+        if allow_none and not finite:
             return math.inf
         raise ValueError(f"{field} is required: pass a positive privacy budget such as {field}=1.0.")
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
@@ -41,6 +46,11 @@ def check_epsilon(epsilon: float | None, *, field: str = "epsilon", allow_none: 
         raise ValueError(
             f"{field} must be > 0 (got {value}); ε = 0 would release no information at all. "
             f"Pass a positive budget such as {field}=0.5, or {field}=None for no privacy."
+        )
+    if finite and math.isinf(value):
+        raise ValueError(
+            f"{field} must be finite for this mechanism (got {value}); ε = ∞ would release the labels (or the "
+            "argmin) as they are without privacy."
         )
     return value
 

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from squarechipo.privacy.calibration import check_epsilon
+from squarechipo.privacy.mechanisms import check_labels
 
 __all__ = [
     "optimal_top_k",
@@ -34,22 +35,6 @@ __all__ = [
     "subset_weights",
     "analyzer_variance",
 ]
-
-
-def _finite_epsilon(epsilon: float) -> float:
-    value = check_epsilon(epsilon)
-    if math.isinf(value):
-        raise ValueError("epsilon must be finite for a label-DP mechanism (ε = ∞ releases the labels as they are).")
-    return value
-
-
-def _labels(labels, num_labels: int) -> np.ndarray:
-    array = np.asarray(labels)
-    if not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"labels must be integer class indices (got dtype {array.dtype}).")
-    if array.size and (array.min() < 0 or array.max() >= num_labels):
-        raise ValueError(f"labels must lie in 0..{num_labels - 1} (K = {num_labels}).")
-    return array
 
 
 def _priors(prior: np.ndarray) -> np.ndarray:
@@ -66,7 +51,7 @@ def optimal_top_k(prior: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.nda
 
     Returns ``(k_star (n,), order (n, K))``: the top-k* set of row i is ``order[i, :k_star[i]]``.
     """
-    eps = _finite_epsilon(epsilon)
+    eps = check_epsilon(epsilon, finite=True)
     p = _priors(prior)
     order = np.argsort(-p, axis=1, kind="stable")
     mass = np.cumsum(np.take_along_axis(p, order, axis=1), axis=1)
@@ -84,9 +69,9 @@ def rr_with_prior(
     ``from_prior[i]`` is True where k* = 1: the release is the prior's top label, a function of the
     prior alone (public); those rows carry no information about the label.
     """
-    eps = _finite_epsilon(epsilon)
+    eps = check_epsilon(epsilon, finite=True)
     p = _priors(prior)
-    y = _labels(labels, p.shape[1])
+    y = check_labels(labels, p.shape[1])
     if y.shape != (p.shape[0],):
         raise ValueError(f"labels has shape {y.shape}; expected ({p.shape[0]},) to match the prior.")
     k_star, order = optimal_top_k(p, eps)
@@ -104,7 +89,7 @@ def rr_with_prior(
 
 def rr_with_prior_distribution(label: int, prior: np.ndarray, epsilon: float) -> np.ndarray:
     """Exact output distribution of RRWithPrior for one row with true ``label`` and prior (K,)."""
-    eps = _finite_epsilon(epsilon)
+    eps = check_epsilon(epsilon, finite=True)
     p = _priors(np.asarray(prior)[None])
     k_star, order = optimal_top_k(p, eps)
     k, top = int(k_star[0]), order[0, : int(k_star[0])]
@@ -120,8 +105,8 @@ def rr_with_prior_distribution(label: int, prior: np.ndarray, epsilon: float) ->
 
 def k_rr(labels, num_labels: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
     """K-ary randomized response: keep w.p. e^ε/(e^ε + K − 1), else a uniform other label."""
-    eps = _finite_epsilon(epsilon)
-    y = _labels(labels, num_labels)
+    eps = check_epsilon(epsilon, finite=True)
+    y = check_labels(labels, num_labels)
     keep = rng.random(y.shape) < math.exp(eps) / (math.exp(eps) + num_labels - 1)
     other = rng.integers(0, num_labels - 1, size=y.shape)
     other = other + (other >= y)
@@ -130,16 +115,16 @@ def k_rr(labels, num_labels: int, epsilon: float, rng: np.random.Generator) -> n
 
 def k_rr_weights(released, num_labels: int, epsilon: float) -> np.ndarray:
     """Unbiased analyzer of K-RR: a_k = ((e^ε + K − 1)·1[k = ỹ] − 1)/(e^ε − 1), E[a | y] = one_hot(y)."""
-    eps = _finite_epsilon(epsilon)
-    y = _labels(released, num_labels)
+    eps = check_epsilon(epsilon, finite=True)
+    y = check_labels(released, num_labels, field="released")
     one_hot = np.eye(num_labels)[y]
     return ((math.exp(eps) + num_labels - 1) * one_hot - 1.0) / math.expm1(eps)
 
 
 def subset_mechanism(labels, num_labels: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
     """002's randomizer: a boolean (n, K) subset; the true label is in it w.p. 1/2, each other w.p. 1/(e^ε+1)."""
-    eps = _finite_epsilon(epsilon)
-    y = _labels(labels, num_labels)
+    eps = check_epsilon(epsilon, finite=True)
+    y = check_labels(labels, num_labels)
     probability = np.full((len(y), num_labels), 1.0 / (math.exp(eps) + 1.0))
     probability[np.arange(len(y)), y] = 0.5
     return rng.random(probability.shape) < probability
@@ -147,7 +132,7 @@ def subset_mechanism(labels, num_labels: int, epsilon: float, rng: np.random.Gen
 
 def subset_weights(subsets: np.ndarray, epsilon: float) -> np.ndarray:
     """002's unbiased analyzer a_k = c·(1[k ∈ S] − 1/(e^ε + 1)), c = 2(e^ε + 1)/(e^ε − 1)."""
-    eps = _finite_epsilon(epsilon)
+    eps = check_epsilon(epsilon, finite=True)
     s = np.asarray(subsets, dtype=bool)
     scale = 2.0 * (math.exp(eps) + 1.0) / math.expm1(eps)
     return scale * (s - 1.0 / (math.exp(eps) + 1.0))
@@ -160,7 +145,7 @@ def analyzer_variance(mechanism: str, num_labels: int, epsilon: float) -> float:
     any frequency or linear-loss estimate built on the analyzer (002: O(K) for the subset
     mechanism against O(K²) for K-RR when ε = O(1)).
     """
-    eps = _finite_epsilon(epsilon)
+    eps = check_epsilon(epsilon, finite=True)
     e, k = math.exp(eps), num_labels
     if mechanism == "k_rr":
         scale = (e + k - 1) / (e - 1)

@@ -1,14 +1,8 @@
 """The privacy ledger: what was done to a dataset's labels, carried with the data.
 
-A privatized :class:`datasets.Dataset` carries a :class:`PrivacyLedger` as a JSON block at the end
-of ``dataset.info.description``. ``DatasetInfo`` is copied by ``map``, ``filter``, ``select``,
-``train_test_split`` and written by ``save_to_disk``, so the ledger follows the data through the
-usual ``datasets`` operations. Files that have no ``DatasetInfo`` get it another way
-(:func:`save_privatized` / :func:`load_privatized`):
-
-- ``save_to_disk`` folder: inside ``dataset_info.json`` (the description);
-- Parquet: in the file's schema metadata under the key ``squarechipo.privacy_ledger``;
-- JSONL: in a sidecar file ``<name>.jsonl.ledger.json`` next to the data.
+A privatized :class:`datasets.Dataset` carries a :class:`PrivacyLedger` as the JSON block of
+:mod:`squarechipo.data.metadata`, which keeps it with the data in memory, in ``save_to_disk`` folders,
+Parquet files and JSONL files (:func:`save_privatized` / :func:`load_privatized`).
 
 What the ledger never holds: the seed, which rows were swapped, or anything else that is a
 function of the raw labels. Only public parameters of the release.
@@ -16,8 +10,8 @@ function of the raw labels. Only public parameters of the release.
 
 from __future__ import annotations
 
-import copy
 import datetime as _dt
+import importlib.metadata
 import json
 import math
 import os
@@ -27,30 +21,23 @@ from typing import Any
 
 import datasets
 
+from squarechipo.data import metadata
 from squarechipo.privacy.calibration import debias_factor, flip_probability
 
 __all__ = [
-    "LEDGER_MARKER",
-    "PARQUET_METADATA_KEY",
-    "SIDECAR_SUFFIX",
     "Release",
     "PrivacyLedger",
     "get_ledger",
+    "info_with_ledger",
     "with_ledger",
     "save_privatized",
     "load_privatized",
     "read_ledger_for_path",
 ]
 
-LEDGER_MARKER = "<!-- squarechipo-privacy-ledger -->"
-PARQUET_METADATA_KEY = b"squarechipo.privacy_ledger"
-SIDECAR_SUFFIX = ".ledger.json"
-
 
 def _library_version() -> str:
-    from squarechipo import __version__
-
-    return __version__
+    return importlib.metadata.version("squarechipo")
 
 
 @dataclass(frozen=True)
@@ -188,7 +175,7 @@ class PrivacyLedger:
         maximum over disjoint parts (parallel composition); None if nothing was private.
 
         The sum is valid for any sequence of releases. It is loose for a re-release of labels that
-        were already released (``privatize_dataset(..., compose=True)``): that is post-processing of
+        were already released (``release_dataset(..., compose=True)``): that is post-processing of
         the first release, so the raw labels keep the first release's ε, and the stored labels alone
         satisfy :attr:`stored_labels_epsilon`, which is below every ε_k."""
         if not any(r.epsilon is not None for r in self.releases):
@@ -279,82 +266,40 @@ class PrivacyLedger:
         return cls.from_dict(json.loads(text))
 
 
-def _split_description(description: str | None) -> tuple[str, str | None]:
-    text = description or ""
-    head, marker, tail = text.partition(LEDGER_MARKER)
-    return head.rstrip(), (tail.strip() if marker else None)
-
-
 def get_ledger(dataset: datasets.Dataset) -> PrivacyLedger | None:
     """The ledger a dataset carries, or None for data that was never privatized here."""
-    _, block = _split_description(dataset.info.description)
+    block = metadata.read_block(dataset)
     return PrivacyLedger.from_json(block) if block else None
 
 
-def _info_with_ledger(info: datasets.DatasetInfo, ledger: PrivacyLedger) -> datasets.DatasetInfo:
-    info = copy.deepcopy(info)
-    head, _ = _split_description(info.description)
-    info.description = (head + "\n\n" if head else "") + LEDGER_MARKER + "\n" + ledger.to_json()
-    return info
+def info_with_ledger(info: datasets.DatasetInfo, ledger: PrivacyLedger) -> datasets.DatasetInfo:
+    """A copy of ``info`` carrying ``ledger`` (for building a new ``Dataset`` from Arrow)."""
+    return metadata.info_with_block(info, ledger.to_json())
 
 
 def with_ledger(dataset: datasets.Dataset, ledger: PrivacyLedger) -> datasets.Dataset:
     """Attach ``ledger`` to ``dataset`` (in place on its ``info``; returns the dataset)."""
-    dataset.info.description = _info_with_ledger(dataset.info, ledger).description
-    return dataset
-
-
-def _kind(path: Path) -> str:
-    name = path.name.lower()
-    if name.endswith((".jsonl", ".json")):
-        return "jsonl"
-    if name.endswith(".parquet"):
-        return "parquet"
-    if path.suffix == "" or path.is_dir():
-        return "dir"
-    raise ValueError(f"unsupported file type for {path}: use a folder (save_to_disk), .jsonl or .parquet.")
+    return metadata.with_block(dataset, ledger.to_json())
 
 
 def save_privatized(dataset: datasets.Dataset | datasets.DatasetDict, path: str | os.PathLike) -> Path:
-    """Write a privatized dataset so its ledger travels with it (see the module docstring)."""
+    """Write a privatized dataset so its ledger travels with it (see :mod:`squarechipo.data.metadata`)."""
     path = Path(path)
-    kind = _kind(path)
-    if kind == "dir":
+    if metadata.file_kind(path) == "dir":
         dataset.save_to_disk(str(path))
         return path
     if isinstance(dataset, datasets.DatasetDict):
         raise ValueError("a DatasetDict can only be saved to a folder; pick a split for .jsonl/.parquet.")
     ledger = get_ledger(dataset)
     if ledger is None:
-        raise ValueError("dataset has no privacy ledger; privatize it first (privatize_dataset).")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "jsonl":
-        dataset.to_json(str(path), lines=True, force_ascii=False)
-        Path(str(path) + SIDECAR_SUFFIX).write_text(ledger.to_json() + "\n", encoding="utf-8")
-    else:
-        import pyarrow.parquet as pq
-
-        table = dataset.with_format("arrow")[:]
-        metadata = dict(table.schema.metadata or {})
-        metadata[PARQUET_METADATA_KEY] = ledger.to_json().encode("utf-8")
-        pq.write_table(table.replace_schema_metadata(metadata), str(path))
-    return path
+        raise ValueError("dataset has no privacy ledger; privatize it first (squarechipo.privacy.release).")
+    return metadata.write_with_block(dataset, path, ledger.to_json())
 
 
 def read_ledger_for_path(path: str | os.PathLike) -> PrivacyLedger | None:
     """The ledger stored with a JSONL/Parquet file (sidecar or metadata), or None."""
-    path = Path(path)
-    kind = _kind(path)
-    if kind == "jsonl":
-        sidecar = Path(str(path) + SIDECAR_SUFFIX)
-        return PrivacyLedger.from_json(sidecar.read_text(encoding="utf-8")) if sidecar.exists() else None
-    if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        metadata = pq.read_schema(str(path)).metadata or {}
-        block = metadata.get(PARQUET_METADATA_KEY)
-        return PrivacyLedger.from_json(block.decode("utf-8")) if block else None
-    return None
+    block = metadata.read_block_for_path(path)
+    return PrivacyLedger.from_json(block) if block else None
 
 
 def load_privatized(path: str | os.PathLike) -> datasets.Dataset | datasets.DatasetDict:
@@ -364,7 +309,7 @@ def load_privatized(path: str | os.PathLike) -> datasets.Dataset | datasets.Data
         ValueError: when the file carries no ledger (load public data with the generic loader).
     """
     path = Path(path)
-    kind = _kind(path)
+    kind = metadata.file_kind(path)
     if kind == "dir":
         loaded = datasets.load_from_disk(str(path))
         splits = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
@@ -373,7 +318,7 @@ def load_privatized(path: str | os.PathLike) -> datasets.Dataset | datasets.Data
         return loaded
     ledger = read_ledger_for_path(path)
     if ledger is None:
-        where = f"{path}{SIDECAR_SUFFIX}" if kind == "jsonl" else f"the Parquet metadata of {path}"
+        where = f"{path}{metadata.SIDECAR_SUFFIX}" if kind == "jsonl" else f"the Parquet metadata of {path}"
         raise ValueError(f"no privacy ledger found in {where}; was the file written by save_privatized?")
     loader = datasets.Dataset.from_json if kind == "jsonl" else datasets.Dataset.from_parquet
     return with_ledger(loader(str(path)), ledger)

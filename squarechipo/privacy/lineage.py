@@ -22,33 +22,36 @@ embedded SmolLM2) is accepted and recorded as ``unrecorded``.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import datasets
 
-from squarechipo.data.fingerprint import preference_fingerprint, prompt_hashes
+from squarechipo.data.fingerprint import preference_fingerprint, prompt_hashes, training_data_record
+from squarechipo.privacy.record import (
+    EXPOSURES,
+    PRIVACY_FILE,
+    PROMPT_OVERLAP,
+    RECORDED,
+    SAME_DATASET,
+    UNRECORDED,
+    PrivacyRecord,
+    read_privacy_record,
+)
 
 __all__ = [
-    "PRIVACY_FILE",
     "LineageFinding",
     "LineageReport",
     "ModelLineage",
     "check_lineage",
-    "lineage_card_rows",
     "lineage_findings",
     "mark_source",
+    "public_labels_record",
 ]
 
-#: The privacy record written next to every model squarechipo saves.
-PRIVACY_FILE = "squarechipo_privacy.json"
 #: Statuses of a model in a lineage report.
-RECORDED, UNRECORDED, SAME_DATASET, PROMPT_OVERLAP = "recorded", "unrecorded", "same_dataset", "prompt_overlap"
-EXPOSURES = (SAME_DATASET, PROMPT_OVERLAP)
 _TRAINING_KEYS = ("dataset_fingerprint", "prompt_sketch")
 #: Attribute naming the folder a model was loaded from, where ``name_or_path`` does not (adapters).
 _SOURCE_ATTRIBUTE = "squarechipo_source"
@@ -82,10 +85,8 @@ class ModelLineage:
     @classmethod
     def from_folder(cls, folder: str | os.PathLike, name: str | None = None) -> ModelLineage:
         """The record saved in a model (or adapter) folder; a folder without one, or a Hub id, is unrecorded."""
-        path = Path(folder)
-        record_file = path / PRIVACY_FILE
-        record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.is_file() else None
-        return cls(name=name or str(folder), record=record)
+        record = read_privacy_record(folder)
+        return cls(name=name or str(folder), record=record.to_dict() if record is not None else None)
 
     @classmethod
     def of_model(cls, model: Any) -> ModelLineage:
@@ -252,33 +253,24 @@ def check_lineage(
     return LineageReport(findings=tuple(findings), upstream=tuple(upstream), private=private)
 
 
-def lineage_card_rows(record: dict[str, Any]) -> list[tuple[str, str]]:
-    """Card rows for the lineage fields of a privacy record (empty when the record has none)."""
-    if "lineage" not in record:
-        return []
-    suffix = "" if record.get("lineage_labels_private", True) else "; labels public"
-    rows = [
-        (f"{entry['role']} model", f"{entry['model']} ({_STATUS_TEXT[entry['status']]}{suffix})")
-        for entry in record["lineage"]
-    ]
-    exposure = record.get("label_exposure") or []
-    rows.append(
-        (
-            "labels exposed through a starting model",
-            "; ".join(
-                f"labels exposed through the {e['role']} model {e['model']} ({e['status']}, override)"
-                for e in exposure
-            )
-            if exposure
-            else "none found",
-        )
+def public_labels_record(
+    stage: str,
+    models: Sequence[tuple[str, ModelLineage]],
+    rows: datasets.Dataset,
+    *,
+    context: str,
+    details: dict[str, Any] | None = None,
+) -> PrivacyRecord:
+    """The record of a model trained on public labels (SFT, the gold judge): no ε is claimed, but the record
+    names its training rows and its own lineage, so a later run on private rows can refuse it (transitively)."""
+    lineage = check_lineage(models, rows, private=False, override=False, override_field="", context=context)
+    return PrivacyRecord.from_dict(
+        {
+            "stage": stage,
+            "epsilon": None,
+            "ledger": None,
+            **(details or {}),
+            **training_data_record(rows),
+            **lineage.record(),
+        }
     )
-    return rows
-
-
-_STATUS_TEXT = {
-    RECORDED: "recorded: trained on other rows",
-    UNRECORDED: "unrecorded: no training record, assumed public",
-    SAME_DATASET: "trained on these rows",
-    PROMPT_OVERLAP: "trained on prompts of these rows",
-}

@@ -1,7 +1,7 @@
 """Label mechanisms of the local model as pure functions over binary label arrays.
 
 A label array holds 0/1 values (``bool`` or integer dtype; the output keeps the input dtype).
-What a label means is up to the caller: at the dataset level (:mod:`squarechipo.privacy.dataset`)
+What a label means is up to the caller: at the dataset level (:mod:`squarechipo.privacy.release`)
 label 1 means "the stored ``rejected`` response is preferred", so the output is the swap mask of
 003 Appendix E.
 
@@ -10,30 +10,34 @@ Every function takes an explicit :class:`numpy.random.Generator`; none touches g
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
 from squarechipo.privacy.calibration import check_corruption_rate, flip_probability
 
-__all__ = ["ADVERSARIES", "Adversary", "randomized_response", "huber_corruption", "ctl", "ltc"]
+__all__ = ["ADVERSARIES", "check_generator", "check_labels", "ctl", "huber_corruption", "ltc", "randomized_response"]
 
-Adversary = Literal["flip", "random", "targeted", "fixed"]
 ADVERSARIES: tuple[str, ...] = ("flip", "random", "targeted", "fixed")
 
 
-def _as_binary(labels: np.ndarray, field: str) -> np.ndarray:
+def check_labels(labels, num_labels: int = 2, field: str = "labels") -> np.ndarray:
+    """The one label coercer: 0..K−1 class indices of integer dtype (bool too when K = 2), unchanged.
+
+    Raises a ValueError naming ``field`` for another dtype or a value outside 0..K−1.
+    """
     array = np.asarray(labels)
-    if array.dtype == np.bool_:
+    if array.dtype == np.bool_ and num_labels == 2:
         return array
     if not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"{field} must be a 0/1 array of bool or integer dtype (got dtype {array.dtype}).")
-    if array.size and (array.min() < 0 or array.max() > 1):
-        raise ValueError(f"{field} must contain only 0 and 1 (found values outside {{0, 1}}).")
+        kind = "a 0/1 array of bool or integer dtype" if num_labels == 2 else "integer class indices"
+        raise ValueError(f"{field} must be {kind} (got dtype {array.dtype}).")
+    if array.size and (array.min() < 0 or array.max() >= num_labels):
+        if num_labels == 2:
+            raise ValueError(f"{field} must contain only 0 and 1 (found values outside {{0, 1}}).")
+        raise ValueError(f"{field} must lie in 0..{num_labels - 1} (K = {num_labels}).")
     return array
 
 
-def _check_generator(rng: np.random.Generator) -> None:
+def check_generator(rng: np.random.Generator) -> None:
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
             f"rng must be a numpy.random.Generator (got {type(rng).__name__}); "
@@ -50,8 +54,8 @@ def randomized_response(labels: np.ndarray, epsilon: float | None, rng: np.rando
 
     ε-label-LDP for binary labels (003 §3, eq. (3); 000 §3). ``epsilon=None``/``inf`` returns a copy.
     """
-    _check_generator(rng)
-    array = _as_binary(labels, "labels")
+    check_generator(rng)
+    array = check_labels(labels)
     q = flip_probability(epsilon)
     if q == 0.0:
         return array.copy()
@@ -88,7 +92,7 @@ def _adversary_labels(
                 "adversary='fixed' needs fixed_labels: the label the adversary always writes "
                 "(e.g. the index of the longer or of the first response)."
             )
-        fixed = _as_binary(fixed_labels, "fixed_labels").astype(np.bool_)
+        fixed = check_labels(fixed_labels, field="fixed_labels").astype(np.bool_)
         if fixed.shape != truth.shape:
             raise ValueError(f"fixed_labels has shape {fixed.shape}; expected {truth.shape}.")
         return fixed
@@ -119,12 +123,12 @@ def huber_corruption(
     ``true_labels`` matters in LTC, where the adversary acts on privatized labels but its
     ``flip`` still means "wrong with respect to the truth", as in the mask of 003 App. E.
     """
-    _check_generator(rng)
-    array = _as_binary(labels, "labels")
+    check_generator(rng)
+    array = check_labels(labels)
     alpha = check_corruption_rate(corruption_rate)
     if alpha == 0.0:
         return array.copy()
-    truth = array if true_labels is None else _as_binary(true_labels, "true_labels")
+    truth = array if true_labels is None else check_labels(true_labels, field="true_labels")
     if truth.shape != array.shape:
         raise ValueError(f"true_labels has shape {truth.shape}; expected {array.shape}.")
     current = array.astype(np.bool_)

@@ -1,14 +1,27 @@
-"""Release a training split once and reuse it: on re-runs and on every distributed rank.
+"""The one dataset-level release: every path that turns raw labels into released ones goes through here.
 
-Drawing fresh randomized-response noise on a re-run would spend the privacy budget again, and two
-ranks drawing their own noise would train on different labels. :func:`release_once` privatizes on
-the main process only, saves the result with its ledger (atomically), and every other call — other
-ranks, later runs, resumed runs — loads that saved release after checking that it was made from the
-same rows with the same pipeline.
+:func:`release_dataset` takes rows and a measurement (:mod:`squarechipo.privacy.measurements`) and
+returns the released rows with the ledger extended by one release:
+
+- **preference pairs** (prompt/chosen/rejected, any TRL format): the stored orientation *is* the label
+  (DESIGN.md §1). The released label decides whether chosen and rejected are swapped, so no label column
+  exists that could leak the raw one. A measurement with a prior (RRWithPrior, LP-2ST's stage 2) sees
+  each pair in its canonical, label-free order (:func:`canonical_pairs`) and marks the rows released from
+  the prior in the public column ``label_from_prior``;
+- **best-of-K rows** (prompt/responses/best, :mod:`squarechipo.data.kary`): the raw ``best`` column is
+  removed; ``released_best`` or ``released_subset``, the analyzer weights ``label_weights`` and, for
+  RRWithPrior, ``label_from_prior`` are added.
+
+The released dataset is built from fresh Arrow arrays: no index column, no cache file of the input, no
+record of which rows were swapped. :func:`release_once` makes the release once per output folder: on the
+main process, saved with its ledger, and reused by every rank and every re-run after checking that it was
+made from the same rows with the same mechanism, so no fresh noise is ever drawn on a re-run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -16,22 +29,248 @@ import tempfile
 from pathlib import Path
 
 import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from squarechipo.data.fingerprint import preference_fingerprint
-from squarechipo.privacy.dataset import privatize_dataset
-from squarechipo.privacy.ledger import get_ledger
-from squarechipo.privacy.pipeline import LabelPipeline
-from squarechipo.privacy.prior_release import RRWithPriorRelease
+from squarechipo.data.kary import validate_kary
+from squarechipo.data.validation import validate_preference_dataset
+from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger, info_with_ledger, with_ledger
+from squarechipo.privacy.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 
-__all__ = ["release_once"]
+__all__ = [
+    "FROM_PRIOR_COLUMN",
+    "canonical_first_is_chosen",
+    "canonical_pairs",
+    "combine_parts",
+    "release_dataset",
+    "release_once",
+]
 
 logger = logging.getLogger("squarechipo")
 
+#: Public per-row flag: the released label is the prior's argmax (k* = 1).
+FROM_PRIOR_COLUMN = "label_from_prior"
 
-Mechanism = LabelPipeline | RRWithPriorRelease
+
+def _key(response) -> str:
+    return hashlib.sha256(json.dumps(response, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline: Mechanism, folder: Path) -> None:
+def canonical_first_is_chosen(dataset: datasets.Dataset) -> np.ndarray:
+    """True where the canonical first response u (smaller hash) is the stored ``chosen``. Private: it is the label."""
+    return np.array([_key(c) <= _key(r) for c, r in zip(dataset["chosen"], dataset["rejected"])], dtype=bool)
+
+
+def canonical_pairs(dataset: datasets.Dataset) -> datasets.Dataset:
+    """prompt / chosen = u / rejected = v in the canonical, label-free order (for computing a prior)."""
+    first = canonical_first_is_chosen(dataset)
+    u = [c if f else r for c, r, f in zip(dataset["chosen"], dataset["rejected"], first)]
+    v = [r if f else c for c, r, f in zip(dataset["chosen"], dataset["rejected"], first)]
+    return datasets.Dataset.from_dict({"prompt": dataset["prompt"], "chosen": u, "rejected": v})
+
+
+def _response_lengths(column: pa.ChunkedArray, conversational: bool) -> np.ndarray:
+    if not conversational:
+        return pc.utf8_length(column).to_numpy(zero_copy_only=False)
+    return np.array(
+        [sum(len(m.get("content") or "") for m in conversation) for conversation in column.to_pylist()],
+        dtype=np.int64,
+    )
+
+
+def _target_mask(table: pa.Table, pipeline: LabelPipeline) -> np.ndarray:
+    name = pipeline.target_column
+    if name is None:
+        raise ValueError(
+            "adversary='targeted' needs target_column (and target_values unless the column is boolean), "
+            "e.g. target_column='category', target_values=['Investments']."
+        )
+    if name not in table.column_names:
+        raise ValueError(f"target_column {name!r} is not a column of the dataset (columns: {table.column_names}).")
+    column = table[name]
+    if pipeline.target_values is None:
+        if not pa.types.is_boolean(column.type):
+            raise ValueError(
+                f"target_column {name!r} has type {column.type}; give target_values, or use a boolean column."
+            )
+        mask = column.fill_null(False)
+    else:
+        mask = pc.is_in(column, value_set=pa.array(list(pipeline.target_values), type=column.type))
+    return mask.to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _fixed_labels(table: pa.Table, pipeline: LabelPipeline, conversational: bool) -> np.ndarray:
+    rule = pipeline.fixed_preference
+    if rule in FIXED_PREFERENCES:
+        chosen = _response_lengths(table["chosen"], conversational)
+        rejected = _response_lengths(table["rejected"], conversational)
+        # Label True = the adversary prefers `rejected`; on equal lengths it keeps `chosen`.
+        return rejected > chosen if rule == "longer" else rejected < chosen
+    if rule not in table.column_names:
+        raise ValueError(
+            f"fixed_preference must be one of {FIXED_PREFERENCES} or a boolean column name (got {rule!r})."
+        )
+    column = table[rule]
+    if not pa.types.is_boolean(column.type):
+        raise ValueError(f"fixed_preference column {rule!r} must be boolean (True = prefers rejected).")
+    return column.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _pair_context(table: pa.Table, mechanism: Measurement, conversational: bool) -> dict:
+    """What the targeted and fixed adversaries need from the rows (public columns and lengths)."""
+    if not (isinstance(mechanism, LabelPipeline) and mechanism.is_corrupted):
+        return {}
+    if mechanism.adversary == "targeted":
+        return {"target": _target_mask(table, mechanism)}
+    if mechanism.adversary == "fixed":
+        return {"fixed_labels": _fixed_labels(table, mechanism, conversational)}
+    return {}
+
+
+def _release_pairs(dataset: datasets.Dataset, mechanism: Measurement, rng: np.random.Generator):
+    """(table with chosen/rejected as released, public outcome) for preference pairs."""
+    _, report = validate_preference_dataset(dataset)
+    table = dataset.with_format("arrow")[:]
+    n = table.num_rows
+    if mechanism.canonical_pairs:
+        # Label 1 = the canonical first response u is preferred; the prior is given in that order.
+        first_is_chosen = canonical_first_is_chosen(dataset)
+        result = mechanism.release_labels(first_is_chosen.astype(np.int64), 2, rng)
+        swap = result.labels.astype(bool) != first_is_chosen
+        del first_is_chosen
+    else:
+        # Label 1 = the stored rejected response is preferred: the truth is 0 on every raw row.
+        context = _pair_context(table, mechanism, report.format.conversational)
+        result = mechanism.release_labels(np.zeros(n, dtype=bool), 2, rng, **context)
+        swap = result.labels
+    swap = pa.array(swap)
+    chosen, rejected = table["chosen"], table["rejected"]
+    table = table.set_column(table.schema.get_field_index("chosen"), "chosen", pc.if_else(swap, rejected, chosen))
+    table = table.set_column(table.schema.get_field_index("rejected"), "rejected", pc.if_else(swap, chosen, rejected))
+    if result.from_prior is not None:
+        table = table.append_column(FROM_PRIOR_COLUMN, pa.array(result.from_prior))
+    return table, 2, result.outcome
+
+
+def _release_best_of_k(dataset: datasets.Dataset, mechanism: Measurement, rng: np.random.Generator):
+    """(table without ``best`` and with the released columns, K, public outcome) for best-of-K rows."""
+    k = validate_kary(dataset)
+    best = np.asarray(dataset["best"], dtype=np.int64)
+    result = mechanism.release_labels(best, k, rng)
+    del best
+    table = dataset.remove_columns(["best"]).with_format("arrow")[:]
+    table = table.append_column(mechanism.kary_column, pa.array(result.labels.tolist()))
+    if result.from_prior is not None:
+        table = table.append_column(FROM_PRIOR_COLUMN, pa.array(result.from_prior))
+    # RRWithPrior has no unbiased linear analyzer: its weights are the one-hot release itself.
+    weights = result.weights if result.weights is not None else np.eye(k)[result.labels]
+    table = table.append_column("label_weights", pa.array(weights.tolist()))
+    return table, k, result.outcome
+
+
+def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, compose: bool) -> None:
+    if existing is None or not existing.releases:
+        return
+    if not isinstance(mechanism, LabelPipeline):
+        raise ValueError(
+            f"dataset was already privatized (total epsilon {existing.total_epsilon}): {mechanism.name} must see the "
+            "raw labels, each queried once. Releasing again would spend more ε on the same labels; release the "
+            "raw rows instead."
+        )
+    if not compose:
+        raise ValueError(
+            f"dataset was already privatized (ledger: total epsilon {existing.total_epsilon}, "
+            f"{len(existing.releases)} release(s)): its labels are the released ones. Privatizing them again is "
+            "post-processing of that release: it spends nothing on the raw labels, which keep the first "
+            "release's ε, but it adds noise that cannot be removed and changes the flip rate the loss debiases "
+            "for. Reuse the released data as it is. If you do want the extra noise, pass compose=True: the "
+            "ledger adds the release, reports the sum of the ε (valid but loose) and the tight ε of the stored "
+            "labels (stored_labels_epsilon). To release the raw labels a second time, privatize the raw rows."
+        )
+
+
+def release_dataset(
+    dataset: datasets.Dataset,
+    mechanism: Measurement,
+    *,
+    seed: int | None = None,
+    compose: bool = False,
+    part: str | None = None,
+) -> datasets.Dataset:
+    """Release a dataset's labels through ``mechanism`` once, and record it in the ledger.
+
+    Args:
+        dataset: raw preference pairs whose ``chosen`` is the true preferred response, in any TRL format
+            (validated first; invalid rows raise — drop them explicitly with
+            ``validate_preference_dataset(..., drop_invalid=True)``), or raw best-of-K rows.
+        mechanism: a :class:`~squarechipo.privacy.measurements.Measurement` (``LabelPipeline`` for ε, α,
+            adversary and order; ``KaryRR``, ``SubsetMechanism`` or ``RRWithPrior``).
+        seed: ``None`` (default) draws from OS entropy: use this for real labels. An integer is for
+            simulation and makes the noise reproducible by anyone who knows it; the ledger records that
+            a fixed seed was used, never the seed.
+        compose: (``LabelPipeline`` only) the dataset already carries a ledger and you mean to add noise
+            to its released labels. That is post-processing of the earlier release (the raw labels keep
+            its ε); the ledger records the new release, sums the ε (a valid, loose bound) and gives the
+            tight ε of the stored labels (``stored_labels_epsilon``).
+        part: the name of the disjoint part of a larger dataset these rows are (multi-stage training,
+            001); releases on disjoint parts compose in parallel in the ledger.
+
+    Returns:
+        A new dataset with every other column unchanged and the ledger attached.
+    """
+    if isinstance(dataset, datasets.DatasetDict):
+        raise ValueError(
+            "got a DatasetDict; release the split you train on, e.g. release_dataset(ds['train'], mechanism)."
+        )
+    if not isinstance(mechanism, Measurement):
+        raise TypeError(
+            f"mechanism must be a squarechipo.privacy.measurements.Measurement, e.g. LabelPipeline(epsilon=1.0) "
+            f"(got {type(mechanism).__name__})."
+        )
+    existing = get_ledger(dataset)
+    _check_not_released(existing, mechanism, compose)
+    rng = np.random.default_rng(seed)
+    best_of_k = "responses" in dataset.column_names or "best" in dataset.column_names
+    release_rows = _release_best_of_k if best_of_k else _release_pairs
+    table, num_labels, outcome = release_rows(dataset, mechanism, rng)
+    del rng
+    pipeline = {**mechanism.to_dict(), **({"num_labels": num_labels} if num_labels != 2 else {}), **outcome}
+    release = Release.now(
+        **mechanism.ledger_fields(),
+        n_rows=len(dataset),
+        fixed_seed=seed is not None,
+        pipeline=pipeline,
+        data_fingerprint=preference_fingerprint(dataset),
+        part=part,
+    )
+    ledger = (existing or PrivacyLedger()).with_release(release)
+    released = datasets.Dataset(table, info=info_with_ledger(dataset.info, ledger), split=dataset.split)
+    logger.info(
+        "released %d rows through %s (total epsilon %s)", len(released), mechanism.to_dict(), ledger.total_epsilon
+    )
+    return released
+
+
+def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets.Dataset:
+    """Concatenate two released disjoint parts; the ledger lists both releases (parallel composition)."""
+    ledgers = [get_ledger(part) for part in (first, second)]
+    if any(ledger is None for ledger in ledgers):
+        raise ValueError("both parts must be released datasets with a privacy ledger.")
+    parts = [r.part for ledger in ledgers for r in ledger.releases]
+    if None in parts or len(set(parts)) != len(parts):
+        raise ValueError(f"each part's releases must name a distinct part (got {parts}); pass part=… when releasing.")
+    parts_data = [
+        p if FROM_PRIOR_COLUMN in p.column_names else p.add_column(FROM_PRIOR_COLUMN, [False] * len(p))
+        for p in (first, second)
+    ]
+    combined = datasets.concatenate_datasets([parts_data[0].cast(parts_data[1].features), parts_data[1]])
+    ledger = PrivacyLedger(releases=ledgers[0].releases + ledgers[1].releases)
+    return with_ledger(combined, ledger)
+
+
+def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline: Measurement, folder: Path) -> None:
     ledger = get_ledger(released)
     if ledger is None or not ledger.releases:
         raise ValueError(f"{folder} holds a dataset without a privacy ledger; delete it or choose another folder.")
@@ -54,7 +293,7 @@ def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline:
 
 def release_once(
     dataset: datasets.Dataset,
-    pipeline: Mechanism,
+    pipeline: Measurement,
     folder: str | os.PathLike,
     *,
     seed: int | None = None,
@@ -65,20 +304,17 @@ def release_once(
 
     Args:
         dataset: the raw split (``chosen`` = the true preference).
-        pipeline: the label pipeline, or an :class:`RRWithPriorRelease` (LP-2ST's part 2).
+        pipeline: the measurement (a label pipeline, or ``RRWithPrior`` for LP-2ST's part 2).
         folder: where the release is saved (``save_to_disk``; the ledger travels inside).
         seed: ``None`` = OS entropy (real data); an integer for simulation only.
         state: an ``accelerate.PartialState`` in distributed runs; the main process writes and the
             others wait, then load. ``None`` = a single process.
-        part: the disjoint part these rows are (multi-stage training; see ``privatize_dataset``).
+        part: the disjoint part these rows are (multi-stage training; see ``release_dataset``).
     """
     folder = Path(folder)
     is_main = True if state is None else state.is_main_process
     if is_main and not (folder / "dataset_info.json").exists():
-        if isinstance(pipeline, LabelPipeline):
-            released = privatize_dataset(dataset, pipeline, seed=seed, part=part)
-        else:
-            released = pipeline.release(dataset, seed=seed, part=part)
+        released = release_dataset(dataset, pipeline, seed=seed, part=part)
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from trl import RewardConfig
 
+from squarechipo.models.runtime import apply_cpu_defaults
 from squarechipo.privacy.calibration import check_epsilon
-from squarechipo.trainer.precision import apply_cpu_defaults
 
 __all__ = ["PrivateRewardConfig", "MODEL_TYPES", "REWARD_LOSSES"]
 

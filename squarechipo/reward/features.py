@@ -9,14 +9,14 @@ clipped to ‖·‖ ≤ L (the L of 000's guarantees). The head θ is then fitte
 
 from __future__ import annotations
 
-import math
-
 import datasets
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from squarechipo.privacy.calibration import check_epsilon
+from squarechipo.privacy.debiasing import PrivacySettings
 from squarechipo.reward.linear import (
     mle,
     objective_perturbation,
@@ -25,7 +25,6 @@ from squarechipo.reward.linear import (
     sgd_debiased_averaged,
     strong_convexity,
 )
-from squarechipo.trainer.privacy_settings import PrivacySettings
 
 __all__ = [
     "response_features",
@@ -175,8 +174,9 @@ def fit_linear_head(
             strong_convexity_lambda = strong_convexity(privacy.epsilon, feature_bound, radius, coverage)
         return sgd_debiased(x, y, privacy.epsilon, radius, [n], strong_convexity_lambda=strong_convexity_lambda)[n][0]
     if estimator == "objective_perturbation":
-        if epsilon is None or not (0 < epsilon < math.inf) or rng is None:
-            raise ValueError("estimator='objective_perturbation' needs a finite epsilon > 0 and an rng.")
+        check_epsilon(epsilon, finite=True)
+        if rng is None:
+            raise ValueError("estimator='objective_perturbation' needs an rng (numpy.random.Generator).")
         if privacy is not None and privacy.ledger is not None:
             raise ValueError("objective perturbation is the central model: give it the raw rows, not released ones.")
         return objective_perturbation(x, y, epsilon, delta, feature_bound, radius, rng)[0]

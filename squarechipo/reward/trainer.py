@@ -15,7 +15,6 @@ What is TRL's: tokenization, the collator, logging, checkpointing, the Hub. What
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import datasets
 import torch
@@ -24,12 +23,12 @@ from trl import RewardTrainer
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import robust_log_loss, square_loss
 from squarechipo.privacy.calibration import debias_factor_from_flip_rate
+from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, check_lineage
+from squarechipo.privacy.record import PrivacyRecord, write_privacy_record
 from squarechipo.reward.config import PrivateRewardConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
-from squarechipo.trainer.privacy_settings import PrivacySettings, resolve_privacy
-from squarechipo.trainer.trainer import write_privacy_record
 
 __all__ = ["PrivateRewardTrainer", "reward_loss"]
 
@@ -109,16 +108,19 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
             self._metrics[mode]["margin"].append(margins.mean().item())
         return (loss, outputs) if return_outputs else loss
 
-    def privacy_record(self) -> dict[str, Any]:
-        return {
-            "model_type": self.args.model_type,
-            "loss": self.args.loss,
-            "max_margin": self.args.max_margin,
-            **self.privacy.record(self.args.privacy_override),
-            "dropped_rows": dict(getattr(self, "dropped_rows", {})),
-            **self.training_data,
-            **(self.lineage.record() if self.lineage is not None else {}),
-        }
+    def privacy_record(self) -> PrivacyRecord:
+        return PrivacyRecord.from_dict(
+            {
+                "stage": "reward_model",
+                "model_type": self.args.model_type,
+                "loss": self.args.loss,
+                "max_margin": self.args.max_margin,
+                "dropped_rows": dict(getattr(self, "dropped_rows", {})),
+                **self.privacy.record(self.args.privacy_override),
+                **self.training_data,
+                **(self.lineage.record() if self.lineage is not None else {}),
+            }
+        )
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from squarechipo.losses import square_loss
+from squarechipo.privacy.calibration import check_epsilon
 
 __all__ = ["ROW_LOSS_SENSITIVITY", "row_preference_losses", "row_square_losses", "select_index"]
 
@@ -46,11 +47,7 @@ def row_preference_losses(values):
 
 def _mechanism_logits(losses, epsilon: float, sensitivity: float = ROW_LOSS_SENSITIVITY) -> np.ndarray:
     """−ε·L/(2Δ) in float64, shifted to max 0 (log-probabilities up to a constant). Private: never released."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
-        raise ValueError(
-            f"epsilon must be a positive finite number (got {epsilon!r}); ε = ∞ would release the argmin "
-            "without privacy."
-        )
+    check_epsilon(epsilon, finite=True)
     if not (isinstance(sensitivity, (int, float)) and 0 < sensitivity < math.inf):
         raise ValueError(f"sensitivity must be positive and finite (got {sensitivity!r}).")
     scores = np.asarray(losses, dtype=np.float64)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import datasets
 import numpy as np
 
-from squarechipo.reward.pairs import PreferenceModel
+from squarechipo.models.preference import PreferenceModel
 from squarechipo.select.exponential import row_preference_losses, select_index
 
 __all__ = ["select_preference_model"]

@@ -11,7 +11,6 @@ guarantee, so a fixed ``seed`` is for tests and simulations only and is recorded
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,13 +23,15 @@ from transformers import AutoTokenizer
 
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.models import resolve_model_path
+from squarechipo.models.logprobs import tokenize_preferences
+from squarechipo.models.runtime import distributed_state
 from squarechipo.privacy.calibration import check_epsilon
 from squarechipo.privacy.ledger import get_ledger
-from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage, lineage_card_rows
+from squarechipo.privacy.lineage import ModelLineage, check_lineage
+from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, read_privacy_record, write_privacy_record
 from squarechipo.select.candidates import Candidate, check_candidates, load_candidate
 from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_index
-from squarechipo.select.scoring import score_candidates, tokenize_preferences
-from squarechipo.trainer.precision import distributed_state
+from squarechipo.select.scoring import score_candidates
 
 __all__ = ["Selection", "select_policy", "STAGE"]
 
@@ -60,9 +61,7 @@ def _check_arguments(candidates, epsilon, beta, r_max, link, batch_size) -> None
         raise ValueError(f"candidates: give at least two policies to select from (got {len(candidates)}).")
     if len(set(candidates)) != len(candidates):
         raise ValueError("candidates: a candidate is listed twice; list each policy once.")
-    check_epsilon(epsilon)
-    if epsilon is None or not np.isfinite(epsilon):
-        raise ValueError("epsilon: the central selector needs a finite ε > 0 (ε = ∞ would release the argmin).")
+    check_epsilon(epsilon, finite=True)
     if not (isinstance(beta, (int, float)) and beta > 0):
         raise ValueError(f"beta must be positive (got {beta!r}); use the β the candidates were trained with.")
     if r_max is not None and not r_max > 0:
@@ -74,8 +73,8 @@ def _check_arguments(candidates, epsilon, beta, r_max, link, batch_size) -> None
 
 
 def _check_output_dir(output_dir: Path | None) -> None:
-    record = output_dir / PRIVACY_FILE if output_dir is not None else None
-    if record is not None and record.exists() and json.loads(record.read_text()).get("stage") == STAGE:
+    record = read_privacy_record(output_dir) if output_dir is not None else None
+    if record is not None and record.stage == STAGE:
         raise FileExistsError(
             f"output_dir {output_dir} already holds a central selection. Selecting again on the same data draws "
             "fresh noise and spends another ε (basic composition): keep the existing result, or choose a new "
@@ -188,50 +187,36 @@ def select_policy(
 
 
 def _save_selection(selection: Selection, candidate: Candidate, out: Path, record_extra: dict) -> None:
-    """Copy the chosen policy and write its ledger and card (public fields only)."""
+    """Copy the chosen policy and write its record and card (public fields only)."""
     out.mkdir(parents=True, exist_ok=True)
     for item in candidate.path.iterdir():
         # The model, adapter and tokenizer files only: no checkpoints, released data or training state.
         if item.is_file() and item.name not in _NOT_COPIED and not item.name.endswith("_results.json"):
             shutil.copy2(item, out / item.name)
-    record = {
-        "stage": STAGE,
-        "mechanism": "exponential",
-        "epsilon": selection.epsilon,
-        "num_rows": selection.num_rows,
-        "num_candidates": selection.num_candidates,
-        "candidates": list(selection.candidates),
-        "selected_index": selection.index,
-        "selected": selection.candidate,
-        "guard_overrides": selection.guard_overrides,
-        "candidate_record": candidate.record,
-        **record_extra,
-    }
-    (out / PRIVACY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
-    (out / "README.md").write_text(_card(record), encoding="utf-8")
-
-
-def _card(record: dict) -> str:
-    overrides = record["guard_overrides"]
-    override_text = "; ".join(f"{o['candidate']} ({o['reason']})" for o in overrides) if overrides else "none"
-    rows = [
-        ("mechanism", "exponential mechanism, P(π) ∝ exp(−ε·L(π)/8) (003 Algorithm 2)"),
-        ("central ε (whole row: prompt, responses, label)", record["epsilon"]),
-        ("n (private rows scored)", record["num_rows"]),
-        ("number of candidates (size of Π)", record["num_candidates"]),
-        ("selected candidate", f"{record['selected']} (index {record['selected_index']})"),
-        ("β / R_max / link", f"{record['beta']} / {record['r_max']} / {record['link']}"),
-        ("per-row loss sensitivity", record["sensitivity"]),
-        ("guard overrides", override_text),
-        *lineage_card_rows(record),
-        ("sampling seed", "fixed (tests/simulation only: no guarantee)" if record["seeded"] else "OS entropy"),
-    ]
-    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
-    return (
-        "---\nlibrary_name: transformers\ntags:\n- squarechipo\n- differential-privacy\n---\n\n"
-        "# Policy selected under central differential privacy (squarechipo)\n\n"
+    record = PrivacyRecord.from_dict(
+        {
+            "stage": STAGE,
+            "mechanism": "exponential",
+            "epsilon": selection.epsilon,
+            "num_rows": selection.num_rows,
+            "num_candidates": selection.num_candidates,
+            "candidates": list(selection.candidates),
+            "selected_index": selection.index,
+            "selected": selection.candidate,
+            "guard_overrides": selection.guard_overrides,
+            "candidate_record": candidate.record,
+            **record_extra,
+        }
+    )
+    intro = (
         "This model is one of a finite set of candidate policies, released by the exponential mechanism on a "
         "private preference dataset with [squarechipo](https://pypi.org/project/squarechipo/). Only the choice "
-        "depends on the private data; the candidates' scores were never stored. The full record is in "
-        f"`{PRIVACY_FILE}`.\n\n| field | value |\n|---|---|\n{table}\n"
+        "depends on the private data; the candidates' scores were never stored."
     )
+    write_privacy_record(out, record, intro=intro, card_header=_CARD_HEADER)
+
+
+_CARD_HEADER = (
+    "---\nlibrary_name: transformers\ntags:\n- squarechipo\n- differential-privacy\n---\n\n"
+    "# Policy selected under central differential privacy (squarechipo)"
+)

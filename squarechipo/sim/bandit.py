@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from squarechipo.losses import METHODS, margins, preference_loss
-from squarechipo.privacy.pipeline import LabelPipeline
+from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.select.exponential import row_square_losses, select_index
 
 __all__ = [

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from squarechipo.privacy.pipeline import LabelPipeline
+from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import bt
 from squarechipo.sim import general as gp

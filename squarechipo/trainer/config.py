@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trl import DPOConfig
+from trl import DPOConfig, SFTConfig
 
 from squarechipo.losses import METHODS
+from squarechipo.models.runtime import apply_cpu_defaults
 from squarechipo.privacy.calibration import check_epsilon, check_flip_rate
-from squarechipo.trainer.precision import apply_cpu_defaults
 
-__all__ = ["SquareChiPOConfig"]
+__all__ = ["SFTRecipeConfig", "SquareChiPOConfig"]
 
 
 @dataclass
@@ -98,3 +98,13 @@ class SquareChiPOConfig(DPOConfig):
     def clip(self) -> float | None:
         """The margin bound 2·R_max passed to the loss."""
         return None if self.r_max is None else 2.0 * self.r_max
+
+
+@dataclass
+class SFTRecipeConfig(SFTConfig):
+    """TRL's ``SFTConfig`` with the CPU defaults of :func:`squarechipo.models.runtime.apply_cpu_defaults`
+    (used by ``recipes/sft.py``)."""
+
+    def __post_init__(self) -> None:
+        apply_cpu_defaults(self)
+        super().__post_init__()

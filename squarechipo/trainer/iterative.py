@@ -8,7 +8,7 @@
    returns and for which Theorem 4.4 bounds the duality gap; on a non-transitive preference the
    iterates cycle and the last one carries no guarantee (the lab shows its gap staying high). The
    folder then holds ``mixture.json`` and the iterates; generation samples one iterate per prompt
-   (:func:`squarechipo.evaluation.generation.generate_responses`). ``last`` — π^{T+1} as a plain
+   (:func:`squarechipo.models.generation.generate_responses`). ``last`` — π^{T+1} as a plain
    model folder, one more update.
 
 The labels were privatized before the preference model was trained; self-play itself reads only
@@ -18,7 +18,6 @@ into the output's ``squarechipo_privacy.json``: post-processing, no extra ε).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
@@ -29,16 +28,15 @@ import datasets
 import numpy as np
 from accelerate import PartialState
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-from squarechipo.evaluation.generation import MIXTURE_FILE, generate_with_model
-from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage
-from squarechipo.reward.pairs import PreferenceModel
-from squarechipo.select.scoring import model_logps, tokenize_preferences
+from squarechipo.models.generation import MIXTURE_FILE, generate_with_model
+from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+from squarechipo.models.preference import PreferenceModel
+from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
+from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, write_privacy_record
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
-from squarechipo.trainer.trainer import write_privacy_record
 
-__all__ = ["self_play_dataset", "iterative_square_chipo"]
+__all__ = ["inherited_record", "iterative_square_chipo", "self_play_dataset"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -73,6 +71,33 @@ def _sample(model, tokenizer, prompts, args: SelfPlayConfig, seed: int, desc: st
     )
 
 
+def _check_reference(policy, prompts: list, preference_record: PrivacyRecord | None, args: SelfPlayConfig):
+    """π_ref must not have seen the private rows behind ℓ̂: neither these prompts nor (by its sketch) the
+    preference model's training prompts. The run's privacy is the preference model's, so ℓ̂'s ε decides."""
+    return check_lineage(
+        [("reference (π¹ = π_ref)", ModelLineage.of_model(policy))],
+        datasets.Dataset.from_dict({"prompt": list(prompts)}),
+        private=preference_record is not None and preference_record.epsilon is not None,
+        override=args.override_lineage_guard,
+        override_field="override_lineage_guard",
+        context="iterative Square-χPO",
+        extra_prompt_hashes=(preference_record.prompt_sketch if preference_record is not None else None) or (),
+    )
+
+
+def _reference_pairs(policy, tokenizer, prompts: list, args: SelfPlayConfig) -> datasets.Dataset:
+    """Line 8: D_x, two samples a, b from π_ref per prompt (the seeds differ so a ≠ b in distribution)."""
+    first = _sample(policy, tokenizer, prompts, args, args.seed * 1000 + 1, "D_x: a ~ π_ref")
+    second = _sample(policy, tokenizer, prompts, args, args.seed * 1000 + 2, "D_x: b ~ π_ref")
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": list(prompts),
+            "chosen": _as_completion(prompts, first),
+            "rejected": _as_completion(prompts, second),
+        }
+    )
+
+
 def iterative_square_chipo(
     policy: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -81,54 +106,32 @@ def iterative_square_chipo(
     args: SelfPlayConfig,
     *,
     reference_name: str,
-    preference_record: dict | None = None,
+    preference_record: PrivacyRecord | None = None,
 ) -> Path:
     """Run 003 Algorithm 3's policy optimisation from ``policy`` = π_ref; returns the output folder.
 
     ``reference_name`` is how the mixture names π¹ (a path or ``embedded``); ``preference_record`` is
-    the preference model's privacy record (its ``squarechipo_privacy.json``), carried into the output.
+    the preference model's privacy record (:func:`~squarechipo.privacy.record.read_privacy_record`),
+    whose label privacy the output inherits.
     """
     if len(prompts) == 0:
         raise ValueError("prompts is empty: self-play needs the prompts x of D_x.")
-    state = PartialState()
     out = Path(args.output_dir)
     if (out / MIXTURE_FILE).exists() or (out / PRIVACY_FILE).exists():
         raise FileExistsError(f"{out} already holds a self-play output; choose a new output_dir.")
-    # π_ref must not have seen the private rows behind ℓ̂: neither these prompts nor (by its sketch) the
-    # preference model's training prompts. The run's privacy is the preference model's, so ℓ̂'s ε decides.
-    lineage = check_lineage(
-        [("reference (π¹ = π_ref)", ModelLineage.of_model(policy))],
-        datasets.Dataset.from_dict({"prompt": list(prompts)}),
-        private=(preference_record or {}).get("epsilon") is not None,
-        override=args.override_lineage_guard,
-        override_field="override_lineage_guard",
-        context="iterative Square-χPO",
-        extra_prompt_hashes=(preference_record or {}).get("prompt_sketch") or (),
-    )
-    collator = DataCollatorForPreference(
-        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-        max_length=args.max_length,
-        truncation_mode=args.truncation_mode,
-    )
-    # Line 8: D_x, two samples from π_ref per prompt (seeds differ so a ≠ b in distribution draws).
-    first = _sample(policy, tokenizer, prompts, args, args.seed * 1000 + 1, "D_x: a ~ π_ref")
-    second = _sample(policy, tokenizer, prompts, args, args.seed * 1000 + 2, "D_x: b ~ π_ref")
-    pairs = datasets.Dataset.from_dict(
-        {
-            "prompt": list(prompts),
-            "chosen": _as_completion(prompts, first),
-            "rejected": _as_completion(prompts, second),
-        }
-    )
+    lineage = _check_reference(policy, prompts, preference_record, args)
+    collator = preference_collator(tokenizer, max_length=args.max_length, truncation_mode=args.truncation_mode)
+    pairs = _reference_pairs(policy, tokenizer, prompts, args)
+    first, second = (pairs[c] for c in ("chosen", "rejected"))
     rows = tokenize_preferences(pairs, tokenizer)
     ref_logps = model_logps(policy, rows, collator, args.responses_batch_size, "log π_ref(a|x), log π_ref(b|x)")
     members = [reference_name]
     targets_summary = []
     for t in range(1, args.updates + 1):
         opponent = _sample(policy, tokenizer, prompts, args, args.seed * 1000 + 10 + t, f"round {t}: b̃ ~ π^{t}")
-        r_first = preference_model.preference(prompts, first, opponent)
-        r_second = preference_model.preference(prompts, second, opponent)
-        target = r_first - r_second
+        target = preference_model.preference(prompts, first, opponent) - preference_model.preference(
+            prompts, second, opponent
+        )
         targets_summary.append(float(np.abs(target).mean()))
         # π¹ = π_ref: its log-probs were just computed; later iterates need a pass of their own.
         previous = (
@@ -137,10 +140,9 @@ def iterative_square_chipo(
             else model_logps(policy, rows, collator, args.responses_batch_size, f"round {t}: log π^{t}")
         )
         iterate_dir = out / f"iterate_{t + 1}"
-        round_args = dataclasses.replace(args, output_dir=str(iterate_dir), push_to_hub=False)
         trainer = SelfPlayTrainer(
             policy,
-            args=round_args,
+            args=dataclasses.replace(args, output_dir=str(iterate_dir), push_to_hub=False),
             train_dataset=self_play_dataset(pairs, ref_logps, previous, target),
             processing_class=tokenizer,
         )
@@ -152,7 +154,7 @@ def iterative_square_chipo(
         else:
             trainer.save_model(str(out))
         del trainer
-    record = {
+    details = {
         "algorithm": "iterative Square-χPO (003 Algorithm 3)",
         "beta": args.beta,
         "eta": args.eta,
@@ -160,27 +162,63 @@ def iterative_square_chipo(
         "output_policy": args.output_policy,
         "num_prompts": len(prompts),
         "mean_abs_target_per_round": targets_summary,
-        **_privacy_fields(preference_record),
-        **lineage.record(),
+        **({"members": members} if args.output_policy == "mixture" else {}),
     }
-    if state.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        if args.output_policy == "mixture":
-            record["members"] = members
-            (out / MIXTURE_FILE).write_text(
-                json.dumps({"members": members, "weights": "uniform", "algorithm": record["algorithm"]}, indent=2),
-                encoding="utf-8",
-            )
-            tokenizer.save_pretrained(str(out))
-        intro = (
-            "This policy was aligned with iterative Square-χPO (003 Algorithm 3) against a pairwise preference "
-            "model trained on labels released through the mechanism below."
-        )
-        write_privacy_record(str(out), record, intro=intro)
-        for member in members[1:]:
-            shutil.copy(out / PRIVACY_FILE, out / member / PRIVACY_FILE)
-    state.wait_for_everyone()
+    record = inherited_record(preference_record, "self_play", details, lineage)
+    if PartialState().is_main_process:
+        _save_output(out, record, members, tokenizer, args.output_policy == "mixture")
+    PartialState().wait_for_everyone()
     return out
+
+
+def inherited_record(
+    preference_record: PrivacyRecord | None, stage: str, details: dict, lineage: LineageReport
+) -> PrivacyRecord:
+    """The self-play output's record: the preference model's label privacy (self-play reads only prompts
+    and samples, so it is post-processing of ℓ̂: no extra ε), this run's details and its π_ref lineage."""
+    source = preference_record or PrivacyRecord(stage="none")
+    return PrivacyRecord.from_dict(
+        {
+            **{key: getattr(source, key) for key in _LABEL_PRIVACY_FIELDS},
+            "debiasing_flip_rate": source.debiasing_flip_rate or 0.0,
+            "privacy_source": f"preference model ({source.privacy_source or 'no record'})",
+            "stage": stage,
+            **details,
+            **lineage.record(),
+        }
+    )
+
+
+#: What the guarantee of a post-processed model rests on: the label privacy of the model it came from.
+_LABEL_PRIVACY_FIELDS = (
+    "epsilon",
+    "debiasing",
+    "privacy_override",
+    "mechanism",
+    "corruption_rate",
+    "adversary",
+    "order",
+    "ledger",
+    "dataset_fingerprint",
+    "prompt_sketch",
+)
+
+
+def _save_output(out: Path, record: PrivacyRecord, members: list[str], tokenizer, mixture: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    if mixture:
+        (out / MIXTURE_FILE).write_text(
+            json.dumps({"members": members, "weights": "uniform", "algorithm": record.details["algorithm"]}, indent=2),
+            encoding="utf-8",
+        )
+        tokenizer.save_pretrained(str(out))
+    intro = (
+        "This policy was aligned with iterative Square-χPO (003 Algorithm 3) against a pairwise preference "
+        "model trained on labels released through the mechanism below."
+    )
+    write_privacy_record(out, record, intro=intro)
+    for member in members[1:]:
+        shutil.copy(out / PRIVACY_FILE, out / member / PRIVACY_FILE)
 
 
 def _as_completion(prompts: list, responses: list[str]) -> list:
@@ -188,26 +226,3 @@ def _as_completion(prompts: list, responses: list[str]) -> list:
     if prompts and not isinstance(prompts[0], str):
         return [[{"role": "assistant", "content": r}] for r in responses]
     return list(responses)
-
-
-def _privacy_fields(preference_record: dict | None) -> dict:
-    """The label-privacy fields of the preference model's record (what the guarantee rests on)."""
-    keys = (
-        "epsilon",
-        "debiasing_flip_rate",
-        "debiasing",
-        "privacy_source",
-        "privacy_override",
-        "mechanism",
-        "corruption_rate",
-        "adversary",
-        "order",
-        "ledger",
-        "dataset_fingerprint",
-        "prompt_sketch",
-    )
-    record = copy.deepcopy(preference_record or {})
-    fields = {key: record.get(key) for key in keys}
-    fields["debiasing_flip_rate"] = fields["debiasing_flip_rate"] or 0.0
-    fields["privacy_source"] = f"preference model ({fields['privacy_source'] or 'no record'})"
-    return fields

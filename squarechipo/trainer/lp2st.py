@@ -13,11 +13,10 @@ import datasets
 import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 from squarechipo.losses import METHODS, margins
-from squarechipo.privacy.prior_release import canonical_pairs
-from squarechipo.select.scoring import model_logps, tokenize_preferences
+from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+from squarechipo.privacy.release import canonical_pairs
 
 __all__ = ["policy_prior"]
 
@@ -39,9 +38,7 @@ def policy_prior(
     if not temperature > 0:
         raise ValueError(f"temperature must be positive (got {temperature!r}); larger values flatten the prior.")
     rows = tokenize_preferences(canonical_pairs(raw_rows), tokenizer)
-    collator = DataCollatorForPreference(
-        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, max_length=max_length
-    )
+    collator = preference_collator(tokenizer, max_length=max_length)
     policy_logps = model_logps(policy, rows, collator, batch_size, "stage-1 prior: policy log-probs")
     ref_logps = model_logps(reference, rows, collator, batch_size, "stage-1 prior: reference log-probs")
     m = margins(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trl import ScriptArguments
 
-from squarechipo.privacy.pipeline import LabelPipeline
+from squarechipo.privacy.measurements import LabelPipeline
 
 logger = logging.getLogger("squarechipo")
 

@@ -5,7 +5,7 @@ model handling — a separate model, the PEFT adapter switch and ``precompute_re
 ``compute_ref_log_probs``, logging (``self._metrics`` / ``log``), checkpointing and the Hub.
 
 What is overridden: ``_compute_loss`` only — the policy forward (through the lean LM head, see
-:mod:`squarechipo.trainer.lm_head`), the loss from :func:`squarechipo.losses.preference_loss`
+:mod:`squarechipo.models.lm_head`), the loss from :func:`squarechipo.losses.preference_loss`
 and the metrics — and ``create_model_card``, which adds the privacy parameters.
 
 TRL internals this relies on are listed in :data:`TRL_INTERNALS` and checked by a test.
@@ -13,10 +13,8 @@ TRL internals this relies on are listed in :data:`TRL_INTERNALS` and checked by 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from typing import Any
 
 import datasets
 import torch
@@ -25,21 +23,16 @@ from trl import DPOTrainer
 
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import preference_loss
+from squarechipo.models.lm_head import add_lean_lm_head
+from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
-from squarechipo.privacy.lineage import (
-    PRIVACY_FILE,
-    LineageReport,
-    ModelLineage,
-    check_lineage,
-    lineage_card_rows,
-)
-from squarechipo.privacy.prior_release import FROM_PRIOR_COLUMN
+from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
+from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, write_privacy_record
+from squarechipo.privacy.release import FROM_PRIOR_COLUMN
 from squarechipo.trainer.config import SquareChiPOConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
-from squarechipo.trainer.lm_head import add_lean_lm_head
-from squarechipo.trainer.privacy_settings import PrivacySettings, resolve_privacy
 
-__all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE", "write_privacy_record"]
+__all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -102,7 +95,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     """Align a causal LM with χPO / Square-χPO / DPO / rDPO on privatized or corrupted labels.
 
     The training dataset is a preference dataset in any TRL format; when it carries a
-    squarechipo privacy ledger (see :func:`squarechipo.privacy.privatize_dataset`), the debiasing
+    squarechipo privacy ledger (see :func:`squarechipo.privacy.release_dataset`), the debiasing
     is taken from it. See :class:`SquareChiPOConfig` for the fields.
     """
 
@@ -306,79 +299,29 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
 
     # ------------------------------------------------------------------ model card
 
-    def privacy_record(self) -> dict[str, Any]:
+    def privacy_record(self) -> PrivacyRecord:
         """Everything the card and ``squarechipo_privacy.json`` record (public parameters only)."""
-        return {
+        details = {
             "method": self.args.method,
             "beta": self.beta,
             "r_max": self.args.r_max,
             **({"prior_row_weight": self.args.prior_row_weight} if self.has_prior_rows else {}),
-            **self.privacy.record(self.args.privacy_override),
             "dropped_rows": dict(getattr(self, "dropped_rows", {})),
-            **self.training_data,
-            **(self.lineage.record() if self.lineage is not None else {}),
         }
+        return PrivacyRecord.from_dict(
+            {
+                "stage": self.record_stage,
+                **details,
+                **self.privacy.record(self.args.privacy_override),
+                **self.training_data,
+                **(self.lineage.record() if self.lineage is not None else {}),
+            }
+        )
+
+    #: ``stage`` of the privacy record this trainer writes.
+    record_stage = "preference_optimization"
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if self.is_world_process_zero():
             write_privacy_record(self.args.output_dir, self.privacy_record())
-
-
-def write_privacy_record(output_dir: str, record: dict[str, Any], intro: str | None = None) -> None:
-    """Write ``squarechipo_privacy.json`` and the card's privacy section (replacing an older one)."""
-    os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, PRIVACY_FILE), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2, sort_keys=True)
-    readme = os.path.join(output_dir, "README.md")
-    text = open(readme, encoding="utf-8").read() if os.path.exists(readme) else ""
-    text = (
-        text.split("\n## Privacy and robustness (squarechipo)")[0].rstrip() + "\n\n" + _privacy_section(record, intro)
-    )
-    with open(readme, "w", encoding="utf-8") as handle:
-        handle.write(text)
-
-
-def _privacy_section(record: dict[str, Any], intro: str | None = None) -> str:
-    rows = [(name, record[key]) for key, name in _EXTRA_CARD_FIELDS if key in record]
-    if "r_max" in record:
-        rows.append(
-            ("R_max (margin clipped to ±2·R_max)", record["r_max"] if record["r_max"] is not None else "no clip")
-        )
-    epsilon = record["epsilon"] if record["epsilon"] is not None else "none (no privacy)"
-    if record.get("label_exposure"):
-        epsilon = f"{epsilon}: does not hold for this model (labels exposed through a starting model, see below)"
-    rows += [
-        ("ε (local DP, total over releases)", epsilon),
-        ("mechanism", record["mechanism"] or "none recorded"),
-        ("corruption rate α", record["corruption_rate"] if record["corruption_rate"] is not None else "none recorded"),
-        ("adversary", record["adversary"] or "none"),
-        ("order", record["order"] or "n/a"),
-        ("how the loss treats the released labels", record.get("debiasing") or "none recorded"),
-        ("source of the privacy parameters", record["privacy_source"]),
-        ("training data fingerprint", record.get("dataset_fingerprint") or "unknown"),
-        *lineage_card_rows(record),
-    ]
-    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
-    intro = intro or (
-        "This model was aligned with [squarechipo](https://pypi.org/project/squarechipo/) on preference labels "
-        "released through the mechanism below (Square-χPO, 003 Algorithm 1)."
-    )
-    return (
-        "## Privacy and robustness (squarechipo)\n\n"
-        f"{intro} The full privacy ledger is in `{PRIVACY_FILE}`.\n\n| field | value |\n|---|---|\n{table}\n"
-    )
-
-
-#: Record fields shown first in the card when present (method-specific ones).
-_EXTRA_CARD_FIELDS = (
-    ("method", "method"),
-    ("model_type", "model type"),
-    ("loss", "loss"),
-    ("beta", "β"),
-    ("eta", "η (self-play step size)"),
-    ("iterations", "self-play iterations T"),
-    ("output_policy", "returned policy"),
-    ("max_margin", "margin bound |m| ≤"),
-    ("prior_row_weight", "weight of rows released from the prior (LP-2ST)"),
-)

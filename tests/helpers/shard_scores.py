@@ -10,10 +10,9 @@ import torch.distributed as dist
 from accelerate import PartialState
 from transformers import AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from squarechipo.select.candidates import Candidate, load_candidate  # noqa: E402
-from squarechipo.select.scoring import score_candidates, tokenize_preferences  # noqa: E402
+from squarechipo.models.logprobs import tokenize_preferences
+from squarechipo.select.candidates import Candidate, load_candidate
+from squarechipo.select.scoring import score_candidates
 
 ref, good, bad, data_dir, out = sys.argv[1:6]
 state = PartialState(cpu=True)

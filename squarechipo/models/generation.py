@@ -11,19 +11,12 @@ import transformers
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from squarechipo.models import resolve_model_path
+from squarechipo.models.embedded import resolve_model_path
 
-__all__ = ["MIXTURE_FILE", "generate_responses", "generate_with_model", "mixture_members", "prompt_text"]
+__all__ = ["MIXTURE_FILE", "generate_responses", "generate_with_model", "mixture_members"]
 
 #: Written by the self-play recipe: {"members": [paths], ...}; members relative to the folder or absolute.
 MIXTURE_FILE = "mixture.json"
-
-
-def prompt_text(prompt) -> str:
-    """The user-visible text of a standard (string) or conversational (messages) prompt."""
-    if isinstance(prompt, str):
-        return prompt
-    return "\n".join(message["content"] for message in prompt if message.get("role") != "system")
 
 
 def generate_responses(model_name_or_path: str, prompts: list, *, device: str | None = None, **settings) -> list[str]:

@@ -1,4 +1,4 @@
-"""Training defaults that work on a CPU-only machine.
+"""Where a run executes: the accelerator, Accelerate's process state, and defaults for CPU-only machines.
 
 On a machine with no CUDA/XPU/NPU device (or with ``use_cpu`` set):
 
@@ -10,12 +10,9 @@ On a machine with no CUDA/XPU/NPU device (or with ``use_cpu`` set):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-from trl import SFTConfig
 
-__all__ = ["accelerator_available", "apply_cpu_defaults", "distributed_state", "SFTRecipeConfig"]
+__all__ = ["accelerator_available", "apply_cpu_defaults", "distributed_state"]
 
 
 def accelerator_available() -> bool:
@@ -44,12 +41,3 @@ def apply_cpu_defaults(config) -> None:
         config.use_cpu = True
         if config.bf16 is None and not config.fp16:
             config.bf16 = False
-
-
-@dataclass
-class SFTRecipeConfig(SFTConfig):
-    """TRL's ``SFTConfig`` with the CPU defaults above (used by ``recipes/sft.py``)."""
-
-    def __post_init__(self) -> None:
-        apply_cpu_defaults(self)
-        super().__post_init__()

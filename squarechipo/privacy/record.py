@@ -1,0 +1,233 @@
+"""The privacy record: one schema, one writer and one reader for ``squarechipo_privacy.json`` and the card.
+
+Every model squarechipo saves (an aligned policy, a reward or preference model, a self-play mixture, an
+SFT model, the gold judge, a centrally selected policy) carries a :class:`PrivacyRecord`. It says which
+labels the model was trained on and how they were released (the ledger, public parameters only), how the
+loss treated them, what the training rows were (a label-invariant fingerprint and a prompt sketch), and
+the lineage of the models the run started from (:mod:`squarechipo.privacy.lineage`). The same record
+fills the card's "Privacy and robustness" section, so the file and the card cannot disagree.
+
+The JSON is flat: the fields below plus the stage's own ``details`` (method, β, …) at the top level, and
+``format`` names the schema version. Files written before the schema was versioned read as version 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "EXPOSURES",
+    "PRIVACY_FILE",
+    "PROMPT_OVERLAP",
+    "RECORDED",
+    "RECORD_FORMAT",
+    "SAME_DATASET",
+    "UNRECORDED",
+    "PrivacyRecord",
+    "read_privacy_record",
+    "write_privacy_record",
+]
+
+#: The privacy record written next to every model squarechipo saves.
+PRIVACY_FILE = "squarechipo_privacy.json"
+RECORD_FORMAT = "squarechipo.privacy_record/1"
+_CARD_HEADING = "## Privacy and robustness (squarechipo)"
+
+#: Lineage statuses (``lineage[*].status``): what the check found for one starting model.
+RECORDED, UNRECORDED, SAME_DATASET, PROMPT_OVERLAP = "recorded", "unrecorded", "same_dataset", "prompt_overlap"
+#: The statuses under which the model's weights carry the run's labels.
+EXPOSURES = (SAME_DATASET, PROMPT_OVERLAP)
+_STATUS_TEXT = {
+    RECORDED: "recorded: trained on other rows",
+    UNRECORDED: "unrecorded: no training record, assumed public",
+    SAME_DATASET: "trained on these rows",
+    PROMPT_OVERLAP: "trained on prompts of these rows",
+}
+
+
+@dataclass(frozen=True)
+class PrivacyRecord:
+    """What a saved model records about its labels, its training rows and the models it started from.
+
+    ``stage`` names who wrote it (``preference_optimization``, ``reward_model``, ``self_play``, ``sft``,
+    ``gold_judge``, ``central_selection``). Every field is public: ε and the ledger's parameters, hashes
+    of the rows (never the rows or their labels), names of models.
+    """
+
+    stage: str
+    epsilon: float | None = None
+    mechanism: str | None = None
+    corruption_rate: float | None = None
+    adversary: str | None = None
+    order: str | None = None
+    #: How the loss treats the released labels, in words (binary RR: the flip rate and c(ε); K-ary: the analyzer).
+    debiasing: str | None = None
+    debiasing_flip_rate: float | None = None
+    privacy_source: str | None = None
+    privacy_override: bool = False
+    ledger: dict | None = None
+    dataset_fingerprint: str | None = None
+    prompt_sketch: list[str] | None = None
+    lineage: list[dict] | None = None
+    lineage_labels_private: bool | None = None
+    label_exposure: list[dict] = field(default_factory=list)
+    upstream: list[dict] = field(default_factory=list)
+    #: Stage-specific public fields (method, β, R_max, candidates, …), written at the top level of the JSON.
+    details: dict[str, Any] = field(default_factory=dict)
+    format: str = RECORD_FORMAT
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> PrivacyRecord:
+        """The record from its flat JSON form (or any mapping of fields): unknown keys become ``details``."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"details"}
+        known = {k: v for k, v in values.items() if k in names}
+        details = {**values.get("details", {}), **{k: v for k, v in values.items() if k not in names | {"details"}}}
+        known.setdefault("format", "squarechipo.privacy_record/0")
+        known.setdefault("stage", "unknown")
+        return cls(**known, details=details)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "details"}
+        clash = sorted(set(values) & set(self.details))
+        if clash:
+            raise ValueError(f"details {clash} would overwrite fields of the privacy record; rename them.")
+        return {**values, **self.details}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field or a detail by name (the flat JSON's view)."""
+        return self.to_dict().get(key, default)
+
+    @property
+    def exposed(self) -> bool:
+        return bool(self.label_exposure)
+
+    # ------------------------------------------------------------------ card
+
+    def card_rows(self) -> list[tuple[str, Any]]:
+        """(name, value) rows of the card's privacy section."""
+        rows: list[tuple[str, Any]] = [
+            (name, render(self.details[key]) if render else self.details[key])
+            for key, name, render in _DETAIL_ROWS
+            if key in self.details
+        ]
+        rows += self._central_rows() if self.mechanism == "exponential" else self._label_rows()
+        return rows + self._lineage_rows()
+
+    def _label_rows(self) -> list[tuple[str, Any]]:
+        epsilon = self.epsilon if self.epsilon is not None else "none (no privacy)"
+        if self.exposed:
+            epsilon = f"{epsilon}: does not hold for this model (labels exposed through a starting model, see below)"
+        return [
+            ("ε (local DP, total over releases)", epsilon),
+            ("mechanism", self.mechanism or "none recorded"),
+            ("corruption rate α", self.corruption_rate if self.corruption_rate is not None else "none recorded"),
+            ("adversary", self.adversary or "none"),
+            ("order", self.order or "n/a"),
+            ("how the loss treats the released labels", self.debiasing or "none recorded"),
+            ("source of the privacy parameters", self.privacy_source or "none recorded"),
+            ("training data fingerprint", self.dataset_fingerprint or "unknown"),
+        ]
+
+    def _central_rows(self) -> list[tuple[str, Any]]:
+        epsilon = self.epsilon
+        if self.exposed:
+            epsilon = f"{epsilon}: does not hold for this model (labels exposed through a starting model, see below)"
+        return [
+            ("mechanism", "exponential mechanism, P(π) ∝ exp(−ε·L(π)/8) (003 Algorithm 2)"),
+            ("central ε (whole row: prompt, responses, label)", epsilon),
+            ("private data fingerprint", self.dataset_fingerprint or "unknown"),
+        ]
+
+    def _lineage_rows(self) -> list[tuple[str, Any]]:
+        if self.lineage is None:
+            return []
+        suffix = "" if self.lineage_labels_private in (True, None) else "; labels public"
+        rows = [
+            (f"{entry['role']} model", f"{entry['model']} ({_STATUS_TEXT[entry['status']]}{suffix})")
+            for entry in self.lineage
+        ]
+        exposures = "; ".join(
+            f"labels exposed through the {e['role']} model {e['model']} ({e['status']}, override)"
+            for e in self.label_exposure
+        )
+        return rows + [("labels exposed through a starting model", exposures or "none found")]
+
+    def card_section(self, intro: str | None = None) -> str:
+        """The card's privacy section (Markdown)."""
+        table = "\n".join(f"| {name} | {value} |" for name, value in self.card_rows())
+        intro = intro or (
+            "This model was aligned with [squarechipo](https://pypi.org/project/squarechipo/) on preference labels "
+            "released through the mechanism below (Square-χPO, 003 Algorithm 1)."
+        )
+        return (
+            f"{_CARD_HEADING}\n\n{intro} The full record is in `{PRIVACY_FILE}`.\n\n"
+            f"| field | value |\n|---|---|\n{table}\n"
+        )
+
+
+def _overrides(overrides: list[dict]) -> str:
+    return "; ".join(f"{o['candidate']} ({o['reason']})" for o in overrides) or "none"
+
+
+def _seeded(seeded: bool) -> str:
+    return "fixed (tests/simulation only: no guarantee)" if seeded else "OS entropy"
+
+
+#: Stage details shown first in the card when present: (key, card name, renderer or None).
+_DETAIL_ROWS = (
+    ("method", "method", None),
+    ("model_type", "model type", None),
+    ("loss", "loss", None),
+    ("beta", "β", None),
+    ("r_max", "R_max (margin clipped to ±2·R_max)", lambda r: r if r is not None else "no clip"),
+    ("eta", "η (self-play step size)", None),
+    ("iterations", "self-play iterations T", None),
+    ("output_policy", "returned policy", None),
+    ("max_margin", "margin bound |m| ≤", None),
+    ("prior_row_weight", "weight of rows released from the prior (LP-2ST)", None),
+    ("link", "link of the selection score", None),
+    ("num_rows", "n (private rows scored)", None),
+    ("num_candidates", "number of candidates (size of Π)", None),
+    ("selected", "selected candidate", None),
+    ("sensitivity", "per-row loss sensitivity", None),
+    ("guard_overrides", "guard overrides", _overrides),
+    ("seeded", "sampling seed", _seeded),
+)
+
+
+def write_privacy_record(
+    folder: str | os.PathLike, record: PrivacyRecord, *, intro: str | None = None, card_header: str | None = None
+) -> Path:
+    """Write ``squarechipo_privacy.json`` and the card's privacy section (replacing an older section).
+
+    ``card_header`` starts a new card (front matter and title) for folders that have none from TRL (the
+    central selector's copy of a candidate); otherwise the section is appended to the existing card.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / PRIVACY_FILE
+    path.write_text(json.dumps(record.to_dict(), indent=2, sort_keys=True), encoding="utf-8")
+    readme = folder / "README.md"
+    text = card_header if card_header is not None else (readme.read_text(encoding="utf-8") if readme.exists() else "")
+    text = text.split("\n" + _CARD_HEADING)[0].rstrip()
+    readme.write_text((text + "\n\n" if text else "") + record.card_section(intro), encoding="utf-8")
+    return path
+
+
+def read_privacy_record(folder: str | os.PathLike) -> PrivacyRecord | None:
+    """The record saved in a model (or adapter) folder; None where there is none (a Hub id, a public base)."""
+    path = Path(folder) / PRIVACY_FILE
+    if not path.is_file():
+        return None
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); restore it or delete the folder's model.") from error
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} must hold a JSON object (a squarechipo privacy record).")
+    return PrivacyRecord.from_dict(values)
