@@ -34,6 +34,7 @@ from squarechipo.privacy.release import combine_parts, release_once
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.lp2st import policy_prior
 from squarechipo.trainer.script_args import TrainScriptArguments
+from squarechipo.trainer.splits import load_training_splits
 
 logger = logging.getLogger("squarechipo")
 
@@ -53,39 +54,8 @@ def _train(model_path, train, args: SquareChiPOConfig, tokenizer) -> SquareChiPO
     return trainer
 
 
-def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig):
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _ = training_args.device
-    state = PartialState()
-    pipeline = script_args.label_pipeline()
-    if not pipeline.is_private or pipeline.is_corrupted:
-        raise ValueError("LP-2ST needs label_epsilon set and no corruption (label_corruption_rate: 0).")
-    if not 0 < script_args.lp2st_split < 1:
-        raise ValueError(f"lp2st_split must be in (0, 1) (got {script_args.lp2st_split}).")
-    with state.main_process_first():
-        model_path = resolve_model_path(model_args.model_name_or_path)
-    # The raw split: each part is released separately below.
-    raw, _ = script_args.load_splits(training_args.output_dir, state, with_eval=False, release=False)
-    cut = int(round(script_args.lp2st_split * len(raw)))
-    if cut == 0 or cut == len(raw):
-        raise ValueError(f"lp2st_split {script_args.lp2st_split} leaves a part empty with {len(raw)} rows.")
-    out = Path(training_args.output_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-
-    part1 = release_once(
-        raw.select(range(cut)),
-        pipeline,
-        out / "released_part1",
-        seed=script_args.label_seed,
-        state=state,
-        part="lp2st/part1",
-    )
-    stage1_args = dataclasses.replace(training_args, output_dir=str(out / "stage1"), push_to_hub=False)
-    stage1 = _train(model_path, part1, stage1_args, tokenizer)
-
-    raw2 = raw.select(range(cut, len(raw)))
+def _stage1_prior(model_path, stage1, raw2, tokenizer, script_args, training_args):
+    """The prior of stage 2 from the stage-1 policy, after checking that its start model never saw part 2."""
     prior_lineage = check_lineage(
         [("stage-1 initial policy and prior reference", ModelLineage.of_model(model_path))],
         raw2,
@@ -106,7 +76,44 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         temperature=script_args.lp2st_temperature,
         max_length=training_args.max_length,
     )
-    del stage1, reference
+    return prior, prior_lineage
+
+
+def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig):
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _ = training_args.device
+    state = PartialState()
+    pipeline = script_args.label_pipeline()
+    if not pipeline.is_private or pipeline.is_corrupted:
+        raise ValueError("LP-2ST needs label_epsilon set and no corruption (label_corruption_rate: 0).")
+    if not 0 < script_args.lp2st_split < 1:
+        raise ValueError(f"lp2st_split must be in (0, 1) (got {script_args.lp2st_split}).")
+    with state.main_process_first():
+        model_path = resolve_model_path(model_args.model_name_or_path)
+    # The raw split: each part is released separately below.
+    raw, _ = load_training_splits(script_args, training_args.output_dir, state, with_eval=False, release=False)
+    cut = int(round(script_args.lp2st_split * len(raw)))
+    if cut == 0 or cut == len(raw):
+        raise ValueError(f"lp2st_split {script_args.lp2st_split} leaves a part empty with {len(raw)} rows.")
+    out = Path(training_args.output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    part1 = release_once(
+        raw.select(range(cut)),
+        pipeline,
+        out / "released_part1",
+        seed=script_args.label_seed,
+        state=state,
+        part="lp2st/part1",
+    )
+    stage1_args = dataclasses.replace(training_args, output_dir=str(out / "stage1"), push_to_hub=False)
+    stage1 = _train(model_path, part1, stage1_args, tokenizer)
+
+    raw2 = raw.select(range(cut, len(raw)))
+    prior, prior_lineage = _stage1_prior(model_path, stage1, raw2, tokenizer, script_args, training_args)
+    del stage1
     part2 = release_once(
         raw2,
         RRWithPrior(pipeline.epsilon, prior, script_args.lp2st_temperature),

@@ -22,6 +22,7 @@ from squarechipo.models import resolve_model_path
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
 from squarechipo.trainer.script_args import TrainScriptArguments
+from squarechipo.trainer.splits import load_training_splits
 
 
 def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, model_args: ModelConfig):
@@ -30,7 +31,9 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     state = PartialState()
     with state.main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
-    train, eval_dataset = script_args.load_splits(training_args.output_dir, state, training_args.eval_strategy != "no")
+    train, eval_dataset = load_training_splits(
+        script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
+    )
     if training_args.model_type == "preference":
         train = to_pairwise_dataset(train)
         eval_dataset = to_pairwise_dataset(eval_dataset) if eval_dataset is not None else None

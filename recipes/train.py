@@ -25,6 +25,7 @@ from squarechipo.models import resolve_model_path
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.script_args import TrainScriptArguments
+from squarechipo.trainer.splits import load_training_splits
 
 logger = logging.getLogger("squarechipo")
 
@@ -38,7 +39,9 @@ def main(
     with state.main_process_first():  # the embedded model is converted once, by the main process
         model_path = resolve_model_path(model_args.model_name_or_path)
 
-    train, eval_dataset = script_args.load_splits(training_args.output_dir, state, training_args.eval_strategy != "no")
+    train, eval_dataset = load_training_splits(
+        script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
+    )
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)

@@ -178,6 +178,30 @@ def length_breakdown(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return lengths
 
 
+def summarize_rows(rows: list[dict]) -> dict:
+    """Overall (rule in use and hard rule), per-category and length summaries of judged rows."""
+    categories = sorted({r["category"] for r in rows})
+    return {
+        "overall": summarize_outcomes([r["outcome"] for r in rows]).to_dict(),
+        "overall_hard": summarize_outcomes([r["hard_outcome"] for r in rows]).to_dict(),
+        "per_category": {
+            category: summarize_outcomes([r["outcome"] for r in rows if r["category"] == category]).to_dict()
+            for category in categories
+        },
+        "lengths": length_breakdown(rows),
+    }
+
+
+def _calibrate(judge, test, calibration_pairs, out, tie_band) -> dict | None:
+    """The judge's gold accuracy on the split's chosen/rejected pairs (None when skipped or unavailable)."""
+    if calibration_pairs == 0 or not {"chosen", "rejected"} <= set(test.column_names):
+        return None
+    # Gold pairs come from the whole split, independent of how many prompts are evaluated.
+    calibration = calibrate_judge(judge, test, calibration_pairs, out, tie_band)
+    logger.info("judge calibration: %s", calibration)
+    return calibration
+
+
 def evaluate_win_rate(
     policy: str,
     baseline: str,
@@ -205,11 +229,7 @@ def evaluate_win_rate(
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    calibration = None
-    if calibration_pairs != 0 and {"chosen", "rejected"} <= set(test.column_names):
-        # Gold pairs come from the whole split, independent of how many prompts are evaluated.
-        calibration = calibrate_judge(judge, test, calibration_pairs, out, tie_band)
-        logger.info("judge calibration: %s", calibration)
+    calibration = _calibrate(judge, test, calibration_pairs, out, tie_band)
     if max_prompts is not None:
         test = test.select(range(min(max_prompts, len(test))))
     prompts = list(test["prompt"])
@@ -234,13 +254,7 @@ def evaluate_win_rate(
         "label": label or {},
         "decision_rule": rule,
         "tie_band": tie_band,
-        "overall": summarize_outcomes([r["outcome"] for r in rows]).to_dict(),
-        "overall_hard": summarize_outcomes([r["hard_outcome"] for r in rows]).to_dict(),
-        "per_category": {
-            category: summarize_outcomes([r["outcome"] for r in rows if r["category"] == category]).to_dict()
-            for category in sorted(set(categories))
-        },
-        "lengths": length_breakdown(rows),
+        **summarize_rows(rows),
         "calibration": calibration,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")

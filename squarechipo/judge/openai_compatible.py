@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -31,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import tenacity
 from scipy.special import logsumexp
 
 from squarechipo.judge.base import PairwiseJudge, Verdict
@@ -40,6 +40,12 @@ __all__ = ["OpenAICompatibleJudge", "JudgeCache"]
 
 logger = logging.getLogger("squarechipo")
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (tenacity retries it with exponential backoff and jitter)."""
+
+
 _TOKEN_WRAPPERS = "*_`\"'()."
 
 
@@ -159,24 +165,35 @@ class OpenAICompatibleJudge(PairwiseJudge):
         }
         if self.logprobs:
             body.update(logprobs=True, top_logprobs=self.top_logprobs)
-        last_error = "no attempt"
-        for attempt in range(self.max_retries + 1):
-            with self._count_lock:
-                self.requests_sent += 1
-            try:
-                response = self._client.post("/chat/completions", json=body)
-                if response.status_code == 200:
-                    choice = (response.json().get("choices") or [{}])[0]
-                    content = (choice.get("message") or {}).get("content") or ""
-                    return content, self._letter_log_odds(choice) if self.logprobs else None
-                last_error = f"HTTP {response.status_code}: {response.text[:200]}"
-                if response.status_code not in _RETRY_STATUS:
-                    break
-            except (httpx.TimeoutException, httpx.TransportError, ValueError) as error:
-                last_error = f"{type(error).__name__}: {error}"
-            if attempt < self.max_retries:
-                time.sleep(self.backoff * (2**attempt) * (1 + 0.25 * random.random()))
-        raise RuntimeError(last_error)
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=tenacity.wait_exponential_jitter(initial=self.backoff, jitter=0.25 * self.backoff),
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            reraise=True,
+            sleep=time.sleep,
+        )
+        try:
+            return retrying(self._post, body)
+        except _Retryable as error:
+            raise RuntimeError(str(error)) from error
+
+    def _post(self, body: dict) -> tuple[str, float | None]:
+        """One request; raises :class:`_Retryable` on timeouts, transport errors, 429 and 5xx."""
+        with self._count_lock:
+            self.requests_sent += 1
+        try:
+            response = self._client.post("/chat/completions", json=body)
+            if response.status_code == 200:
+                choice = (response.json().get("choices") or [{}])[0]
+        except (httpx.TimeoutException, httpx.TransportError, ValueError) as error:
+            raise _Retryable(f"{type(error).__name__}: {error}") from error
+        if response.status_code != 200:
+            message = f"HTTP {response.status_code}: {response.text[:200]}"
+            if response.status_code in _RETRY_STATUS:
+                raise _Retryable(message)
+            raise RuntimeError(message)
+        content = (choice.get("message") or {}).get("content") or ""
+        return content, self._letter_log_odds(choice) if self.logprobs else None
 
     def _one(self, prompt: str, response_a: str, response_b: str) -> Verdict:
         key = self._key(prompt, response_a, response_b)

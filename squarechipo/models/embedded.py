@@ -11,13 +11,13 @@ file lock and is published with an atomic rename, so a reader sees either nothin
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+import filelock
 
 __all__ = [
     "EMBEDDED_MODEL_ALIASES",
@@ -99,15 +99,9 @@ def _convert(target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
+def _file_lock(path: Path) -> filelock.FileLock:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return filelock.FileLock(str(path))
 
 
 def embedded_model_path(cache_dir: str | os.PathLike | None = None) -> Path:

@@ -123,6 +123,7 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
 
     Returns False (and leaves the model alone) when :func:`supports_lean_lm_head` is False.
     """
+    # Long: the patched forward is a closure over the model's config; it mirrors the model's own forward.
     if not supports_lean_lm_head(model):
         return False
     config = model.config.get_text_config()
@@ -135,6 +136,7 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
     def _lean_forward(
         self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs
     ):
+        # Long: one forward pass, in the order of transformers' causal-LM forward; pieces would hide the hot path.
         if not fused_lm_head:
             for key, value in (
                 ("labels", labels),

@@ -82,6 +82,42 @@ def _check_output_dir(output_dir: Path | None) -> None:
         )
 
 
+def _private_choice(
+    pool: list[Candidate],
+    ref_model: str,
+    reference_path,
+    private_dataset,
+    state,
+    *,
+    epsilon,
+    seed,
+    dtype,
+    score_kwargs,
+) -> int:
+    """Score this process's shard, sum across processes, sample one index on the main process and broadcast it.
+
+    Only the index leaves this function: the losses are private and are dropped here.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(reference_path)
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    shard = private_dataset.shard(num_shards=state.num_processes, index=state.process_index, contiguous=True)
+    rows = tokenize_preferences(shard, tokenizer)
+    device = state.device
+    reference = Candidate(name=ref_model, path=Path(reference_path), record=None)
+    totals = score_candidates(
+        rows,
+        lambda: load_candidate(reference, dtype=dtype, device=device),
+        [lambda c=c: load_candidate(c, dtype=dtype, device=device) for c in pool],
+        pad_token_id=pad_token_id,
+        **score_kwargs,
+    )
+    chosen = [None]
+    if state.is_main_process:
+        chosen[0] = select_index(totals.numpy(), epsilon, np.random.default_rng(seed))
+    del totals
+    return int(broadcast_object_list(chosen, from_process=0)[0])
+
+
 def select_policy(
     candidates: list[str],
     ref_model: str,
@@ -108,6 +144,8 @@ def select_policy(
     ``override_reference_guard`` (recorded). A reference without a record (a public base model) is
     accepted and recorded as unrecorded.
     """
+    # Long: checks, both guards, the private choice and the saved record are one audited sequence; each step is
+    # a helper above, and splitting the sequence would scatter what the guarantee depends on.
     _check_arguments(candidates, epsilon, beta, r_max, link, batch_size)
     out = Path(output_dir) if output_dir is not None else None
     _check_output_dir(out)
@@ -125,31 +163,20 @@ def select_policy(
         context="select_policy",
     )
     state = distributed_state()
-    tokenizer = AutoTokenizer.from_pretrained(reference_path)
-    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    n = len(private_dataset)
-    shard = private_dataset.shard(num_shards=state.num_processes, index=state.process_index, contiguous=True)
-    rows = tokenize_preferences(shard, tokenizer)
-    device = state.device
-
-    reference = Candidate(name=ref_model, path=Path(reference_path), record=None)
-    totals = score_candidates(
-        rows,
-        lambda: load_candidate(reference, dtype=dtype, device=device),
-        [lambda c=c: load_candidate(c, dtype=dtype, device=device) for c in pool],
-        pad_token_id=pad_token_id,
-        beta=beta,
-        link=link,
-        clip=2.0 * r_max if r_max is not None else None,
-        max_length=max_length,
-        truncation_mode=truncation_mode,
-        batch_size=batch_size,
+    score = {"beta": beta, "link": link, "clip": 2.0 * r_max if r_max is not None else None, "max_length": max_length}
+    score.update(truncation_mode=truncation_mode, batch_size=batch_size)
+    index = _private_choice(
+        pool,
+        ref_model,
+        reference_path,
+        private_dataset,
+        state,
+        epsilon=epsilon,
+        seed=seed,
+        dtype=dtype,
+        score_kwargs=score,
     )
-    chosen = [None]
-    if state.is_main_process:
-        chosen[0] = select_index(totals.numpy(), epsilon, np.random.default_rng(seed))
-    del totals
-    index = int(broadcast_object_list(chosen, from_process=0)[0])
+    n = len(private_dataset)
     selection = Selection(
         index=index,
         candidate=candidates[index],
@@ -173,10 +200,8 @@ def select_policy(
                 **reference_report.record(),
                 "upstream": list(reference_report.upstream)
                 + ModelLineage(pool[index].name, pool[index].record).upstream_entries("selected candidate"),
-                "beta": beta,
+                **{key: score[key] for key in ("beta", "link", "max_length")},
                 "r_max": r_max,
-                "link": link,
-                "max_length": max_length,
                 "sensitivity": ROW_LOSS_SENSITIVITY,
                 "seeded": seed is not None,
                 "private_data_ledger": (ledger.to_dict() if (ledger := get_ledger(private_dataset)) else None),

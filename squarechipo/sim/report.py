@@ -12,12 +12,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from squarechipo.privacy.calibration import debias_factor
 
 __all__ = ["bandit_report", "bt_report", "general_report", "kary_report", "load_rows", "multistage_report"]
-
-Z95 = 1.96
 
 
 def load_rows(path: Path) -> list[dict]:
@@ -40,8 +39,10 @@ def _group(rows, study, *fields, metric):
 
 
 def _mean_ci(values: np.ndarray) -> tuple[float, float]:
-    """Mean and 95% half-width (normal approximation over seeds)."""
-    half = Z95 * values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    """Mean and 95% half-width over seeds: Student's t with n − 1 degrees of freedom (a handful of seeds)."""
+    if len(values) < 2:
+        return float(values.mean()), 0.0
+    half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
     return float(values.mean()), float(half)
 
 
@@ -68,8 +69,10 @@ def _slope(ns: np.ndarray, groups: list[np.ndarray], rng: np.random.Generator, b
 
 
 def _difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """mean(a) − mean(b) and its 95% half-width (independent samples)."""
-    return float(a.mean() - b.mean()), Z95 * math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    """mean(a) − mean(b) and its 95% half-width: Welch's t interval (independent samples, unequal variances)."""
+    result = stats.ttest_ind(a, b, equal_var=False)
+    low, high = result.confidence_interval(0.95)
+    return float(a.mean() - b.mean()), float((high - low) / 2)
 
 
 def _plot_curves(
@@ -85,17 +88,15 @@ def _plot_curves(
 
 
 def _plot(path: Path, draw) -> None:
-    import matplotlib
+    # The object-oriented Figure needs no pyplot backend, so the caller's backend is left alone.
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig = Figure(figsize=(5.5, 4))
+    ax = fig.subplots()
     draw(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _errorbar(ax, xs, groups, label, **kw):
@@ -105,9 +106,20 @@ def _errorbar(ax, xs, groups, label, **kw):
 
 def bandit_report(rows: list[dict], out: Path) -> list[str]:
     """Print-ready lines for every bandit claim; writes the PNGs next to the CSV."""
-    lines, rng = [], np.random.default_rng(0)
-    inf = math.inf
+    rng = np.random.default_rng(0)
+    return [
+        *_rate_lines(rows, out, rng),
+        *_privacy_lines(rows, out),
+        *_order_lines(rows, out),
+        *_robust_lines(rows, out),
+        *_coverage_lines(rows, out),
+        *_central_lines(rows, out),
+    ]
 
+
+def _rate_lines(rows: list[dict], out: Path, rng: np.random.Generator) -> list[str]:
+    """[rate]: the gap to π*_β falls as n^-1/2 (003 Thm 4.1)."""
+    lines: list[str] = []
     rate = _group(rows, "rate", "n", metric="gap_target")
     if rate:
         ns = np.array(sorted(k[0] for k in rate))
@@ -131,11 +143,16 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
             ax.legend()
 
         _plot(out / "bandit_rate.png", draw)
+    return lines
 
+
+def _privacy_lines(rows: list[dict], out: Path) -> list[str]:
+    """[privacy]: the gap grows with c(ε)."""
+    lines: list[str] = []
     privacy = _group(rows, "privacy", "epsilon", metric="gap_target")
     if privacy:
         eps = sorted(k[0] for k in privacy)
-        c = np.array([debias_factor(None if e == inf else e) for e in eps])
+        c = np.array([debias_factor(None if e == math.inf else e) for e in eps])
         groups = [privacy[(e,)] for e in eps]
         means = np.array([g.mean() for g in groups])
         order = np.argsort(c)
@@ -147,14 +164,18 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
         )
         for e, cc, g in zip(eps, c, groups):
             lines.append(f"       ε = {e:>5}: c(ε) = {cc:7.3f}, |J(π*_β) − J(π̂)| = {_fmt(g)}")
-        _plot(
-            out / "bandit_privacy.png",
-            lambda ax: (
-                _errorbar(ax, c, groups, "square_chipo"),
-                ax.set(xscale="log", xlabel="c(ε)", ylabel="|J(π*_β) − J(π̂)|", title="Cost of local DP (n = 2000)"),
-            ),
-        )
 
+        def draw(ax):
+            _errorbar(ax, c, groups, "square_chipo")
+            ax.set(xscale="log", xlabel="c(ε)", ylabel="|J(π*_β) − J(π̂)|", title="Cost of local DP (n = 2000)")
+
+        _plot(out / "bandit_privacy.png", draw)
+    return lines
+
+
+def _order_lines(rows: list[dict], out: Path) -> list[str]:
+    """[order]: LTC above CTL, more so as ε shrinks (003 §3)."""
+    lines: list[str] = []
     order = _group(rows, "order", "epsilon", "order", metric="gap_best")
     if order:
         eps = sorted({k[0] for k in order})
@@ -179,7 +200,12 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
             "ε",
             "CTL vs LTC (α = 0.2)",
         )
+    return lines
 
+
+def _robust_lines(rows: list[dict], out: Path) -> list[str]:
+    """[robust]: Square-χPO below χPO and DPO under corruption."""
+    lines: list[str] = []
     robust = _group(rows, "robust", "alpha", "adversary", "method", metric="gap_best")
     if robust:
         for alpha, adversary in sorted({(k[0], k[1]) for k in robust}):
@@ -207,19 +233,19 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
         methods = sorted({k[2] for k in robust})
         key = next((k[:2] for k in sorted(robust) if k[0] > 0), None)
         if key:
-            _plot(
-                out / "bandit_robust.png",
-                lambda ax: (
-                    ax.bar(
-                        methods,
-                        [robust[(*key, m)].mean() for m in methods],
-                        yerr=[_mean_ci(robust[(*key, m)])[1] for m in methods],
-                        capsize=3,
-                    ),
-                    ax.set(ylabel="J(π_best) − J(π̂)", title=f"α = {key[0]} ({key[1]}) corruption"),
-                ),
-            )
 
+            def draw(ax):
+                means = [robust[(*key, m)].mean() for m in methods]
+                ax.bar(methods, means, yerr=[_mean_ci(robust[(*key, m)])[1] for m in methods], capsize=3)
+                ax.set(ylabel="J(π_best) − J(π̂)", title=f"α = {key[0]} ({key[1]}) corruption")
+
+            _plot(out / "bandit_robust.png", draw)
+    return lines
+
+
+def _coverage_lines(rows: list[dict], out: Path) -> list[str]:
+    """[coverage]: the χPO links over-optimise less than DPO as coverage falls."""
+    lines: list[str] = []
     coverage = _group(rows, "coverage", "coverage", "method", metric="gap_best")
     if coverage:
         qs = sorted({k[0] for k in coverage})
@@ -245,7 +271,12 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
             "C* = 1/π_ref(a*|x)",
             "Coverage of π_ref",
         )
+    return lines
 
+
+def _central_lines(rows: list[dict], out: Path) -> list[str]:
+    """[central]: the central selector against local Square-χPO."""
+    lines: list[str] = []
     central = _group(rows, "central", "epsilon", "method", metric="gap_best")
     if central:
         eps = sorted({k[0] for k in central})
@@ -325,8 +356,16 @@ def bt_report(rows: list[dict], out: Path) -> list[str]:
 
 def general_report(rows: list[dict], out: Path) -> list[str]:
     """Iterative Square-χPO on the non-transitive instance (003 §4, Thm 4.4): duality gaps in T, n and setting."""
-    lines = []
-    dg_label = "DG(π̂), ±1 form"
+    return [*_general_rate_lines(rows, out), *_general_order_lines(rows, out)]
+
+
+_DG_LABEL = "DG(π̂), ±1 form"
+
+
+def _general_rate_lines(rows: list[dict], out: Path) -> list[str]:
+    """[general T], [general n]: the mixture's duality gap falls with T and with n."""
+    lines: list[str] = []
+    dg_label = _DG_LABEL
     rate = _group(rows, "general_rate", "n", "iterations", metric="dg_mixture")
     if rate:
         ns = sorted({k[0] for k in rate})
@@ -373,6 +412,13 @@ def general_report(rows: list[dict], out: Path) -> list[str]:
             "Iterative Square-χPO: duality gap in n",
             ylabel=dg_label,
         )
+    return lines
+
+
+def _general_order_lines(rows: list[dict], out: Path) -> list[str]:
+    """[general order]: CTL against LTC against the central selector at the last T."""
+    lines: list[str] = []
+    dg_label = _DG_LABEL
     order = _group(rows, "general_order", "epsilon", "adversary", "method", "order", "iterations", metric="dg_mixture")
     if order:
         t_max = max(k[4] for k in order)

@@ -114,6 +114,7 @@ def iterative_square_chipo(
     the preference model's privacy record (:func:`~squarechipo.privacy.record.read_privacy_record`),
     whose label privacy the output inherits.
     """
+    # Long: the loop is 003 Algorithm 3, lines 8–13, in order; its state (samples, log-probs, iterates) is local.
     if len(prompts) == 0:
         raise ValueError("prompts is empty: self-play needs the prompts x of D_x.")
     out = Path(args.output_dir)

@@ -1,18 +1,13 @@
-"""Script arguments for ``recipes/train.py``: TRL's ``ScriptArguments`` plus the label pipeline."""
+"""Script arguments for ``recipes/train.py``: TRL's ``ScriptArguments`` plus the label pipeline (fields only;
+:func:`squarechipo.trainer.splits.load_training_splits` loads and releases the data they name)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from trl import ScriptArguments
 
 from squarechipo.privacy.measurements import LabelPipeline
-
-logger = logging.getLogger("squarechipo")
 
 __all__ = ["TrainScriptArguments"]
 
@@ -61,47 +56,3 @@ class TrainScriptArguments(ScriptArguments):
             target_values=tuple(self.label_target_values) if self.label_target_values else None,
             fixed_preference=self.label_fixed_preference,
         )
-
-    def load_splits(self, output_dir: str, state, with_eval: bool, release: bool = True):
-        """(released train split, eval split or None): loaded, subset, and released once through the pipeline.
-
-        The training split goes through the label pipeline on the main process, is saved with its
-        ledger under ``privatized_dir`` (default ``<output_dir>/released_train``) and reused by every
-        rank and every re-run, so no fresh noise is drawn. ``release=False`` returns the raw split
-        (for callers that release parts of it themselves, e.g. LP-2ST).
-        """
-        from squarechipo.data import load_preference_dataset
-        from squarechipo.privacy.release import release_once
-
-        data = load_preference_dataset(self.dataset_name, config=self.dataset_config)
-        if not hasattr(data, "keys"):
-            raise ValueError(f"{self.dataset_name} has no splits; expected train/validation splits.")
-        train = data[self.dataset_train_split]
-        if self.max_train_samples is not None:
-            train = train.select(range(min(self.max_train_samples, len(train))))
-        eval_dataset = None
-        if with_eval and self.dataset_test_split in data:
-            eval_dataset = data[self.dataset_test_split]
-            if self.max_eval_samples is not None:
-                eval_dataset = eval_dataset.select(range(min(self.max_eval_samples, len(eval_dataset))))
-        pipeline = self.label_pipeline()
-        if release and (pipeline.is_private or pipeline.is_corrupted):
-            folder = Path(self.privatized_dir or Path(output_dir) / "released_train")
-            train = release_once(train, pipeline, folder, seed=self.label_seed, state=state)
-            logger.info(
-                "rank %d/%d trains on %d released rows from %s (labels digest %s)",
-                state.process_index,
-                state.num_processes,
-                len(train),
-                folder,
-                labels_digest(train),
-            )
-        return train, eval_dataset
-
-
-def labels_digest(dataset) -> str:
-    """Hash of the released rows as stored (labels included): equal on every rank iff the labels are."""
-    digest = hashlib.sha256()
-    for chosen, rejected in zip(dataset["chosen"], dataset["rejected"]):
-        digest.update(json.dumps([chosen, rejected], sort_keys=True).encode("utf-8"))
-    return digest.hexdigest()[:16]

@@ -1,0 +1,104 @@
+"""The house rules that keep the package readable: imports flow one way, functions stay short, recipes
+import the installed package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "squarechipo"
+
+#: The pipeline's order (DESIGN.md §7, README "Layout"): a package may import only itself and those before it.
+LAYERS = ("data", "privacy", "losses", "models", "trainer", "reward", "select", "judge", "evaluation", "sim")
+MAX_FUNCTION_LINES = 60
+#: A longer function carries a comment starting with this marker that says why it is long.
+LONG_FUNCTION_MARKER = "# Long:"
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "squarechipo" else ""
+
+
+def _imported_modules(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in ``path`` (relative imports resolved)."""
+    package = list(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found = []
+    source = path.read_text(encoding="utf-8") if source is None else source
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found.append((node.lineno, module))
+    return found
+
+
+def _package_sources() -> list[Path]:
+    """Every module but the top-level ``__init__`` (which re-exports the public API)."""
+    return sorted(p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "__init__.py")
+
+
+def test_every_package_is_in_a_layer():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    packages |= {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    assert packages == set(LAYERS), f"add new packages to LAYERS in their pipeline position: {packages ^ set(LAYERS)}"
+
+
+def test_imports_flow_one_way_through_the_layers():
+    """data → privacy → losses → models → trainer → reward → select → judge → evaluation → sim: no package imports
+    one after it, so the graph has no cycles. Recipes, eval scripts and tests sit on top."""
+    violations = []
+    for path in _package_sources():
+        own = _layer("squarechipo." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        for line, module in _imported_modules(path):
+            target = _layer(module)
+            if target and target != own and LAYERS.index(target) > LAYERS.index(own):
+                violations.append(f"{path.relative_to(ROOT)}:{line} ({own}) imports {module} ({target})")
+    assert not violations, "imports against the layer order:\n" + "\n".join(violations)
+
+
+def test_the_layer_check_sees_a_violation():
+    """The walker itself: absolute and relative imports of a later layer from a data module are both seen."""
+    probe = PACKAGE / "data" / "probe.py"  # parsed from the string below, never written
+    source = "from squarechipo.trainer import SquareChiPOTrainer\nfrom ..select import selector\n"
+    modules = [module for _, module in _imported_modules(probe, source)]
+    assert modules == ["squarechipo.trainer", "squarechipo.select"]
+    assert all(LAYERS.index(_layer(m)) > LAYERS.index("data") for m in modules)
+
+
+def _long_functions(path: Path) -> list[str]:
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            body = lines[node.lineno - 1 : node.end_lineno]
+            if length > MAX_FUNCTION_LINES and not any(line.strip().startswith(LONG_FUNCTION_MARKER) for line in body):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+@pytest.mark.parametrize("folder", ["squarechipo", "recipes", "eval", "data_gen"])
+def test_no_function_is_long_without_a_reason(folder):
+    long = [hit for path in sorted((ROOT / folder).rglob("*.py")) for hit in _long_functions(path)]
+    assert not long, (
+        f"functions over {MAX_FUNCTION_LINES} lines: split them, or say why in a '{LONG_FUNCTION_MARKER}' comment:\n"
+        + "\n".join(long)
+    )
+
+
+def test_scripts_import_the_installed_package():
+    """No ``sys.path.insert`` hacks: scripts/install.sh installs the package (editable) into the venv."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("recipes", "eval", "benchmarks", "tests", "scripts")
+        for path in (ROOT / folder).rglob("*.py")
+        if "sys.path.insert(" in path.read_text(encoding="utf-8") and path.name != "test_architecture.py"
+    ]
+    assert not offenders, f"remove sys.path.insert from {offenders}"
