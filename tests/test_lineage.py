@@ -151,18 +151,18 @@ def test_override_is_recorded_in_the_privacy_record_and_card(models, private, to
 def test_unrecorded_public_model_is_accepted_and_recorded(models, private, tokenizer, tmp_path):
     args = config(tmp_path)
     run = trainer(models["bare"], models["clean"], private["released"], args, tokenizer)
-    assert run.privacy_record()["lineage"] == [
+    assert run.privacy_record().to_dict()["lineage"] == [
         {"role": "policy", "model": str(models["bare"]), "status": "unrecorded"},
         {"role": "reference", "model": str(models["clean"]), "status": "recorded"},
     ]
-    assert run.privacy_record()["label_exposure"] == []
+    assert run.privacy_record().to_dict()["label_exposure"] == []
     # The clean model's own training set travels on, so a model trained from this run is checked against it.
-    assert [entry["role"] for entry in run.privacy_record()["upstream"]] == ["reference"]
+    assert [entry["role"] for entry in run.privacy_record().to_dict()["upstream"]] == ["reference"]
 
 
 def test_public_labels_are_not_refused(models, private, tokenizer, tmp_path):
     run = trainer(models["sft_leak"], models["clean"], private["raw"], config(tmp_path), tokenizer)
-    record = run.privacy_record()
+    record = run.privacy_record().to_dict()
     assert record["lineage_labels_private"] is False and record["label_exposure"] == []
     assert record["lineage"][0]["status"] == "prompt_overlap"
 

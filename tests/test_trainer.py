@@ -325,7 +325,7 @@ def test_config_epsilon_disagreeing_with_ledger_raises(tiny_model_factory, token
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0, privacy_override=True), train)
     assert trainer.privacy.source == "config (override of ledger)"
     assert trainer.privacy.flip_rate == pytest.approx(flip_probability(2.0))
-    assert trainer.privacy_record()["privacy_override"] is True
+    assert trainer.privacy_record().to_dict()["privacy_override"] is True
     same = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=0.5), train)
     assert same.privacy.source == "config"
 

@@ -175,7 +175,8 @@ def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, 
         return
     if not isinstance(mechanism, LabelPipeline):
         raise ValueError(
-            f"dataset was already privatized (total epsilon {existing.total_epsilon}): {mechanism.name} must see the "
+            f"dataset was already privatized: its labels were already released (total epsilon "
+            f"{existing.total_epsilon}). {mechanism.name} must see the "
             "raw labels, each queried once. Releasing again would spend more ε on the same labels; release the "
             "raw rows instead."
         )
@@ -246,7 +247,10 @@ def release_dataset(
         part=part,
     )
     ledger = (existing or PrivacyLedger()).with_release(release)
-    released = datasets.Dataset(table, info=info_with_ledger(dataset.info, ledger), split=dataset.split)
+    info = info_with_ledger(dataset.info, ledger)
+    # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
+    info.features = datasets.Features.from_arrow_schema(table.schema)
+    released = datasets.Dataset(table, info=info, split=dataset.split)
     logger.info(
         "released %d rows through %s (total epsilon %s)", len(released), mechanism.to_dict(), ledger.total_epsilon
     )
