@@ -15,11 +15,6 @@ def binomial_se(p: float, n: int) -> float:
     return math.sqrt(p * (1.0 - p) / n)
 
 
-@pytest.fixture
-def z_tolerance() -> float:
-    return Z_TOLERANCE
-
-
 # --------------------------------------------------------------------------- models and data
 # Trainer tests use a tiny randomly initialised Llama with the real SmolLM2 tokenizer (the point
 # is the trainer, not the model); a few integration tests use the embedded model itself.

@@ -104,22 +104,6 @@ class Release:
         return f"binary RR: flip rate {self.flip_rate:.6f}, debiased by c(ε) = {debias_factor(self.epsilon):.6f}"
 
     @classmethod
-    def from_pipeline(
-        cls, pipeline: Any, n_rows: int, *, fixed_seed: bool, data_fingerprint: str | None = None
-    ) -> Release:
-        return cls.now(
-            mechanism="randomized_response" if pipeline.is_private else "none",
-            epsilon=pipeline.epsilon,
-            n_rows=n_rows,
-            fixed_seed=fixed_seed,
-            pipeline=pipeline.to_dict(),
-            corruption_rate=pipeline.corruption_rate,
-            adversary=pipeline.adversary if pipeline.is_corrupted else None,
-            order=pipeline.order if (pipeline.is_private and pipeline.is_corrupted) else None,
-            data_fingerprint=data_fingerprint,
-        )
-
-    @classmethod
     def now(
         cls,
         mechanism: str,
@@ -229,11 +213,6 @@ class PrivacyLedger:
         """c for the labels as stored: 1/(1 − 2ρ) = Π c(ε_k) over the binary releases (003 Alg. 1's c(ε))."""
         self._binary_only("debias factor c(ε)")
         return self._common(lambda rs: math.prod(1.0 / (1.0 - 2.0 * r.flip_rate) for r in rs), "debias factor")
-
-    @property
-    def corruption_rate(self) -> float:
-        """Probability that at least one release contaminated a row (1 − Π(1 − α_k)); worst part."""
-        return max(self._per_part(lambda rs: 1.0 - math.prod(1.0 - r.corruption_rate for r in rs)))
 
     def with_release(self, release: Release) -> PrivacyLedger:
         return replace(self, releases=self.releases + (release,))

@@ -46,10 +46,7 @@ __all__ = [
     "sgd_rr_averaged",
     "perturbation_sigma",
     "coverage",
-    "ESTIMATORS",
 ]
-
-ESTIMATORS = ("mle", "objective_perturbation", "rr_mle", "sgd_rr", "sgd_rr_averaged")
 
 
 def sample_bt(

@@ -168,10 +168,6 @@ class SelfPlayResult:
     def mixture(self) -> np.ndarray:
         return self.iterates[:-1].mean(axis=0)
 
-    @property
-    def last(self) -> np.ndarray:
-        return self.iterates[-1]
-
 
 def self_play(
     preference_model: np.ndarray,

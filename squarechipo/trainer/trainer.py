@@ -4,9 +4,11 @@ What is TRL's and reused as is: tokenization (``_prepare_dataset``), the collato
 model handling — a separate model, the PEFT adapter switch and ``precompute_ref_log_probs`` — via
 ``compute_ref_log_probs``, logging (``self._metrics`` / ``log``), checkpointing and the Hub.
 
-What is overridden: ``_compute_loss`` only — the policy forward (through the lean LM head, see
-:mod:`squarechipo.models.lm_head`), the loss from :func:`squarechipo.losses.preference_loss`
-and the metrics — and ``create_model_card``, which adds the privacy parameters.
+What is overridden: ``_compute_loss`` — the policy forward (through the lean LM head, see
+:mod:`squarechipo.models.lm_head`), the loss from :func:`squarechipo.losses.preference_loss` and the
+metrics; ``_prepare_dataset`` (counting the rows TRL's length filter drops); ``_set_signature_columns_if_needed``
+and ``_precompute_ref_logps`` (extra dataset columns such as ``label_from_prior`` reach the batch);
+and ``create_model_card``, which adds the privacy record.
 
 TRL internals this relies on are listed in :data:`TRL_INTERNALS` and checked by a test.
 """
@@ -50,6 +52,10 @@ TRL_INTERNALS = (
     "_total_train_tokens",
     "_tp_size",
     "create_model_card",
+    "_set_signature_columns_if_needed",
+    "_signature_columns",
+    "_precompute_ref_logps",
+    "data_collator",
 )
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
