@@ -192,6 +192,20 @@ def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, 
         )
 
 
+def _extended_ledger(existing, mechanism: Measurement, dataset, num_labels: int, outcome: dict, *, seed, part):
+    """The input's ledger plus this release: the measurement's description and public outcome, never a label."""
+    pipeline = {**mechanism.to_dict(), **({"num_labels": num_labels} if num_labels != 2 else {}), **outcome}
+    release = Release.now(
+        **mechanism.ledger_fields(),
+        n_rows=len(dataset),
+        fixed_seed=seed is not None,
+        pipeline=pipeline,
+        data_fingerprint=preference_fingerprint(dataset),
+        part=part,
+    )
+    return (existing or PrivacyLedger()).with_release(release)
+
+
 def release_dataset(
     dataset: datasets.Dataset,
     mechanism: Measurement,
@@ -237,16 +251,7 @@ def release_dataset(
     release_rows = _release_best_of_k if best_of_k else _release_pairs
     table, num_labels, outcome = release_rows(dataset, mechanism, rng)
     del rng
-    pipeline = {**mechanism.to_dict(), **({"num_labels": num_labels} if num_labels != 2 else {}), **outcome}
-    release = Release.now(
-        **mechanism.ledger_fields(),
-        n_rows=len(dataset),
-        fixed_seed=seed is not None,
-        pipeline=pipeline,
-        data_fingerprint=preference_fingerprint(dataset),
-        part=part,
-    )
-    ledger = (existing or PrivacyLedger()).with_release(release)
+    ledger = _extended_ledger(existing, mechanism, dataset, num_labels, outcome, seed=seed, part=part)
     info = info_with_ledger(dataset.info, ledger)
     # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
     info.features = datasets.Features.from_arrow_schema(table.schema)
