@@ -12,16 +12,12 @@ the same K on every row) and ``best`` (the index of the preferred response, 0 â‰
 
 from __future__ import annotations
 
-import logging
-
 import datasets
 import numpy as np
 
 from squarechipo.data.metadata import read_block
 
 __all__ = ["validate_kary", "kary_to_pairs"]
-
-logger = logging.getLogger("squarechipo")
 
 
 def validate_kary(dataset: datasets.Dataset) -> int:

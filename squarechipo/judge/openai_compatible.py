@@ -183,15 +183,12 @@ class OpenAICompatibleJudge(PairwiseJudge):
             self.requests_sent += 1
         try:
             response = self._client.post("/chat/completions", json=body)
-            if response.status_code == 200:
-                choice = (response.json().get("choices") or [{}])[0]
+            if response.status_code != 200:
+                message = f"HTTP {response.status_code}: {response.text[:200]}"
+                raise _Retryable(message) if response.status_code in _RETRY_STATUS else RuntimeError(message)
+            choice = (response.json().get("choices") or [{}])[0]  # a ValueError here is a garbled reply: retried
         except (httpx.TimeoutException, httpx.TransportError, ValueError) as error:
             raise _Retryable(f"{type(error).__name__}: {error}") from error
-        if response.status_code != 200:
-            message = f"HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code in _RETRY_STATUS:
-                raise _Retryable(message)
-            raise RuntimeError(message)
         content = (choice.get("message") or {}).get("content") or ""
         return content, self._letter_log_odds(choice) if self.logprobs else None
 

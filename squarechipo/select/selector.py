@@ -163,8 +163,14 @@ def select_policy(
         context="select_policy",
     )
     state = distributed_state()
-    score = {"beta": beta, "link": link, "clip": 2.0 * r_max if r_max is not None else None, "max_length": max_length}
-    score.update(truncation_mode=truncation_mode, batch_size=batch_size)
+    score = {
+        "beta": beta,
+        "link": link,
+        "clip": 2.0 * r_max if r_max is not None else None,
+        "max_length": max_length,
+        "truncation_mode": truncation_mode,
+        "batch_size": batch_size,
+    }
     index = _private_choice(
         pool,
         ref_model,
