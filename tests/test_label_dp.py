@@ -288,6 +288,47 @@ def test_kary_ledger_has_its_own_semantics_and_fingerprint():
         assert "debias_factor" not in summary and "analyzer weights" in summary["analyzer"]
 
 
+def test_trainers_ask_the_ledger_and_refuse_kary_labels(tokenizer, tmp_path):
+    """The ledger answers "analyzer weights" for a K-RR release; the pairwise trainers, whose losses debias a
+    binary flip rate, refuse such data by name instead of training without debiasing."""
+    import datasets
+    from conftest import make_tiny_classifier, make_tiny_model
+
+    from squarechipo.privacy.debiasing import resolve_privacy
+    from squarechipo.privacy.ledger import get_ledger
+    from squarechipo.privacy.measurements import KaryRR
+    from squarechipo.privacy.release import release_dataset
+    from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
+    from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+
+    rows = datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Q{i}" for i in range(12)],
+            "responses": [["a", "b", "c"]] * 12,
+            "best": [i % 3 for i in range(12)],
+        }
+    )
+    released = release_dataset(rows, KaryRR(1.0), seed=0)
+    answer = get_ledger(released).debiasing()
+    assert (answer.method, answer.column) == ("analyzer_weights", "label_weights")
+    settings = resolve_privacy(get_ledger(released), epsilon=None, flip_rate=None, override=False)
+    assert not settings.binary and settings.epsilon == 1.0
+    with pytest.raises(ValueError, match="SquareChiPOTrainer cannot debias these labels.*analyzer_weights"):
+        SquareChiPOTrainer(
+            make_tiny_model(tokenizer),
+            args=SquareChiPOConfig(output_dir=str(tmp_path / "po"), report_to=[]),
+            train_dataset=released,
+            processing_class=tokenizer,
+        )
+    with pytest.raises(ValueError, match="PrivateRewardTrainer cannot debias these labels"):
+        PrivateRewardTrainer(
+            make_tiny_classifier(tokenizer),
+            args=PrivateRewardConfig(output_dir=str(tmp_path / "rm"), report_to=[]),
+            train_dataset=released,
+            processing_class=tokenizer,
+        )
+
+
 def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tmp_path):
     """Subset mechanism at ε = 2 on 3 responses; the reward model must rank the safe response first on
     held-out prompts (16/16; a model that learned nothing is right on each w.p. ≈ 1/3)."""

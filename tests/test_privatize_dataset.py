@@ -223,3 +223,40 @@ def test_fingerprint_ignores_labels_and_order_not_content(make):
         with_indices=True,
     )
     assert preference_fingerprint(edited) != fingerprint
+
+
+def test_ledger_answers_how_to_debias_each_part():
+    """Two disjoint parts released at different ε: each part's answer is its own RR flip rate and c(ε); the
+    whole-dataset answer refuses (no single flip rate is right for every row); the saved ledger lists both."""
+    from squarechipo.privacy.release import combine_parts
+
+    data = standard(400)
+    first = release_dataset(data.select(range(200)), LabelPipeline(epsilon=0.5), seed=0, part="a")
+    second = release_dataset(data.select(range(200, 400)), LabelPipeline(epsilon=2.0), seed=1, part="b")
+    ledger = get_ledger(combine_parts(first, second))
+    assert ledger.parts == ("a", "b")
+    for part, epsilon in (("a", 0.5), ("b", 2.0)):
+        answer = ledger.debiasing_for(part)
+        assert answer.method == "flip_rate" and answer.part == part
+        assert answer.flip_rate == pytest.approx(flip_probability(epsilon))
+        assert answer.debias_factor == pytest.approx(debias_factor(epsilon))
+    with pytest.raises(ValueError, match="debias each part separately"):
+        ledger.debiasing()
+    with pytest.raises(ValueError, match="part 'c' is not in this ledger"):
+        ledger.debiasing_for("c")
+    recorded = ledger.to_dict()["debiasing"]
+    assert recorded["a"]["flip_rate"] == pytest.approx(flip_probability(0.5))
+    assert recorded["b"]["debias_factor"] == pytest.approx(debias_factor(2.0))
+    # Equal parts agree, and the whole-dataset answer is theirs.
+    same = release_dataset(data.select(range(200, 400)), LabelPipeline(epsilon=0.5), seed=1, part="b")
+    assert get_ledger(combine_parts(first, same)).debiasing().flip_rate == pytest.approx(flip_probability(0.5))
+
+
+def test_ledger_debiasing_of_public_and_composed_labels():
+    """No noise: method none, c = 1. RR twice: one flip rate ρ with 1 − 2ρ = (1 − 2q₁)(1 − 2q₂)."""
+    public = get_ledger(release_dataset(standard(50), LabelPipeline(), seed=0)).debiasing()
+    assert (public.method, public.flip_rate, public.debias_factor) == ("none", 0.0, 1.0)
+    once = release_dataset(standard(50), LabelPipeline(epsilon=0.5), seed=0)
+    twice = get_ledger(release_dataset(once, LabelPipeline(epsilon=1.0), seed=1, compose=True)).debiasing()
+    q1, q2 = flip_probability(0.5), flip_probability(1.0)
+    assert twice.flip_rate == pytest.approx((1 - (1 - 2 * q1) * (1 - 2 * q2)) / 2)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from squarechipo.privacy.calibration import flip_probability
-from squarechipo.privacy.ledger import PrivacyLedger
+from squarechipo.privacy.ledger import Debiasing, PrivacyLedger
 
 __all__ = ["PrivacySettings", "resolve_privacy"]
 
@@ -23,8 +23,20 @@ class PrivacySettings:
     epsilon: float | None
     source: str  # "ledger", "config", "config (override of ledger)", "none"
     ledger: PrivacyLedger | None
-    #: False for K-ary releases, whose learner uses analyzer weights instead of a flip rate.
-    binary: bool = True
+    #: The ledger's answer (or the config's) to "how do I debias these labels".
+    debiasing: Debiasing = Debiasing("none")
+
+    @property
+    def binary(self) -> bool:
+        """Whether the loss debiases a flip rate (K-ary releases use analyzer weights or the labels as is)."""
+        return self.debiasing.method in ("flip_rate", "none")
+
+    def require(self, methods: tuple[str, ...], trainer: str, instead: str) -> None:
+        """Raise when this trainer's loss cannot apply the debiasing the labels need."""
+        if self.debiasing.method not in methods:
+            raise ValueError(
+                f"{trainer} cannot debias these labels: their ledger says {self.debiasing.describe()}. {instead}"
+            )
 
     @property
     def loss_kwargs(self) -> dict[str, float]:
@@ -53,6 +65,13 @@ class PrivacySettings:
         }
 
 
+def _from_config(epsilon: float | None, flip_rate: float | None) -> PrivacySettings:
+    """Data privatized outside squarechipo (no ledger): the config's ε or flip rate, or no debiasing."""
+    rate = flip_rate if flip_rate is not None else (flip_probability(epsilon) if epsilon is not None else 0.0)
+    source = "config" if flip_rate is not None or epsilon is not None else "none"
+    return PrivacySettings(rate, epsilon, source, None, Debiasing("flip_rate" if rate > 0 else "none", rate))
+
+
 def resolve_privacy(
     ledger: PrivacyLedger | None,
     *,
@@ -62,48 +81,45 @@ def resolve_privacy(
 ) -> PrivacySettings:
     """Reconcile the config with the ledger (DESIGN.md §3: privacy parameters travel with the data).
 
-    - A ledger and no config value: the ledger's RR flip rate (composed over releases) is used.
+    - A ledger and no config value: the ledger's answer (:meth:`PrivacyLedger.debiasing`): the RR flip rate
+      composed over binary releases, or the K-ary analyzer.
     - A config ε whose flip rate differs from the ledger's, or a config flip rate below the
       ledger's RR flip rate (it cannot be lower than the noise that was added), raises unless
       ``override``.
     - No ledger: the config values (data privatized outside squarechipo), or no debiasing.
     """
-    if ledger is not None and not ledger.has_flip_rate:
+    if ledger is None:
+        return _from_config(epsilon, flip_rate)
+    answer = ledger.debiasing()
+    if answer.method not in ("flip_rate", "none"):
         if flip_rate is not None:
             raise ValueError(
-                "flip_rate does not apply to K-ary releases (their loss uses the label_weights analyzer); remove it."
+                f"flip_rate does not apply to these labels (the ledger says {answer.describe()}); remove it."
             )
         if epsilon is not None and abs(epsilon - (ledger.total_epsilon or 0.0)) > _TOLERANCE and not override:
             raise ValueError(
                 f"config epsilon={epsilon} disagrees with the dataset's privacy ledger (total epsilon "
                 f"{ledger.total_epsilon}). Remove it to use the ledger."
             )
-        return PrivacySettings(0.0, ledger.total_epsilon, "ledger", ledger, binary=False)
-    if ledger is not None:
-        ledger_rate = ledger.rr_flip_rate
-        if epsilon is None and flip_rate is None:
-            return PrivacySettings(ledger_rate, ledger.total_epsilon, "ledger", ledger)
-        config_rate = flip_rate if flip_rate is not None else flip_probability(epsilon)
-        disagrees = (
-            abs(config_rate - ledger_rate) > _TOLERANCE
-            if flip_rate is None
-            else config_rate < ledger_rate - _TOLERANCE
+        return PrivacySettings(0.0, ledger.total_epsilon, "ledger", ledger, answer)
+    ledger_rate = answer.flip_rate
+    if epsilon is None and flip_rate is None:
+        return PrivacySettings(ledger_rate, ledger.total_epsilon, "ledger", ledger, answer)
+    config_rate = flip_rate if flip_rate is not None else flip_probability(epsilon)
+    disagrees = (
+        abs(config_rate - ledger_rate) > _TOLERANCE if flip_rate is None else config_rate < ledger_rate - _TOLERANCE
+    )
+    if disagrees and not override:
+        given = f"flip_rate={flip_rate}" if flip_rate is not None else f"epsilon={epsilon}"
+        raise ValueError(
+            f"config {given} disagrees with the dataset's privacy ledger (total epsilon "
+            f"{ledger.total_epsilon}, RR flip rate {ledger_rate:.6f}). Remove it to use the ledger, or set "
+            "privacy_override=True if you really mean to debias differently (the card records it)."
         )
-        if disagrees and not override:
-            given = f"flip_rate={flip_rate}" if flip_rate is not None else f"epsilon={epsilon}"
-            raise ValueError(
-                f"config {given} disagrees with the dataset's privacy ledger (total epsilon "
-                f"{ledger.total_epsilon}, RR flip rate {ledger_rate:.6f}). Remove it to use the ledger, or set "
-                "privacy_override=True if you really mean to debias differently (the card records it)."
-            )
-        source = "config (override of ledger)" if disagrees else "config"
-        if disagrees:
-            logger.warning(
-                "privacy_override: debiasing for flip rate %.6f instead of the ledger's %.6f", config_rate, ledger_rate
-            )
-        return PrivacySettings(config_rate, epsilon if epsilon is not None else ledger.total_epsilon, source, ledger)
-    if flip_rate is not None:
-        return PrivacySettings(flip_rate, epsilon, "config", None)
-    if epsilon is not None:
-        return PrivacySettings(flip_probability(epsilon), epsilon, "config", None)
-    return PrivacySettings(0.0, None, "none", None)
+    source = "config (override of ledger)" if disagrees else "config"
+    if disagrees:
+        logger.warning(
+            "privacy_override: debiasing for flip rate %.6f instead of the ledger's %.6f", config_rate, ledger_rate
+        )
+    used = Debiasing("flip_rate" if config_rate > 0 else "none", config_rate)
+    return PrivacySettings(config_rate, epsilon if epsilon is not None else ledger.total_epsilon, source, ledger, used)

@@ -25,6 +25,7 @@ from squarechipo.data import metadata
 from squarechipo.privacy.calibration import debias_factor, flip_probability
 
 __all__ = [
+    "Debiasing",
     "Release",
     "PrivacyLedger",
     "get_ledger",
@@ -38,6 +39,35 @@ __all__ = [
 
 def _library_version() -> str:
     return importlib.metadata.version("squarechipo")
+
+
+@dataclass(frozen=True)
+class Debiasing:
+    """The ledger's answer to "how do I debias these labels" for one release part.
+
+    ``method``: ``none`` (no noise), ``flip_rate`` (binary labels flipped with probability ``flip_rate``:
+    robust losses take ρ, square losses c = 1/(1 − 2ρ); 003 Alg. 1), ``analyzer_weights`` (K-RR / subset:
+    train on the unbiased analyzer in ``column``, 002) or ``as_released`` (K-ary RRWithPrior: the label is
+    used as is, 001 Alg. 2).
+    """
+
+    method: str
+    flip_rate: float = 0.0
+    part: str | None = None
+    column: str | None = None
+
+    @property
+    def debias_factor(self) -> float:
+        """c = 1/(1 − 2ρ) for ``flip_rate`` and ``none``; raises for the K-ary methods (they have none)."""
+        if self.method not in ("flip_rate", "none"):
+            raise ValueError(f"{self.method} labels have no debias factor c(ε); use {self.column or 'them as is'}.")
+        return 1.0 / (1.0 - 2.0 * self.flip_rate)
+
+    def describe(self) -> dict[str, Any]:
+        """The public description the ledger, the card and errors show."""
+        if self.method in ("flip_rate", "none"):
+            return {"method": self.method, "flip_rate": self.flip_rate, "debias_factor": self.debias_factor}
+        return {"method": self.method, "column": self.column}
 
 
 @dataclass(frozen=True)
@@ -145,13 +175,13 @@ class PrivacyLedger:
 
     releases: tuple[Release, ...] = ()
 
+    def _releases_of(self, part: str | None) -> list[Release]:
+        """The releases the rows of ``part`` went through (those on every row, then the part's own)."""
+        return [r for r in self.releases if r.part is None or r.part == part]
+
     def _per_part(self, value) -> list[float]:
         """``value(releases)`` for the releases each row went through, one entry per disjoint part."""
-        shared = [r for r in self.releases if r.part is None]
-        parts = sorted({r.part for r in self.releases if r.part is not None})
-        if not parts:
-            return [value(shared)]
-        return [value(shared + [r for r in self.releases if r.part == p]) for p in parts]
+        return [value(self._releases_of(part)) for part in self.parts]
 
     @property
     def total_epsilon(self) -> float | None:
@@ -166,38 +196,73 @@ class PrivacyLedger:
             return None
         return float(max(self._per_part(lambda rs: sum(r.epsilon for r in rs if r.epsilon is not None))))
 
-    def _common(self, value, name: str) -> float:
-        values = self._per_part(value)
-        if max(values) - min(values) > 1e-12:
+    @property
+    def parts(self) -> tuple[str | None, ...]:
+        """The disjoint parts of the rows, in order; ``(None,)`` when every release covers every row."""
+        named = sorted({r.part for r in self.releases if r.part is not None})
+        return tuple(named) if named else (None,)
+
+    def debiasing_for(self, part: str | None = None) -> Debiasing:
+        """How to debias the labels of one release part (``part=None``: rows outside every named part).
+
+        Binary releases (RR, binary RRWithPrior, no noise) compose into one RR: 1 − 2ρ = Π(1 − 2q_k), and the
+        loss uses ρ and c = 1/(1 − 2ρ) (003 Alg. 1). A K-RR or subset release is debiased by its analyzer
+        weights (``label_weights``, 002); a K-ary RRWithPrior label is used as released (001 Alg. 2). Mixing a
+        K-ary release with any other release on the same rows has no debiasing: raises.
+        """
+        if part is not None and part not in self.parts:
+            raise ValueError(f"part {part!r} is not in this ledger; its parts are {list(self.parts)}.")
+        releases = self._releases_of(part)
+        kary = [r for r in releases if r.flip_rate is None]
+        if not kary:
+            rho = (1.0 - math.prod(1.0 - 2.0 * r.flip_rate for r in releases)) / 2.0
+            return Debiasing("flip_rate" if rho > 0 else "none", flip_rate=rho, part=part)
+        if len(releases) > 1:
+            names = [r.mechanism for r in releases]
             raise ValueError(
-                f"the {name} differs between the disjoint parts of this dataset ({values}); "
-                "debias each part separately."
+                f"the rows of part {part!r} went through {names}: a K-ary release composed with another release "
+                "has no unbiased analyzer. Release the raw rows once with one K-ary mechanism."
             )
-        return values[0]
+        method = "as_released" if kary[0].mechanism == "rr_with_prior" else "analyzer_weights"
+        return Debiasing(method, part=part, column="label_weights" if method == "analyzer_weights" else None)
+
+    def debiasing(self) -> Debiasing:
+        """The one debiasing that applies to every row; raises when the parts need different ones
+        (debias each part with :meth:`debiasing_for`)."""
+        answers = [self.debiasing_for(part) for part in self.parts]
+        first = answers[0]
+        if any(a.method != first.method or abs(a.flip_rate - first.flip_rate) > 1e-12 for a in answers):
+            per_part = {a.part: a.describe() for a in answers}
+            raise ValueError(
+                f"the disjoint parts of this dataset need different debiasing ({per_part}); "
+                "debias each part separately (PrivacyLedger.debiasing_for(part))."
+            )
+        return replace(first, part=None)
+
+    def _binary_only(self, name: str) -> Debiasing:
+        answer = self.debiasing()
+        if answer.method not in ("flip_rate", "none"):
+            kary = sorted({r.mechanism for r in self.releases if r.flip_rate is None})
+            raise ValueError(
+                f"the {name} is defined for binary randomized response, but these labels were released by {kary} "
+                "over K labels. Train on the analyzer weights the release wrote (label_weights, "
+                "BestOfKRewardTrainer) instead of debiasing a flip rate."
+            )
+        return answer
 
     @property
     def has_flip_rate(self) -> bool:
         """Whether every release is binary with a flip rate (RR, binary RRWithPrior, or no noise)."""
         return all(r.flip_rate is not None for r in self.releases)
 
-    def _binary_only(self, name: str) -> None:
-        kary = sorted({r.mechanism for r in self.releases if r.flip_rate is None})
-        if kary:
-            raise ValueError(
-                f"the {name} is defined for binary randomized response, but these labels were released by {kary} "
-                "over K labels. Train on the analyzer weights the release wrote (label_weights, "
-                "BestOfKRewardTrainer) instead of debiasing a flip rate."
-            )
-
     @property
     def rr_flip_rate(self) -> float:
-        """Probability that the binary releases together flipped a label: 1 − 2ρ = Π(1 − 2q_k).
+        """Probability that the binary releases together flipped a label (:meth:`debiasing`'s ρ).
 
         An RRWithPrior release flips its RR rows at the same rate as RR_ε; its rows released from the
         prior are marked in the data (``label_from_prior``) and are not debiased. Raises for K-ary releases.
         """
-        self._binary_only("flip rate")
-        return self._common(lambda rs: (1.0 - math.prod(1.0 - 2.0 * r.flip_rate for r in rs)) / 2.0, "RR flip rate")
+        return self._binary_only("flip rate").flip_rate
 
     @property
     def stored_labels_epsilon(self) -> float | None:
@@ -211,23 +276,26 @@ class PrivacyLedger:
     @property
     def debias_factor(self) -> float:
         """c for the labels as stored: 1/(1 − 2ρ) = Π c(ε_k) over the binary releases (003 Alg. 1's c(ε))."""
-        self._binary_only("debias factor c(ε)")
-        return self._common(lambda rs: math.prod(1.0 / (1.0 - 2.0 * r.flip_rate) for r in rs), "debias factor")
+        return self._binary_only("debias factor c(ε)").debias_factor
 
     def with_release(self, release: Release) -> PrivacyLedger:
         return replace(self, releases=self.releases + (release,))
 
     def to_dict(self) -> dict[str, Any]:
-        # Only what applies: a flip rate and c(ε) for binary releases, the analyzer for K-ary ones.
-        summary = (
-            {"debias_factor": self.debias_factor, "stored_labels_epsilon": self.stored_labels_epsilon}
-            if self.has_flip_rate
-            else {"analyzer": "; ".join(r.semantics for r in self.releases)}
-        )
+        # Only what applies: a flip rate and c(ε) for binary releases, the analyzer for K-ary ones; parts that
+        # need different debiasing are described under "debiasing" only.
+        answers = {str(p): self.debiasing_for(p).describe() for p in self.parts}
+        if not self.has_flip_rate:
+            summary = {"analyzer": "; ".join(r.semantics for r in self.releases)}
+        elif len({json.dumps(a, sort_keys=True) for a in answers.values()}) == 1:
+            summary = {"debias_factor": self.debias_factor, "stored_labels_epsilon": self.stored_labels_epsilon}
+        else:
+            summary = {}
         return {
             "format": "squarechipo.privacy_ledger/1",
             "total_epsilon": self.total_epsilon,
             **summary,
+            "debiasing": answers,
             "releases": [asdict(r) for r in self.releases],
         }
 

@@ -43,6 +43,7 @@ class BestOfKRewardTrainer(PrivateRewardTrainer):
     """Reward model r(x, a) on released best-of-K labels with the debiased top-1 Plackett–Luce loss."""
 
     _best_of_k = True
+    _debiasing_methods = ("analyzer_weights", "none")
 
     def __init__(self, model, args=None, train_dataset=None, processing_class=None, **kwargs):
         columns = getattr(train_dataset, "column_names", None) or []

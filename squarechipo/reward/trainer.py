@@ -52,6 +52,9 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
     _tag_names = ["trl", "reward-trainer", "squarechipo"]
     _best_of_k = False
 
+    #: The ledger answers (:class:`squarechipo.privacy.ledger.Debiasing` methods) this trainer's loss applies.
+    _debiasing_methods: tuple[str, ...] = ("flip_rate", "none")
+
     def __init__(self, model, args: PrivateRewardConfig | None = None, train_dataset=None, **kwargs):
         if not isinstance(args, PrivateRewardConfig):
             raise TypeError(f"args must be a PrivateRewardConfig (got {type(args).__name__}).")
@@ -65,6 +68,11 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
         ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
         self.privacy: PrivacySettings = resolve_privacy(
             ledger, epsilon=args.epsilon, flip_rate=None, override=args.privacy_override
+        )
+        self.privacy.require(
+            self._debiasing_methods,
+            type(self).__name__,
+            "BestOfKRewardTrainer trains on K-ary analyzer weights; pairwise reward models on binary labels.",
         )
         self.training_data = training_data_record(train_dataset)
         self.lineage = None

@@ -131,6 +131,11 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         self.privacy: PrivacySettings = resolve_privacy(
             ledger, epsilon=args.epsilon, flip_rate=args.flip_rate, override=args.privacy_override
         )
+        self.privacy.require(
+            ("flip_rate", "none"),
+            type(self).__name__,
+            "Its losses debias binary labels; train a reward model on K-ary labels with BestOfKRewardTrainer.",
+        )
         self.training_data = training_data_record(train_dataset)
         self.lineage: LineageReport | None = self._check_lineage(model, ref_model, train_dataset, args)
         self.lean_lm_head = False
