@@ -26,6 +26,7 @@ Up to M = 80 the difference is computed directly (exact value and gradient, incl
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -42,6 +43,7 @@ from squarechipo.privacy.calibration import (
 
 __all__ = [
     "CHIPO_LOG_RATIO_CLAMP",
+    "LINKS",
     "METHODS",
     "Method",
     "PreferenceLossOutput",
@@ -143,7 +145,8 @@ def chipo_difference(chosen_ratio: torch.Tensor, rejected_ratio: torch.Tensor, l
 
 #: Largest max(ℓ⁺, ℓ⁻) for which e^{ℓ⁺} − e^{ℓ⁻} is computed directly (float32 holds e^80 ≈ 5.5e34).
 _CHIPO_DIRECT_MAX = 80.0
-_LINKS = {"dpo": dpo_link, "chipo": chipo_link}
+#: The links g of DESIGN.md §2 by name (003 §2): the one table ``Method``, :func:`margins` and the selector check.
+LINKS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"dpo": dpo_link, "chipo": chipo_link}
 
 
 def margins(
@@ -162,8 +165,8 @@ def margins(
     ``clip`` is the full bound 2·R_max (None = no clip); it acts on the difference, as in 003.
     ``log_cap`` overrides the χPO cap of the module docstring (default: exact under ``clip``).
     """
-    if link not in _LINKS:
-        raise ValueError(f"link must be one of {tuple(_LINKS)} (got {link!r}).")
+    if link not in LINKS:
+        raise ValueError(f"link must be one of {tuple(LINKS)} (got {link!r}); chipo is Square-χPO's link.")
     if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
         raise ValueError(f"beta must be a positive finite number (got {beta!r}); a typical value is 0.1.")
     if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):

@@ -22,6 +22,7 @@ from accelerate.utils import broadcast_object_list
 from transformers import AutoTokenizer
 
 from squarechipo.data.fingerprint import training_data_record
+from squarechipo.losses import LINKS
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import tokenize_preferences
 from squarechipo.models.runtime import distributed_state
@@ -37,7 +38,6 @@ __all__ = ["Selection", "select_policy", "STAGE"]
 
 STAGE = "central_selection"
 _NOT_COPIED = {PRIVACY_FILE, "README.md", "trainer_state.json", "training_args.bin"}
-_LINKS = ("chipo", "dpo")
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ def _check_arguments(candidates, epsilon, beta, r_max, link, batch_size) -> None
         raise ValueError(f"beta must be positive (got {beta!r}); use the β the candidates were trained with.")
     if r_max is not None and not r_max > 0:
         raise ValueError(f"r_max must be positive or None (got {r_max!r}).")
-    if link not in _LINKS:
-        raise ValueError(f"link must be one of {_LINKS} (got {link!r}); chipo is Square-χPO's link.")
+    if link not in LINKS:
+        raise ValueError(f"link must be one of {tuple(LINKS)} (got {link!r}); chipo is Square-χPO's link.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be ≥ 1 (got {batch_size}).")
 

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from squarechipo.losses import margins, square_loss
-from squarechipo.privacy.calibration import debias_factor, flip_probability
+from squarechipo.privacy.calibration import debias_factor
 from squarechipo.privacy.label_dp import rr_with_prior
+from squarechipo.privacy.mechanisms import randomized_response
 from squarechipo.sim.bandit import Bandit, PreferenceData, fit_tabular
 
 __all__ = ["fit_weighted_square_chipo", "lp1st", "lp2st"]
@@ -49,8 +50,9 @@ def fit_weighted_square_chipo(
 
 
 def _rr(data: PreferenceData, epsilon: float, rngs) -> PreferenceData:
-    """RR on clean rows (chosen = truly preferred): swap each row w.p. 1/(1+e^ε)."""
-    flips = np.stack([rng.random(data.context.shape[1]) < flip_probability(epsilon) for rng in rngs])
+    """RR on clean rows (chosen = truly preferred): label 1 = "rejected is preferred", so a released 1 swaps."""
+    clean_labels = np.zeros(data.context.shape[1], dtype=bool)
+    flips = np.stack([randomized_response(clean_labels, epsilon, rng) for rng in rngs])
     return PreferenceData(
         data.context, np.where(flips, data.rejected, data.chosen), np.where(flips, data.chosen, data.rejected)
     )
