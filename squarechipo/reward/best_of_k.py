@@ -15,9 +15,9 @@ Sequences longer than ``max_length`` are truncated (keep the start), never dropp
 from __future__ import annotations
 
 import torch
-from trl.data_utils import is_conversational
 
 from squarechipo.losses import plackett_luce_top1_loss
+from squarechipo.reward.features import reward_texts
 from squarechipo.reward.trainer import PrivateRewardTrainer
 
 __all__ = ["BestOfKRewardTrainer"]
@@ -64,18 +64,13 @@ class BestOfKRewardTrainer(PrivateRewardTrainer):
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         if "responses_ids" in dataset.column_names:
             return dataset
-        eos = processing_class.eos_token or ""
 
         def tokenize(row):
-            ids = []
-            for response in row["responses"]:
-                if is_conversational({"prompt": row["prompt"]}):
-                    text = processing_class.apply_chat_template(list(row["prompt"]) + list(response), tokenize=False)
-                else:
-                    text = row["prompt"] + response + ("" if response.endswith(eos) else eos)
-                tokens = processing_class(text, add_special_tokens=False)["input_ids"]
-                ids.append(tokens[: args.max_length] if args.max_length else tokens)
-            return {"responses_ids": ids}
+            texts = reward_texts(
+                processing_class, [row["prompt"]] * len(row["responses"]), row["responses"], append_eos=True
+            )
+            tokens = processing_class(texts, add_special_tokens=False)["input_ids"]
+            return {"responses_ids": [ids[: args.max_length] if args.max_length else ids for ids in tokens]}
 
         return dataset.map(tokenize, desc=f"tokenizing {dataset_name} best-of-K rows")
 

@@ -39,15 +39,17 @@ LINEAR_ESTIMATORS = ("rr_mle", "sgd_rr", "sgd_rr_averaged", "objective_perturbat
 _LOCAL_ESTIMATORS = ("rr_mle", "sgd_rr", "sgd_rr_averaged")
 
 
-def reward_texts(tokenizer, prompts, responses) -> list[str]:
+def reward_texts(tokenizer, prompts, responses, *, append_eos: bool = False) -> list[str]:
     """The text a reward model scores for (x, a): the chat template for messages, prompt + response for strings.
 
-    This is TRL's ``RewardTrainer`` layout for conversational and standard rows.
+    This is TRL's ``RewardTrainer`` layout for conversational and standard rows; ``append_eos`` ends a
+    standard row with the EOS token as that trainer does (the chat template ends conversational rows).
     """
+    eos = (tokenizer.eos_token or "") if append_eos else ""
     texts = []
     for prompt, response in zip(prompts, responses):
         if isinstance(prompt, str):
-            texts.append(prompt + response)
+            texts.append(prompt + response + ("" if response.endswith(eos) else eos))
         else:
             texts.append(tokenizer.apply_chat_template(list(prompt) + list(response), tokenize=False))
     return texts
