@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from squarechipo.judge.openai_compatible import JudgeCache, OpenAICompatibleJudge
-from squarechipo.judge.templates import FINANCE_TEMPLATE, JudgeTemplate
+from squarechipo.judge.templates import FINANCE_TEMPLATE
 from squarechipo.models.embedded import embedded_gguf_path
 
 if os.environ.get("SQUARECHIPO_SKIP_LLAMA_CPP") == "1":
@@ -166,24 +166,59 @@ def test_interrupted_run_resumes_from_the_cache(server, tmp_path):
     assert again.requests_sent == 0
 
 
-def test_malformed_replies_are_counted_not_fatal(server, tmp_path):
-    chatty = JudgeTemplate(
-        name="poem",
-        system="You are a poet.",
-        user="Write one short line of poetry about {prompt} without using any single capital letter alone.",
-    )
-    judge = OpenAICompatibleJudge(server, "smollm2", chatty, max_tokens=12, cache_path=tmp_path / "p.sqlite")
-    verdicts = judge.verdicts(*map(list, zip(*PAIRS[:4])))
-    assert len(verdicts) == 4
-    assert sum(v.choice is None for v in verdicts) >= 1  # unparsable replies come back as None, no exception
-    empty = OpenAICompatibleJudge(
-        server,
-        "smollm2",
-        max_tokens=1,
-        cache_path=tmp_path / "e.sqlite",
-        template=JudgeTemplate("silent", "Reply with a single space.", "{prompt}{response_a}{response_b}"),
-    )
-    assert len(empty.verdicts(*map(list, zip(*PAIRS[:2])))) == 2
+#: What the scripted server answers to a prompt naming each key, and the verdict the judge must make of it.
+_SCRIPTED = {
+    "KEY-bare-a": ("A", 0),
+    "KEY-answer-b": ("Answer: B", 1),
+    "KEY-prose": ("A gentle breeze crosses the field.", None),
+    "KEY-both": ("Both A and B are fine.", None),
+    "KEY-empty": ("", None),
+    "KEY-garbled": (None, None),  # a 200 whose body is not JSON: retried, then reported as an error
+}
+
+
+@pytest.fixture
+def scripted_server():
+    """A real HTTP server on localhost speaking /v1/chat/completions with scripted replies (no model)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            text = " ".join(m["content"] for m in body["messages"])
+            (reply, _), *_ = [v for k, v in _SCRIPTED.items() if k in text]
+            payload = (
+                b"<html>502 upstream</html>"
+                if reply is None
+                else json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
+            )
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+
+
+def test_malformed_replies_are_counted_not_fatal(scripted_server):
+    """Each reply shape gets its verdict: letters are parsed, prose, both letters and empty replies are None
+    (counted as invalid, not guessed), and a garbled body is retried then reported, never raised."""
+    judge = OpenAICompatibleJudge(scripted_server, "scripted", max_retries=2, backoff=0.01, max_concurrency=3)
+    keys = list(_SCRIPTED)
+    verdicts = judge.verdicts([f"Question {k}?" for k in keys], ["one"] * len(keys), ["two"] * len(keys))
+    assert [v.choice for v in verdicts] == [_SCRIPTED[k][1] for k in keys]
+    assert [v.raw for v in verdicts[:-1]] == [_SCRIPTED[k][0] for k in keys[:-1]]
+    assert verdicts[-1].raw.startswith("error: JSONDecodeError")
+    assert judge.requests_sent == len(keys) - 1 + 3  # the garbled one: one try and two retries
 
 
 def test_unreachable_server_retries_then_reports():

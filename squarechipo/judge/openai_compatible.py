@@ -167,7 +167,7 @@ class OpenAICompatibleJudge(PairwiseJudge):
             body.update(logprobs=True, top_logprobs=self.top_logprobs)
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.max_retries + 1),
-            wait=tenacity.wait_exponential_jitter(initial=self.backoff, jitter=0.25 * self.backoff),
+            wait=tenacity.wait_exponential(multiplier=self.backoff) + tenacity.wait_random(0, 0.25 * self.backoff),
             retry=tenacity.retry_if_exception_type(_Retryable),
             reraise=True,
             sleep=time.sleep,
