@@ -301,14 +301,36 @@ def test_central_preference_model_picks_the_truth_at_large_epsilon():
 
 
 def test_lp2st_uses_each_label_once_and_validates_its_settings():
+    """Every clean row is in the training rows exactly once, in place, as its own pair; part 1 is RR_ε and the
+    part-2 rows not released from the prior flip at q(ε) too (RRWithPrior's k* = 2 is RR, independent of
+    the label: 001 Alg. 2), each within 4 binomial standard errors; prior rows get no c(ε) and their weight."""
+    from squarechipo.privacy.calibration import debias_factor, flip_probability
     from squarechipo.sim import multistage as ms
+    from tests.conftest import Z_TOLERANCE, binomial_se
 
     bandit = bd.make_bandit(4, 3, 2.0, 0.4, np.random.default_rng(0))
-    rngs = [np.random.default_rng(s) for s in range(3)]
-    clean = bd.sample_preferences(bandit, 400, None, rngs)
-    policies, share = ms.lp2st(bandit, clean, 1.0, rngs, beta=0.5, clip=4.0, split=0.25)
-    assert policies.shape == (3, 4, 3) and 0.0 <= share <= 1.0
+    clean = bd.sample_preferences(bandit, 400, None, [np.random.default_rng(s) for s in range(3)])
+    options = dict(beta=0.5, clip=4.0, split=0.25, prior_weight=0.3)
+    release = ms.lp2st_release(bandit, clean, 1.0, [np.random.default_rng(s) for s in range(3)], **options)
+    data, cut = release.data, 100
+    np.testing.assert_array_equal(data.context, clean.context)
+    same_pair = np.sort(np.stack([data.chosen, data.rejected]), axis=0)
+    np.testing.assert_array_equal(same_pair, np.sort(np.stack([clean.chosen, clean.rejected]), axis=0))
+    flipped = data.chosen != clean.chosen
+    assert not release.from_prior[:, :cut].any()
+    q = flip_probability(1.0)
+    # A pair of one action with itself looks the same flipped or not: the rates are over distinct pairs.
+    distinct = clean.chosen != clean.rejected
+    rr_rows = [flipped[:, :cut][distinct[:, :cut]], flipped[:, cut:][distinct[:, cut:] & ~release.from_prior[:, cut:]]]
+    for rows in rr_rows:
+        assert abs(rows.mean() - q) <= Z_TOLERANCE * binomial_se(q, rows.size), (rows.mean(), q, rows.size)
+    assert 0.1 < release.from_prior[:, cut:].mean() < 0.9  # both kinds of part-2 rows are exercised
+    np.testing.assert_array_equal(release.scale, np.where(release.from_prior, 1.0, debias_factor(1.0)))
+    np.testing.assert_array_equal(release.weight, np.where(release.from_prior, 0.3, 1.0))
+    policies, share = ms.lp2st(bandit, clean, 1.0, [np.random.default_rng(s) for s in range(3)], **options)
+    assert policies.shape == (3, 4, 3) and share == pytest.approx(release.from_prior[:, cut:].mean())
     np.testing.assert_allclose(policies.sum(axis=-1), 1.0, atol=1e-12)
+    rngs = [np.random.default_rng(s) for s in range(3)]
     with pytest.raises(ValueError, match="split"):
         ms.lp2st(bandit, clean, 1.0, rngs, beta=0.5, clip=4.0, split=1.0)
     with pytest.raises(ValueError, match="prior_rows"):

@@ -196,7 +196,30 @@ def test_each_method_trains(method, tiny_model_factory, tokenizer, finance_split
     assert len(logs) == 2 and all(torch.isfinite(torch.tensor(entry["loss"])) for entry in logs)
     for key in ("rewards/margins", "rewards/accuracies", "implied_p_chosen", "rewards/chosen"):
         assert key in logs[-1]
-    assert 0.0 <= logs[-1]["implied_p_chosen"] <= 1.0
+
+
+def test_implied_p_chosen_is_the_mean_sigmoid_of_the_clipped_margins(
+    tiny_model_factory, tokenizer, finance_splits, tmp_path
+):
+    """The logged ``implied_p_chosen`` is mean σ(m) with m the method's clipped margin (003 Alg. 1), recomputed
+    here from the trained policy's and the reference's log-probs, outside the trainer."""
+    from squarechipo.losses import preference_loss
+    from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+
+    train = release_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
+    args = make_config(tmp_path, method="square_chipo", r_max=0.05, beta=0.5, max_steps=3, learning_rate=5e-3)
+    trainer = build(tiny_model_factory, tokenizer, args, train)
+    trainer.train()
+    logged = trainer.evaluate(train)["eval_implied_p_chosen"]
+    tokenized = tokenize_preferences(train, tokenizer)
+    collator = preference_collator(tokenizer, max_length=args.max_length)
+    policy = model_logps(trainer.model, tokenized, collator, 8, "policy")
+    reference = model_logps(trainer.ref_model, tokenized, collator, 8, "reference")
+    margins = preference_loss(
+        "square_chipo", policy[0], policy[1], reference[0], reference[1], beta=0.5, clip=2 * 0.05, epsilon=1.0
+    ).margins
+    assert margins.abs().max() > 1e-3  # training moved the policy, so the check is not σ(0) = 0.5
+    assert logged == pytest.approx(torch.sigmoid(margins).mean().item(), abs=1e-5)
 
 
 def _separable(n, offset=0):
@@ -278,7 +301,7 @@ def test_resume_after_interruption_matches_uninterrupted_run(tiny_model_factory,
 
 
 def test_lora_adapter_uses_base_as_reference(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    from peft import LoraConfig
+    from peft import LoraConfig, PeftModel
 
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     trainer = build(
@@ -293,6 +316,19 @@ def test_lora_adapter_uses_base_as_reference(tiny_model_factory, tokenizer, fina
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora" in n for n in trainable)
     assert trainer.state.log_history[0]["loss"] > 0
+    # The reference log-probs are the base model's (adapter off), not the trained policy's (adapter on).
+    from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+
+    tokenized = tokenize_preferences(rows(finance_splits, 8), tokenizer)
+    collator = preference_collator(tokenizer, max_length=128)
+    batch = collator(tokenized)
+    reference = torch.stack(trainer.compute_ref_log_probs(trainer.model, batch)).double()
+    base = model_logps(tiny_model_factory(0), tokenized, collator, 8, "base")
+    trainer.save_model(str(tmp_path / "adapter"))
+    trained = PeftModel.from_pretrained(tiny_model_factory(0), str(tmp_path / "adapter")).merge_and_unload()
+    policy = model_logps(trained, tokenized, collator, 8, "policy")
+    torch.testing.assert_close(reference, base, rtol=0, atol=1e-4)
+    assert (policy - base).abs().max() > 1e-3
 
 
 def test_precomputed_reference_gives_the_same_first_loss(tiny_model_factory, tokenizer, finance_splits, tmp_path):

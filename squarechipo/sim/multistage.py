@@ -11,6 +11,8 @@ once, so the whole run is ε-label-DP (parallel composition over the two parts).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
@@ -20,7 +22,7 @@ from squarechipo.privacy.label_dp import rr_with_prior
 from squarechipo.privacy.mechanisms import randomized_response
 from squarechipo.sim.bandit import Bandit, PreferenceData, fit_tabular
 
-__all__ = ["fit_weighted_square_chipo", "lp1st", "lp2st"]
+__all__ = ["TwoStageRelease", "fit_weighted_square_chipo", "lp1st", "lp2st", "lp2st_release"]
 
 
 def fit_weighted_square_chipo(
@@ -70,34 +72,20 @@ def lp1st(
     return fit_weighted_square_chipo(bandit, released, debias_factor(epsilon) * ones, ones, beta=beta, clip=clip)
 
 
-def lp2st(
-    bandit: Bandit,
-    clean: PreferenceData,
-    epsilon: float,
-    rngs,
-    *,
-    beta: float,
-    clip: float | None,
-    split: float = 0.5,
-    temperature: float = 1.0,
-    prior_rows: str = "weight",
-    prior_weight: float = 1.0,
-) -> tuple[np.ndarray, float]:
-    """Returns (policies, mean fraction of part-2 rows released from the prior)."""
-    if not 0 < split < 1:
-        raise ValueError(f"split must be in (0, 1) (got {split}): the fraction of rows in stage 1.")
-    if prior_rows not in ("weight", "drop"):
-        raise ValueError(f"prior_rows must be 'weight' or 'drop' (got {prior_rows!r}).")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be positive (got {temperature}).")
-    n = clean.context.shape[1]
-    cut = int(round(split * n))
-    part1 = _rr(_take(clean, slice(0, cut)), epsilon, rngs)
-    ones1 = np.ones(part1.context.shape)
-    stage1 = fit_weighted_square_chipo(bandit, part1, debias_factor(epsilon) * ones1, ones1, beta=beta, clip=clip)
-    part2 = _take(clean, slice(cut, n))
-    log_ref = np.log(bandit.ref_policy)
-    contexts, chosen, rejected, scale, weight, from_prior_share = [], [], [], [], [], []
+class TwoStageRelease(NamedTuple):
+    """LP-2ST's training rows (part 1 then part 2, per seed): ``data``, per-row debiasing ``scale`` and
+    ``weight``, and ``from_prior`` (seeds, n) marking part-2 rows released from the prior."""
+
+    data: PreferenceData
+    scale: np.ndarray
+    weight: np.ndarray
+    from_prior: np.ndarray
+
+
+def _stage2_release(
+    part2: PreferenceData, stage1: np.ndarray, log_ref: np.ndarray, epsilon: float, rngs, *, beta, clip, temperature
+):
+    """Each part-2 label queried once through RRWithPrior with the stage-1 prior: (chosen, rejected, from_prior)."""
     for s, rng in enumerate(rngs):
         x, good, bad = part2.context[s], part2.chosen[s], part2.rejected[s]
         # Present each pair in a random order (u, v); the label is 1 when u is the preferred one.
@@ -117,14 +105,56 @@ def lp2st(
         p_u = 1.0 / (1.0 + np.exp(-h / temperature))
         released, from_prior = rr_with_prior(label, np.stack([1 - p_u, p_u], axis=1), epsilon, rng)
         u_wins = released == 1
-        contexts.append(np.r_[part1.context[s], x])
-        chosen.append(np.r_[part1.chosen[s], np.where(u_wins, u, v)])
-        rejected.append(np.r_[part1.rejected[s], np.where(u_wins, v, u)])
-        c = debias_factor(epsilon)
-        scale.append(np.r_[np.full(cut, c), np.where(from_prior, 1.0, c)])
-        w_prior = 0.0 if prior_rows == "drop" else prior_weight
-        weight.append(np.r_[np.ones(cut), np.where(from_prior, w_prior, 1.0)])
-        from_prior_share.append(from_prior.mean())
-    data = PreferenceData(np.stack(contexts), np.stack(chosen), np.stack(rejected))
-    policies = fit_weighted_square_chipo(bandit, data, np.stack(scale), np.stack(weight), beta=beta, clip=clip)
-    return policies, float(np.mean(from_prior_share))
+        yield np.where(u_wins, u, v), np.where(u_wins, v, u), from_prior
+
+
+def lp2st_release(
+    bandit: Bandit,
+    clean: PreferenceData,
+    epsilon: float,
+    rngs,
+    *,
+    beta: float,
+    clip: float | None,
+    split: float = 0.5,
+    temperature: float = 1.0,
+    prior_rows: str = "weight",
+    prior_weight: float = 1.0,
+) -> TwoStageRelease:
+    """LP-2ST's release (001 §4): part 1 through RR_ε, a stage-1 fit, part 2 through RRWithPrior."""
+    if not 0 < split < 1:
+        raise ValueError(f"split must be in (0, 1) (got {split}): the fraction of rows in stage 1.")
+    if prior_rows not in ("weight", "drop"):
+        raise ValueError(f"prior_rows must be 'weight' or 'drop' (got {prior_rows!r}).")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive (got {temperature}).")
+    n = clean.context.shape[1]
+    cut = int(round(split * n))
+    c = debias_factor(epsilon)
+    part1 = _rr(_take(clean, slice(0, cut)), epsilon, rngs)
+    ones1 = np.ones(part1.context.shape)
+    stage1 = fit_weighted_square_chipo(bandit, part1, c * ones1, ones1, beta=beta, clip=clip)
+    part2 = _take(clean, slice(cut, n))
+    stage2 = list(
+        _stage2_release(
+            part2, stage1, np.log(bandit.ref_policy), epsilon, rngs, beta=beta, clip=clip, temperature=temperature
+        )
+    )
+    chosen2, rejected2, from_prior2 = (np.stack(column) for column in zip(*stage2))
+    from_prior = np.concatenate([np.zeros(part1.context.shape, dtype=bool), from_prior2], axis=1)
+    w_prior = 0.0 if prior_rows == "drop" else prior_weight
+    data = PreferenceData(
+        clean.context,
+        np.concatenate([part1.chosen, chosen2], axis=1),
+        np.concatenate([part1.rejected, rejected2], axis=1),
+    )
+    return TwoStageRelease(data, np.where(from_prior, 1.0, c), np.where(from_prior, w_prior, 1.0), from_prior)
+
+
+def lp2st(bandit: Bandit, clean: PreferenceData, epsilon: float, rngs, *, beta: float, clip: float | None, **options):
+    """Returns (policies, mean fraction of part-2 rows released from the prior); ``options`` as
+    :func:`lp2st_release` (split, temperature, prior_rows, prior_weight)."""
+    release = lp2st_release(bandit, clean, epsilon, rngs, beta=beta, clip=clip, **options)
+    cut = int(round(options.get("split", 0.5) * clean.context.shape[1]))
+    policies = fit_weighted_square_chipo(bandit, release.data, release.scale, release.weight, beta=beta, clip=clip)
+    return policies, float(release.from_prior[:, cut:].mean())
