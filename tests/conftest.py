@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -18,8 +19,6 @@ def binomial_se(p: float, n: int) -> float:
 # --------------------------------------------------------------------------- models and data
 # Trainer tests use a tiny randomly initialised Llama with the real SmolLM2 tokenizer (the point
 # is the trainer, not the model); a few integration tests use the embedded model itself.
-
-import os  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

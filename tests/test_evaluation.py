@@ -35,13 +35,15 @@ def test_pipeline_writes_every_output(models, finance_splits, tmp_path):
         test,
         judge,
         tmp_path,
-        generation=GenerationSettings(max_new_tokens=8, batch_size=4, seed=0),
+        # Sampling, so the two random models write different, non-empty responses and every pair is judged.
+        generation=GenerationSettings(max_new_tokens=8, batch_size=4, seed=0, do_sample=True),
         max_prompts=6,
         calibration_pairs=4,
         label={"setting": "CTL", "method": "square_chipo"},
     )
     rows = [json.loads(line) for line in (tmp_path / "judgments.jsonl").read_text().splitlines()]
     assert len(rows) == 6
+    assert sum(r["outcome"] != "identical" for r in rows) >= 4  # the judging path below is exercised
     for row in rows:
         assert row["policy_response"] is not None and row["baseline_response"] is not None
         if row["outcome"] == "identical":
@@ -73,6 +75,12 @@ def test_pipeline_writes_every_output(models, finance_splits, tmp_path):
     assert "Judge calibration" in report and "| win |" in report and "Per category" in report
     assert "Win rate (ties as ½)" in report and "| hard (both orders agree) |" in report and "## Length" in report
     assert json.loads(json.dumps(result.summary)) == summary
+    # The report shows this run's figures, not only its headings.
+    assert f"**Win rate (ties as ½): {overall['win_rate_half_ties']:.1%}" in report
+    assert f"| win | {overall['win_rate']:.1%} |" in report and f"| {overall['wins']} |" in report
+    assert f"| soft (mean log-odds over both orders, tie band 0) | {cal['soft_accuracy']:.1%} |" in report
+    for category, counts in summary["per_category"].items():
+        assert f"| {category} | {counts['win_rate_half_ties']:.1%} |" in report
 
 
 def test_generation_is_seeded(models, finance_splits):

@@ -7,10 +7,12 @@ import math
 import numpy as np
 import pytest
 
+from squarechipo.losses import self_play_loss, self_play_margin
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import bt
 from squarechipo.sim import experiments as ex
+from squarechipo.sim import general as gp
 
 
 def two_by_two() -> bd.Bandit:
@@ -156,9 +158,6 @@ def test_points_reproduce_bit_for_bit_and_the_grid_resumes(tmp_path):
 
 
 # ----------------------------------------------------------------------------- general preferences (003 §4)
-
-from squarechipo.losses import self_play_loss, self_play_margin  # noqa: E402
-from squarechipo.sim import general as gp  # noqa: E402
 
 
 def test_duality_gap_is_exact_on_rock_paper_scissors_and_zero_at_the_lp_winner():
