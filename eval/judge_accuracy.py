@@ -11,11 +11,13 @@ Writes a Markdown table and JSON to ``--out`` when given.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
+from trl import TrlParser
+
 from squarechipo.data import load_preference_dataset
+from squarechipo.evaluation.config import JudgeAccuracyConfig
 from squarechipo.evaluation.pipeline import calibrate_judge
 from squarechipo.evaluation.report import format_interval, format_percent
 from squarechipo.judge.templates import TEMPLATES
@@ -46,22 +48,8 @@ def _judges(args):
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="data/finance_preference_conversational")
-    p.add_argument("--split", default="test")
-    p.add_argument("--max-pairs", type=int, default=None, help="the first N gold pairs (default: all)")
-    p.add_argument("--local", default=None, help="a causal LM for the local A/B judge, e.g. embedded")
-    p.add_argument("--server", default=None, help="an OpenAI-compatible base URL serving logprobs")
-    p.add_argument("--server-model", default="smollm2")
-    p.add_argument("--server-concurrency", type=int, default=2)
-    p.add_argument("--reward-model", default=None, help="a sequence-classification reward model folder")
-    p.add_argument("--template", choices=list(TEMPLATES), default="finance")
-    p.add_argument("--tie-band", type=float, default=0.0)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
-    if not (args.local or args.server or args.reward_model):
-        p.error("name at least one judge: --local, --server or --reward-model")
+    """Flags or ``--config x.yaml`` (the fields of :class:`JudgeAccuracyConfig`)."""
+    (args,) = TrlParser((JudgeAccuracyConfig,)).parse_args_and_config(argv)
     gold = load_preference_dataset(args.dataset, split=args.split)
     results = []
     for judge in _judges(args):

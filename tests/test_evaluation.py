@@ -202,3 +202,35 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
         timeout=300,
     )
     assert missing.returncode != 0 and "--judge reward-model needs --judge-model" in missing.stderr
+
+
+def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenizer, tmp_path):
+    """eval/judge_accuracy.py takes its run configuration as YAML (TrlParser), flags override it, and it scores
+    each named judge on the same gold pairs; the reward model is position-free (hard = soft)."""
+    from tests.conftest import make_tiny_classifier
+
+    make_tiny_classifier(tokenizer, seed=5).save_pretrained(tmp_path / "rm")
+    tokenizer.save_pretrained(tmp_path / "rm")
+    finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
+    config = tmp_path / "accuracy.yaml"
+    config.write_text(
+        f"dataset: {tmp_path / 'data'}\nmax_pairs: 3\nlocal: {models / 'judge'}\n"
+        f"reward_model: {tmp_path / 'rm'}\nout: {tmp_path / 'ignored'}\n"
+    )
+    command = [sys.executable, "eval/judge_accuracy.py", "--config", str(config), "--out", str(tmp_path / "acc")]
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads((tmp_path / "acc" / "judge_accuracy.json").read_text())
+    assert not (tmp_path / "ignored").exists()
+    assert [r["judge"].split(":")[0] for r in results] == ["transformers", "reward-model"]
+    assert all(r["n_pairs"] == 3 for r in results)
+    assert results[1]["hard_accuracy"] == results[1]["soft_accuracy"]
+    assert "Gold accuracy on 3 pairs" in out.stdout
+    bad = subprocess.run(
+        [sys.executable, "eval/judge_accuracy.py", "--dataset", str(tmp_path / "data")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "name at least one judge" in bad.stderr
