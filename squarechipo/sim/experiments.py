@@ -46,38 +46,11 @@ __all__ = [
 #: The default instance: 8 contexts, 6 actions, rewards in [0, 4], β = 0.5, margins clipped to ±2R_max.
 INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "beta": 0.5, "instance_seed": 0, "num_candidates": 16}
 
-BANDIT_COLUMNS = [
-    "study",
-    "method",
-    "n",
-    "epsilon",
-    "alpha",
-    "order",
-    "adversary",
-    "coverage",
-    "seed",
-    "gap_best",
-    "gap_target",
-    "value",
-    "concentrability",
-    "key",
-]
+#: The label-pipeline columns every alignment study shares (the bandit and the general-preference lab).
+_PIPELINE_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary"]
+BANDIT_COLUMNS = [*_PIPELINE_COLUMNS, "coverage", "seed", "gap_best", "gap_target", "value", "concentrability", "key"]
 BT_COLUMNS = ["study", "estimator", "n", "epsilon", "d", "seed", "error", "key"]
-GENERAL_COLUMNS = [
-    "study",
-    "method",
-    "n",
-    "epsilon",
-    "alpha",
-    "order",
-    "adversary",
-    "seed",
-    "iterations",
-    "dg_mixture",
-    "dg_last",
-    "model_error",
-    "key",
-]
+GENERAL_COLUMNS = [*_PIPELINE_COLUMNS, "seed", "iterations", "dg_mixture", "dg_last", "model_error", "key"]
 
 MULTISTAGE_COLUMNS = [
     "study",
@@ -122,6 +95,13 @@ def _rngs(base_seed: int, key: str, seeds: Iterable[int]) -> list[np.random.Gene
 
 def _eps(value) -> float | None:
     return None if value is None or math.isinf(value) else float(value)
+
+
+def _point_bandit(point: dict) -> bd.Bandit:
+    """The fixed bandit instance (:data:`INSTANCE`) at the point's coverage, drawn from the instance seed."""
+    inst = INSTANCE
+    rng = np.random.default_rng(inst["instance_seed"])
+    return bd.make_bandit(inst["num_contexts"], inst["num_actions"], inst["r_max"], point["coverage"], rng)
 
 
 # ----------------------------------------------------------------------------- grids
@@ -225,13 +205,7 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
     """Every seed of one grid point: data, label pipeline, fit (or central selection), exact gaps."""
     key = point_key(point)
     inst = INSTANCE
-    bandit = bd.make_bandit(
-        inst["num_contexts"],
-        inst["num_actions"],
-        inst["r_max"],
-        point["coverage"],
-        np.random.default_rng(inst["instance_seed"]),
-    )
+    bandit = _point_bandit(point)
     rngs = _rngs(base_seed, key, seeds)
     epsilon = _eps(point["epsilon"])
     clip = 2.0 * inst["r_max"]
@@ -308,13 +282,8 @@ def run_general_point(point: dict, seeds: list[int], base_seed: int = 0) -> list
     """Every seed of one point of :func:`general_grid`: labels, preference model, T_max self-play iterations."""
     key = point_key(point)
     inst = GENERAL_INSTANCE
-    instance = gp.make_general_instance(
-        inst["num_contexts"],
-        inst["num_actions"],
-        inst["cycle_strength"],
-        inst["reward_scale"],
-        np.random.default_rng(inst["instance_seed"]),
-    )
+    shape = (inst["num_contexts"], inst["num_actions"], inst["cycle_strength"], inst["reward_scale"])
+    instance = gp.make_general_instance(*shape, np.random.default_rng(inst["instance_seed"]))
     rngs = _rngs(base_seed, key, seeds)
     epsilon = _eps(point["epsilon"])
     actions = np.arange(inst["num_actions"])
@@ -363,13 +332,7 @@ def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> l
     """LP-1ST, LP-2ST (prior rows weighted 1) and LP-2ST (prior rows dropped) on the same clean rows per seed."""
     key = point_key(point)
     inst = INSTANCE
-    bandit = bd.make_bandit(
-        inst["num_contexts"],
-        inst["num_actions"],
-        inst["r_max"],
-        point["coverage"],
-        np.random.default_rng(inst["instance_seed"]),
-    )
+    bandit = _point_bandit(point)
     beta, clip = inst["beta"], 2.0 * inst["r_max"]
     target = bd.value(bandit, bd.target_policy(bandit, beta, "chipo"))
     rows = []
