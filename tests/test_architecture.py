@@ -12,7 +12,19 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "squarechipo"
 
 #: The pipeline's order (DESIGN.md §7, README "Layout"): a package may import only itself and those before it.
-LAYERS = ("data", "privacy", "losses", "models", "trainer", "reward", "select", "judge", "evaluation", "sim")
+LAYERS = (
+    "data",
+    "privacy",
+    "losses",
+    "models",
+    "trainer",
+    "reward",
+    "select",
+    "judge",
+    "evaluation",
+    "sim",
+    "reproduce",
+)
 MAX_FUNCTION_LINES = 60
 #: A longer function carries a comment starting with this marker that says why it is long.
 LONG_FUNCTION_MARKER = "# Long:"

@@ -202,6 +202,21 @@ def _calibrate(judge, test, calibration_pairs, out, tie_band) -> dict | None:
     return calibration
 
 
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _responses(role: str, model: str, prompts: list, settings: dict, given: dict | None) -> list[str]:
+    """The given responses of ``role`` (checked against the prompts), or freshly generated ones."""
+    if given is None or role not in given:
+        return generate_responses(model, prompts, desc=role, **settings)
+    if len(given[role]) != len(prompts):
+        raise ValueError(f"responses[{role!r}] has {len(given[role])} responses for {len(prompts)} prompts.")
+    return list(given[role])
+
+
 def evaluate_win_rate(
     policy: str,
     baseline: str,
@@ -214,6 +229,7 @@ def evaluate_win_rate(
     calibration_pairs: int | None = 0,
     tie_band: float = 0.0,
     label: dict[str, str] | None = None,
+    responses: dict[str, list[str]] | None = None,
 ) -> EvaluationResult:
     """Generate with both models, judge every pair in both orders, and write the report.
 
@@ -226,6 +242,8 @@ def evaluate_win_rate(
         tie_band: the soft rule's tie band on the mean log-odds (see :mod:`squarechipo.judge.stats`).
         label: free-form tags stored in the summary (e.g. ``{"setting": "CTL", "method": "square_chipo"}``)
             for :func:`squarechipo.evaluation.report.aggregate_runs`.
+        responses: responses already generated with ``generation`` to the (first ``max_prompts``) prompts, by
+            role (``policy``, ``baseline``); a role not given is generated here (so judges can share one).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -234,17 +252,15 @@ def evaluate_win_rate(
         test = test.select(range(min(max_prompts, len(test))))
     prompts = list(test["prompt"])
     settings = asdict(generation)
-    policy_responses = generate_responses(policy, prompts, desc="policy", **settings)
-    baseline_responses = generate_responses(baseline, prompts, desc="baseline", **settings)
+    policy_responses = _responses("policy", policy, prompts, settings, responses)
+    baseline_responses = _responses("baseline", baseline, prompts, settings, responses)
     rows, rule = judge_pairs(
         judge, [prompt_text(p) for p in prompts], policy_responses, baseline_responses, tie_band=tie_band
     )
     categories = test["category"] if "category" in test.column_names else ["all"] * len(rows)
     for row, category in zip(rows, categories):
         row["category"] = category
-    with open(out / "judgments.jsonl", "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    _write_jsonl(out / "judgments.jsonl", rows)
     summary = {
         "policy": policy,
         "baseline": baseline,

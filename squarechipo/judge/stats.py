@@ -40,6 +40,7 @@ __all__ = [
     "soft_margin",
     "soft_outcome",
     "summarize_outcomes",
+    "t_interval",
     "wilson_interval",
 ]
 
@@ -56,6 +57,19 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
         raise ValueError(f"successes must lie in [0, n] (got {successes} of {n}).")
     ci = stats.binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return float(ci.low), float(ci.high)
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval for a mean over a handful of seeds (n − 1 degrees of freedom).
+
+    For n < 2 there is no interval: low and high are NaN.
+    """
+    array = np.asarray(values, dtype=np.float64)
+    mean = float(array.mean()) if array.size else math.nan
+    if array.size < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + confidence / 2, array.size - 1) * array.std(ddof=1) / math.sqrt(array.size))
+    return mean, mean - half, mean + half
 
 
 def bootstrap_mean_interval(

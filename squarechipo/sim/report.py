@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from squarechipo.judge.stats import t_interval
 from squarechipo.privacy.calibration import debias_factor
 
 __all__ = ["bandit_report", "bt_report", "general_report", "kary_report", "load_rows", "multistage_report"]
@@ -40,10 +41,8 @@ def _group(rows, study, *fields, metric):
 
 def _mean_ci(values: np.ndarray) -> tuple[float, float]:
     """Mean and 95% half-width over seeds: Student's t with n − 1 degrees of freedom (a handful of seeds)."""
-    if len(values) < 2:
-        return float(values.mean()), 0.0
-    half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
-    return float(values.mean()), float(half)
+    mean, low, high = t_interval(values)
+    return mean, (high - low) / 2 if len(values) >= 2 else 0.0
 
 
 def _fmt(values: np.ndarray) -> str:

@@ -1,0 +1,1 @@
+"""Reproductions of the papers' experiments as resumable commands (``python -m squarechipo.reproduce``)."""
