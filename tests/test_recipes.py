@@ -97,6 +97,33 @@ def test_accelerate_launch_trains_and_rerun_reuses_the_release(workspace):
     assert "was released with pipeline" in third.stderr and "another folder" in third.stderr
 
 
+def test_a_single_jsonl_file_is_the_train_split(workspace):
+    """A user's own file of TRL-format pairs trains end to end: it is the train split, and the missing eval split
+    turns evaluation off with a note instead of stopping the run. A missing train split names the splits."""
+    import json
+
+    rows = datasets.load_from_disk(str(workspace / "data"))["train"].select(range(12))
+    path = workspace / "my_pairs.jsonl"
+    with open(path, "w") as handle:
+        for row in rows:
+            handle.write(json.dumps({k: row[k] for k in ("prompt", "chosen", "rejected")}) + "\n")
+    config = write_config(
+        workspace, "own_file", dataset_name=str(path), max_train_samples=None, eval_strategy="steps", eval_steps=1
+    )
+    result = run([sys.executable, "recipes/train.py", "--config", str(config)])
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "has no 'validation' split (splits: ['train']): evaluation is skipped" in result.stderr
+    assert "released 12 training rows" in result.stderr
+    assert (workspace / "own_file" / "model.safetensors").exists()
+    card = (workspace / "own_file" / "README.md").read_text()
+    assert "None" not in card and "huggingface.co/datasets/" not in card and "huggingface.co/None" not in card
+    base = f"the local model `{workspace / 'model'}`"
+    assert f"fine-tuned version of {base} on the local dataset `my_pairs.jsonl`" in card
+    named = write_config(workspace, "own_file_split", dataset_name=str(path), dataset_train_split="training")
+    refused = run([sys.executable, "recipes/train.py", "--config", str(named)])
+    assert refused.returncode != 0 and "has no split 'training' (splits: ['train'])" in refused.stderr
+
+
 @pytest.mark.slow
 def test_two_cpu_processes_train_on_identical_privatized_labels(workspace):
     config = write_config(workspace, "ddp")

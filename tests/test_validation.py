@@ -104,3 +104,24 @@ def test_drop_invalid_returns_and_logs_the_count(caplog):
 def test_privatize_refuses_invalid_rows():
     with pytest.raises(ValueError, match="identical chosen and rejected"):
         release_dataset(rows(rejected=["c1", "r2", "r3"]), LabelPipeline(epsilon=1.0))
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("pairs.jsonl", b"this is not json\n", r"pairs.jsonl could not be read as .jsonl \(ArrowInvalid: JSON parse"),
+        ("pairs.jsonl", b"", r"pairs.jsonl is empty: write one JSON object per line"),
+        ("pairs.jsonl", b"\n  \n", r"pairs.jsonl is empty"),
+        ("pairs.json", b"[]", r"pairs.json holds no rows"),
+        ("pairs.parquet", b"garbage", r"pairs.parquet could not be read as .parquet .*must be a Parquet table"),
+        ("pairs.csv", b"prompt,chosen\nq,a\n", r"pairs.csv \[data\]: dataset has no 'rejected' column"),
+    ],
+    ids=["not-json", "empty", "blank", "empty-list", "not-parquet", "missing-column"],
+)
+def test_unreadable_files_name_the_file_and_the_fix(tmp_path, name, content, message):
+    from squarechipo.data import load_preference_dataset
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        load_preference_dataset(str(path))

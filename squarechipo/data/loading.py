@@ -37,11 +37,40 @@ def _is_saved_dataset(path: Path) -> bool:
     )
 
 
+#: What each file type must hold, for error messages.
+_EXPECTED = {
+    "json": "one JSON object per line (JSONL) or a JSON list of objects, with prompt/chosen/rejected fields",
+    "parquet": "a Parquet table with prompt/chosen/rejected columns",
+    "csv": "a CSV file with a header row and prompt/chosen/rejected columns",
+}
+
+
+def _read_rows(path: Path, builder: str) -> datasets.Dataset:
+    """``datasets``' reader, with errors that name the file and say what it must hold."""
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    if not head.strip() and (builder != "parquet" or not head):
+        raise ValueError(f"{path} is empty: write {_EXPECTED[builder]}.")
+    try:
+        data = datasets.load_dataset(builder, data_files=str(path), split="train")
+    except Exception as error:  # datasets wraps reader errors (ArrowInvalid, DatasetGenerationError, ...)
+        cause = error.__cause__ or error
+        if "corresponds to no data" in str(cause):  # datasets' words for a file without a single record
+            raise ValueError(f"{path} holds no rows: write {_EXPECTED[builder]}.") from error
+        raise ValueError(
+            f"{path} could not be read as {path.suffix} ({type(cause).__name__}: {str(cause)[:200]}). "
+            f"The file must be {_EXPECTED[builder]}."
+        ) from error
+    if len(data) == 0:
+        raise ValueError(f"{path} holds no rows: write {_EXPECTED[builder]}.")
+    return data
+
+
 def _load_file(path: Path) -> datasets.Dataset:
     builder = _FILE_BUILDERS.get(path.suffix.lower())
     if builder is None:
         raise ValueError(f"unsupported file type {path.suffix!r} for {path}: use .jsonl, .json, .parquet or .csv.")
-    data = datasets.load_dataset(builder, data_files=str(path), split="train")
+    data = _read_rows(path, builder)
     # The privacy ledger of a released file travels in its sidecar or Parquet metadata (squarechipo.data.metadata).
     block = metadata.read_block_for_path(path) if builder in ("json", "parquet") else None
     return metadata.with_block(data, block) if block is not None else data

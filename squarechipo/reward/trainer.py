@@ -22,6 +22,7 @@ from trl import RewardTrainer
 
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import robust_log_loss, square_loss
+from squarechipo.models.card import fix_model_card
 from squarechipo.privacy.calibration import debias_factor_from_flip_rate
 from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
@@ -133,6 +134,8 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
         if self.is_world_process_zero():
+            base = getattr(self.model.config, "_name_or_path", None)
+            fix_model_card(self.args.output_dir, base_model=base, dataset_name=dataset_name, model_name=model_name)
             kind = (
                 "a pairwise preference model ℓ(x, a⁰, a¹) (003 Alg. 3)"
                 if self.args.model_type == "preference"

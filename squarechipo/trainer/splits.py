@@ -12,13 +12,28 @@ import json
 import logging
 from pathlib import Path
 
+import datasets
+
 from squarechipo.data import load_preference_dataset
 from squarechipo.privacy.release import release_once
 from squarechipo.trainer.script_args import TrainScriptArguments
 
-__all__ = ["labels_digest", "load_training_splits"]
+__all__ = ["labels_digest", "load_training_splits", "skip_eval_when_absent"]
 
 logger = logging.getLogger("squarechipo")
+
+
+def _splits(args: TrainScriptArguments) -> datasets.DatasetDict:
+    """The named dataset as splits; a single data file is the ``train`` split, as in TRL's scripts."""
+    data = load_preference_dataset(args.dataset_name, config=args.dataset_config)
+    if isinstance(data, datasets.Dataset):
+        data = datasets.DatasetDict({"train": data})
+    if args.dataset_train_split not in data:
+        raise ValueError(
+            f"{args.dataset_name} has no split {args.dataset_train_split!r} (splits: {list(data)}); set "
+            "dataset_train_split to one of them (a single data file is the 'train' split)."
+        )
+    return data
 
 
 def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, with_eval: bool, release: bool = True):
@@ -29,9 +44,7 @@ def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, 
     rank and every re-run, so no fresh noise is drawn. ``release=False`` returns the raw split
     (for callers that release parts of it themselves, e.g. LP-2ST).
     """
-    data = load_preference_dataset(args.dataset_name, config=args.dataset_config)
-    if not hasattr(data, "keys"):
-        raise ValueError(f"{args.dataset_name} has no splits; expected train/validation splits.")
+    data = _splits(args)
     train = data[args.dataset_train_split]
     if args.max_train_samples is not None:
         train = train.select(range(min(args.max_train_samples, len(train))))
@@ -40,6 +53,14 @@ def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, 
         eval_dataset = data[args.dataset_test_split]
         if args.max_eval_samples is not None:
             eval_dataset = eval_dataset.select(range(min(args.max_eval_samples, len(eval_dataset))))
+    elif with_eval:
+        logger.warning(
+            "%s has no %r split (splits: %s): evaluation is skipped. Set dataset_test_split to one of them, or "
+            "eval_strategy: 'no'.",
+            args.dataset_name,
+            args.dataset_test_split,
+            list(data),
+        )
     pipeline = args.label_pipeline()
     if release and (pipeline.is_private or pipeline.is_corrupted):
         folder = Path(args.privatized_dir or Path(output_dir) / "released_train")
@@ -53,6 +74,13 @@ def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, 
             labels_digest(train),
         )
     return train, eval_dataset
+
+
+def skip_eval_when_absent(training_args, eval_dataset) -> None:
+    """Turn evaluation off when the data has no eval split (the warning was logged when loading it)."""
+    if eval_dataset is None and training_args.eval_strategy != "no":
+        training_args.eval_strategy = "no"
+        training_args.do_eval = False
 
 
 def labels_digest(dataset) -> str:

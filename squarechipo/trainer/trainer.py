@@ -25,6 +25,7 @@ from trl import DPOTrainer
 
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import preference_loss
+from squarechipo.models.card import fix_model_card
 from squarechipo.models.lm_head import add_lean_lm_head
 from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
@@ -335,4 +336,6 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if self.is_world_process_zero():
+            base = getattr(self.model.config, "_name_or_path", None)
+            fix_model_card(self.args.output_dir, base_model=base, dataset_name=dataset_name, model_name=model_name)
             write_privacy_record(self.args.output_dir, self.privacy_record())
