@@ -80,8 +80,12 @@ def main(
     trainer.accelerator.print(
         f"Done. Model, card (README.md), privacy record and metrics are in {Path(training_args.output_dir).resolve()}"
     )
+    logger.info("rank %d/%d: finished; waiting for the other processes", state.process_index, state.num_processes)
+    # Every process reaches the end together, so none destroys the group while the main one still writes the card.
+    trainer.accelerator.wait_for_everyone()
     if hasattr(trainer, "end"):
         trainer.end()  # finishes trackers and shuts the process group down cleanly
+    logger.info("rank %d/%d: process group closed", state.process_index, state.num_processes)
     return trainer
 
 

@@ -59,8 +59,25 @@ def write_config(folder: Path, name: str, **overrides) -> Path:
 
 
 def run(command: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    # The machine is offline: nothing may wait on the Hub (telemetry included).
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TQDM_DISABLE": "1",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    try:
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as error:  # say how far each process got, not only that time ran out
+        tails = [_text(error.stdout)[-1500:], _text(error.stderr)[-3000:]]
+        message = f"{command} ran past {timeout} s. stdout tail:\n{tails[0]}\nstderr tail:\n{tails[1]}"
+        raise AssertionError(message) from error
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def digests(output: str) -> dict[int, str]:
@@ -134,6 +151,7 @@ def test_two_cpu_processes_train_on_identical_privatized_labels(workspace):
     assert seen[0] == seen[1]
     assert result.stderr.count("released 16 training rows") == 1  # only the main process drew the noise
     assert re.search(r"rank 1/2 trains on 16 released rows", result.stderr)  # a real 2-process (gloo) world
+    assert result.stderr.count("process group closed") == 2  # both ranks shut down together
     assert (workspace / "ddp" / "model.safetensors").exists()
 
 
