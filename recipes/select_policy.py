@@ -66,8 +66,7 @@ def main(config: SelectConfig):
     with state.main_process_first():  # the embedded model is converted once, by the main process
         for name in [config.ref_model, *config.candidates]:
             resolve_model_path(name)
-    data = load_preference_dataset(config.dataset_name)
-    private = data[config.dataset_split] if hasattr(data, "keys") else data
+    private = load_preference_dataset(config.dataset_name, split=config.dataset_split)
     if config.max_samples is not None:
         private = private.select(range(min(config.max_samples, len(private))))
     selection = select_policy(

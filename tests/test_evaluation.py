@@ -234,3 +234,20 @@ def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenize
         timeout=300,
     )
     assert bad.returncode != 0 and "name at least one judge" in bad.stderr
+
+
+def test_cli_judges_the_prompts_of_a_single_jsonl_file(models, finance_splits, tmp_path):
+    """A user's own file of pairs is the evaluation's test split (as TRL's scripts read one file)."""
+    rows = finance_splits["finance_preference_conversational"]["test"].select(range(3))
+    path = tmp_path / "my_test.jsonl"
+    with open(path, "w") as handle:
+        for row in rows:
+            handle.write(json.dumps({k: row[k] for k in ("prompt", "chosen", "rejected")}) + "\n")
+    command = [sys.executable, "eval/judge.py", "--policy", str(models / "policy"), "--baseline"]
+    command += [str(models / "baseline"), "--dataset", str(path), "--max-new-tokens", "4", "--calibration-pairs"]
+    command += ["2", "--judge-model", str(models / "judge"), "--out", str(tmp_path / "eval")]
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["overall"]["n_pairs"] == 3 and summary["calibration"]["n_pairs"] == 2
+    assert "its 3 rows are the 'test' split" in out.stderr

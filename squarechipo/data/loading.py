@@ -106,7 +106,8 @@ def load_preference_dataset(
 
     Args:
         source: a ``save_to_disk`` folder, a data file, a folder of data files, or a hub id.
-        split: return only this split (raises, listing the available ones, if absent).
+        split: return only this split (raises, listing the available ones, if absent); a single data file is
+            any split asked for.
         config: the hub config name, if any.
         drop_invalid: drop invalid rows (the count is logged) instead of raising.
     """
@@ -128,7 +129,9 @@ def load_preference_dataset(
                 raise ValueError(f"split {split!r} not in {source} (splits: {list(data)}).")
             data = data[split]
         elif split != "train":
-            raise ValueError(f"{source} holds a single dataset, not a split named {split!r}; omit split.")
+            # One data file is whichever split the caller asks for (the train split of a recipe, the test split
+            # of an evaluation), as in TRL's scripts.
+            logger.info("%s is a single dataset: its %d rows are the %r split", source, len(data), split)
 
     def check(part: datasets.Dataset, name: str) -> datasets.Dataset:
         try:
