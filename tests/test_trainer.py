@@ -428,3 +428,47 @@ def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_split
     assert loss == pytest.approx(expected.item(), rel=1e-4)
     with pytest.raises(ValueError, match="prior_row_weight"):
         make_config(tmp_path, prior_row_weight=-1.0)
+
+
+def test_reference_cache_is_shared_across_releases_and_holds_no_pair(
+    tiny_model_factory, tokenizer, finance_splits, tmp_path
+):
+    """Two releases of the same rows (other swaps) share every cached reference log-prob: the second run computes
+    none and its first loss equals an uncached run's. The cache keys single sequences, so the file built from one
+    release equals the file built from the other: it cannot tell which response was chosen."""
+    from squarechipo.data.store import SqliteMap
+
+    data = rows(finance_splits, 8)
+    ctl = release_dataset(data, LabelPipeline(epsilon=0.5), seed=0)
+    ltc = release_dataset(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=3)
+    assert ctl["chosen"] != ltc["chosen"]  # the two releases swapped different rows
+
+    def first_loss(train, name, cache):
+        args = make_config(
+            tmp_path / name,
+            max_steps=1,
+            per_device_train_batch_size=8,
+            precompute_ref_log_probs=True,
+            reference_logps_cache=str(cache) if cache else None,
+        )
+        trainer = build(tiny_model_factory, tokenizer, args, train, ref=False)
+        trainer.train()
+        return trainer, trainer.state.log_history[0]["loss"]
+
+    shared = tmp_path / "reference.sqlite"
+    first, _ = first_loss(ctl, "ctl", shared)
+    assert (first._reference_logps_cache.hits, first._reference_logps_cache.misses) == (0, 16)
+    second, cached_loss = first_loss(ltc, "ltc", shared)
+    assert (second._reference_logps_cache.hits, second._reference_logps_cache.misses) == (16, 0)
+    _, uncached_loss = first_loss(ltc, "ltc_plain", None)
+    assert cached_loss == pytest.approx(uncached_loss, abs=1e-5)
+    alone = tmp_path / "ltc_only.sqlite"
+    first_loss(ltc, "ltc_alone", alone)
+    from_ctl, from_ltc = (
+        SqliteMap(shared, "reference_logps", "real").items(),
+        SqliteMap(alone, "reference_logps", "real").items(),
+    )
+    assert [k for k, _ in from_ctl] == [k for k, _ in from_ltc] and len(from_ctl) == 16
+    assert [v for _, v in from_ctl] == pytest.approx([v for _, v in from_ltc], abs=1e-4)
+    with pytest.raises(ValueError, match="reference_logps_cache works with precompute_ref_log_probs"):
+        make_config(tmp_path, reference_logps_cache=str(shared))

@@ -23,16 +23,15 @@ import hashlib
 import json
 import logging
 import os
-import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import tenacity
 from scipy.special import logsumexp
 
+from squarechipo.data.store import SqliteMap
 from squarechipo.judge.base import PairwiseJudge, Verdict
 from squarechipo.judge.templates import FINANCE_TEMPLATE, JudgeTemplate, parse_verdict
 
@@ -60,30 +59,11 @@ def _decode_cached(value: str) -> tuple[str, float | None]:
     return value, None
 
 
-class JudgeCache:
-    """A thread-safe SQLite map from request keys to raw replies."""
+class JudgeCache(SqliteMap):
+    """Raw judge replies by request key, on disk (:class:`squarechipo.data.store.SqliteMap`)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False)
-        with self._lock:
-            self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
-            self._db.commit()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def put(self, key: str, reply: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?)", (key, reply))
-            self._db.commit()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+        super().__init__(path, "replies", "text", column="reply")  # the schema of earlier versions' caches
 
 
 class OpenAICompatibleJudge(PairwiseJudge):

@@ -61,6 +61,14 @@ class SquareChiPOConfig(DPOConfig):
         default=False,
         metadata={"help": "Also compute TRL's entropy, top-1 accuracy and mean-logit metrics (slower)."},
     )
+    reference_logps_cache: str | None = field(
+        default=None,
+        metadata={
+            "help": "SQLite file of reference log-probs shared by runs on the same reference model (with "
+            "precompute_ref_log_probs): keyed by each single (prompt, response) sequence, never by a pair, so it "
+            "holds no label and is reused across methods, seeds and label releases."
+        },
+    )
 
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
@@ -77,6 +85,11 @@ class SquareChiPOConfig(DPOConfig):
             self.flip_rate = check_flip_rate(self.flip_rate)
         if not (math.isfinite(self.prior_row_weight) and self.prior_row_weight >= 0):
             raise ValueError(f"prior_row_weight must be ≥ 0 (got {self.prior_row_weight!r}); 0 drops the prior rows.")
+        if self.reference_logps_cache is not None and not self.precompute_ref_log_probs:
+            raise ValueError(
+                "reference_logps_cache works with precompute_ref_log_probs: true (the reference log-probs are "
+                "computed once, before training); set it, or remove reference_logps_cache."
+            )
         unsupported = []
         if list(self.loss_type) != ["sigmoid"] or self.loss_weights not in (None, [1.0]):
             unsupported.append("loss_type/loss_weights (choose the loss with `method`)")

@@ -27,6 +27,7 @@ from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import preference_loss
 from squarechipo.models.card import fix_model_card
 from squarechipo.models.lm_head import add_lean_lm_head
+from squarechipo.models.reference_cache import ReferenceLogpCache
 from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
@@ -56,6 +57,8 @@ TRL_INTERNALS = (
     "_set_signature_columns_if_needed",
     "_signature_columns",
     "_precompute_ref_logps",
+    "_precompute_model_hash",
+    "ld_alpha",
     "data_collator",
 )
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
@@ -214,6 +217,32 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         return super()._precompute_ref_logps(dataset, name, batch_size)
 
     # ------------------------------------------------------------------ loss
+
+    def compute_ref_log_probs(self, model, inputs):
+        """TRL's reference log-probs, through the on-disk cache when ``reference_logps_cache`` is set."""
+        cache = self._reference_cache()
+        if cache is None:
+            return super().compute_ref_log_probs(model, inputs)
+        keys = cache.keys(inputs)
+        cached = cache.lookup(keys)
+        if cached is not None:
+            return cached.to(device=inputs["input_ids"].device, dtype=torch.float32).chunk(2, dim=0)
+        chosen, rejected = super().compute_ref_log_probs(model, inputs)
+        cache.store_batch(keys, torch.cat([chosen, rejected]))
+        return chosen, rejected
+
+    def _reference_cache(self) -> ReferenceLogpCache | None:
+        if self.args.reference_logps_cache is None:
+            return None
+        if getattr(self, "_reference_logps_cache", None) is None:
+            settings = {
+                "ld_alpha": self.ld_alpha,
+                "dtype": str(next((self.ref_model or self.model).parameters()).dtype),
+            }
+            self._reference_logps_cache = ReferenceLogpCache(
+                self.args.reference_logps_cache, self._precompute_model_hash, settings
+            )
+        return self._reference_logps_cache
 
     def _policy_and_reference_logps(self, model, inputs) -> tuple[torch.Tensor, ...]:
         model_kwargs = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS and k not in self._extra_columns}

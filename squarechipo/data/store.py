@@ -1,0 +1,82 @@
+"""A small on-disk key → value map (SQLite), safe across threads and processes.
+
+Used by caches that must survive re-runs and be shared by concurrent runs: the judge's replies
+(:class:`squarechipo.judge.openai_compatible.JudgeCache`) and reference log-probs
+(:class:`squarechipo.models.reference_cache.ReferenceLogpCache`). SQLite's write-ahead log lets several
+processes read and write one file; a busy timeout makes a writer wait for another instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SqliteMap"]
+
+_TYPES = {"text": "TEXT", "real": "REAL"}
+
+
+class SqliteMap:
+    """``table`` in the SQLite file ``path``: string keys to ``kind`` values (``text`` or ``real``) in ``column``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        table: str,
+        kind: str = "text",
+        *,
+        column: str = "value",
+        timeout: float = 60.0,
+    ) -> None:
+        if kind not in _TYPES or not table.isidentifier() or not column.isidentifier():
+            raise ValueError(
+                f"kind must be one of {sorted(_TYPES)} and table an identifier (got {kind!r}, {table!r})."
+            )
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.table, self.column = Path(path), table, column
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=timeout)
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, {column} {_TYPES[kind]} NOT NULL)"
+            )
+            self._db.commit()
+
+    def get(self, key: str) -> Any | None:
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: Sequence[str]) -> list[Any | None]:
+        """The values of ``keys`` in order (None where absent)."""
+        found: dict[str, Any] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):  # SQLite's limit on bound parameters
+                chunk = list(keys[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT key, {self.column} FROM {self.table} WHERE key IN ({marks})"
+                found.update(self._db.execute(query, chunk).fetchall())
+        return [found.get(k) for k in keys]
+
+    def put(self, key: str, value: Any) -> None:
+        self.put_many([(key, value)])
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        with self._lock:
+            self._db.executemany(f"INSERT OR REPLACE INTO {self.table} VALUES (?, ?)", list(items))
+            self._db.commit()
+
+    def items(self) -> list[tuple[str, Any]]:
+        with self._lock:
+            return self._db.execute(f"SELECT key, {self.column} FROM {self.table} ORDER BY key").fetchall()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
