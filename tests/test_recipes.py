@@ -155,6 +155,38 @@ def test_two_cpu_processes_train_on_identical_privatized_labels(workspace):
     assert (workspace / "ddp" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
+def test_nodes_without_shared_storage_receive_the_release(workspace):
+    """Two processes as two machines (one process each, different output folders, no shared release folder):
+    the main process draws the noise once; the other cannot see its folder, receives the released rows and
+    ledger over the process group, keeps a copy as its record, and trains on the same labels."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = write_config(workspace, "node_a")
+    common = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    common.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", LOCAL_RANK="0")
+    common.update(LOCAL_WORLD_SIZE="1", HF_HUB_OFFLINE="1")
+    nodes = {}
+    for rank, name in ((0, "node_a"), (1, "node_b")):
+        command = [sys.executable, "recipes/train.py", "--config", str(config), "--output_dir", str(workspace / name)]
+        env = {**common, "RANK": str(rank), "GROUP_RANK": str(rank)}
+        nodes[name] = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    outputs = {name: process.communicate(timeout=600) for name, process in nodes.items()}
+    for name, process in nodes.items():
+        assert process.returncode == 0, outputs[name][1].decode()[-4000:]
+    main_log, other_log = (outputs[name][1].decode() for name in ("node_a", "node_b"))
+    assert "released 16 training rows" in main_log and "released 16 training rows" not in other_log
+    assert f"rank 1 could not see the main process's release; received its 16 released rows into {workspace}" in (
+        other_log
+    )
+    assert digests(main_log)[0] == digests(other_log)[1]
+    a, b = (datasets.load_from_disk(str(workspace / name / "released_train")) for name in ("node_a", "node_b"))
+    assert a["chosen"] == b["chosen"] and get_ledger(a) == get_ledger(b) and a.column_names == b.column_names
+
+
 def _yaml(folder: Path, name: str, config: dict) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -324,16 +324,56 @@ def release_once(
     is_main = True if state is None else state.is_main_process
     if is_main and not (folder / "dataset_info.json").exists():
         released = release_dataset(dataset, pipeline, seed=seed, part=part)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-        try:
-            released.save_to_disk(str(staging))
-            os.replace(staging, folder)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        _save_atomically(released, folder)
         logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
     if state is not None:
         state.wait_for_everyone()
+        _receive_if_unseen(folder, state)
     released = datasets.load_from_disk(str(folder))
     _check_reuse(released, dataset, pipeline, folder)
     return released
+
+
+def _save_atomically(released: datasets.Dataset, folder: Path) -> None:
+    """``save_to_disk`` into a staging folder, then rename: a reader never sees half a release."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        released.save_to_disk(str(staging))
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _receive_if_unseen(folder: Path, state) -> None:
+    """Ranks that cannot see the main process's release (nodes without a shared filesystem) receive its rows.
+
+    What travels is the released table and its ledger, as saved: never the swap mask, which with the raw rows
+    would be the noise itself. Each receiving node saves a copy in its own ``folder`` (its record, and what a
+    re-run there loads). Every rank must call this (it is collective).
+    """
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    seen = gather_object([(folder / "dataset_info.json").exists()])
+    if all(seen):
+        return
+    payload: list = [None]
+    if state.is_main_process:
+        released = datasets.load_from_disk(str(folder))
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, released.data.table.schema) as writer:
+            writer.write_table(released.data.table)
+        payload = [(sink.getvalue().to_pybytes(), get_ledger(released).to_json())]
+    broadcast_object_list(payload, from_process=0)
+    if (folder / "dataset_info.json").exists():
+        return
+    table_bytes, ledger_json = payload[0]
+    table = pa.ipc.open_stream(pa.py_buffer(table_bytes)).read_all()
+    received = with_ledger(datasets.Dataset(table), PrivacyLedger.from_json(ledger_json))
+    _save_atomically(received, folder)
+    logger.warning(
+        "rank %d could not see the main process's release; received its %d released rows into %s",
+        state.process_index,
+        len(received),
+        folder,
+    )
