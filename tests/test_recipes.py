@@ -187,6 +187,34 @@ def test_nodes_without_shared_storage_receive_the_release(workspace):
     assert a["chosen"] == b["chosen"] and get_ledger(a) == get_ledger(b) and a.column_names == b.column_names
 
 
+def _losses(stdout: str) -> list[float]:
+    return [float(v) for v in re.findall(r"\{'loss': '([0-9.eE+-]+)'", stdout)]
+
+
+@pytest.mark.slow
+def test_fsdp_on_cpu_processes_runs_as_ddp_and_says_so(workspace):
+    """Accelerate selects FSDP only on accelerators: two CPU processes asked for FSDP2 run data parallel. The
+    trainer warns, and the losses are the DDP run's exactly (same released labels, same seed)."""
+    ddp = run(
+        [str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/train.py", "--config"]
+        + [str(write_config(workspace, "as_ddp", label_seed=7))]
+    )
+    fsdp_env = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"}
+    os.environ.update(fsdp_env)
+    try:
+        fsdp = run(
+            [str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/train.py", "--config"]
+            + [str(write_config(workspace, "as_fsdp", label_seed=7))]
+        )
+    finally:
+        for key in fsdp_env:
+            os.environ.pop(key)
+    assert ddp.returncode == 0 and fsdp.returncode == 0, fsdp.stderr[-3000:]
+    assert "FSDP was requested" not in ddp.stderr
+    assert fsdp.stderr.count("FSDP was requested, but Accelerate runs this job as DistributedType.MULTI_CPU") == 2
+    assert len(_losses(ddp.stdout)) == 2 and _losses(fsdp.stdout) == _losses(ddp.stdout)
+
+
 def _yaml(folder: Path, name: str, config: dict) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -151,6 +151,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         if self._extra_columns:
             self.data_collator = ColumnsCollator(self.data_collator, self._extra_columns)
         self._tag_names = list(self._tag_names) + [args.method]
+        self._warn_if_fsdp_fell_back(args)
         self._install_lean_lm_head()
         if self.lean_lm_head and args.gradient_checkpointing:
             logger.warning(
@@ -186,6 +187,17 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             context=type(self).__name__,
         )
 
+    def _warn_if_fsdp_fell_back(self, args) -> None:
+        """Accelerate selects FSDP only on accelerators: on CPU processes a request for it runs plain DDP."""
+        requested = bool(getattr(args, "fsdp", None)) or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"
+        if requested and not self.is_fsdp_enabled:
+            logger.warning(
+                "FSDP was requested, but Accelerate runs this job as %s: it selects FSDP only for GPU-like devices "
+                "(accelerate/state.py), so on CPU processes every rank holds the whole model (data parallel, as "
+                "DDP). Use a GPU for FSDP; the losses are those of a DDP run.",
+                self.accelerator.distributed_type,
+            )
+
     def _install_lean_lm_head(self) -> None:
         """Replace TRL's fused head with the lean one (completion log-probs only; see ``lm_head``).
 
@@ -201,6 +213,12 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         self.lean_lm_head = add_lean_lm_head(policy, share_prompt=share_prompt)
         if self.ref_model is not None:
             add_lean_lm_head(self.ref_model, share_prompt=share_prompt)
+        logger.info(
+            "squarechipo: %s, lean LM head %s, prompts shared between chosen and rejected: %s",
+            self.accelerator.distributed_type,
+            "on" if self.lean_lm_head else "off (model not covered)",
+            share_prompt,
+        )
 
     def _extra_columns_for(self, columns: list[str]) -> dict[str, torch.dtype]:
         """Dataset columns the collator passes through to the loss (name → tensor dtype)."""
