@@ -24,6 +24,7 @@ LAYERS = (
     "evaluation",
     "sim",
     "reproduce",
+    "audit",
 )
 MAX_FUNCTION_LINES = 60
 #: A longer function carries a comment starting with this marker that says why it is long.
