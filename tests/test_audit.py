@@ -51,3 +51,71 @@ def test_audit_command_writes_its_report(tmp_path):
     assert len(records) == len(mechanism_cases())
     assert all(r["lower_bound"] <= r["claimed_epsilon"] for r in records if not r["planted_bug"])
     assert "| binary RR | 1 |" in (tmp_path / "mechanisms.md").read_text()
+
+
+def test_canary_bound_is_the_logit_of_a_one_sided_clopper_pearson_bound():
+    from squarechipo.audit.canaries import canary_epsilon_bound
+
+    low = stats.beta.ppf(0.05, 80, 100 - 80 + 1)
+    assert canary_epsilon_bound(80, 100) == pytest.approx(math.log(low / (1 - low)), rel=1e-9)
+    assert canary_epsilon_bound(50, 100) == 0.0  # chance: no evidence of a leak
+    edge = 0.05 ** (1 / 100)  # all right: the lower bound is α^(1/n)
+    assert canary_epsilon_bound(100, 100) == pytest.approx(math.log(edge / (1 - edge)), rel=1e-9)
+    assert canary_epsilon_bound(0, 0) == 0.0
+
+
+def test_canaries_get_fair_coin_labels_and_guesses_are_scored_against_them(finance_splits):
+    from squarechipo.audit.canaries import plant_canaries, score_guesses
+
+    source = finance_splits["finance_preference_conversational"]["train"].select(range(200))
+    rows, labels = plant_canaries(source, np.random.default_rng(0))
+    swapped = np.array([c != o for c, o in zip(rows["chosen"], source["chosen"])])
+    np.testing.assert_array_equal(swapped, labels.astype(bool))  # label 1 = the source's rejected is preferred
+    assert abs(labels.mean() - 0.5) <= 4 * math.sqrt(0.25 / 200)  # a fair coin, within 4 standard errors
+    assert rows["rejected"][int(np.argmax(labels))] == source["chosen"][int(np.argmax(labels))]
+    # Score > 0 guesses label 0; 0 abstains.
+    assert score_guesses(np.array([1.0, -2.0, 0.5, 0.0]), np.array([0, 1, 1, 0])) == (2, 3)
+
+
+def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer, finance_splits, tmp_path):
+    """A real (tiny) run: canaries planted after the training rows, released through the config's pipeline,
+    trained by recipes/train.py, guessed from the trained model. The leaky variant fine-tunes the starting model on
+    the canaries' chosen responses first, and the run goes ahead only because the guard override is recorded."""
+    import yaml
+    from conftest import make_tiny_model
+
+    from squarechipo.audit.canaries import canary_epsilon_bound
+
+    make_tiny_model(tokenizer, seed=0).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
+    config = {
+        "model_name_or_path": str(tmp_path / "model"),
+        "dataset_name": str(tmp_path / "data"),
+        "max_train_samples": 16,
+        "output_dir": str(tmp_path / "unused"),
+        "method": "square_chipo",
+        "max_steps": 2,
+        "per_device_train_batch_size": 4,
+        "max_length": 128,
+        "learning_rate": 1.0e-3,
+        "gradient_checkpointing": False,
+        "label_epsilon": 0.5,
+        "label_corruption_rate": 0.1,
+    }
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(config))
+    for leak in (None, "sft"):
+        out = tmp_path / f"audit-{leak}"
+        command = [sys.executable, "-m", "squarechipo.audit", "training", "--config", str(path), "--canaries", "12"]
+        command += ["--out", str(out)] + (["--leak", leak] if leak else [])
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        record = json.loads((out / "training_audit.json").read_text())
+        assert record["canaries"] == 12 and 0 < record["guesses"] <= 12 and record["claimed_epsilon"] == 0.5
+        assert record["lower_bound"] == canary_epsilon_bound(record["correct"], record["guesses"], record["alpha"])
+        privacy = json.loads((out / "model" / "squarechipo_privacy.json").read_text())
+        assert privacy["ledger"]["releases"][0]["n_rows"] == 16 + 12  # the canaries were released with the rows
+        # The leaky start is seen by the lineage guard and recorded as an exposure (the audit overrides the guard).
+        exposures = {(e["status"], Path(e["model"]).name) for e in privacy["label_exposure"]}
+        assert exposures == ({("prompt_overlap", "leaky_sft")} if leak else set())

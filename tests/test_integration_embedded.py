@@ -45,6 +45,7 @@ def test_square_chipo_steps_on_the_embedded_model(embedded_path, tokenizer, fina
     trainer.create_model_card(dataset_name=str(tmp_path / "finance_pairs.jsonl"))
     record = json.loads((tmp_path / "out" / PRIVACY_FILE).read_text())
     assert record["epsilon"] == 0.5 and record["order"] == "ctl"
+    assert record["format"] == "squarechipo.privacy_record/1"  # a new record is written in the current schema
     # The card names the real base model and keeps the local dataset off the Hub.
     card = (tmp_path / "out" / "README.md").read_text()
     assert "None" not in card and "huggingface.co/datasets/" not in card

@@ -1,8 +1,11 @@
 """python -m squarechipo.audit mechanisms [--epsilon 1.0] [--samples 10000000] [--out DIR] [--seed N]
+python -m squarechipo.audit training --config TRAIN.yaml [--canaries 200] [--leak sft] [--out DIR] [--seed N]
 
-Runs every label mechanism and the exponential-mechanism selector on worst-case neighbouring inputs, bounds ε
-from below with Clopper–Pearson intervals at confidence 1 − 1e-6, and reports each bound beside the claimed ε
-(Markdown and JSON in ``--out``). A planted broken mechanism must be caught. Exit status 1 if any verdict fails.
+``mechanisms``: every label mechanism and the exponential-mechanism selector on worst-case neighbouring inputs;
+ε is bounded from below with Clopper–Pearson intervals at confidence 1 − 1e-6 and reported beside the claimed ε
+(Markdown and JSON in ``--out``). A planted broken mechanism must be caught.
+``training``: canaries with random labels planted in a training run (:mod:`squarechipo.audit.canaries`).
+Exit status 1 if any verdict fails.
 """
 
 from __future__ import annotations
@@ -36,14 +39,36 @@ def _markdown(results, epsilon: float, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _training(args) -> int:
+    from squarechipo.audit.training import audit_training_run
+
+    audit = audit_training_run(args.config, args.out, canaries=args.canaries, leak=args.leak, seed=args.seed)
+    record = {**asdict(audit), "lower_bound": audit.lower_bound, "verdict": audit.verdict, "leak": args.leak}
+    out = Path(args.out)
+    (out / "training_audit.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    print(
+        f"{audit.correct}/{audit.guesses} canary labels guessed right ({audit.canaries} planted); empirical ε lower "
+        f"bound {audit.lower_bound:.3f} at confidence {1 - audit.alpha:g}; claimed ε {audit.claimed_epsilon}: "
+        f"{audit.verdict}"
+    )
+    return 0 if audit.verdict != "REFUTED: the run leaks more than ε" or args.leak else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m squarechipo.audit", description=__doc__.splitlines()[0])
-    parser.add_argument("audit", choices=["mechanisms"])
-    parser.add_argument("--epsilon", type=float, default=1.0)
-    parser.add_argument("--samples", type=int, default=10_000_000, help="runs per input (the selector: 200,000)")
+    parser.add_argument("audit", choices=["mechanisms", "training"])
+    parser.add_argument("--epsilon", type=float, default=1.0, help="mechanisms: the ε every mechanism claims")
+    parser.add_argument("--samples", type=int, default=10_000_000, help="mechanisms: runs per input")
+    parser.add_argument("--config", help="training: a recipes/train.py YAML config")
+    parser.add_argument("--canaries", type=int, default=200, help="training: canary pairs to plant")
+    parser.add_argument("--leak", choices=["sft"], default=None, help="training: reproduce the SFT leak")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/audit")
     args = parser.parse_args(argv)
+    if args.audit == "training":
+        if not args.config:
+            parser.error("training needs --config, a recipes/train.py YAML config")
+        return _training(args)
     rng = np.random.default_rng(args.seed)
     results = [audit_case(case, args.samples, rng) for case in mechanism_cases(args.epsilon)]
     text = _markdown(results, args.epsilon, args.seed)

@@ -264,7 +264,7 @@ def public_labels_record(
     """The record of a model trained on public labels (SFT, the gold judge): no ε is claimed, but the record
     names its training rows and its own lineage, so a later run on private rows can refuse it (transitively)."""
     lineage = check_lineage(models, rows, private=False, override=False, override_field="", context=context)
-    return PrivacyRecord.from_dict(
+    return PrivacyRecord.build(
         {
             "stage": stage,
             "epsilon": None,

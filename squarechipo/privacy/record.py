@@ -91,6 +91,11 @@ class PrivacyRecord:
         known.setdefault("stage", "unknown")
         return cls(**known, details=details)
 
+    @classmethod
+    def build(cls, values: dict[str, Any]) -> PrivacyRecord:
+        """A new record in the current schema (writers use this; :meth:`from_dict` reads files of any version)."""
+        return cls.from_dict({**values, "format": RECORD_FORMAT})
+
     def to_dict(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "details"}
         clash = sorted(set(values) & set(self.details))

@@ -118,7 +118,7 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
         return (loss, outputs) if return_outputs else loss
 
     def privacy_record(self) -> PrivacyRecord:
-        return PrivacyRecord.from_dict(
+        return PrivacyRecord.build(
             {
                 "stage": "reward_model",
                 "model_type": self.args.model_type,

@@ -224,7 +224,7 @@ def _save_selection(selection: Selection, candidate: Candidate, out: Path, recor
         # The model, adapter and tokenizer files only: no checkpoints, released data or training state.
         if item.is_file() and item.name not in _NOT_COPIED and not item.name.endswith("_results.json"):
             shutil.copy2(item, out / item.name)
-    record = PrivacyRecord.from_dict(
+    record = PrivacyRecord.build(
         {
             "stage": STAGE,
             "mechanism": "exponential",

@@ -178,7 +178,7 @@ def inherited_record(
     """The self-play output's record: the preference model's label privacy (self-play reads only prompts
     and samples, so it is post-processing of ℓ̂: no extra ε), this run's details and its π_ref lineage."""
     source = preference_record or PrivacyRecord(stage="none")
-    return PrivacyRecord.from_dict(
+    return PrivacyRecord.build(
         {
             **{key: getattr(source, key) for key in _LABEL_PRIVACY_FIELDS},
             "debiasing_flip_rate": source.debiasing_flip_rate or 0.0,

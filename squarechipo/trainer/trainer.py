@@ -367,7 +367,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             **({"prior_row_weight": self.args.prior_row_weight} if self.has_prior_rows else {}),
             "dropped_rows": dict(getattr(self, "dropped_rows", {})),
         }
-        return PrivacyRecord.from_dict(
+        return PrivacyRecord.build(
             {
                 "stage": self.record_stage,
                 **details,

@@ -1,0 +1,83 @@
+"""Label inference with canaries: an empirical ε lower bound for a whole training run.
+
+m canary pairs with random labels (a fair coin picks which response is preferred, so the content says nothing
+about the label) are added to the training rows and released with them. After training, each canary's raw label is
+guessed from a model's preference between its two responses. If every canary label reaches the model only through
+an ε-label-DP release (training is post-processing), each guess is right with probability at most e^ε/(1 + e^ε),
+whatever the other canaries do, so the number of right guesses is dominated by Binomial(k, e^ε/(1 + e^ε))
+(Steinke, Nasr and Jagielski, "Privacy auditing with one training run", NeurIPS 2023, for pure ε-DP and random
+labels). A one-sided Clopper–Pearson lower bound p on the accuracy then gives ε ≥ log(p / (1 − p)). A label that
+also reaches the model another way (a starting model trained on the canaries' chosen responses) breaks the
+assumption, and the bound shows it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import datasets
+import numpy as np
+from scipy import stats
+
+__all__ = ["CanaryAudit", "canary_epsilon_bound", "plant_canaries", "score_guesses"]
+
+#: The column that tells the auditor which response of a canary was preferred (never given to training).
+CANARY_LABEL = "canary_label"
+
+
+def canary_epsilon_bound(correct: int, guesses: int, alpha: float = 0.05) -> float:
+    """log(p / (1 − p)) for p the one-sided Clopper–Pearson lower bound (confidence 1 − α) of correct/guesses;
+    0 when p ≤ ½ (no evidence of a leak)."""
+    if guesses == 0 or correct == 0:
+        return 0.0
+    low = float(stats.beta.ppf(alpha, correct, guesses - correct + 1))
+    return max(0.0, math.log(low / (1.0 - low))) if low < 1.0 else math.inf
+
+
+def plant_canaries(source: datasets.Dataset, rng: np.random.Generator) -> tuple[datasets.Dataset, np.ndarray]:
+    """Canary rows from ``source`` pairs with fair-coin labels: label 1 swaps chosen and rejected.
+
+    Returns the canary rows (TRL preference format, ready to join the training rows) and the labels, which the
+    auditor keeps and training never sees.
+    """
+    labels = rng.integers(0, 2, size=len(source))
+    swapped = labels.astype(bool)
+
+    def canary(row, index):
+        if swapped[index]:
+            return {"chosen": row["rejected"], "rejected": row["chosen"]}
+        return {}
+
+    rows = source.map(canary, with_indices=True, desc="planting canaries")
+    return rows, labels
+
+
+def score_guesses(scores: np.ndarray, labels: np.ndarray) -> tuple[int, int]:
+    """(right guesses, guesses): a canary is guessed label 0 when its score log π(a⁰) − log π(a¹) is positive,
+    where a⁰ is the source row's original chosen response; a score of exactly 0 abstains."""
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels)
+    decided = scores != 0
+    guesses = (scores < 0).astype(int)
+    return int(np.count_nonzero((guesses == labels) & decided)), int(np.count_nonzero(decided))
+
+
+@dataclass(frozen=True)
+class CanaryAudit:
+    """The outcome of a training-run audit (public: counts and the bound, never a canary's label)."""
+
+    canaries: int
+    guesses: int
+    correct: int
+    claimed_epsilon: float | None
+    alpha: float
+
+    @property
+    def lower_bound(self) -> float:
+        return canary_epsilon_bound(self.correct, self.guesses, self.alpha)
+
+    @property
+    def verdict(self) -> str:
+        if self.claimed_epsilon is None:
+            return "no ε claimed"
+        return "REFUTED: the run leaks more than ε" if self.lower_bound > self.claimed_epsilon else "within ε"

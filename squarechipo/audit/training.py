@@ -1,0 +1,110 @@
+"""``python -m squarechipo.audit training``: plant canaries, release and train as configured, guess, bound ε.
+
+The run is the user's own training config (``recipes/train.py`` YAML). The canaries come from rows of the training
+split that the run would not use (beyond ``max_train_samples``), so they are new to every model. ``--leak sft``
+reproduces the leak the lineage guard exists for: the starting model is first fine-tuned on the canaries' chosen
+responses (their raw labels), and the guard is overridden so that the run can go ahead and be measured.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+import yaml
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from squarechipo.audit.canaries import CanaryAudit, plant_canaries, score_guesses
+from squarechipo.data import load_preference_dataset
+from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+
+__all__ = ["audit_training_run"]
+
+
+def _split_rows(config: dict[str, Any], canaries: int) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """(the run's training rows, canary source rows after them): disjoint by construction."""
+    train = load_preference_dataset(config["dataset_name"], split=config.get("dataset_train_split", "train"))
+    used = config.get("max_train_samples") or len(train) - canaries
+    if used + canaries > len(train):
+        raise ValueError(
+            f"{config['dataset_name']} has {len(train)} training rows: too few for {used} training rows and "
+            f"{canaries} canaries after them. Lower max_train_samples or --canaries."
+        )
+    return train.select(range(used)), train.select(range(used, used + canaries))
+
+
+def _run(root: Path, script: str, config: dict[str, Any], folder: Path) -> None:
+    path = folder / f"{Path(script).stem}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    log = folder / f"{Path(script).stem}.log"
+    with open(log, "w") as handle:
+        done = subprocess.run([sys.executable, script, "--config", str(path)], cwd=root, stdout=handle, stderr=handle)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} failed (exit {done.returncode}); see {log}")
+
+
+def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset, out: Path) -> str:
+    """Fine-tune the starting model on the canaries' chosen responses: the leak the lineage guard refuses."""
+    sft_rows = canary_rows.map(lambda row: {"completion": row["chosen"]}, remove_columns=["chosen", "rejected"])
+    datasets.DatasetDict({"train": sft_rows}).save_to_disk(str(out / "leak_data"))
+    sft = {
+        "model_name_or_path": config["model_name_or_path"],
+        "dataset_name": str(out / "leak_data"),
+        "output_dir": str(out / "leaky_sft"),
+        "num_train_epochs": 3,
+        "learning_rate": 5e-5,
+        "per_device_train_batch_size": config.get("per_device_train_batch_size", 8),
+        "max_length": config.get("max_length", 256),
+        "eval_strategy": "no",
+        "save_strategy": "no",
+        "report_to": "none",
+        "gradient_checkpointing": False,
+    }
+    _run(root, "recipes/sft.py", sft, out)
+    return str(out / "leaky_sft")
+
+
+def _scores(model_dir: Path, source: datasets.Dataset, batch_size: int = 8) -> np.ndarray:
+    """log π(a⁰) − log π(a¹) of the trained model for each canary, a⁰ the source row's original chosen."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    logps = model_logps(
+        model, tokenize_preferences(source, tokenizer), preference_collator(tokenizer), batch_size, "canaries"
+    )
+    return (logps[0] - logps[1]).numpy()
+
+
+def audit_training_run(
+    config_path: str | Path,
+    out: str | Path,
+    *,
+    canaries: int = 200,
+    leak: str | None = None,
+    seed: int = 0,
+    root: str | Path = ".",
+    alpha: float = 0.05,
+) -> CanaryAudit:
+    """Plant ``canaries`` random-label pairs, train with the config (through ``recipes/train.py``), guess each
+    canary's label from the trained model and bound ε (:mod:`squarechipo.audit.canaries`)."""
+    root, out = Path(root).resolve(), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load(Path(config_path).read_text())
+    training_rows, source = _split_rows(config, canaries)
+    canary_rows, labels = plant_canaries(source, np.random.default_rng(seed))
+    combined = datasets.concatenate_datasets([training_rows, canary_rows.cast(training_rows.features)])
+    datasets.DatasetDict({"train": combined}).save_to_disk(str(out / "data"))
+    run = {**config, "dataset_name": str(out / "data"), "dataset_train_split": "train", "max_train_samples": None}
+    run.update(output_dir=str(out / "model"), privatized_dir=str(out / "model" / "released_train"), eval_strategy="no")
+    run.update(save_strategy="no", report_to="none")
+    if leak == "sft":
+        run.update(model_name_or_path=_leaky_sft(root, config, canary_rows, out), override_lineage_guard=True)
+    _run(root, "recipes/train.py", run, out)
+    correct, guesses = score_guesses(_scores(out / "model", source), labels)
+    claimed = json.loads((out / "model" / "squarechipo_privacy.json").read_text()).get("epsilon")
+    return CanaryAudit(canaries, guesses, correct, claimed, alpha)
