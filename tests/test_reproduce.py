@@ -140,6 +140,8 @@ def test_table1_runs_end_to_end_and_resumes(tokenizer, finance_splits, tmp_path)
     assert (cut / CELL_RECORD).stat().st_mtime_ns != before[cut]
     assert datasets.load_from_disk(str(release))["chosen"] == released
     assert len(again) == len(records)
+    spec.write_text(spec.read_text() + "cell_minutes: 9.0\n")  # only the estimate changes: the run resumes
+    assert [r["name"] for r in Table1Run(load_scale(str(spec)), out, root=ROOT).run()] == [r["name"] for r in again]
     spec.write_text(spec.read_text().replace("test_prompts: 3", "test_prompts: 4"))
     with pytest.raises(ValueError, match=r"holds a run at another scale \(fields \['test_prompts'\] differ\)"):
         Table1Run(load_scale(str(spec)), out, root=ROOT).run()

@@ -76,9 +76,9 @@ class Scale:
 
 SCALES: dict[str, Scale] = {
     # Sized from one measured cell (README, "Reproducing 003's Table 1"): 128 rows and 48 prompts took 357 s a cell,
-    # so 36 cells would take 3.6 h; 80 rows (10 steps) and 32 prompts bring a cell to about 4.1 min, the run to
-    # about 2.6 h with the 10-minute set-up.
-    "cpu": Scale(name="cpu", train_rows=80, test_prompts=32, cell_minutes=4.1, setup_minutes=10.0),
+    # so 36 cells would take 3.6 h; 80 rows (10 steps) and 32 prompts were expected at 4.1 min a cell and took
+    # 181–190 s (3.1 min) in the first run, about 2 h in all with the 10-minute set-up.
+    "cpu": Scale(name="cpu", train_rows=80, test_prompts=32, cell_minutes=3.1, setup_minutes=10.0),
     # 003 App. E: all 1,442 training rows, 5 seeds, every SFT row; for a GPU.
     "paper": Scale(
         name="paper",

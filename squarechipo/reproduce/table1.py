@@ -45,6 +45,8 @@ DONE = "done.json"
 CELL_RECORD = "cell.json"
 _PREFERENCE = "finance_preference_conversational"
 _SFT = "finance_sft_conversational"
+#: Scale fields that only feed the printed estimate: changing them does not change the experiment.
+_ESTIMATE_ONLY = {"cell_minutes", "setup_minutes", "notes"}
 
 
 def _eps_name(epsilon: float | None) -> str:
@@ -297,7 +299,8 @@ class Table1Run:
         current = self.scale.to_dict()
         if path.exists():
             saved = json.loads(path.read_text())
-            changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+            fields = (set(saved) | set(current)) - _ESTIMATE_ONLY
+            changed = sorted(k for k in fields if saved.get(k) != current.get(k))
             if changed:
                 raise ValueError(
                     f"{self.out} holds a run at another scale (fields {changed} differ): use another --out, or "
