@@ -31,7 +31,7 @@ def canary_epsilon_bound(correct: int, guesses: int, alpha: float = 0.05) -> flo
     0 when p ≤ ½ (no evidence of a leak)."""
     if guesses == 0 or correct == 0:
         return 0.0
-    low = float(stats.beta.ppf(alpha, correct, guesses - correct + 1))
+    low = stats.binomtest(correct, guesses, alternative="greater").proportion_ci(1 - alpha, method="exact").low
     return max(0.0, math.log(low / (1.0 - low))) if low < 1.0 else math.inf
 
 

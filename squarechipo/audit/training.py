@@ -9,8 +9,6 @@ responses (their raw labels), and the guard is overridden so that the run can go
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from squarechipo.audit.canaries import CanaryAudit, plant_canaries, score_guesses
 from squarechipo.data import load_preference_dataset
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+from squarechipo.reproduce.recipes import run_recipe
 
 __all__ = ["audit_training_run"]
 
@@ -37,16 +36,6 @@ def _split_rows(config: dict[str, Any], canaries: int) -> tuple[datasets.Dataset
             f"{canaries} canaries after them. Lower max_train_samples or --canaries."
         )
     return train.select(range(used)), train.select(range(used, used + canaries))
-
-
-def _run(root: Path, script: str, config: dict[str, Any], folder: Path) -> None:
-    path = folder / f"{Path(script).stem}.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    log = folder / f"{Path(script).stem}.log"
-    with open(log, "w") as handle:
-        done = subprocess.run([sys.executable, script, "--config", str(path)], cwd=root, stdout=handle, stderr=handle)
-    if done.returncode != 0:
-        raise RuntimeError(f"{script} failed (exit {done.returncode}); see {log}")
 
 
 def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset, out: Path) -> str:
@@ -66,7 +55,7 @@ def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset
         "report_to": "none",
         "gradient_checkpointing": False,
     }
-    _run(root, "recipes/sft.py", sft, out)
+    run_recipe(root, "recipes/sft.py", sft, out)
     return str(out / "leaky_sft")
 
 
@@ -104,7 +93,7 @@ def audit_training_run(
     run.update(save_strategy="no", report_to="none")
     if leak == "sft":
         run.update(model_name_or_path=_leaky_sft(root, config, canary_rows, out), override_lineage_guard=True)
-    _run(root, "recipes/train.py", run, out)
+    run_recipe(root, "recipes/train.py", run, out)
     correct, guesses = score_guesses(_scores(out / "model", source), labels)
     claimed = json.loads((out / "model" / "squarechipo_privacy.json").read_text()).get("epsilon")
     return CanaryAudit(canaries, guesses, correct, claimed, alpha)

@@ -82,16 +82,11 @@ def calibrate_judge(
     chosen_first = judge.verdicts(prompts, chosen, rejected)
     rejected_first = judge.verdicts(prompts, rejected, chosen)
     if out is not None:
-        with open(out / "calibration.jsonl", "w", encoding="utf-8") as handle:
-            for p, c, r, v1, v2 in zip(prompts, chosen, rejected, chosen_first, rejected_first):
-                record = {
-                    "prompt": p,
-                    "chosen": c,
-                    "rejected": r,
-                    "chosen_first": asdict(v1),
-                    "rejected_first": asdict(v2),
-                }
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        records = [
+            {"prompt": p, "chosen": c, "rejected": r, "chosen_first": asdict(v1), "rejected_first": asdict(v2)}
+            for p, c, r, v1, v2 in zip(prompts, chosen, rejected, chosen_first, rejected_first)
+        ]
+        _write_jsonl(out / "calibration.jsonl", records)
     return calibrate(
         [v.choice for v in chosen_first],
         [v.choice for v in rejected_first],

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from tqdm.auto import tqdm
 
 from squarechipo.data import load_preference_dataset
@@ -36,6 +35,7 @@ from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.judge.templates import FINANCE_TEMPLATE
 from squarechipo.models.generation import generate_responses
 from squarechipo.reproduce.aggregate import write_table1
+from squarechipo.reproduce.recipes import run_recipe
 from squarechipo.reproduce.scales import Scale
 
 __all__ = ["Cell", "Table1Run", "plan_cells"]
@@ -120,17 +120,7 @@ class Table1Run:
     # ------------------------------------------------------------------ steps
 
     def _recipe(self, script: str, config: dict[str, Any], folder: Path) -> None:
-        """Run a recipe on a YAML config in its own process; its log goes to ``folder/<script>.log``."""
-        path = folder / f"{Path(script).stem}.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        log = folder / f"{Path(script).stem}.log"
-        with open(log, "w") as handle:
-            done = subprocess.run(
-                [self.python, script, "--config", str(path)], cwd=self.root, stdout=handle, stderr=subprocess.STDOUT
-            )
-        if done.returncode != 0:
-            tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:])
-            raise RuntimeError(f"{script} failed (exit {done.returncode}); the end of {log}:\n{tail}")
+        run_recipe(self.root, script, config, folder, self.python)
 
     def _ensure_data(self) -> None:
         if (self.data / _PREFERENCE / "judge").is_dir():
