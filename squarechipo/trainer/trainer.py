@@ -212,7 +212,9 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         policy = self.model.get_base_model() if is_peft_model(self.model) else self.model
         self.lean_lm_head = add_lean_lm_head(policy, share_prompt=share_prompt)
         if self.ref_model is not None:
-            add_lean_lm_head(self.ref_model, share_prompt=share_prompt)
+            # Under DeepSpeed TRL hands back the reference as a DeepSpeedEngine, whose ``config`` is the DS config:
+            # patch the model inside it (the engine's forward calls it).
+            add_lean_lm_head(self.accelerator.unwrap_model(self.ref_model), share_prompt=share_prompt)
         logger.info(
             "squarechipo: %s, lean LM head %s, prompts shared between chosen and rejected: %s",
             self.accelerator.distributed_type,
