@@ -179,19 +179,26 @@ def _plot(records, scale, path: Path) -> None:
         bars.bar(positions, [mean for mean, _, _ in stats], width, yerr=errors, capsize=3, label=setting)
     bars.axhline(50, color="grey", linestyle=":", linewidth=1)
     bars.set_xticks(range(len(scale.methods)), [_NAMES.get(m, m) for m in scale.methods])
+    # With a handful of seeds a t interval can reach past 0 or 100; the axis stays on the possible win rates.
     bars.set(
-        ylabel="win rate vs SFT (%), 95% t interval", title=f"ε = {scale.epsilon:g}, α = {scale.corruption_rate:g}"
+        ylabel="win rate vs SFT (%), 95% t interval",
+        title=f"ε = {scale.epsilon:g}, α = {scale.corruption_rate:g}",
+        ylim=(0, 100),
     )
     bars.legend()
-    epsilons = sorted({e for e in (scale.epsilon, *scale.sweep_epsilons) if e is not None})
-    stats = [
-        t_interval(list(_select(records, "gold", setting="CTL", method="square_chipo", epsilon=e).values()))
-        for e in epsilons
-    ]
+    # ε = ∞ (no RR) has no place on a numeric axis, so the sweep is drawn at evenly spaced, labelled positions.
+    finite = sorted({e for e in (scale.epsilon, *scale.sweep_epsilons) if e is not None})
+    epsilons = finite + ([None] if None in scale.sweep_epsilons else [])
+    seeds = [_select(records, "gold", setting="CTL", method="square_chipo", epsilon=e) for e in epsilons]
+    stats = [t_interval(list(by_seed.values())) for by_seed in seeds]
     errors = [0 if math.isnan(low) else (high - low) / 2 for _, low, high in stats]
-    sweep.errorbar(epsilons, [m for m, _, _ in stats], yerr=errors, marker="o", capsize=3, label="Square-χPO, CTL")
+    positions = range(len(epsilons))
+    sweep.errorbar(positions, [m for m, _, _ in stats], yerr=errors, marker="o", capsize=3, label="Square-χPO, CTL")
+    for x, by_seed in zip(positions, seeds):
+        sweep.scatter([x] * len(by_seed), list(by_seed.values()), color="black", s=8, zorder=3)
     sweep.axhline(50, color="grey", linestyle=":", linewidth=1)
-    sweep.set(xscale="log", xlabel="ε", ylabel="win rate vs SFT (%)", title="The cost of privacy")
+    sweep.set_xticks(positions, ["∞" if e is None else f"{e:g}" for e in epsilons])
+    sweep.set(xlabel="ε (dots: seeds)", ylabel="win rate vs SFT (%)", title="The cost of privacy", ylim=(0, 100))
     sweep.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
