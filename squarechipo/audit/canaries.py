@@ -54,8 +54,8 @@ def plant_canaries(source: datasets.Dataset, rng: np.random.Generator) -> tuple[
 
 
 def score_guesses(scores: np.ndarray, labels: np.ndarray) -> tuple[int, int]:
-    """(right guesses, guesses): a canary is guessed label 0 when its score log π(a⁰) − log π(a¹) is positive,
-    where a⁰ is the source row's original chosen response; a score of exactly 0 abstains."""
+    """(right guesses, guesses): a canary is guessed label 0 when its score (the implied preference for a⁰ over a¹,
+    a⁰ the source row's original chosen response) is positive; a score of exactly 0 abstains."""
     scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels)
     decided = scores != 0
     guesses = (scores < 0).astype(int)

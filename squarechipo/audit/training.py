@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from squarechipo.audit.canaries import CanaryAudit, plant_canaries, score_guesses
 from squarechipo.data import load_preference_dataset
+from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 from squarechipo.reproduce.recipes import run_recipe
 
@@ -59,14 +60,24 @@ def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset
     return str(out / "leaky_sft")
 
 
-def _scores(model_dir: Path, source: datasets.Dataset, batch_size: int = 8) -> np.ndarray:
-    """log π(a⁰) − log π(a¹) of the trained model for each canary, a⁰ the source row's original chosen."""
+def _preference(model_dir: str | Path, source: datasets.Dataset, batch_size: int = 8) -> np.ndarray:
+    """log π(a⁰) − log π(a¹) of one model for each canary, a⁰ the source row's original chosen."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     logps = model_logps(
         model, tokenize_preferences(source, tokenizer), preference_collator(tokenizer), batch_size, "canaries"
     )
     return (logps[0] - logps[1]).numpy()
+
+
+def _scores(trained: Path, start: str, source: datasets.Dataset) -> np.ndarray:
+    """The trained model's implied preference for a⁰ over a¹ against the model the config starts from.
+
+    Subtracting the starting model's own preference removes what every model already prefers (the better
+    response, the shorter one), which does not depend on the canary's label and would swamp what training added.
+    The start is the config's model, before any ``--leak``: a leak is part of what is audited.
+    """
+    return _preference(trained, source) - _preference(resolve_model_path(start), source)
 
 
 def audit_training_run(
@@ -94,6 +105,6 @@ def audit_training_run(
     if leak == "sft":
         run.update(model_name_or_path=_leaky_sft(root, config, canary_rows, out), override_lineage_guard=True)
     run_recipe(root, "recipes/train.py", run, out)
-    correct, guesses = score_guesses(_scores(out / "model", source), labels)
+    correct, guesses = score_guesses(_scores(out / "model", config["model_name_or_path"], source), labels)
     claimed = json.loads((out / "model" / "squarechipo_privacy.json").read_text()).get("epsilon")
     return CanaryAudit(canaries, guesses, correct, claimed, alpha)
