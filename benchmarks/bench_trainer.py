@@ -133,7 +133,8 @@ def _run(model: str, runner: str, args: argparse.Namespace) -> dict:
     ]
     if args.gradient_checkpointing:
         command.append("--gradient-checkpointing")
-    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore"}
+    # The worker imports data_gen and tests from the checkout, which an installed squarechipo does not provide.
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in result.stdout.splitlines() if line.startswith("BENCH ")]
     if result.returncode != 0 or not lines:
