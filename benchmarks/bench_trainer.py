@@ -5,9 +5,13 @@ subprocess so its peak memory (max RSS on CPU, max allocated on CUDA) is its own
 ``sigmoid`` loss; ours runs ``dpo`` (whose losses must equal TRL's) and ``square_chipo``.
 
     .venv/bin/python benchmarks/bench_trainer.py                       # tiny model and SmolLM2-135M
-    .venv/bin/python benchmarks/bench_trainer.py --models tiny --steps 5
+    .venv/bin/python benchmarks/bench_trainer.py --models tiny --steps 5 --checkpointing off
 
-Target (issue 3): our step time at most 0.7x TRL's on SmolLM2-135M, with identical losses.
+Both checkpointing settings run by default (TRL's default is on), and the last lines compare each of ours, at its
+faster setting, with TRL at its faster setting.
+
+Targets (issue 17): our step time at most 0.4x TRL's on SmolLM2-135M on a CPU, with checkpointing off, on, and
+against TRL's faster setting; losses equal to TRL's within 1e-5.
 """
 
 from __future__ import annotations
@@ -114,24 +118,10 @@ def _worker(args: argparse.Namespace) -> None:
     )
 
 
-def _run(model: str, runner: str, args: argparse.Namespace) -> dict:
-    command = [
-        sys.executable,
-        __file__,
-        "--worker",
-        runner,
-        "--model",
-        model,
-        "--steps",
-        str(args.steps),
-        "--batch",
-        str(args.batch),
-        "--max-length",
-        str(args.max_length),
-        "--tmp",
-        args.tmp,
-    ]
-    if args.gradient_checkpointing:
+def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool) -> dict:
+    command = [sys.executable, __file__, "--worker", runner, "--model", model, "--steps", str(args.steps)]
+    command += ["--batch", str(args.batch), "--max-length", str(args.max_length), "--tmp", args.tmp]
+    if checkpointing:
         command.append("--gradient-checkpointing")
     # The worker imports data_gen and tests from the checkout, which an installed squarechipo does not provide.
     env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
@@ -142,13 +132,42 @@ def _run(model: str, runner: str, args: argparse.Namespace) -> dict:
     return json.loads(lines[-1][len("BENCH ") :])
 
 
+def _median_step(result: dict) -> float:
+    return statistics.median(result["times"][1:])
+
+
+def _report(model: str, results: dict[tuple[str, bool], dict]) -> None:
+    """One table per checkpointing setting, then ours against TRL's fastest setting (the issue 17 target)."""
+    settings = sorted({on for _, on in results})
+    for on in settings:
+        base = _median_step(results["trl_sigmoid", on])
+        print(f"\n{model} ({results['trl_sigmoid', on]['device']}), gradient checkpointing {'on' if on else 'off'}:")
+        print(f"  {'trainer':<22}{'median step (s)':>16}{'x TRL':>8}{'peak memory (MiB)':>19}")
+        for runner in RUNNERS:
+            result = results[runner, on]
+            step = _median_step(result)
+            print(f"  {runner:<22}{step:>16.2f}{step / base:>8.2f}{result['peak_mib']:>19.0f}")
+        diffs = [abs(a - b) for a, b in zip(results["ours_dpo", on]["losses"], results["trl_sigmoid", on]["losses"])]
+        print(f"  max |loss(ours dpo) - loss(TRL sigmoid)| over {len(diffs)} steps: {max(diffs):.2e}")
+    fastest = min(settings, key=lambda on: _median_step(results["trl_sigmoid", on]))
+    base = _median_step(results["trl_sigmoid", fastest])
+    print(f"\n{model}: against TRL's fastest setting (checkpointing {'on' if fastest else 'off'}, {base:.2f} s/step):")
+    for runner in RUNNERS[1:]:
+        on = min(settings, key=lambda o: _median_step(results[runner, o]))
+        step = _median_step(results[runner, on])
+        print(f"  {runner:<22}{step:>8.2f} s/step (checkpointing {'on' if on else 'off'}){step / base:>8.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"], choices=["tiny", "smollm2"])
     parser.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up step)")
     parser.add_argument("--batch", type=int, default=8, help="preference pairs per step")
     parser.add_argument("--max-length", type=int, default=256)
-    parser.add_argument("--gradient-checkpointing", action="store_true", help="on for both trainers (TRL's default)")
+    parser.add_argument(
+        "--checkpointing", choices=["off", "on", "both"], default="both", help="gradient checkpointing, both trainers"
+    )
+    parser.add_argument("--gradient-checkpointing", action="store_true", help=argparse.SUPPRESS)  # the worker's flag
     parser.add_argument("--worker", choices=RUNNERS, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--tmp", default="/tmp/squarechipo-bench", help=argparse.SUPPRESS)
@@ -156,21 +175,14 @@ def main() -> None:
     if args.worker:
         _worker(argparse.Namespace(**{**vars(args), "runner": args.worker}))
         return
+    settings = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]
     print(
-        f"batch {args.batch} pairs, max_length {args.max_length}, gradient checkpointing "
-        f"{'on' if args.gradient_checkpointing else 'off'} (both trainers), separate reference model, "
-        f"{args.steps} timed steps after 1 warm-up"
+        f"batch {args.batch} pairs, max_length {args.max_length}, separate reference model, "
+        f"{args.steps} timed steps after 1 warm-up; every configuration in its own process"
     )
     for model in args.models:
-        results = {runner: _run(model, runner, args) for runner in RUNNERS}
-        base = statistics.median(results["trl_sigmoid"]["times"][1:])
-        print(f"\n{model} ({results['trl_sigmoid']['device']}):")
-        print(f"  {'trainer':<22}{'median step (s)':>16}{'x TRL':>8}{'peak memory (MiB)':>19}")
-        for runner, result in results.items():
-            step = statistics.median(result["times"][1:])
-            print(f"  {runner:<22}{step:>16.2f}{step / base:>8.2f}{result['peak_mib']:>19.0f}")
-        diffs = [abs(a - b) for a, b in zip(results["ours_dpo"]["losses"], results["trl_sigmoid"]["losses"])]
-        print(f"  max |loss(ours dpo) - loss(TRL sigmoid)| over {len(diffs)} steps: {max(diffs):.2e}")
+        results = {(runner, on): _run(model, runner, args, on) for on in settings for runner in RUNNERS}
+        _report(model, results)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ for job in "$@"; do
   case $job in
     bench)
       python benchmarks/bench_trainer.py --models smollm2 --steps 5
-      python benchmarks/bench_trainer.py --models smollm2 --steps 5 --gradient-checkpointing
       ;;
     configs)
       for config in ddp fsdp2 zero2 zero3; do
