@@ -124,7 +124,8 @@ def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool)
     if checkpointing:
         command.append("--gradient-checkpointing")
     # The worker imports data_gen and tests from the checkout, which an installed squarechipo does not provide.
-    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in result.stdout.splitlines() if line.startswith("BENCH ")]
     if result.returncode != 0 or not lines:

@@ -60,13 +60,10 @@ def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset
     return str(out / "leaky_sft")
 
 
-def _preference(model_dir: str | Path, source: datasets.Dataset, batch_size: int = 8) -> np.ndarray:
-    """log π(a⁰) − log π(a¹) of one model for each canary, a⁰ the source row's original chosen."""
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+def _preference(model_dir: str | Path, rows: list[dict], collator, batch_size: int = 8) -> np.ndarray:
+    """log π(a⁰) − log π(a¹) of one model for each tokenized canary, a⁰ the source row's original chosen."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    logps = model_logps(
-        model, tokenize_preferences(source, tokenizer), preference_collator(tokenizer), batch_size, "canaries"
-    )
+    logps = model_logps(model, rows, collator, batch_size, "canaries")
     return (logps[0] - logps[1]).numpy()
 
 
@@ -75,9 +72,13 @@ def _scores(trained: Path, start: str, source: datasets.Dataset) -> np.ndarray:
 
     Subtracting the starting model's own preference removes what every model already prefers (the better
     response, the shorter one), which does not depend on the canary's label and would swamp what training added.
-    The start is the config's model, before any ``--leak``: a leak is part of what is audited.
+    The start is the config's model, before any ``--leak``: a leak is part of what is audited. Both models score
+    the same tokens (the start's tokenizer, tokenized once).
     """
-    return _preference(trained, source) - _preference(resolve_model_path(start), source)
+    start = resolve_model_path(start)
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    rows, collator = tokenize_preferences(source, tokenizer), preference_collator(tokenizer)
+    return _preference(trained, rows, collator) - _preference(start, rows, collator)
 
 
 def audit_training_run(
