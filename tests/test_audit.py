@@ -77,6 +77,24 @@ def test_canaries_get_fair_coin_labels_and_guesses_are_scored_against_them(finan
     assert score_guesses(np.array([1.0, -2.0, 0.5, 0.0]), np.array([0, 1, 1, 0])) == (2, 3)
 
 
+def test_abstaining_guesses_keep_the_most_confident_and_the_bound_is_bonferroni_corrected():
+    from squarechipo.audit.canaries import CanaryAudit, canary_epsilon_bound, guess_counts
+
+    scores = np.array([0.1, -3.0, 2.0, -0.2, 0.0, 1.0, -0.5, 0.3, 4.0, -1.5])
+    labels = np.array([1, 1, 0, 0, 0, 1, 1, 1, 0, 1])
+    # |score| order: 4.0 (right), -3.0 (right), 2.0 (right), -1.5 (right), 1.0 (wrong), -0.5 (right), ...
+    assert guess_counts(scores, labels, (0.1, 0.4, 0.5, 1.0)) == ((1, 1), (4, 4), (4, 5), (5, 9))
+    audit = CanaryAudit(10, (1, 4, 5, 9), (1, 4, 4, 5), 0.5, 0.05)
+    expected = tuple(canary_epsilon_bound(c, g, 0.05 / 4) for c, g in zip((1, 4, 4, 5), (1, 4, 5, 9)))
+    assert audit.bounds() == expected and audit.lower_bound == max(expected)
+    assert expected[1] == 0.0  # 4 of 4 is not enough at α/4: (0.0125)^(1/4) = 0.33 < ½
+    # 20 of 20 at α/4: the bound is the logit of (α/4)^(1/20), above ε = 0.5, so the claim is refuted.
+    edge = (0.05 / 4) ** (1 / 20)
+    refuted = CanaryAudit(200, (20, 200), (20, 120), 0.5, 0.05 * 2 / 4)
+    assert refuted.lower_bound == pytest.approx(math.log(edge / (1 - edge)), rel=1e-9)
+    assert refuted.verdict.startswith("REFUTED")
+
+
 def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer, finance_splits, tmp_path):
     """A real (tiny) run: canaries planted after the training rows, released through the config's pipeline,
     trained by recipes/train.py, guessed from the trained model. The leaky variant fine-tunes the starting model on
@@ -112,8 +130,11 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         record = json.loads((out / "training_audit.json").read_text())
-        assert record["canaries"] == 12 and 0 < record["guesses"] <= 12 and record["claimed_epsilon"] == 0.5
-        assert record["lower_bound"] == canary_epsilon_bound(record["correct"], record["guesses"], record["alpha"])
+        assert record["canaries"] == 12 and record["guesses"][-1] <= 12 and record["claimed_epsilon"] == 0.5
+        assert record["guesses"][0] == 2  # ⌈0.1 · 12⌉: the most confident guesses come first
+        level = record["alpha"] / len(record["guesses"])
+        bounds = [canary_epsilon_bound(c, g, level) for c, g in zip(record["correct"], record["guesses"])]
+        assert record["bounds"] == bounds and record["lower_bound"] == max(bounds)
         privacy = json.loads((out / "model" / "squarechipo_privacy.json").read_text())
         assert privacy["ledger"]["releases"][0]["n_rows"] == 16 + 12  # the canaries were released with the rows
         # The leaky start is seen by the lineage guard and recorded as an exposure (the audit overrides the guard).

@@ -40,16 +40,20 @@ def _markdown(results, epsilon: float, seed: int) -> str:
 
 
 def _training(args) -> int:
+    from squarechipo.audit.canaries import GUESS_FRACTIONS
     from squarechipo.audit.training import audit_training_run
 
     audit = audit_training_run(args.config, args.out, canaries=args.canaries, leak=args.leak, seed=args.seed)
-    record = {**asdict(audit), "lower_bound": audit.lower_bound, "verdict": audit.verdict, "leak": args.leak}
+    record = {**asdict(audit), "guess_fractions": GUESS_FRACTIONS, "bounds": audit.bounds()}
+    record.update(lower_bound=audit.lower_bound, verdict=audit.verdict, leak=args.leak)
     out = Path(args.out)
     (out / "training_audit.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    for correct, guesses, bound in zip(audit.correct, audit.guesses, audit.bounds()):
+        print(f"  {correct}/{guesses} right when guessing the {guesses} most confident canaries: ε ≥ {bound:.3f}")
     print(
-        f"{audit.correct}/{audit.guesses} canary labels guessed right ({audit.canaries} planted); empirical ε lower "
-        f"bound {audit.lower_bound:.3f} at confidence {1 - audit.alpha:g}; claimed ε {audit.claimed_epsilon}: "
-        f"{audit.verdict}"
+        f"{audit.canaries} canaries planted; empirical ε lower bound {audit.lower_bound:.3f} at confidence "
+        f"{1 - audit.alpha:g} (Bonferroni over {len(audit.guesses)} abstention levels); claimed ε "
+        f"{audit.claimed_epsilon}: {audit.verdict}"
     )
     return 0 if audit.verdict != "REFUTED: the run leaks more than ε" or args.leak else 1
 

@@ -9,6 +9,11 @@ whatever the other canaries do, so the number of right guesses is dominated by B
 labels). A one-sided Clopper–Pearson lower bound p on the accuracy then gives ε ≥ log(p / (1 − p)). A label that
 also reaches the model another way (a starting model trained on the canaries' chosen responses) breaks the
 assumption, and the bound shows it.
+
+As in Steinke et al. (§5), the auditor may abstain: it guesses only the k canaries whose scores are largest in
+magnitude, because the domination holds whatever guesses are made and whichever are left out. k is not chosen after
+seeing the outcome: every k of a grid fixed in advance (:data:`GUESS_FRACTIONS` of the canaries) is scored, each at
+confidence 1 − α/|grid| (Bonferroni), and the largest of those bounds is reported, so the whole holds at 1 − α.
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ import datasets
 import numpy as np
 from scipy import stats
 
-__all__ = ["CanaryAudit", "canary_epsilon_bound", "plant_canaries", "score_guesses"]
+__all__ = ["GUESS_FRACTIONS", "CanaryAudit", "canary_epsilon_bound", "guess_counts", "plant_canaries", "score_guesses"]
 
-#: The column that tells the auditor which response of a canary was preferred (never given to training).
-CANARY_LABEL = "canary_label"
+#: The fractions of the canaries guessed (the most confident first); fixed before any audit was run at this grid.
+GUESS_FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 
 
 def canary_epsilon_bound(correct: int, guesses: int, alpha: float = 0.05) -> float:
@@ -62,19 +67,42 @@ def score_guesses(scores: np.ndarray, labels: np.ndarray) -> tuple[int, int]:
     return int(np.count_nonzero((guesses == labels) & decided)), int(np.count_nonzero(decided))
 
 
+def guess_counts(
+    scores: np.ndarray, labels: np.ndarray, fractions: tuple[float, ...] = GUESS_FRACTIONS
+) -> tuple[tuple[int, int], ...]:
+    """(right, guesses) when guessing only the ⌈f·m⌉ canaries with the largest |score|, for each f in ``fractions``
+    (the rest abstain; ties in |score| are broken by index, which does not depend on the labels)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    order = np.argsort(-np.abs(scores), kind="stable")
+    counts = []
+    for fraction in fractions:
+        kept = order[: math.ceil(fraction * len(scores))]
+        counts.append(score_guesses(scores[kept], np.asarray(labels)[kept]))
+    return tuple(counts)
+
+
 @dataclass(frozen=True)
 class CanaryAudit:
-    """The outcome of a training-run audit (public: counts and the bound, never a canary's label)."""
+    """The outcome of a training-run audit (public: counts and the bound, never a canary's label).
+
+    ``guesses[i]`` and ``correct[i]`` are the counts when guessing :data:`GUESS_FRACTIONS` ``[i]`` of the canaries.
+    """
 
     canaries: int
-    guesses: int
-    correct: int
+    guesses: tuple[int, ...]
+    correct: tuple[int, ...]
     claimed_epsilon: float | None
     alpha: float
 
+    def bounds(self) -> tuple[float, ...]:
+        """Each abstention level's bound, at confidence 1 − α/levels (Bonferroni over the grid)."""
+        level = self.alpha / len(self.guesses)
+        return tuple(canary_epsilon_bound(c, g, level) for c, g in zip(self.correct, self.guesses))
+
     @property
     def lower_bound(self) -> float:
-        return canary_epsilon_bound(self.correct, self.guesses, self.alpha)
+        """The audit's ε lower bound at confidence 1 − α: the largest of the grid's Bonferroni-corrected bounds."""
+        return max(self.bounds(), default=0.0)
 
     @property
     def verdict(self) -> str:

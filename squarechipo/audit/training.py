@@ -18,7 +18,7 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from squarechipo.audit.canaries import CanaryAudit, plant_canaries, score_guesses
+from squarechipo.audit.canaries import CanaryAudit, guess_counts, plant_canaries
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
@@ -61,19 +61,23 @@ def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset
 
 
 def _preference(model_dir: str | Path, rows: list[dict], collator, batch_size: int = 8) -> np.ndarray:
-    """log π(a⁰) − log π(a¹) of one model for each tokenized canary, a⁰ the source row's original chosen."""
+    """Per token, log π(a⁰)/|a⁰| − log π(a¹)/|a¹| of one model for each tokenized canary, a⁰ the source row's
+    original chosen response."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    logps = model_logps(model, rows, collator, batch_size, "canaries")
-    return (logps[0] - logps[1]).numpy()
+    logps = model_logps(model, rows, collator, batch_size, "canaries").numpy()
+    lengths = np.array([[len(row["chosen_ids"]), len(row["rejected_ids"])] for row in rows], dtype=np.float64).T
+    return logps[0] / np.maximum(lengths[0], 1) - logps[1] / np.maximum(lengths[1], 1)
 
 
 def _scores(trained: Path, start: str, source: datasets.Dataset) -> np.ndarray:
-    """The trained model's implied preference for a⁰ over a¹ against the model the config starts from.
+    """The trained model's implied preference for a⁰ over a¹ against the model the config starts from, per token.
 
     Subtracting the starting model's own preference removes what every model already prefers (the better
     response, the shorter one), which does not depend on the canary's label and would swamp what training added.
     The start is the config's model, before any ``--leak``: a leak is part of what is audited. Both models score
-    the same tokens (the start's tokenizer, tokenized once).
+    the same tokens (the start's tokenizer, tokenized once). Per token, because fine-tuning on a text raises the
+    log-probability of every token of both responses, and summed over tokens that common rise favours the longer
+    response whatever the label.
     """
     start = resolve_model_path(start)
     tokenizer = AutoTokenizer.from_pretrained(start)
@@ -106,6 +110,7 @@ def audit_training_run(
     if leak == "sft":
         run.update(model_name_or_path=_leaky_sft(root, config, canary_rows, out), override_lineage_guard=True)
     run_recipe(root, "recipes/train.py", run, out)
-    correct, guesses = score_guesses(_scores(out / "model", config["model_name_or_path"], source), labels)
+    counts = guess_counts(_scores(out / "model", config["model_name_or_path"], source), labels)
     claimed = json.loads((out / "model" / "squarechipo_privacy.json").read_text()).get("epsilon")
+    correct, guesses = (tuple(column) for column in zip(*counts))
     return CanaryAudit(canaries, guesses, correct, claimed, alpha)
