@@ -6,12 +6,14 @@ subprocess so its peak memory (max RSS on CPU, max allocated on CUDA) is its own
 
     .venv/bin/python benchmarks/bench_trainer.py                       # tiny model and SmolLM2-135M
     .venv/bin/python benchmarks/bench_trainer.py --models tiny --steps 5 --checkpointing off
+    .venv/bin/python benchmarks/bench_trainer.py --models smollm2 --max-length 2048 --fill --batch 1 --steps 1
 
 Both checkpointing settings run by default (TRL's default is on), and the last lines compare each of ours, at its
 faster setting, with TRL at its faster setting.
 
 Targets (issue 17): our step time at most 0.4x TRL's on SmolLM2-135M on a CPU, with checkpointing off, on, and
-against TRL's faster setting; losses equal to TRL's within 1e-5.
+against TRL's faster setting; losses equal to TRL's within 1e-5; peak memory at most TRL's at max_length 2048
+(``--fill`` builds rows long enough to reach it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 RUNNERS = ("trl_sigmoid", "ours_dpo", "ours_square_chipo")
+
+
+def _filled_rows(source, tokenizer, max_length: int, n_rows: int):
+    """``n_rows`` multi-turn conversations whose prompt and each response take about half of ``max_length`` tokens:
+    earlier finance exchanges as prior turns, and several answers (chosen or rejected) joined as the response. Each
+    sequence overruns ``max_length`` a little and both trainers truncate it there (TRL's ``keep_start``), so every
+    sequence is ``max_length`` tokens."""
+    import datasets
+
+    budget = max_length // 2
+    cursor = 0
+
+    def take() -> dict:
+        nonlocal cursor
+        row = source[cursor % len(source)]
+        cursor += 1
+        return row
+
+    def text_of(messages) -> str:
+        return messages[-1]["content"]
+
+    def length(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    rows = []
+    for _ in range(n_rows):
+        prompt, used = [], 0
+        while used < budget:
+            row = take()
+            prompt += [{"role": "user", "content": text_of(row["prompt"])}, row["chosen"][0]]
+            used += length(text_of(row["prompt"])) + length(text_of(row["chosen"]))
+        last = take()
+        prompt.append(last["prompt"][0])
+        responses = {"chosen": [], "rejected": []}
+        while sum(length(t) for t in responses["chosen"]) < budget:
+            row = take()
+            for key in responses:
+                responses[key].append(text_of(row[key]))
+        rows.append(
+            {"prompt": prompt, **{k: [{"role": "assistant", "content": " ".join(v)}] for k, v in responses.items()}}
+        )
+    return datasets.Dataset.from_list(rows)
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -49,9 +93,12 @@ def _worker(args: argparse.Namespace) -> None:
         return AutoModelForCausalLM.from_pretrained(embedded_model_path(), dtype=torch.float32)
 
     n_rows = args.batch * (args.steps + 1)
-    train = build_datasets(max(140, 2 * n_rows), seed=0)["finance_preference_conversational"]["train"].select(
-        range(n_rows)
-    )
+    source = build_datasets(max(140, 2 * n_rows), seed=0)["finance_preference_conversational"]["train"]
+    if args.fill:
+        columns = source.select_columns(["prompt", "chosen", "rejected"])
+        train = _filled_rows(columns, tokenizer, args.max_length, n_rows)
+    else:
+        train = source.select(range(n_rows))
     common = dict(
         output_dir=str(Path(args.tmp) / args.runner),
         per_device_train_batch_size=args.batch,
@@ -123,6 +170,8 @@ def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool)
     command += ["--batch", str(args.batch), "--max-length", str(args.max_length), "--tmp", args.tmp]
     if checkpointing:
         command.append("--gradient-checkpointing")
+    if args.fill:
+        command.append("--fill")
     # The worker imports data_gen and tests from the checkout, which an installed squarechipo does not provide.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
@@ -166,6 +215,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="preference pairs per step")
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument(
+        "--fill",
+        action="store_true",
+        help="multi-turn rows that fill max_length (prompt and each response about half of it): the memory target "
+        "at 2048 tokens",
+    )
+    parser.add_argument(
         "--checkpointing", choices=["off", "on", "both"], default="both", help="gradient checkpointing, both trainers"
     )
     parser.add_argument("--gradient-checkpointing", action="store_true", help=argparse.SUPPRESS)  # the worker's flag
@@ -178,7 +233,8 @@ def main() -> None:
         return
     settings = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]
     print(
-        f"batch {args.batch} pairs, max_length {args.max_length}, separate reference model, "
+        f"batch {args.batch} pairs, max_length {args.max_length}{' (rows filled to it)' if args.fill else ''}, "
+        "separate reference model, "
         f"{args.steps} timed steps after 1 warm-up; every configuration in its own process"
     )
     for model in args.models:

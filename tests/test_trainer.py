@@ -128,6 +128,24 @@ def test_lean_head_equals_trl_fused_head(tokenizer, finance_splits, tmp_path, ti
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_share_prompt_defaults_on_for_cpu_and_can_be_switched_off_with_equal_losses(
+    tokenizer, finance_splits, tmp_path, tiny_model_factory
+):
+    """The policy's backbone runs twice per forward when prompts are shared (prompt, then both responses on its
+    cache) and once when not; on CPU the default shares, and both give the same loss."""
+    train = rows(finance_splits, 4)
+    losses = {}
+    for share in (None, True, False):
+        trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, share_prompt=share), train)
+        calls = []
+        trainer.model.model.register_forward_hook(lambda *_, calls=calls: calls.append(1))
+        batch = next(iter(trainer.get_train_dataloader()))
+        losses[share] = trainer.compute_loss(trainer.model, batch).item()
+        assert len(calls) == (1 if share is False else 2), share
+    assert losses[None] == losses[True]
+    assert losses[False] == pytest.approx(losses[True], abs=1e-5)
+
+
 def test_lean_head_falls_back_when_prompts_differ(tokenizer, tiny_model_factory):
     model = tiny_model_factory(0, torch.float64)
     reference = tiny_model_factory(0, torch.float64)

@@ -61,6 +61,15 @@ class SquareChiPOConfig(DPOConfig):
         default=False,
         metadata={"help": "Also compute TRL's entropy, top-1 accuracy and mean-logit metrics (slower)."},
     )
+    share_prompt: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Run each prompt once and both responses on its KV cache (two backbone calls per forward). "
+            "Default: on for CPU processes, where it saves the prompt's compute, and off on accelerators, where one "
+            "batched call is faster (on an H100 the shared forward made a step 1.8x TRL's). Always off under "
+            "FSDP/DeepSpeed and under gradient checkpointing."
+        },
+    )
     reference_logps_cache: str | None = field(
         default=None,
         metadata={

@@ -153,7 +153,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         self._tag_names = list(self._tag_names) + [args.method]
         self._warn_if_fsdp_fell_back(args)
         self._install_lean_lm_head()
-        if self.lean_lm_head and args.gradient_checkpointing:
+        if self.lean_lm_head and args.gradient_checkpointing and self._share_prompt():
             logger.warning(
                 "gradient_checkpointing is on: the policy forward cannot share each prompt between chosen and "
                 "rejected (the reference forward still does). Set gradient_checkpointing=False when memory allows."
@@ -206,9 +206,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         """
         if self.args.heavy_metrics or self.lean_lm_head:
             return
-        # Running each prompt once calls the backbone twice in one forward; that is checked with DDP
-        # and single processes, not with FSDP or DeepSpeed, where each prompt is run twice as in TRL.
-        share_prompt = not (self.is_fsdp_enabled or self.is_deepspeed_enabled)
+        share_prompt = self._share_prompt()
         policy = self.model.get_base_model() if is_peft_model(self.model) else self.model
         self.lean_lm_head = add_lean_lm_head(policy, share_prompt=share_prompt)
         if self.ref_model is not None:
@@ -221,6 +219,18 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             "on" if self.lean_lm_head else "off (model not covered)",
             share_prompt,
         )
+
+    def _share_prompt(self) -> bool:
+        """Whether the lean head runs each prompt once (``share_prompt``; its default follows the device)."""
+        # Running each prompt once calls the backbone twice in one forward; that is checked with DDP
+        # and single processes, not with FSDP or DeepSpeed, where each prompt is run twice as in TRL.
+        if self.is_fsdp_enabled or self.is_deepspeed_enabled:
+            if self.args.share_prompt:
+                logger.warning("share_prompt is ignored under FSDP/DeepSpeed: each prompt runs twice, as in TRL.")
+            return False
+        if self.args.share_prompt is None:
+            return self.accelerator.device.type == "cpu"
+        return self.args.share_prompt
 
     def _extra_columns_for(self, columns: list[str]) -> dict[str, torch.dtype]:
         """Dataset columns the collator passes through to the loss (name → tensor dtype)."""
