@@ -75,6 +75,47 @@ def _filled_rows(source, tokenizer, max_length: int, n_rows: int):
     return datasets.Dataset.from_list(rows)
 
 
+def _breakdown(trainer, repeats: int = 2) -> dict[str, float]:
+    """Seconds (best of ``repeats``) of each part of a step on one training batch, after training warmed it up:
+    the reference forward, the policy forward (the loss's forward less the reference's), the backward and the
+    optimizer step."""
+    import torch
+
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    trainer.model.train()
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    def reference():
+        with torch.no_grad():
+            trainer.compute_ref_log_probs(trainer.ref_model, batch)
+
+    def forward_backward():
+        trainer.model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        loss = trainer.compute_loss(trainer.model, batch)
+        middle = time.perf_counter()
+        loss.backward()
+        return middle - start, time.perf_counter() - middle
+
+    ref = best(reference)
+    passes = [forward_backward() for _ in range(repeats)]
+    step = best(trainer.optimizer.step)
+    trainer.model.zero_grad(set_to_none=True)
+    return {
+        "reference forward": ref,
+        "policy forward": min(f for f, _ in passes) - ref,
+        "backward": min(b for _, b in passes),
+        "optimizer step": step,
+    }
+
+
 def _worker(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -152,17 +193,15 @@ def _worker(args: argparse.Namespace) -> None:
         if torch.cuda.is_available()
         else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     )
-    print(
-        "BENCH "
-        + json.dumps(
-            {
-                "times": times,
-                "losses": losses,
-                "peak_mib": peak,
-                "device": "cuda" if torch.cuda.is_available() else "cpu",
-            }
-        )
-    )
+    record = {
+        "times": times,
+        "losses": losses,
+        "peak_mib": peak,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+    }
+    if args.breakdown:
+        record["breakdown"] = _breakdown(trainer)
+    print("BENCH " + json.dumps(record))
 
 
 def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool) -> dict:
@@ -172,6 +211,8 @@ def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool)
         command.append("--gradient-checkpointing")
     if args.fill:
         command.append("--fill")
+    if args.breakdown:
+        command.append("--breakdown")
     # The worker imports data_gen and tests from the checkout, which an installed squarechipo does not provide.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
@@ -199,6 +240,14 @@ def _report(model: str, results: dict[tuple[str, bool], dict]) -> None:
             print(f"  {runner:<22}{step:>16.2f}{step / base:>8.2f}{result['peak_mib']:>19.0f}")
         diffs = [abs(a - b) for a, b in zip(results["ours_dpo", on]["losses"], results["trl_sigmoid", on]["losses"])]
         print(f"  max |loss(ours dpo) - loss(TRL sigmoid)| over {len(diffs)} steps: {max(diffs):.2e}")
+        if "breakdown" in results["trl_sigmoid", on]:
+            parts = list(results["trl_sigmoid", on]["breakdown"])
+            print(
+                f"  parts of a step (s, best of 2 on one batch): {'trainer':<20}" + "".join(f"{p:>19}" for p in parts)
+            )
+            for runner in RUNNERS:
+                part = results[runner, on]["breakdown"]
+                print(f"  {'':<42}{runner:<20}" + "".join(f"{part[p]:>19.2f}" for p in parts))
     fastest = min(settings, key=lambda on: _median_step(results["trl_sigmoid", on]))
     base = _median_step(results["trl_sigmoid", fastest])
     print(f"\n{model}: against TRL's fastest setting (checkpointing {'on' if fastest else 'off'}, {base:.2f} s/step):")
@@ -222,6 +271,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--checkpointing", choices=["off", "on", "both"], default="both", help="gradient checkpointing, both trainers"
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time the parts of a step (reference forward, policy forward, backward, optimizer step)",
     )
     parser.add_argument("--gradient-checkpointing", action="store_true", help=argparse.SUPPRESS)  # the worker's flag
     parser.add_argument("--worker", choices=RUNNERS, help=argparse.SUPPRESS)
