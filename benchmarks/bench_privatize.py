@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import timeit
 
 import datasets
 import numpy as np
@@ -17,12 +18,7 @@ from squarechipo.privacy import LabelPipeline, randomized_response, release_data
 
 
 def _best_of(repeats: int, fn) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(timeit.repeat(fn, number=1, repeat=repeats))
 
 
 def main() -> None:

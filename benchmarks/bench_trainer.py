@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,12 +86,7 @@ def _breakdown(trainer, repeats: int = 2) -> dict[str, float]:
     trainer.model.train()
 
     def best(fn) -> float:
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
+        return min(timeit.repeat(fn, number=1, repeat=repeats))
 
     def reference():
         with torch.no_grad():
