@@ -48,7 +48,8 @@ def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset
         "dataset_name": str(out / "leak_data"),
         "output_dir": str(out / "leaky_sft"),
         "num_train_epochs": 3,
-        "learning_rate": 5e-5,
+        # The run's own step size (5e-5 when it has none): a leak as strong as the run's training would make it.
+        "learning_rate": config.get("learning_rate", 5e-5),
         "per_device_train_batch_size": config.get("per_device_train_batch_size", 8),
         "max_length": config.get("max_length", 256),
         "eval_strategy": "no",
