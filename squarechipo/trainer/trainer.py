@@ -143,6 +143,8 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         self.training_data = training_data_record(train_dataset)
         self.lineage: LineageReport | None = self._check_lineage(model, ref_model, train_dataset, args)
         self.lean_lm_head = False
+        #: Whether the lean head runs each prompt once (decided with the head, see ``_share_prompt``).
+        self.shares_prompt = False
         columns = getattr(train_dataset, "column_names", None) or []
         #: Rows released from an RRWithPrior prior (LP-2ST, 001) are pseudo-labels: not debiased, weighted.
         self.has_prior_rows = FROM_PRIOR_COLUMN in columns
@@ -153,7 +155,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         self._tag_names = list(self._tag_names) + [args.method]
         self._warn_if_fsdp_fell_back(args)
         self._install_lean_lm_head()
-        if self.lean_lm_head and args.gradient_checkpointing and self._share_prompt():
+        if self.lean_lm_head and args.gradient_checkpointing and self.shares_prompt:
             logger.warning(
                 "gradient_checkpointing is on: the policy forward cannot share each prompt between chosen and "
                 "rejected (the reference forward still does). Set gradient_checkpointing=False when memory allows."
@@ -206,7 +208,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         """
         if self.args.heavy_metrics or self.lean_lm_head:
             return
-        share_prompt = self._share_prompt()
+        share_prompt = self.shares_prompt = self._share_prompt()
         policy = self.model.get_base_model() if is_peft_model(self.model) else self.model
         self.lean_lm_head = add_lean_lm_head(policy, share_prompt=share_prompt)
         if self.ref_model is not None:
