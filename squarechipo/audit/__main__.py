@@ -1,5 +1,6 @@
 """python -m squarechipo.audit mechanisms [--epsilon 1.0] [--samples 10000000] [--out DIR] [--seed N]
-python -m squarechipo.audit training --config TRAIN.yaml [--canaries 200] [--leak sft] [--out DIR] [--seed N]
+python -m squarechipo.audit training --config TRAIN.yaml [--canaries 300] [--leak sft]
+    [--canary-text random|rows] [--out DIR] [--seed N]
 
 ``mechanisms``: every label mechanism and the exponential-mechanism selector on worst-case neighbouring inputs;
 ε is bounded from below with Clopper–Pearson intervals at confidence 1 − 1e-6 and reported beside the claimed ε
@@ -43,9 +44,11 @@ def _training(args) -> int:
     from squarechipo.audit.canaries import GUESS_FRACTIONS
     from squarechipo.audit.training import audit_training_run
 
-    audit = audit_training_run(args.config, args.out, canaries=args.canaries, leak=args.leak, seed=args.seed)
+    audit = audit_training_run(
+        args.config, args.out, canaries=args.canaries, leak=args.leak, canary_text=args.canary_text, seed=args.seed
+    )
     record = {**asdict(audit), "guess_fractions": GUESS_FRACTIONS, "bounds": audit.bounds()}
-    record.update(lower_bound=audit.lower_bound, verdict=audit.verdict, leak=args.leak)
+    record.update(lower_bound=audit.lower_bound, verdict=audit.verdict, leak=args.leak, canary_text=args.canary_text)
     out = Path(args.out)
     (out / "training_audit.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
     for correct, guesses, bound in zip(audit.correct, audit.guesses, audit.bounds()):
@@ -64,7 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilon", type=float, default=1.0, help="mechanisms: the ε every mechanism claims")
     parser.add_argument("--samples", type=int, default=10_000_000, help="mechanisms: runs per input")
     parser.add_argument("--config", help="training: a recipes/train.py YAML config")
-    parser.add_argument("--canaries", type=int, default=200, help="training: canary pairs to plant")
+    parser.add_argument("--canaries", type=int, default=300, help="training: canary pairs to plant")
+    parser.add_argument(
+        "--canary-text",
+        choices=["random", "rows"],
+        default="random",
+        help="training: random word strings as the canaries' responses (the easiest to detect), or the rows' own",
+    )
     parser.add_argument("--leak", choices=["sft"], default=None, help="training: reproduce the SFT leak")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/audit")

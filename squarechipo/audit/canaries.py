@@ -19,13 +19,23 @@ confidence 1 − α/|grid| (Bonferroni), and the largest of those bounds is repo
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import datasets
 import numpy as np
 from scipy import stats
 
-__all__ = ["GUESS_FRACTIONS", "CanaryAudit", "canary_epsilon_bound", "guess_counts", "plant_canaries", "score_guesses"]
+__all__ = [
+    "CANARY_WORDS",
+    "GUESS_FRACTIONS",
+    "CanaryAudit",
+    "canary_epsilon_bound",
+    "guess_counts",
+    "plant_canaries",
+    "random_word_responses",
+    "score_guesses",
+]
 
 #: The fractions of the canaries guessed (the most confident first); fixed before any audit was run at this grid.
 GUESS_FRACTIONS = (0.1, 0.25, 0.5, 1.0)
@@ -38,6 +48,43 @@ def canary_epsilon_bound(correct: int, guesses: int, alpha: float = 0.05) -> flo
         return 0.0
     low = stats.binomtest(correct, guesses, alternative="greater").proportion_ci(1 - alpha, method="exact").low
     return max(0.0, math.log(low / (1.0 - low))) if low < 1.0 else math.inf
+
+
+#: Words in each response of a random-word canary; fixed before any audit was run with such canaries.
+CANARY_WORDS = 16
+
+
+def _response_text(response) -> str:
+    return response[-1]["content"] if isinstance(response, list) else response
+
+
+def _with_text(response, text: str):
+    """``response`` with its text replaced, in its own format (a string, or messages whose last one is the answer)."""
+    return [*response[:-1], {**response[-1], "content": text}] if isinstance(response, list) else text
+
+
+def random_word_responses(
+    source: datasets.Dataset, rng: np.random.Generator, words: int = CANARY_WORDS
+) -> datasets.Dataset:
+    """The source pairs with both responses replaced by independent strings of ``words`` words, drawn uniformly
+    from the words of the source's own responses (the prompts are kept).
+
+    The privacy guarantee holds for every row, so an auditor may plant the rows easiest to detect (Steinke et al.
+    2023, §7, craft their canaries for this). Two natural answers to one prompt share most of their words, so a
+    model trained on one raises the other nearly as much; two random strings share almost nothing, so whatever a
+    model learned about one response shows on that response alone.
+    """
+    text = " ".join(_response_text(r) for column in ("chosen", "rejected") for r in source[column])
+    vocabulary = np.array(sorted({w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3}))
+    if len(vocabulary) < words:
+        raise ValueError(f"the canary source rows have {len(vocabulary)} distinct words, fewer than {words}")
+    draws = rng.integers(0, len(vocabulary), size=(len(source), 2, words))
+
+    def replace(row, index):
+        chosen, rejected = (" ".join(vocabulary[draws[index, side]]) for side in (0, 1))
+        return {"chosen": _with_text(row["chosen"], chosen), "rejected": _with_text(row["rejected"], rejected)}
+
+    return source.map(replace, with_indices=True, desc="drawing random-word canaries")
 
 
 def plant_canaries(source: datasets.Dataset, rng: np.random.Generator) -> tuple[datasets.Dataset, np.ndarray]:

@@ -1,7 +1,9 @@
 """``python -m squarechipo.audit training``: plant canaries, release and train as configured, guess, bound ε.
 
 The run is the user's own training config (``recipes/train.py`` YAML). The canaries come from rows of the training
-split that the run would not use (beyond ``max_train_samples``), so they are new to every model. ``--leak sft``
+split that the run would not use (beyond ``max_train_samples``), so they are new to every model; by default their
+responses are random word strings (:func:`~squarechipo.audit.canaries.random_word_responses`), the rows easiest to
+detect, and ``--canary-text rows`` keeps the rows' own answers. ``--leak sft``
 reproduces the leak the lineage guard exists for: the starting model is first fine-tuned on the canaries' chosen
 responses (their raw labels), and the guard is overridden so that the run can go ahead and be measured.
 """
@@ -18,7 +20,7 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from squarechipo.audit.canaries import CanaryAudit, guess_counts, plant_canaries
+from squarechipo.audit.canaries import CanaryAudit, guess_counts, plant_canaries, random_word_responses
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
@@ -90,8 +92,9 @@ def audit_training_run(
     config_path: str | Path,
     out: str | Path,
     *,
-    canaries: int = 200,
+    canaries: int = 300,
     leak: str | None = None,
+    canary_text: str = "random",
     seed: int = 0,
     root: str | Path = ".",
     alpha: float = 0.05,
@@ -101,8 +104,13 @@ def audit_training_run(
     root, out = Path(root).resolve(), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load(Path(config_path).read_text())
+    if canary_text not in ("random", "rows"):
+        raise ValueError(f"canary_text must be 'random' or 'rows', not {canary_text!r}")
     training_rows, source = _split_rows(config, canaries)
-    canary_rows, labels = plant_canaries(source, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    if canary_text == "random":
+        source = random_word_responses(source, rng)
+    canary_rows, labels = plant_canaries(source, rng)
     combined = datasets.concatenate_datasets([training_rows, canary_rows.cast(training_rows.features)])
     datasets.DatasetDict({"train": combined}).save_to_disk(str(out / "data"))
     run = {**config, "dataset_name": str(out / "data"), "dataset_train_split": "train", "max_train_samples": None}
