@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 from scipy import stats
@@ -77,6 +78,31 @@ def test_canaries_get_fair_coin_labels_and_guesses_are_scored_against_them(finan
     assert score_guesses(np.array([1.0, -2.0, 0.5, 0.0]), np.array([0, 1, 1, 0])) == (2, 3)
 
 
+def test_random_word_canaries_keep_the_prompt_and_draw_both_responses_from_the_source_words(finance_splits):
+    from squarechipo.audit.canaries import CANARY_WORDS, random_word_responses
+
+    source = finance_splits["finance_preference_conversational"]["train"].select(range(50))
+    rows = random_word_responses(source, np.random.default_rng(0))
+    words = {w for column in ("chosen", "rejected") for r in source[column] for w in r[-1]["content"].lower().split()}
+    assert rows["prompt"] == source["prompt"]
+    texts = []
+    for row in rows:
+        for column in ("chosen", "rejected"):
+            assert [m["role"] for m in row[column]] == ["assistant"]  # the dataset's own message format
+            drawn = row[column][-1]["content"].split()
+            assert len(drawn) == CANARY_WORDS and all(w.isalpha() and len(w) >= 3 for w in drawn)
+            # Every drawn word occurs in the source answers (ignoring punctuation attached there).
+            assert all(any(w in s for s in words) for w in drawn)
+            texts.append(" ".join(drawn))
+    assert len(set(texts)) == len(texts)  # 100 independent strings: no two alike
+    again = random_word_responses(source, np.random.default_rng(0))
+    assert again["chosen"] == rows["chosen"]  # seeded: an audit can be re-run on the same canaries
+    plain = datasets.Dataset.from_dict({"prompt": ["q"], "chosen": ["hello there world"], "rejected": ["no"]})
+    assert len(random_word_responses(plain, np.random.default_rng(0), words=2)[0]["chosen"].split()) == 2
+    with pytest.raises(ValueError, match="fewer than 16"):
+        random_word_responses(plain, np.random.default_rng(0))
+
+
 def test_abstaining_guesses_keep_the_most_confident_and_the_bound_is_bonferroni_corrected():
     from squarechipo.audit.canaries import CanaryAudit, canary_epsilon_bound, guess_counts
 
@@ -102,11 +128,12 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
     import yaml
     from conftest import make_tiny_model
 
-    from squarechipo.audit.canaries import canary_epsilon_bound
+    from squarechipo.audit.canaries import CANARY_WORDS, canary_epsilon_bound
 
     make_tiny_model(tokenizer, seed=0).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
+    source_prompts = finance_splits["finance_preference_conversational"]["train"]["prompt"][16:28]
     config = {
         "model_name_or_path": str(tmp_path / "model"),
         "dataset_name": str(tmp_path / "data"),
@@ -131,6 +158,10 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
         assert done.returncode == 0, done.stderr[-3000:]
         record = json.loads((out / "training_audit.json").read_text())
         assert record["canaries"] == 12 and record["guesses"][-1] <= 12 and record["claimed_epsilon"] == 0.5
+        assert record["canary_text"] == "random"
+        planted = datasets.load_from_disk(str(out / "data"))["train"]
+        assert len(planted) == 16 + 12 and planted["prompt"][16:] == source_prompts  # the rows after the 16 used
+        assert {len(r[-1]["content"].split()) for r in planted["chosen"][16:]} == {CANARY_WORDS}
         assert record["guesses"][0] == 2  # ⌈0.1 · 12⌉: the most confident guesses come first
         level = record["alpha"] / len(record["guesses"])
         bounds = [canary_epsilon_bound(c, g, level) for c, g in zip(record["correct"], record["guesses"])]
