@@ -166,6 +166,8 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
         level = record["alpha"] / len(record["guesses"])
         bounds = [canary_epsilon_bound(c, g, level) for c, g in zip(record["correct"], record["guesses"])]
         assert record["bounds"] == bounds and record["lower_bound"] == max(bounds)
+        report = (out / "training_audit.md").read_text()
+        assert f"bound {max(bounds):.3f} at confidence 0.95" in report and f"| 2 | {record['correct'][0]} |" in report
         privacy = json.loads((out / "model" / "squarechipo_privacy.json").read_text())
         assert privacy["ledger"]["releases"][0]["n_rows"] == 16 + 12  # the canaries were released with the rows
         # The leaky start is seen by the lineage guard and recorded as an exposure (the audit overrides the guard).

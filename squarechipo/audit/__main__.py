@@ -51,13 +51,18 @@ def _training(args) -> int:
     record.update(lower_bound=audit.lower_bound, verdict=audit.verdict, leak=args.leak, canary_text=args.canary_text)
     out = Path(args.out)
     (out / "training_audit.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    summary = (
+        f"{audit.canaries} canaries planted ({args.canary_text} text, leak: {args.leak or 'none'}); empirical ε lower "
+        f"bound {audit.lower_bound:.3f} at confidence {1 - audit.alpha:g} (Bonferroni over {len(audit.guesses)} "
+        f"abstention levels); claimed ε {audit.claimed_epsilon}: {audit.verdict}"
+    )
+    table = ["| guessed (most confident) | right | ε lower bound |", "|---|---|---|"]
     for correct, guesses, bound in zip(audit.correct, audit.guesses, audit.bounds()):
         print(f"  {correct}/{guesses} right when guessing the {guesses} most confident canaries: ε ≥ {bound:.3f}")
-    print(
-        f"{audit.canaries} canaries planted; empirical ε lower bound {audit.lower_bound:.3f} at confidence "
-        f"{1 - audit.alpha:g} (Bonferroni over {len(audit.guesses)} abstention levels); claimed ε "
-        f"{audit.claimed_epsilon}: {audit.verdict}"
-    )
+        table.append(f"| {guesses} | {correct} | {bound:.3f} |")
+    print(summary)
+    report = [f"# Training-run audit: {args.config}", "", summary, "", *table]
+    (out / "training_audit.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     return 0 if audit.verdict != "REFUTED: the run leaks more than ε" or args.leak else 1
 
 
