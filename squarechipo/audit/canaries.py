@@ -69,8 +69,8 @@ def random_word_responses(
     """The source pairs with both responses replaced by independent strings of ``words`` words, drawn uniformly
     from the words of the source's own responses (the prompts are kept).
 
-    The privacy guarantee holds for every row, so an auditor may plant the rows easiest to detect (Steinke et al.
-    2023, §7, craft their canaries for this). Two natural answers to one prompt share most of their words, so a
+    The privacy guarantee holds for every row, so an auditor may plant the rows easiest to detect, as DP audits
+    with canaries do. Two natural answers to one prompt share most of their words, so a
     model trained on one raises the other nearly as much; two random strings share almost nothing, so whatever a
     model learned about one response shows on that response alone.
     """
