@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from squarechipo.audit.canaries import CANARY_TEXTS, GUESS_FRACTIONS
 from squarechipo.audit.mechanisms import ALPHA, audit_case, mechanism_cases
 
 
@@ -41,7 +42,6 @@ def _markdown(results, epsilon: float, seed: int) -> str:
 
 
 def _training(args) -> int:
-    from squarechipo.audit.canaries import GUESS_FRACTIONS
     from squarechipo.audit.training import audit_training_run
 
     audit = audit_training_run(
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--canaries", type=int, default=300, help="training: canary pairs to plant")
     parser.add_argument(
         "--canary-text",
-        choices=["random", "rows"],
+        choices=CANARY_TEXTS,
         default="random",
         help="training: random word strings as the canaries' responses (the easiest to detect), or the rows' own",
     )

@@ -26,7 +26,10 @@ import datasets
 import numpy as np
 from scipy import stats
 
+from squarechipo.data.text import response_text
+
 __all__ = [
+    "CANARY_TEXTS",
     "CANARY_WORDS",
     "GUESS_FRACTIONS",
     "CanaryAudit",
@@ -50,12 +53,11 @@ def canary_epsilon_bound(correct: int, guesses: int, alpha: float = 0.05) -> flo
     return max(0.0, math.log(low / (1.0 - low))) if low < 1.0 else math.inf
 
 
+#: What a canary's two responses are: random word strings (:func:`random_word_responses`) or the source rows' own.
+CANARY_TEXTS = ("random", "rows")
+
 #: Words in each response of a random-word canary; fixed before any audit was run with such canaries.
 CANARY_WORDS = 16
-
-
-def _response_text(response) -> str:
-    return response[-1]["content"] if isinstance(response, list) else response
 
 
 def _with_text(response, text: str):
@@ -74,7 +76,7 @@ def random_word_responses(
     model trained on one raises the other nearly as much; two random strings share almost nothing, so whatever a
     model learned about one response shows on that response alone.
     """
-    text = " ".join(_response_text(r) for column in ("chosen", "rejected") for r in source[column])
+    text = " ".join(response_text(r) for column in ("chosen", "rejected") for r in source[column])
     vocabulary = np.array(sorted({w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3}))
     if len(vocabulary) < words:
         raise ValueError(f"the canary source rows have {len(vocabulary)} distinct words, fewer than {words}")

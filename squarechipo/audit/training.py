@@ -20,7 +20,13 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from squarechipo.audit.canaries import CanaryAudit, guess_counts, plant_canaries, random_word_responses
+from squarechipo.audit.canaries import (
+    CANARY_TEXTS,
+    CanaryAudit,
+    guess_counts,
+    plant_canaries,
+    random_word_responses,
+)
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
@@ -104,8 +110,8 @@ def audit_training_run(
     root, out = Path(root).resolve(), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load(Path(config_path).read_text())
-    if canary_text not in ("random", "rows"):
-        raise ValueError(f"canary_text must be 'random' or 'rows', not {canary_text!r}")
+    if canary_text not in CANARY_TEXTS:
+        raise ValueError(f"canary_text must be one of {CANARY_TEXTS}, not {canary_text!r}")
     training_rows, source = _split_rows(config, canaries)
     rng = np.random.default_rng(seed)
     if canary_text == "random":
