@@ -16,6 +16,8 @@ Outputs under ``--out``::
     finance_preference_conversational/  the same rows as chat messages
     finance_sft/                        prompt + chosen as prompt/completion (standard), train/validation
     finance_sft_conversational/         the same as chat messages
+    finance_sft_mixed_conversational/   the SFT rows with the prudent or the risky plan (a fair coin per row):
+                                        unlabelled completions, for a starting policy that answers both ways
     jsonl/<name>/<split>.jsonl          every split of the above as JSON Lines
 
 Three disjoint row pools, so that no label leaks between them (no two rows share a prompt):
@@ -468,15 +470,26 @@ def _conversational(row: dict) -> dict:
     }
 
 
-def _sft(row: dict, conversational: bool) -> dict:
+def _sft(row: dict, conversational: bool, response: str = "chosen") -> dict:
+    completion = row[response]
     if conversational:
         return {
             "id": row["id"],
             "category": row["category"],
             "prompt": [{"role": "user", "content": row["prompt"]}],
-            "completion": [{"role": "assistant", "content": row["chosen"]}],
+            "completion": [{"role": "assistant", "content": completion}],
         }
-    return {"id": row["id"], "category": row["category"], "prompt": row["prompt"], "completion": row["chosen"]}
+    return {"id": row["id"], "category": row["category"], "prompt": row["prompt"], "completion": completion}
+
+
+def _mixed_sft(row: dict, seed: int) -> dict:
+    """An SFT row whose completion is the prudent or the risky plan, by a fair coin seeded by the row's id.
+
+    It carries no preference (one unlabelled completion), so it can train a starting policy that answers both
+    ways: the controlled study's SFT policy, which leaves alignment room to move as in DPO's IMDb experiment.
+    """
+    coin = np.random.default_rng([seed, int(row["id"].rsplit("-", 1)[1])]).random() < 0.5
+    return _sft(row, conversational=True, response="chosen" if coin else "rejected")
 
 
 def _row_pools(n_rows: int, n_sft: int, n_judge: int, seed: int) -> tuple[dict, dict]:
@@ -497,7 +510,8 @@ def build_datasets(
     sft_rows: int = DEFAULT_SFT_ROWS,
     judge_rows: int = DEFAULT_JUDGE_ROWS,
 ) -> dict[str, datasets.DatasetDict]:
-    """The four DatasetDicts: preference (85/5/10 + ``judge``) and SFT (own rows), standard and conversational."""
+    """The DatasetDicts: preference (85/5/10 + ``judge``) and SFT (own rows), standard and conversational, and the
+    mixed SFT rows (prudent or risky completion by a fair coin)."""
     if sft_rows < 2 or judge_rows < 1:
         raise ValueError(f"sft_rows must be at least 2 and judge_rows at least 1 (got {sft_rows}, {judge_rows}).")
     splits, sft_splits = _row_pools(n_rows, sft_rows, judge_rows, seed)
@@ -521,6 +535,7 @@ def build_datasets(
         "finance_preference_conversational": make(_conversational, splits),
         "finance_sft": make(lambda r: _sft(r, conversational=False), sft_splits),
         "finance_sft_conversational": make(lambda r: _sft(r, conversational=True), sft_splits),
+        "finance_sft_mixed_conversational": make(lambda r: _mixed_sft(r, seed), sft_splits),
     }
 
 

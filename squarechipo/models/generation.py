@@ -74,14 +74,16 @@ def generate_with_model(
     do_sample: bool = False,
     temperature: float = 0.7,
     top_p: float = 0.95,
+    top_k: int | None = None,
     seed: int = 0,
     desc: str = "generating",
 ) -> list[str]:
     """One response per prompt from a loaded model, chat template applied, left-padded batches.
 
     Sampling is seeded per batch with ``transformers.set_seed(seed + batch_index)`` —
-    ``generate`` takes no generator object — so a run is reproducible for a given seed. The
-    tokenizer's padding side is restored afterwards.
+    ``generate`` takes no generator object — so a run is reproducible for a given seed. ``top_k=0``
+    samples from the whole vocabulary (with ``temperature=1`` and ``top_p=1``, exactly from the model);
+    None keeps the model's generation config. The tokenizer's padding side is restored afterwards.
     """
     padding_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
@@ -107,6 +109,7 @@ def generate_with_model(
                     do_sample=do_sample,
                     temperature=temperature if do_sample else None,
                     top_p=top_p if do_sample else None,
+                    top_k=top_k if do_sample else None,
                     pad_token_id=tokenizer.pad_token_id,
                 )
             new_tokens = generated[:, batch["input_ids"].shape[1] :]

@@ -1,0 +1,183 @@
+"""Low-variance measures of a trained policy against the SFT policy under a gold reward r*, paired by prompt.
+
+For each held-out test prompt, K responses are sampled from the policy at temperature 1 with the whole vocabulary
+(so the samples come from π itself), with fixed generation seeds: sample k of every policy uses the same seeds,
+which couples a policy's samples with the SFT policy's (common random numbers). Per policy it records, per prompt:
+
+- r*(x, y) of each sample, the sample's length in words and whether it loops (:func:`~.gold.has_loop`);
+- log π(y|x) and log π_ref(y|x) of each sample: their mean difference estimates KL(π‖π_ref) (the samples are
+  decoded and re-tokenized with the chat template, as the trainer tokenizes);
+- log π of the test pair's two responses: with π_ref's, the implicit-reward accuracy on the clean test pairs;
+- log π of a fixed candidate pool per prompt (the test pair and the SFT policy's samples): the generation-free
+  value Σ_j softmax(log π(pool))_j · r*(pool_j).
+
+:func:`compare` turns a policy's record and the SFT policy's into per-prompt paired differences and their means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import datasets
+import numpy as np
+import torch
+from scipy.special import expit, softmax
+
+from squarechipo.data.text import response_text
+from squarechipo.evaluation.gold import gold_rewards, has_loop
+from squarechipo.evaluation.paired import paired_test, share_explained
+from squarechipo.judge.reward_model import RewardModelJudge
+from squarechipo.models.generation import generate_with_model
+from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+
+__all__ = ["SamplingSettings", "GoldEvaluator", "compare"]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """K samples per prompt at temperature 1, whole vocabulary; sample k is drawn with seeds ``seed + 1000·k``."""
+
+    samples_per_prompt: int = 2
+    max_new_tokens: int = 128
+    batch_size: int = 32
+    logp_batch_size: int = 16
+    seed: int = 0
+
+
+def _as_messages(response: str) -> list[dict]:
+    return [{"role": "assistant", "content": response}]
+
+
+class GoldEvaluator:
+    """Measures policies on ``test`` (prompt/chosen/rejected rows) against ``reference`` under the gold reward."""
+
+    def __init__(self, reference, tokenizer, gold: RewardModelJudge, test: datasets.Dataset, settings=None):
+        self.reference, self.tokenizer, self.gold = reference, tokenizer, gold
+        self.settings = settings or SamplingSettings()
+        self.prompts = list(test["prompt"])
+        self.pairs = [
+            {"prompt": p, "chosen": c, "rejected": r}
+            for p, c, r in zip(self.prompts, test["chosen"], test["rejected"])
+        ]
+        self.collator = preference_collator(tokenizer)
+
+    def sample(self, model) -> list[list[str]]:
+        """K lists of one response per prompt."""
+        s = self.settings
+        return [
+            generate_with_model(
+                model,
+                self.tokenizer,
+                self.prompts,
+                max_new_tokens=s.max_new_tokens,
+                batch_size=s.batch_size,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                seed=s.seed + 1000 * k,
+                desc=f"sample {k + 1}/{s.samples_per_prompt}",
+            )
+            for k in range(s.samples_per_prompt)
+        ]
+
+    def logps(self, model, first: list, second: list) -> np.ndarray:
+        """(2, n) summed log-probs of two responses per prompt (strings or messages), each prompt run once."""
+        rows = [
+            {
+                "prompt": p,
+                "chosen": a if isinstance(a, list) else _as_messages(a),
+                "rejected": b if isinstance(b, list) else _as_messages(b),
+            }
+            for p, a, b in zip(self.prompts, first, second)
+        ]
+        tokenized = tokenize_preferences(rows, self.tokenizer)
+        with torch.no_grad():
+            return model_logps(model, tokenized, self.collator, self.settings.logp_batch_size, "log-probs").numpy()
+
+    def _sample_logps(self, model, samples: list[list[str]]) -> np.ndarray:
+        """(K, n) log-probs of the samples, two samples per scoring row."""
+        out = []
+        for k in range(0, len(samples), 2):
+            second = samples[k + 1] if k + 1 < len(samples) else samples[k]
+            out.extend(self.logps(model, samples[k], second)[: min(2, len(samples) - k)])
+        return np.stack(out)
+
+    def measure(self, model, pool: list[list[str]] | None = None) -> dict:
+        """The per-prompt record of ``model`` on its own samples (see :meth:`measure_samples`)."""
+        return self.measure_samples(model, self.sample(model), pool)
+
+    def measure_samples(self, model, samples: list[list[str]], pool: list[list[str]] | None = None) -> dict:
+        """The per-prompt record of ``model`` (lists of floats, JSON-ready) on ``samples`` drawn from it.
+        ``pool``: the SFT policy's samples, the extra candidates of the fixed pool (None: this model is the SFT
+        policy and its samples are the pool)."""
+        pool = samples if pool is None else pool
+        test_logps = self.logps(model, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
+        record = {
+            "reward": np.stack([gold_rewards(self.gold, self.prompts, s) for s in samples]),
+            "logp": self._sample_logps(model, samples),
+            "logp_ref": self._sample_logps(self.reference, samples),
+            "words": np.array([[len(r.split()) for r in s] for s in samples], dtype=float),
+            "loop": np.array([[has_loop(r) for r in s] for s in samples], dtype=float),
+            "test_logp": test_logps,
+            "pool_logp": np.concatenate([test_logps, self._sample_logps(model, pool)]),
+        }
+        out = {k: v.tolist() for k, v in record.items()}
+        out["examples"] = [samples[0][i] for i in range(min(4, len(self.prompts)))]
+        return out
+
+    def constants(self, sft_samples: list[list[str]]) -> dict:
+        """What every comparison shares: π_ref's log-probs on the test pairs, r* of the test pairs (their clean
+        label is argmax r*) and r* of the fixed pool (test pair + the SFT policy's samples)."""
+        chosen = [response_text(p["chosen"]) for p in self.pairs]
+        rejected = [response_text(p["rejected"]) for p in self.pairs]
+        pair_rewards = np.stack(
+            [gold_rewards(self.gold, self.prompts, chosen), gold_rewards(self.gold, self.prompts, rejected)]
+        )
+        pool_rewards = np.concatenate(
+            [pair_rewards, np.stack([gold_rewards(self.gold, self.prompts, s) for s in sft_samples])]
+        )
+        ref_test = self.logps(self.reference, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
+        return {
+            "ref_test_logp": ref_test.tolist(),
+            "pair_reward": pair_rewards.tolist(),
+            "pool_reward": pool_rewards.tolist(),
+        }
+
+
+def _pool_value(pool_logp: np.ndarray, pool_reward: np.ndarray) -> np.ndarray:
+    """Per prompt Σ_j softmax(log π(pool))_j · r*(pool_j); arrays are (pool size, prompts)."""
+    return (softmax(pool_logp, axis=0) * pool_reward).sum(axis=0)
+
+
+def compare(policy: dict, sft: dict, constants: dict) -> dict:
+    """Paired-by-prompt differences of ``policy`` against ``sft`` (records of :meth:`GoldEvaluator.measure`).
+
+    Per prompt: the gold gain (mean r* of the policy's samples − the SFT's), the expected win rate
+    mean_k σ(r*(y_π,k) − r*(y_sft,k)) and the hard one (ties ½), the KL estimate, the length difference and the
+    pool-value gain. Returns each mean with a t interval over prompts, the implicit-reward accuracy, the
+    repetition rates, and the regression of the gain on the length difference.
+    """
+    a = {k: np.asarray(v, dtype=np.float64) for k, v in policy.items() if k != "examples"}
+    b = {k: np.asarray(v, dtype=np.float64) for k, v in sft.items() if k != "examples"}
+    delta = a["reward"] - b["reward"]
+    per_prompt = {
+        "gold_gain": delta.mean(axis=0),
+        "expected_win": expit(delta).mean(axis=0),
+        "hard_win": ((delta > 0) + 0.5 * (delta == 0)).mean(axis=0),
+        "kl": (a["logp"] - a["logp_ref"]).mean(axis=0),
+        "length_difference": (a["words"] - b["words"]).mean(axis=0),
+        "pool_gain": _pool_value(a["pool_logp"], np.asarray(constants["pool_reward"]))
+        - _pool_value(b["pool_logp"], np.asarray(constants["pool_reward"])),
+    }
+    ref = np.asarray(constants["ref_test_logp"])
+    pair_reward = np.asarray(constants["pair_reward"])
+    first_better = pair_reward[0] >= pair_reward[1]
+    implied = (a["test_logp"][0] - ref[0]) - (a["test_logp"][1] - ref[1])
+    summary = {name: paired_test(values).to_dict() for name, values in per_prompt.items()}
+    summary["implicit_accuracy"] = float(np.mean((implied > 0) == first_better))
+    summary["loop_rate"] = float(a["loop"].mean())
+    summary["sft_loop_rate"] = float(b["loop"].mean())
+    summary["words"] = float(a["words"].mean())
+    summary["length_regression"] = share_explained(per_prompt["gold_gain"], per_prompt["length_difference"])
+    return summary

@@ -1,0 +1,86 @@
+"""The steps of ``python -m squarechipo.reproduce study``: pilot (with the power step), main, report."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from squarechipo.reproduce.study import Study
+from squarechipo.reproduce.study_design import StudyDesign, load_design
+from squarechipo.reproduce.study_power import analyse_pilot, check_preregistration, plan_main, preregister
+from squarechipo.reproduce.study_report import markdown, update_readme, write_report
+
+__all__ = ["pilot", "main_run", "report", "run_step"]
+
+
+def pilot(study: Study) -> dict:
+    """Set-up, pilot cells, power step; writes ``pilot.json`` and the pre-registration (once)."""
+    d = study.design
+    start = time.time()
+    setup = study.setup()
+    records = study.run_cells(d.pilot_arms, d.pilot_seeds, "pilot")
+    analysis = analyse_pilot(records, d)
+    label_minutes = _label_minutes(study, d.pilot_seeds)
+    plan = plan_main(d, analysis, seed_minutes=label_minutes)
+    (study.results / "pilot.json").write_text(
+        json.dumps(
+            {"setup": setup, "analysis": analysis, "plan": plan, "seconds": round(time.time() - start)}, indent=2
+        )
+    )
+    prereg = preregister(study.results, d, analysis, plan, study.root)
+    _print_plan(analysis, prereg["plan"])
+    return prereg
+
+
+def _label_minutes(study: Study, seeds) -> float:
+    seconds = [
+        json.loads((study.out / "labels" / f"seed{s}" / "done.json").read_text()).get("seconds", 60) for s in seeds
+    ]
+    return sum(seconds) / len(seconds) / 60
+
+
+def _print_plan(analysis: dict, plan: dict) -> None:
+    for name, diff in analysis["differences"].items():
+        print(
+            f"pilot: {name}: differences {[round(v, 2) for v in diff['differences_points']]} points, "
+            f"SD {diff['sd']:.2f} (80% upper limit {diff['sd_upper80']:.2f})"
+        )
+    print(
+        f"power: {analysis['seeds_needed']} seeds for 80% power against 2 points (SD {analysis['sd_for_power']:.2f}); "
+        f"a cell takes {analysis['cell_minutes']:.1f} min"
+    )
+    print(
+        f"plan: {len(plan['seeds'])} seeds x {len(plan['arms'])} arms, about {plan['expected_hours']} h; "
+        f"MDE {plan['mde_points']:.2f} points; cut: {plan['cut_arms'] or 'nothing'}"
+        + (" (the budget binds the seeds)" if plan["budget_binds_seeds"] else "")
+    )
+
+
+def main_run(study: Study) -> dict:
+    prereg = check_preregistration(study.results, study.design)
+    plan = prereg["plan"]
+    arms = [a for a in study.design.main_arms if a.key in plan["arms"]]
+    study.setup()
+    study.run_cells(arms, plan["seeds"], "main")
+    return report(study)
+
+
+def report(study: Study, readme: str | None = None) -> dict:
+    prereg = check_preregistration(study.results, study.design)
+    summary = write_report(study.results, study.design, prereg)
+    print((study.results / "report.md").read_text())
+    if readme:
+        update_readme(Path(readme), markdown(summary, study.design))
+    return summary
+
+
+def run_step(args) -> None:
+    design: StudyDesign = load_design(args.design)
+    study = Study(design, args.out, args.results, root=args.root)
+    if args.step == "pilot":
+        pilot(study)
+    elif args.step == "main":
+        main_run(study)
+    else:
+        report(study, args.readme)

@@ -1,0 +1,187 @@
+"""The design of the controlled study: its arms, its claims and every size, as one frozen dataclass.
+
+An arm is a method trained on one kind of labels (CTL or LTC at some ε with α = 0.1 and the flip adversary, or
+clean labels), with or without the c(ε) debiasing. The arms of one seed that share a label setting train on one
+release, so every method comparison is paired by seed. The claims are those of Zhou et al. 2025 (Square-χPO,
+App. E and Thm 3.5) plus the comparison with DPO and rDPO that users ask for; each is a paired difference of
+the primary metric between two arms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Arm", "Claim", "CLAIMS", "MAIN_ARMS", "PILOT_ARMS", "StudyDesign", "load_design"]
+
+_NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
+
+
+def _eps_name(epsilon: float | None) -> str:
+    return "inf" if epsilon is None else f"{epsilon:g}"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A method on one label setting. ``debias=False`` trains Square-χPO with c = 1 on private labels.
+
+    ``tier`` orders the cuts when the budget binds: tier 3 arms go first, then tier 2 (tier 1 is never cut).
+    """
+
+    method: str
+    setting: str  # "CTL", "LTC" or "clean"
+    epsilon: float | None  # None = no randomized response
+    debias: bool = True
+    tier: int = 1
+
+    @property
+    def key(self) -> str:
+        suffix = "" if self.debias else "_nodebias"
+        return f"{self.setting.lower()}_eps{_eps_name(self.epsilon)}_{self.method}{suffix}"
+
+    @property
+    def label(self) -> str:
+        name = _NAMES.get(self.method, self.method) + ("" if self.debias else " (c = 1)")
+        where = "clean" if self.setting == "clean" else f"{self.setting} ε={_eps_name(self.epsilon)}"
+        return f"{name}, {where}"
+
+    def release(self, seed: int, corruption_rate: float) -> str:
+        """The release this arm trains on, shared by every arm of the seed with the same label setting."""
+        alpha = 0.0 if self.setting == "clean" else corruption_rate
+        return f"{self.setting.lower()}_eps{_eps_name(self.epsilon)}_alpha{alpha:g}_seed{seed}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``first`` beats ``second`` on the primary metric, paired by seed."""
+
+    name: str
+    first: str  # Arm.key
+    second: str
+
+
+def _arm(method: str, setting: str, epsilon: float | None, debias: bool = True, tier: int = 1) -> Arm:
+    return Arm(method, setting, epsilon, debias, tier)
+
+
+PILOT_ARMS: tuple[Arm, ...] = (_arm("dpo", "CTL", 0.5), _arm("square_chipo", "CTL", 0.5))
+
+MAIN_ARMS: tuple[Arm, ...] = (
+    *(_arm(m, "CTL", 0.5) for m in ("square_chipo", "chipo", "dpo", "rdpo")),
+    _arm("square_chipo", "CTL", 0.5, debias=False),
+    *(_arm(m, "LTC", 0.5) for m in ("square_chipo", "chipo", "dpo", "rdpo")),
+    _arm("square_chipo", "clean", None),
+    _arm("dpo", "clean", None),  # rDPO with flip rate 0 is DPO: the clean reference of both
+    *(_arm(m, "CTL", 1.0, tier=2) for m in ("square_chipo", "dpo", "rdpo")),
+    _arm("square_chipo", "CTL", 1.0, debias=False, tier=2),
+    *(_arm(m, "CTL", 2.0, tier=3) for m in ("square_chipo", "dpo")),
+)
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("Square-χPO ≥ χPO under CTL (ε = 0.5)", "ctl_eps0.5_square_chipo", "ctl_eps0.5_chipo"),
+    Claim("Square-χPO ≥ χPO under LTC (ε = 0.5)", "ltc_eps0.5_square_chipo", "ltc_eps0.5_chipo"),
+    Claim("CTL > LTC for Square-χPO (ε = 0.5)", "ctl_eps0.5_square_chipo", "ltc_eps0.5_square_chipo"),
+    Claim("CTL > LTC for χPO (ε = 0.5)", "ctl_eps0.5_chipo", "ltc_eps0.5_chipo"),
+    Claim(
+        "debiasing helps Square-χPO at ε = 0.5 (CTL)", "ctl_eps0.5_square_chipo", "ctl_eps0.5_square_chipo_nodebias"
+    ),
+    Claim("debiasing helps Square-χPO at ε = 1 (CTL)", "ctl_eps1_square_chipo", "ctl_eps1_square_chipo_nodebias"),
+    Claim("Square-χPO ≥ DPO under CTL (ε = 0.5)", "ctl_eps0.5_square_chipo", "ctl_eps0.5_dpo"),
+    Claim("Square-χPO ≥ rDPO under CTL (ε = 0.5)", "ctl_eps0.5_square_chipo", "ctl_eps0.5_rdpo"),
+    Claim("Square-χPO ≥ DPO under LTC (ε = 0.5)", "ltc_eps0.5_square_chipo", "ltc_eps0.5_dpo"),
+    Claim("Square-χPO ≥ rDPO under LTC (ε = 0.5)", "ltc_eps0.5_square_chipo", "ltc_eps0.5_rdpo"),
+)
+
+
+@dataclass(frozen=True)
+class StudyDesign:
+    """Every setting of the study; the pre-registration freezes it before the main run."""
+
+    name: str = "cpu"
+    data_dir: str = "data"
+    base_model: str = "embedded"
+    # SFT on rows disjoint from the preference rows. The mixed rows (prudent or risky plan, a fair coin per row)
+    # give a starting policy that answers both ways, so a gain has to come from the preference labels.
+    sft_data: str = "finance_sft_mixed_conversational"
+    sft_rows: int | None = 512
+    sft_epochs: float = 1.0
+    sft_learning_rate: float = 5e-5
+    # The gold reward r*: the gold judge fitted on this many public `judge` rows.
+    judge_rows: int | None = None
+    label_source: str = "bt"
+    corruption_rate: float = 0.1
+    # Alignment: each seed draws its own training rows from the train split.
+    train_rows: int = 192
+    epochs: float = 1.0
+    batch_size: int = 8
+    learning_rate: float = 5e-5
+    beta: float = 0.1
+    r_max: float = 5.0
+    max_length: int = 256
+    bf16: bool = True
+    # Evaluation.
+    test_prompts: int = 128
+    samples_per_prompt: int = 2
+    max_new_tokens: int = 128
+    eval_dtype: str = "bfloat16"
+    # Pilot, power and budget.
+    pilot_seeds: tuple[int, ...] = (1000, 1001, 1002)
+    pilot_arms: tuple[Arm, ...] = PILOT_ARMS
+    main_arms: tuple[Arm, ...] = MAIN_ARMS
+    effect_points: float = 2.0  # gold expected win rate, points
+    power: float = 0.8
+    alpha: float = 0.05
+    budget_hours: float = 8.0
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.label_source not in ("dataset", "argmax", "bt"):
+            raise ValueError(f"label_source must be dataset, argmax or bt (got {self.label_source!r}).")
+        if self.samples_per_prompt < 1 or self.test_prompts < 2:
+            raise ValueError("samples_per_prompt must be ≥ 1 and test_prompts ≥ 2.")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("pilot_arms", "main_arms"):
+            out[key] = [asdict(a) for a in getattr(self, key)]
+        out["pilot_seeds"] = list(self.pilot_seeds)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StudyDesign:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown study design fields {unknown}; the fields are {sorted(known)}.")
+        data = dict(data)
+        for key in ("pilot_arms", "main_arms"):
+            if key in data:
+                data[key] = tuple(Arm(**a) if isinstance(a, dict) else a for a in data[key])
+        if "pilot_seeds" in data:
+            data["pilot_seeds"] = tuple(data["pilot_seeds"])
+        return cls(**data)
+
+
+def load_design(path: str | None) -> StudyDesign:
+    """The default design, or a YAML file of :class:`StudyDesign` fields on top of it."""
+    if path is None:
+        return StudyDesign()
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"--design {file}: no such file; give a YAML file of StudyDesign fields.")
+    spec = yaml.safe_load(file.read_text()) or {}
+    base = StudyDesign().to_dict()
+    base.update({"name": file.stem, **spec})
+    return StudyDesign.from_dict(base)
+
+
+def arm_epsilon_text(arm: Arm) -> str:
+    return "∞" if arm.epsilon is None or math.isinf(arm.epsilon) else f"{arm.epsilon:g}"
+
+
+def with_sizes(design: StudyDesign, **changes) -> StudyDesign:
+    return replace(design, **changes)

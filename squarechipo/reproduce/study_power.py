@@ -1,0 +1,148 @@
+"""From the pilot to the pre-registration: the between-seed SD, the seeds for 80% power, the MDE, the budget.
+
+The rule, fixed before any pilot was run:
+
+1. The primary metric is the gold expected win rate against the SFT policy, in points. For each pair of pilot
+   arms, the paired differences by seed give the between-seed SD; with 3 pilot seeds the SD has 2 degrees of
+   freedom, so the power calculation uses its one-sided 80% upper confidence limit (Browne 1995,
+   *On the use of a pilot sample for sample size determination*), SD·√((n − 1)/χ²_{0.2, n−1}).
+2. The seeds needed: the fewest n whose two-sided paired t-test at α = 0.05 has 80% power against the design's
+   effect (2 points), from the noncentral t (:func:`squarechipo.evaluation.paired.seeds_for_power`).
+3. The budget: the pilot's mean minutes per cell (training and evaluation) and per seed (its labels) give the
+   hours of a plan. Arms are cut by tier (tier 3, then tier 2), never seeds; if tier 1 alone does not fit, the
+   seeds are as many as fit, and the MDE at that size is stated.
+4. The plan, the sizes and the MDE are written to ``preregistration.json`` before the main run starts. The main
+   run reads them from there and refuses a design that differs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import subprocess
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from squarechipo.evaluation.paired import mde, seeds_for_power
+from squarechipo.reproduce.study_design import StudyDesign
+
+__all__ = ["PREREGISTRATION", "analyse_pilot", "check_preregistration", "plan_main", "preregister"]
+
+PREREGISTRATION = "preregistration.json"
+_SETUP_HOURS = 0.0  # the set-up (SFT, gold judge, SFT record) is done by the pilot and shared by the main run
+
+
+def _by_arm(records: list[dict]) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+    for r in records:
+        out.setdefault(r["arm"], {})[r["seed"]] = 100.0 * r["summary"]["expected_win"]["mean"]
+    return out
+
+
+def upper_sd(sd: float, n: int, confidence: float = 0.8) -> float:
+    """One-sided upper confidence limit of an SD from n paired values (χ² with n − 1 df)."""
+    return float(sd * math.sqrt((n - 1) / stats.chi2.ppf(1 - confidence, n - 1)))
+
+
+def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
+    """Between-seed SDs of the paired differences, the seeds for power, and the measured cost of a cell."""
+    wins = _by_arm(records)
+    differences = {}
+    for a, b in combinations(sorted(wins), 2):
+        seeds = sorted(set(wins[a]) & set(wins[b]))
+        values = [wins[a][s] - wins[b][s] for s in seeds]
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+        differences[f"{a} − {b}"] = {
+            "seeds": seeds,
+            "differences_points": values,
+            "mean": float(np.mean(values)),
+            "sd": sd,
+            "sd_upper80": upper_sd(sd, len(values)),
+        }
+    sd_plan = max(d["sd_upper80"] for d in differences.values())
+    needed = seeds_for_power(design.effect_points, sd_plan, target=design.power, alpha=design.alpha)
+    cell_minutes = float(np.mean([(r["train_seconds"] + r["eval_seconds"]) / 60 for r in records]))
+    return {
+        "primary_metric": "gold expected win rate vs SFT (points)",
+        "arms": {arm: {"seeds": sorted(v), "win_points": [v[s] for s in sorted(v)]} for arm, v in wins.items()},
+        "differences": differences,
+        "sd_for_power": sd_plan,
+        "seeds_needed": needed,
+        "cell_minutes": cell_minutes,
+    }
+
+
+def plan_main(design: StudyDesign, analysis: dict[str, Any], seed_minutes: float = 1.0) -> dict[str, Any]:
+    """The main run's arms and seeds under the budget (the rule in the module docstring)."""
+    needed, cell = analysis["seeds_needed"], analysis["cell_minutes"]
+
+    def hours(n_arms: int, n_seeds: int) -> float:
+        return _SETUP_HOURS + n_seeds * (n_arms * cell + seed_minutes) / 60
+
+    for max_tier in (3, 2, 1):
+        arms = [a for a in design.main_arms if a.tier <= max_tier]
+        if hours(len(arms), needed) <= design.budget_hours:
+            seeds, binds = needed, False
+            break
+    else:
+        arms = [a for a in design.main_arms if a.tier == 1]
+        seeds = max(2, int(design.budget_hours * 60 // (len(arms) * cell + seed_minutes)))
+        binds = True
+    sd = analysis["sd_for_power"]
+    return {
+        "seeds": list(range(seeds)),
+        "arms": [a.key for a in arms],
+        "cut_arms": [a.key for a in design.main_arms if a not in arms],
+        "budget_binds_seeds": binds,
+        "expected_hours": round(hours(len(arms), seeds), 2),
+        "mde_points": mde(seeds, sd, target=design.power, alpha=design.alpha),
+        "mde_points_at_pilot_sd": mde(
+            seeds, max(d["sd"] for d in analysis["differences"].values()), target=design.power, alpha=design.alpha
+        ),
+    }
+
+
+def _commit(root: Path) -> str | None:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def preregister(results: Path, design: StudyDesign, analysis: dict, plan: dict, root: Path) -> dict[str, Any]:
+    """Write ``preregistration.json`` once; an existing one is returned after checking it holds this design."""
+    path = results / PREREGISTRATION
+    if path.exists():
+        return check_preregistration(results, design)
+    record = {
+        "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _commit(root),
+        "design": design.to_dict(),
+        "pilot": analysis,
+        "plan": plan,
+    }
+    results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, ensure_ascii=False))
+    return record
+
+
+def check_preregistration(results: Path, design: StudyDesign) -> dict[str, Any]:
+    """The pre-registration in ``results``; raises if there is none or if ``design`` differs from it."""
+    path = results / PREREGISTRATION
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} not found: run the pilot first (python -m squarechipo.reproduce study pilot), which writes the "
+            "pre-registered sizes the main run uses."
+        )
+    record = json.loads(path.read_text())
+    current = json.loads(json.dumps(design.to_dict()))
+    changed = sorted(k for k in set(record["design"]) | set(current) if record["design"].get(k) != current.get(k))
+    if changed:
+        raise ValueError(
+            f"{path} pre-registered another design (fields {changed} differ). The main run keeps the pre-registered "
+            "sizes: drop the changes, or use a new --results folder for a new study (with its own pilot)."
+        )
+    return record
