@@ -145,3 +145,104 @@ def test_loop_detector_flags_repetition_loops_and_not_plain_plans():
         "early, and compare three quotes for the block party. Budget $1,000,000 over 10 years."
     )
     assert not has_loop(plan)
+
+
+def _tiny_study(tmp_path, tokenizer, finance_splits, **overrides):
+    """A study design on the tiny model: real recipes, release, generation and gold judge, tiny sizes."""
+    import yaml
+    from conftest import make_tiny_model
+
+    data = tmp_path / "data"
+    if not data.exists():
+        for name in ("finance_preference_conversational", "finance_sft_mixed_conversational"):
+            finance_splits[name].save_to_disk(str(data / name))
+        make_tiny_model(tokenizer, seed=0).save_pretrained(tmp_path / "base")
+        tokenizer.save_pretrained(tmp_path / "base")
+    arms = [
+        {"method": "square_chipo", "setting": "CTL", "epsilon": 0.5},
+        {"method": "dpo", "setting": "CTL", "epsilon": 0.5},
+        {"method": "square_chipo", "setting": "CTL", "epsilon": 0.5, "debias": False, "tier": 2},
+        {"method": "dpo", "setting": "clean", "epsilon": None, "tier": 3},
+    ]
+    spec = {
+        "data_dir": str(data),
+        "base_model": str(tmp_path / "base"),
+        "sft_rows": 8,
+        "judge_rows": 16,
+        "train_rows": 16,
+        "learning_rate": 1.0e-3,
+        "max_length": 96,
+        "bf16": False,
+        "test_prompts": 3,
+        "max_new_tokens": 6,
+        "eval_dtype": "float32",
+        "pilot_seeds": [1000, 1001, 1002],
+        "pilot_arms": arms[:2],
+        "main_arms": arms,
+        "effect_points": 50.0,
+        "budget_hours": 1.0,
+        **overrides,
+    }
+    path = tmp_path / "design.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.slow
+def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_nothing(
+    tokenizer, finance_splits, tmp_path
+):
+    from squarechipo.reproduce.__main__ import main
+
+    design = _tiny_study(tmp_path, tokenizer, finance_splits)
+    out, results = tmp_path / "out", tmp_path / "results"
+    args = [
+        "study",
+        "pilot",
+        "--design",
+        str(design),
+        "--out",
+        str(out),
+        "--results",
+        str(results),
+        "--root",
+        str(ROOT),
+    ]
+    main(args)
+    prereg = json.loads((results / "preregistration.json").read_text())
+    pilot = prereg["pilot"]
+    assert sorted(p.stem for p in (results / "pilot").glob("*.json")) == sorted(
+        f"ctl_eps0.5_{m}_seed{s}" for m in ("square_chipo", "dpo") for s in (1000, 1001, 1002)
+    )
+    difference = next(iter(pilot["differences"].values()))
+    sd = float(np.std(difference["differences_points"], ddof=1))
+    assert difference["sd"] == pytest.approx(sd)
+    assert pilot["seeds_needed"] == seeds_for_power(50.0, pilot["sd_for_power"])
+    plan = prereg["plan"]
+    assert plan["mde_points"] == pytest.approx(mde(len(plan["seeds"]), pilot["sd_for_power"]))
+    # The two methods of a seed trained on one release of the same labels.
+    releases = sorted(p.name for p in (out / "releases").iterdir())
+    assert releases == [f"ctl_eps0.5_alpha0.1_seed{s}" for s in (1000, 1001, 1002)]
+    record = json.loads((results / "pilot" / "ctl_eps0.5_dpo_seed1000.json").read_text())
+    assert len(record["per_prompt"]["expected_win"]) == 3
+    assert 0.0 <= record["summary"]["expected_win"]["mean"] <= 1.0
+    assert not list((out / "cells" / record["cell"] / "model").glob("*.safetensors"))
+
+    # The main run refuses a design whose sizes differ from the pre-registration.
+    changed = _tiny_study(tmp_path, tokenizer, finance_splits, train_rows=24)
+    with pytest.raises(ValueError, match=r"pre-registered another design \(fields \['train_rows'\] differ\)"):
+        main(["study", "main", "--design", str(changed), "--out", str(out), "--results", str(results)])
+    design = _tiny_study(tmp_path, tokenizer, finance_splits)
+    main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results), "--root", str(ROOT)])
+    cells = sorted(results.glob("main/*.json"))
+    assert len(cells) == len(plan["seeds"]) * len(plan["arms"])
+    summary = json.loads((results / "summary.json").read_text())
+    assert {row["arm"] for row in summary["arms"]} == set(plan["arms"])
+    assert (results / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # A resumed run redoes nothing: every record and the pre-registration stay as they were.
+    stamps = {p: p.stat().st_mtime_ns for p in [*cells, *results.glob("pilot/*.json"), results / "sft.json"]}
+    main(["study", "pilot", "--design", str(design), "--out", str(out), "--results", str(results)])
+    main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert json.loads((results / "preregistration.json").read_text()) == prereg
