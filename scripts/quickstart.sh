@@ -23,33 +23,38 @@ LAUNCH=(.venv/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_p
   --num_cpu_threads_per_process "$(nproc)")
 export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::FutureWarning}"
 
-echo "== [1/6] data: finance_preference -> data/"
+echo "== [1/7] data: finance_preference -> data/"
 if [ ! -d data/finance_preference ]; then
   "$PY" -m data_gen.finance --out data --seed 0
-elif [ ! -f data/finance_preference/judge/dataset_info.json ]; then
-  echo "data/ was written by an older generator (its SFT rows share labels with the preference rows, and it has"
-  echo "no judge split): move it away (mv data data.old) and run this script again" >&2
+elif [ ! -d data/finance_sft_mixed_conversational ]; then
+  echo "data/ was written by an older generator (it has no judge split or no mixed SFT rows): move it away"
+  echo "(mv data data.old) and run this script again" >&2
   exit 1
 else
   echo "data/ already exists; delete it to regenerate"
 fi
 
-echo "== [2/6] SFT of the embedded SmolLM2-135M-Instruct on its own rows -> outputs/quickstart/sft"
+echo "== [2/7] SFT of the embedded SmolLM2-135M-Instruct on its own mixed rows -> outputs/quickstart/sft"
 "${LAUNCH[@]}" recipes/sft.py --config recipes/configs/quickstart_sft.yaml
 
-echo "== [3/6] Square-chiPO, CTL, epsilon=0.5, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
+echo "== [3/7] Square-chiPO, CTL, epsilon=0.5, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
 "${LAUNCH[@]}" recipes/train.py --config recipes/configs/quickstart_align.yaml
 
-echo "== [4/6] the gold reward-model judge on public gold pairs -> outputs/quickstart/gold_judge"
+echo "== [4/7] the gold reward-model judge on public gold pairs -> outputs/quickstart/gold_judge"
 "$PY" recipes/gold_judge.py --config recipes/configs/quickstart_gold_judge.yaml
 
-echo "== [5/6] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
+echo "== [5/7] gold-reward gain over the SFT policy: 64 test prompts x 2 samples -> outputs/quickstart/eval/gold.json"
+"$PY" -m squarechipo.evaluation.gold_report --policy outputs/quickstart/square_chipo_ctl --sft outputs/quickstart/sft \
+  --gold outputs/quickstart/gold_judge --dataset data/finance_preference_conversational --split test --prompts 64 \
+  --samples 2 --out outputs/quickstart/eval/gold.json
+
+echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
 "$PY" eval/judge.py --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
   --dataset data/finance_preference_conversational --split test --max-prompts 16 --max-new-tokens 64 \
   --judge reward-model --judge-model outputs/quickstart/gold_judge --judge-batch-size 16 \
   --calibration-pairs 64 --setting CTL --method square_chipo --out outputs/quickstart/eval
 
-echo "== [6/6] central DP selection (epsilon = 1) among base, SFT and Square-chiPO -> outputs/quickstart/selected"
+echo "== [7/7] central DP selection (epsilon = 1) among base, SFT and Square-chiPO -> outputs/quickstart/selected"
 if [ ! -f outputs/quickstart/selected/squarechipo_privacy.json ]; then
   "${LAUNCH[@]}" recipes/select_policy.py --config recipes/configs/select_policy.yaml
 else
@@ -72,6 +77,10 @@ print(f"  metrics:            {(out / 'train_results.json').resolve()}, {(out / 
 print(f"  evaluation:         {pathlib.Path('outputs/quickstart/eval/report.md').resolve()} (+ win_rates.png, judgments.jsonl)")
 print(f"  method {privacy['method']}, epsilon {privacy['epsilon']}, alpha {privacy['corruption_rate']}, "
       f"order {privacy['order']}, train loss {train['train_loss']:.4f}")
+from squarechipo.evaluation.gold_report import format_summary
+print("  gold reward (64 test prompts x 2 samples, paired with the SFT policy's):")
+for line in format_summary(json.loads(pathlib.Path("outputs/quickstart/eval/gold.json").read_text())):
+    print(f"    {line}")
 summary = json.loads(pathlib.Path("outputs/quickstart/eval/summary.json").read_text())
 print(f"  judged by {summary['judge']}:")
 for line in format_lines(summary):
