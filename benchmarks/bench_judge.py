@@ -21,7 +21,7 @@ import time
 
 import httpx
 
-from data_gen.finance import build_datasets
+from squarechipo.data.finance import build_datasets
 from squarechipo.judge.local import TransformersJudge
 from squarechipo.judge.openai_compatible import OpenAICompatibleJudge
 from squarechipo.judge.reward_model import RewardModelJudge

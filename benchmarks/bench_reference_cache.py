@@ -19,7 +19,7 @@ from pathlib import Path
 import datasets
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from data_gen.finance import build_datasets
+from squarechipo.data.finance import build_datasets
 from squarechipo.models import resolve_model_path
 from squarechipo.privacy import LabelPipeline, release_dataset
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer

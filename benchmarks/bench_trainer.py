@@ -117,7 +117,7 @@ def _worker(args: argparse.Namespace) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import DPOConfig, DPOTrainer
 
-    from data_gen.finance import build_datasets
+    from squarechipo.data.finance import build_datasets
     from squarechipo.models import embedded_model_path
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
     from tests.conftest import make_tiny_model

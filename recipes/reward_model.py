@@ -1,82 +1,12 @@
 """Train a reward model (000) or a pairwise preference model (003 §4) on privatized labels.
 
-    accelerate launch recipes/reward_model.py --config recipes/configs/preference_model.yaml
-    accelerate launch recipes/reward_model.py --config recipes/configs/reward_model.yaml
+    accelerate launch recipes/reward_model.py --config recipes/configs/<config>.yaml
 
-``model_type: preference`` fits ℓ(x, a⁰, a¹) ∈ [−1, 1] by the least squares of 003 eq. (10) (the
-input of iterative Square-χPO, ``recipes/self_play.py``); ``model_type: reward`` fits a scalar
-reward with the RR-debiased Bradley–Terry loss of 000. The labels go through the label pipeline once
-(``label_*`` fields; saved and reused under ``privatized_dir``), exactly as in ``recipes/train.py``.
+A thin wrapper kept at the path the project promises: the script is :mod:`squarechipo.scripts.reward_model`
+(``squarechipo reward-model --config ...`` launches it from an installed package), with the same options.
 """
 
-from __future__ import annotations
-
-import logging
-from pathlib import Path
-
-from accelerate import PartialState
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
-from trl import ModelConfig, TrlParser, get_peft_config
-
-from squarechipo.models import resolve_model_path
-from squarechipo.privacy.lineage import mark_source
-from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
-from squarechipo.trainer.script_args import TrainScriptArguments
-from squarechipo.trainer.splits import load_training_splits, skip_eval_when_absent
-
-
-def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, model_args: ModelConfig):
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _ = training_args.device
-    state = PartialState()
-    with state.main_process_first():
-        model_path = resolve_model_path(model_args.model_name_or_path)
-    train, eval_dataset = load_training_splits(
-        script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
-    )
-    skip_eval_when_absent(training_args, eval_dataset)
-    if training_args.model_type == "preference":
-        train = to_pairwise_dataset(train)
-        eval_dataset = to_pairwise_dataset(eval_dataset) if eval_dataset is not None else None
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = mark_source(
-        AutoModelForSequenceClassification.from_pretrained(
-            model_path, num_labels=1, revision=model_args.model_revision
-        ),
-        model_path,
-    )
-    model.config.pad_token_id = tokenizer.pad_token_id
-    trainer = PrivateRewardTrainer(
-        model,
-        args=training_args,
-        train_dataset=train,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-    )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    if eval_dataset is not None:
-        metrics = trainer.evaluate()
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-    trainer.create_model_card(dataset_name=script_args.dataset_name)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    trainer.accelerator.print(
-        f"Done. {training_args.model_type} model, card and privacy record in "
-        f"{Path(training_args.output_dir).resolve()}"
-    )
-    if hasattr(trainer, "end"):
-        trainer.end()
-    return trainer
-
-
-def make_parser() -> TrlParser:
-    return TrlParser((TrainScriptArguments, PrivateRewardConfig, ModelConfig))
-
+from squarechipo.scripts.reward_model import main, make_parser
 
 if __name__ == "__main__":
     main(*make_parser().parse_args_and_config())

@@ -1,89 +1,12 @@
 """Iterative Square-χPO for general (non-transitive) preferences (003 Algorithm 3).
 
-    accelerate launch recipes/reward_model.py --config recipes/configs/preference_model.yaml   # ℓ̂ on private labels
-    accelerate launch recipes/self_play.py --config recipes/configs/self_play.yaml            # T rounds of self-play
+    accelerate launch recipes/self_play.py --config recipes/configs/<config>.yaml
 
-The policy starts at π_ref (``model_name_or_path``); ``preference_model`` is a folder written by the
-first command. By default the output folder is the uniform mixture of π¹..π^T (``mixture.json`` +
-iterates; ``eval/judge.py`` and ``generate_responses`` sample one iterate per prompt), as 003 returns;
-``output_policy: last`` saves the last iterate as a plain model instead.
+A thin wrapper kept at the path the project promises: the script is :mod:`squarechipo.scripts.self_play`
+(``squarechipo self-play --config ...`` launches it from an installed package), with the same options.
 """
 
-from __future__ import annotations
-
-import logging
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from accelerate import PartialState
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import ModelConfig, ScriptArguments, TrlParser
-
-from squarechipo.data import load_preference_dataset
-from squarechipo.models import resolve_model_path
-from squarechipo.privacy.lineage import mark_source
-from squarechipo.privacy.record import read_privacy_record
-from squarechipo.reward import PreferenceModel
-from squarechipo.trainer.iterative import iterative_square_chipo
-from squarechipo.trainer.self_play import SelfPlayConfig
-
-
-@dataclass
-class SelfPlayScriptArguments(ScriptArguments):
-    """Where the prompts of D_x come from, and the preference model."""
-
-    preference_model: str | None = field(default=None, metadata={"help": "Folder of the trained preference model."})
-    max_prompts: int | None = field(default=None, metadata={"help": "Use the first N prompts of the split."})
-
-
-def main(script_args: SelfPlayScriptArguments, training_args: SelfPlayConfig, model_args: ModelConfig) -> Path:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _ = training_args.device
-    state = PartialState()
-    if not script_args.preference_model or not Path(script_args.preference_model).is_dir():
-        raise ValueError(
-            f"preference_model must be the folder of a trained preference model (got "
-            f"{script_args.preference_model!r}); train one with recipes/reward_model.py first."
-        )
-    record = read_privacy_record(script_args.preference_model)
-    if record is not None and record.get("model_type") != "preference":
-        raise ValueError(
-            f"{script_args.preference_model} is a {record.get('model_type')} model; self-play needs a "
-            "pairwise preference model (model_type: preference)."
-        )
-    with state.main_process_first():
-        model_path = resolve_model_path(model_args.model_name_or_path)
-    data = load_preference_dataset(script_args.dataset_name, config=script_args.dataset_config)
-    split = data[script_args.dataset_train_split] if hasattr(data, "keys") else data
-    prompts = split["prompt"] if "prompt" in split.column_names else None
-    if prompts is None:
-        raise ValueError(f"{script_args.dataset_name} has no prompt column; D_x needs prompts.")
-    if script_args.max_prompts is not None:
-        prompts = prompts[: script_args.max_prompts]
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    policy = mark_source(AutoModelForCausalLM.from_pretrained(model_path), model_path)
-    preference = PreferenceModel.from_pretrained(
-        script_args.preference_model, batch_size=training_args.responses_batch_size, device=str(state.device)
-    )
-    reference = model_args.model_name_or_path
-    reference = (
-        reference if reference == "embedded" or not Path(reference).exists() else str(Path(reference).resolve())
-    )
-    out = iterative_square_chipo(
-        policy, tokenizer, prompts, preference, training_args, reference_name=reference, preference_record=record
-    )
-    state.print(
-        f"Done. {training_args.output_policy} of iterative Square-χPO (T = {training_args.iterations}) "
-        f"in {out.resolve()}"
-    )
-    return out
-
-
-def make_parser() -> TrlParser:
-    return TrlParser((SelfPlayScriptArguments, SelfPlayConfig, ModelConfig))
-
+from squarechipo.scripts.self_play import main, make_parser
 
 if __name__ == "__main__":
     main(*make_parser().parse_args_and_config())

@@ -1,98 +1,12 @@
 """Align a causal LM on privatized and/or corrupted preference labels.
 
-    accelerate launch recipes/train.py --config recipes/configs/square_chipo_ctl.yaml
-    torchrun --nproc_per_node 2 recipes/train.py --config ...      # two CPU processes (gloo)
+    accelerate launch recipes/train.py --config recipes/configs/<config>.yaml
 
-Every field of ``TrainScriptArguments`` (dataset, label pipeline), ``SquareChiPOConfig`` (TRL's
-``DPOConfig`` + method, r_max, ...) and TRL's ``ModelConfig`` (model, LoRA) can be set in the YAML
-file or on the command line. ``model_name_or_path: embedded`` is the embedded SmolLM2-135M-Instruct.
-
-The training split is released through the label pipeline once, on the main process, saved with
-its privacy ledger under ``privatized_dir``, and reused by every rank and every re-run.
+A thin wrapper kept at the path the project promises: the script is :mod:`squarechipo.scripts.train`
+(``squarechipo train --config ...`` launches it from an installed package), with the same options.
 """
 
-from __future__ import annotations
-
-import logging
-from pathlib import Path
-
-import torch
-from accelerate import PartialState
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import ModelConfig, TrlParser, get_peft_config
-
-from squarechipo.models import resolve_model_path
-from squarechipo.privacy.lineage import mark_source
-from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
-from squarechipo.trainer.script_args import TrainScriptArguments
-from squarechipo.trainer.splits import load_training_splits, skip_eval_when_absent
-
-logger = logging.getLogger("squarechipo")
-
-
-def main(
-    script_args: TrainScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig
-) -> SquareChiPOTrainer:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
-    state = PartialState()
-    with state.main_process_first():  # the embedded model is converted once, by the main process
-        model_path = resolve_model_path(model_args.model_name_or_path)
-
-    train, eval_dataset = load_training_splits(
-        script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
-    )
-    skip_eval_when_absent(training_args, eval_dataset)
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
-    init_kwargs = dict(
-        revision=model_args.model_revision, dtype=dtype, attn_implementation=model_args.attn_implementation
-    )
-    model = mark_source(AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs), model_path)
-    peft_config = get_peft_config(model_args)
-    ref_model = None
-    if peft_config is None and not training_args.precompute_ref_log_probs:
-        ref_model = mark_source(AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs), model_path)
-
-    trainer = SquareChiPOTrainer(
-        model,
-        ref_model=ref_model,
-        args=training_args,
-        train_dataset=train,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-    )
-    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    if eval_dataset is not None:
-        metrics = trainer.evaluate()
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-    trainer.create_model_card(dataset_name=script_args.dataset_name)
-    trainer.save_state()
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-        trainer.accelerator.print(f"Pushed to https://huggingface.co/{trainer.hub_model_id}")
-    trainer.accelerator.print(
-        f"Done. Model, card (README.md), privacy record and metrics are in {Path(training_args.output_dir).resolve()}"
-    )
-    logger.info("rank %d/%d: finished; waiting for the other processes", state.process_index, state.num_processes)
-    # Every process reaches the end together, so none destroys the group while the main one still writes the card.
-    trainer.accelerator.wait_for_everyone()
-    if hasattr(trainer, "end"):
-        trainer.end()  # finishes trackers and shuts the process group down cleanly
-    logger.info("rank %d/%d: process group closed", state.process_index, state.num_processes)
-    return trainer
-
-
-def make_parser() -> TrlParser:
-    return TrlParser((TrainScriptArguments, SquareChiPOConfig, ModelConfig))
-
+from squarechipo.scripts.train import main, make_parser
 
 if __name__ == "__main__":
-    script_args, training_args, model_args = make_parser().parse_args_and_config()
-    main(script_args, training_args, model_args)
+    main(*make_parser().parse_args_and_config())

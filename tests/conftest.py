@@ -83,6 +83,6 @@ def tiny_model_factory(tokenizer):
 
 @pytest.fixture(scope="session")
 def finance_splits():
-    from data_gen.finance import build_datasets
+    from squarechipo.data.finance import build_datasets
 
     return build_datasets(n_rows=280, seed=0, sft_rows=40, judge_rows=40)

@@ -23,8 +23,10 @@ LAYERS = (
     "judge",
     "evaluation",
     "sim",
+    "scripts",
     "reproduce",
     "audit",
+    "cli",
 )
 MAX_FUNCTION_LINES = 60
 #: A longer function carries a comment starting with this marker that says why it is long.

@@ -9,7 +9,8 @@ import datasets
 import numpy as np
 import pytest
 
-from data_gen.finance import (
+from squarechipo.data import load_preference_dataset, validate_preference_dataset
+from squarechipo.data.finance import (
     CATEGORIES,
     DEFAULT_JUDGE_ROWS,
     DEFAULT_ROWS,
@@ -17,7 +18,6 @@ from data_gen.finance import (
     build_datasets,
     generate_rows,
 )
-from squarechipo.data import load_preference_dataset, validate_preference_dataset
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset, save_privatized
 
 

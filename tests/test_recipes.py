@@ -12,7 +12,7 @@ import datasets
 import pytest
 import yaml
 
-from data_gen.finance import build_datasets
+from squarechipo.data.finance import build_datasets
 from squarechipo.privacy import get_ledger
 from tests.conftest import make_tiny_model
 

@@ -115,7 +115,7 @@ def test_table1_runs_end_to_end_and_resumes(tokenizer, finance_splits, tmp_path)
         "max_length: 128\nlearning_rate: 1.0e-3\n"
     )
     out = tmp_path / "table1"
-    run = Table1Run(load_scale(str(spec)), out, root=ROOT)
+    run = Table1Run(load_scale(str(spec)), out)
     records = run.run()
     assert [r["name"] for r in records] == [c.name for c in plan_cells(run.scale)]
     assert sorted(p.name for p in (out / "releases").iterdir()) == [
@@ -135,13 +135,13 @@ def test_table1_runs_end_to_end_and_resumes(tokenizer, finance_splits, tmp_path)
     release = out / "releases" / records[3]["labels"]
     released = datasets.load_from_disk(str(release))["chosen"]
     (cut / CELL_RECORD).unlink()  # the run was cut off after training this cell, before its record
-    again = Table1Run(load_scale(str(spec)), out, root=ROOT).run()
+    again = Table1Run(load_scale(str(spec)), out).run()
     assert (finished / CELL_RECORD).stat().st_mtime_ns == before[finished]
     assert (cut / CELL_RECORD).stat().st_mtime_ns != before[cut]
     assert datasets.load_from_disk(str(release))["chosen"] == released
     assert len(again) == len(records)
     spec.write_text(spec.read_text() + "cell_minutes: 9.0\n")  # only the estimate changes: the run resumes
-    assert [r["name"] for r in Table1Run(load_scale(str(spec)), out, root=ROOT).run()] == [r["name"] for r in again]
+    assert [r["name"] for r in Table1Run(load_scale(str(spec)), out).run()] == [r["name"] for r in again]
     spec.write_text(spec.read_text().replace("test_prompts: 3", "test_prompts: 4"))
     with pytest.raises(ValueError, match=r"holds a run at another scale \(fields \['test_prompts'\] differ\)"):
-        Table1Run(load_scale(str(spec)), out, root=ROOT).run()
+        Table1Run(load_scale(str(spec)), out).run()

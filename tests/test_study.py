@@ -205,8 +205,6 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
         str(out),
         "--results",
         str(results),
-        "--root",
-        str(ROOT),
     ]
     main(args)
     prereg = json.loads((results / "preregistration.json").read_text())
@@ -233,7 +231,7 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     with pytest.raises(ValueError, match=r"pre-registered another design \(fields \['train_rows'\] differ\)"):
         main(["study", "main", "--design", str(changed), "--out", str(out), "--results", str(results)])
     design = _tiny_study(tmp_path, tokenizer, finance_splits)
-    main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results), "--root", str(ROOT)])
+    main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])
     cells = sorted(results.glob("main/*.json"))
     assert len(cells) == len(plan["seeds"]) * len(plan["arms"])
     summary = json.loads((results / "summary.json").read_text())

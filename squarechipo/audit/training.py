@@ -30,7 +30,7 @@ from squarechipo.audit.canaries import (
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
-from squarechipo.reproduce.recipes import run_recipe
+from squarechipo.scripts.launch import run_script
 
 __all__ = ["audit_training_run"]
 
@@ -47,7 +47,7 @@ def _split_rows(config: dict[str, Any], canaries: int) -> tuple[datasets.Dataset
     return train.select(range(used)), train.select(range(used, used + canaries))
 
 
-def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset, out: Path) -> str:
+def _leaky_sft(config: dict[str, Any], canary_rows: datasets.Dataset, out: Path) -> str:
     """Fine-tune the starting model on the canaries' chosen responses: the leak the lineage guard refuses."""
     sft_rows = canary_rows.map(lambda row: {"completion": row["chosen"]}, remove_columns=["chosen", "rejected"])
     datasets.DatasetDict({"train": sft_rows}).save_to_disk(str(out / "leak_data"))
@@ -65,7 +65,7 @@ def _leaky_sft(root: Path, config: dict[str, Any], canary_rows: datasets.Dataset
         "report_to": "none",
         "gradient_checkpointing": False,
     }
-    run_recipe(root, "recipes/sft.py", sft, out)
+    run_script("sft", sft, out)
     return str(out / "leaky_sft")
 
 
@@ -102,12 +102,11 @@ def audit_training_run(
     leak: str | None = None,
     canary_text: str = "random",
     seed: int = 0,
-    root: str | Path = ".",
     alpha: float = 0.05,
 ) -> CanaryAudit:
-    """Plant ``canaries`` random-label pairs, train with the config (through ``recipes/train.py``), guess each
-    canary's label from the trained model and bound ε (:mod:`squarechipo.audit.canaries`)."""
-    root, out = Path(root).resolve(), Path(out)
+    """Plant ``canaries`` random-label pairs, train with the config (:mod:`squarechipo.scripts.train`), guess
+    each canary's label from the trained model and bound ε (:mod:`squarechipo.audit.canaries`)."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load(Path(config_path).read_text())
     if canary_text not in CANARY_TEXTS:
@@ -123,8 +122,8 @@ def audit_training_run(
     run.update(output_dir=str(out / "model"), privatized_dir=str(out / "model" / "released_train"), eval_strategy="no")
     run.update(save_strategy="no", report_to="none")
     if leak == "sft":
-        run.update(model_name_or_path=_leaky_sft(root, config, canary_rows, out), override_lineage_guard=True)
-    run_recipe(root, "recipes/train.py", run, out)
+        run.update(model_name_or_path=_leaky_sft(config, canary_rows, out), override_lineage_guard=True)
+    run_script("train", run, out)
     counts = guess_counts(_scores(out / "model", config["model_name_or_path"], source), labels)
     claimed = json.loads((out / "model" / "squarechipo_privacy.json").read_text()).get("epsilon")
     correct, guesses = (tuple(column) for column in zip(*counts))

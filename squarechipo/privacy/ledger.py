@@ -37,7 +37,8 @@ __all__ = [
 ]
 
 
-def _library_version() -> str:
+def library_version() -> str:
+    """The installed squarechipo version, which ledgers, privacy records and cards record."""
     return importlib.metadata.version("squarechipo")
 
 
@@ -157,7 +158,7 @@ class Release:
             order=order,
             n_rows=int(n_rows),
             randomness="fixed_seed" if fixed_seed else "os_entropy",
-            library_version=_library_version(),
+            library_version=library_version(),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             pipeline=pipeline,
             data_fingerprint=data_fingerprint,

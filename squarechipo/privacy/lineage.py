@@ -237,7 +237,7 @@ def check_lineage(
         raise ValueError(
             f"{context}: the labels of these rows are private, but\n  {lines}\n"
             "Its weights carry those labels, so the privacy guarantee would not hold for the result. Start from a "
-            "model trained on disjoint rows (for the finance data: the finance_sft split, which data_gen/finance.py "
+            "model trained on disjoint rows (for the finance data: the finance_sft split, which the generator "
             "draws from rows of their own), or from a public base model. Set "
             f"{override_field}=True only if you accept that the labels are exposed through that model; the override "
             f"is written into {PRIVACY_FILE} and the model card."

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from squarechipo.privacy.ledger import library_version as _library_version
+
 __all__ = [
     "EXPOSURES",
     "PRIVACY_FILE",
@@ -77,6 +79,8 @@ class PrivacyRecord:
     lineage_labels_private: bool | None = None
     label_exposure: list[dict] = field(default_factory=list)
     upstream: list[dict] = field(default_factory=list)
+    #: The squarechipo version that wrote the record (None in files written before it was recorded).
+    library_version: str | None = None
     #: Stage-specific public fields (method, β, R_max, candidates, …), written at the top level of the JSON.
     details: dict[str, Any] = field(default_factory=dict)
     format: str = RECORD_FORMAT
@@ -94,7 +98,7 @@ class PrivacyRecord:
     @classmethod
     def build(cls, values: dict[str, Any]) -> PrivacyRecord:
         """A new record in the current schema (writers use this; :meth:`from_dict` reads files of any version)."""
-        return cls.from_dict({**values, "format": RECORD_FORMAT})
+        return cls.from_dict({**values, "format": RECORD_FORMAT, "library_version": _library_version()})
 
     def to_dict(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "details"}
@@ -121,10 +125,13 @@ class PrivacyRecord:
             if key in self.details
         ]
         rows += self._central_rows() if self.mechanism == "exponential" else self._label_rows()
-        return rows + self._lineage_rows()
+        rows += self._lineage_rows()
+        return rows + [("written by squarechipo", self.library_version or "unknown (an older record)")]
 
     def _label_rows(self) -> list[tuple[str, Any]]:
         epsilon = self.epsilon if self.epsilon is not None else "none (no privacy)"
+        if self.epsilon is not None and self.ledger is None:
+            epsilon = f"{epsilon}: asserted by the config, not backed by a ledger"
         if self.exposed:
             epsilon = f"{epsilon}: does not hold for this model (labels exposed through a starting model, see below)"
         return [

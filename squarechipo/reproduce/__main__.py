@@ -7,8 +7,8 @@ controlled, powered study of the methods on private and corrupted labels under a
     python -m squarechipo.reproduce study main    # the pre-registered main run (resumable; refuses changed sizes)
     python -m squarechipo.reproduce study report  # tables, verdicts and the frontier plot from the records
 
-Both are resumable: run the same command again after an interruption. Run them from the root of a squarechipo
-checkout (they run its ``recipes/``).
+Both are resumable: run the same command again after an interruption. Their steps run the installed package's
+scripts (:mod:`squarechipo.scripts`), so they work from any folder; ``squarechipo reproduce ...`` is the same.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ report: RESULTS/report.md, summary.json and frontier.png from the records; --rea
 
 def _table1(args) -> None:
     scale = load_scale(args.scale)
-    run = Table1Run(scale, args.out or f"outputs/table1_{scale.name}", root=args.root)
+    run = Table1Run(scale, args.out or f"outputs/table1_{scale.name}")
     if args.dry_run:
         cells = plan_cells(scale)
         pending, minutes = run.estimate(cells)
@@ -57,7 +57,6 @@ def main(argv: list[str] | None = None) -> None:
         "--scale", default="cpu", help=f"{' or '.join(SCALES)} (default cpu), or a YAML file of Scale fields"
     )
     table1.add_argument("--out", default=None, help="output folder (default: outputs/table1_<scale>)")
-    table1.add_argument("--root", default=".", help="the squarechipo checkout whose recipes/ it runs")
     table1.add_argument("--dry-run", action="store_true", help="print the plan and the expected time, run nothing")
     study = commands.add_parser(
         "study",
@@ -69,7 +68,6 @@ def main(argv: list[str] | None = None) -> None:
     study.add_argument("--design", default=None, help="YAML file of StudyDesign fields (default: the built-in design)")
     study.add_argument("--out", default="outputs/study", help="work folder: models, releases, samples (not committed)")
     study.add_argument("--results", default="results/study", help="small records to commit (default results/study)")
-    study.add_argument("--root", default=".", help="the squarechipo checkout whose recipes/ it runs")
     study.add_argument("--readme", default=None, help="with report: rewrite this file's study block")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -19,7 +19,7 @@ class Scale:
     """Every size and setting of a run. The label settings are 003's: ε = 0.5, α = 0.1, the flip adversary."""
 
     name: str
-    #: Where the finance datasets live (``python -m data_gen.finance --out data`` writes them).
+    #: Where the finance datasets live (``python -m squarechipo.data.finance --out data`` writes them).
     data_dir: str = "data"
     base_model: str = "embedded"
     # SFT on finance_sft rows (disjoint from the preference rows: no preference label reaches the SFT policy).
@@ -79,6 +79,26 @@ SCALES: dict[str, Scale] = {
     # so 36 cells would take 3.6 h; 80 rows (10 steps) and 32 prompts were expected at 4.1 min a cell and took
     # 181–190 s (3.1 min) in the first run, about 2 h in all with the 10-minute set-up.
     "cpu": Scale(name="cpu", train_rows=80, test_prompts=32, cell_minutes=3.1, setup_minutes=10.0),
+    # One cell at toy sizes on the embedded model, to check an installation end to end in a few minutes; its
+    # figures mean nothing.
+    "tiny": Scale(
+        name="tiny",
+        sft_rows=8,
+        seeds=(0,),
+        settings=("CTL",),
+        methods=("square_chipo",),
+        sweep_epsilons=(),
+        clean_reference=False,
+        train_rows=8,
+        max_length=128,
+        test_prompts=2,
+        max_new_tokens=8,
+        judge_rows=16,
+        calibration_pairs=4,
+        second_opinion=None,
+        cell_minutes=2.0,
+        setup_minutes=3.0,
+    ),
     # 003 App. E: all 1,442 training rows, 5 seeds, every SFT row; for a GPU.
     "paper": Scale(
         name="paper",

@@ -31,8 +31,8 @@ from squarechipo.data import load_preference_dataset
 from squarechipo.evaluation.gold import label_with_gold
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
-from squarechipo.reproduce.recipes import run_recipe
 from squarechipo.reproduce.study_design import Arm, StudyDesign
+from squarechipo.scripts.launch import run_script
 
 __all__ = ["Study", "cell_name"]
 
@@ -67,11 +67,9 @@ def _timed(step) -> dict[str, Any]:
 class Study:
     """The study in ``out`` (models, releases, samples: not for committing) and ``results`` (small records)."""
 
-    def __init__(self, design: StudyDesign, out: str | Path, results: str | Path, *, root=".", python=sys.executable):
+    def __init__(self, design: StudyDesign, out: str | Path, results: str | Path, *, python=sys.executable):
         self.design, self.out, self.results = design, Path(out), Path(results)
-        self.root, self.python = Path(root).resolve(), python
-        data = Path(design.data_dir)
-        self.data = data if data.is_absolute() else self.root / data
+        self.python, self.data = python, Path(design.data_dir)
         self._evaluator: GoldEvaluator | None = None
         self._sft_samples: list[list[str]] | None = None
 
@@ -79,7 +77,9 @@ class Study:
 
     def _ensure_data(self) -> None:
         if not (self.data / _PREFERENCE / "judge").is_dir():
-            subprocess.run([self.python, "-m", "data_gen.finance", "--out", str(self.data), "--seed", "0"], check=True)
+            subprocess.run(
+                [self.python, "-m", "squarechipo.data.finance", "--out", str(self.data), "--seed", "0"], check=True
+            )
 
     def _sft(self) -> dict[str, Any]:
         d, folder = self.design, self.out / "sft"
@@ -101,9 +101,7 @@ class Study:
             "gradient_checkpointing": False,
             "seed": 0,
         }
-        return _once(
-            folder, lambda: _timed(lambda: run_recipe(self.root, "recipes/sft.py", config, folder, self.python))
-        )
+        return _once(folder, lambda: _timed(lambda: run_script("sft", config, folder, self.python)))
 
     def _gold(self) -> dict[str, Any]:
         folder = self.out / "gold_judge"
@@ -115,7 +113,7 @@ class Study:
             "max_train_samples": self.design.judge_rows,
             "output_dir": str(folder),
         }
-        build = lambda: _timed(lambda: run_recipe(self.root, "recipes/gold_judge.py", config, folder, self.python))  # noqa: E731
+        build = lambda: _timed(lambda: run_script("gold_judge", config, folder, self.python))  # noqa: E731
         return _once(folder, build)
 
     def setup(self) -> dict[str, Any]:
@@ -232,7 +230,7 @@ class Study:
             shutil.rmtree(folder)  # cut off before its record was written
         folder.mkdir(parents=True)
         start = time.time()
-        run_recipe(self.root, "recipes/train.py", self._cell_config(arm, seed, folder), folder, self.python)
+        run_script("train", self._cell_config(arm, seed, folder), folder, self.python)
         trained = time.time()
         record = self._measure(folder / "model")
         train = json.loads((folder / "model" / "train_results.json").read_text())

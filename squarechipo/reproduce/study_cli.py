@@ -28,7 +28,7 @@ def pilot(study: Study) -> dict:
             {"setup": setup, "analysis": analysis, "plan": plan, "seconds": round(time.time() - start)}, indent=2
         )
     )
-    prereg = preregister(study.results, d, analysis, plan, study.root)
+    prereg = preregister(study.results, d, analysis, plan)
     _print_plan(analysis, prereg["plan"])
     return prereg
 
@@ -77,7 +77,7 @@ def report(study: Study, readme: str | None = None) -> dict:
 
 def run_step(args) -> None:
     design: StudyDesign = load_design(args.design)
-    study = Study(design, args.out, args.results, root=args.root)
+    study = Study(design, args.out, args.results)
     if args.step == "pilot":
         pilot(study)
     elif args.step == "main":

@@ -18,6 +18,7 @@ The rule, fixed before any pilot was run:
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import math
 import subprocess
@@ -107,19 +108,24 @@ def plan_main(design: StudyDesign, analysis: dict[str, Any], seed_minutes: float
     }
 
 
-def _commit(root: Path) -> str | None:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
-    return done.stdout.strip() or None if done.returncode == 0 else None
+def _commit() -> str | None:
+    """The git commit of the working folder, when it is a checkout (a record of the code that ran)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
-def preregister(results: Path, design: StudyDesign, analysis: dict, plan: dict, root: Path) -> dict[str, Any]:
+def preregister(results: Path, design: StudyDesign, analysis: dict, plan: dict) -> dict[str, Any]:
     """Write ``preregistration.json`` once; an existing one is returned after checking it holds this design."""
     path = results / PREREGISTRATION
     if path.exists():
         return check_preregistration(results, design)
     record = {
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _commit(root),
+        "commit": _commit(),
+        "version": importlib.metadata.version("squarechipo"),
         "design": design.to_dict(),
         "pilot": analysis,
         "plan": plan,

@@ -35,8 +35,8 @@ from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.judge.templates import FINANCE_TEMPLATE
 from squarechipo.models.generation import generate_responses
 from squarechipo.reproduce.aggregate import write_table1
-from squarechipo.reproduce.recipes import run_recipe
 from squarechipo.reproduce.scales import Scale
+from squarechipo.scripts.launch import run_script
 
 __all__ = ["Cell", "Table1Run", "plan_cells"]
 
@@ -105,22 +105,16 @@ def _once(folder: Path, build: Callable[[], dict[str, Any]], marker: str = DONE)
 
 
 class Table1Run:
-    """One reproduction in ``out`` at ``scale``; ``root`` is the squarechipo checkout whose recipes it runs."""
+    """One reproduction in ``out`` at ``scale``; its steps run the installed package's scripts."""
 
-    def __init__(self, scale: Scale, out: str | Path, *, root: str | Path = ".", python: str = sys.executable):
-        self.scale, self.out, self.root, self.python = scale, Path(out), Path(root).resolve(), python
-        for script in ("recipes/train.py", "recipes/sft.py", "recipes/gold_judge.py"):
-            if not (self.root / script).is_file():
-                raise FileNotFoundError(
-                    f"{self.root / script} not found: the reproduction runs the recipes of a squarechipo checkout; "
-                    "run it from the repository root (or pass --root)."
-                )
-        self.data = self.root / scale.data_dir if not Path(scale.data_dir).is_absolute() else Path(scale.data_dir)
+    def __init__(self, scale: Scale, out: str | Path, *, python: str = sys.executable):
+        self.scale, self.out, self.python = scale, Path(out), python
+        self.data = Path(scale.data_dir)
 
     # ------------------------------------------------------------------ steps
 
     def _recipe(self, script: str, config: dict[str, Any], folder: Path) -> None:
-        run_recipe(self.root, script, config, folder, self.python)
+        run_script(script, config, folder, self.python)
 
     def _ensure_data(self) -> None:
         if (self.data / _PREFERENCE / "judge").is_dir():
@@ -128,9 +122,11 @@ class Table1Run:
         if self.data.exists() and any(self.data.iterdir()):
             raise FileNotFoundError(
                 f"{self.data / _PREFERENCE} has no judge split: {self.data} was written by an older generator. "
-                "Move it away and run again (python -m data_gen.finance --out data regenerates it)."
+                "Move it away and run again (python -m squarechipo.data.finance --out data regenerates it)."
             )
-        subprocess.run([self.python, "-m", "data_gen.finance", "--out", str(self.data), "--seed", "0"], check=True)
+        subprocess.run(
+            [self.python, "-m", "squarechipo.data.finance", "--out", str(self.data), "--seed", "0"], check=True
+        )
 
     def _sft(self) -> dict[str, Any]:
         folder = self.out / "sft"
@@ -151,7 +147,7 @@ class Table1Run:
             "gradient_checkpointing": False,
             "seed": 0,
         }
-        return _once(folder, lambda: self._timed(lambda: self._recipe("recipes/sft.py", config, folder)))
+        return _once(folder, lambda: self._timed(lambda: self._recipe("sft", config, folder)))
 
     def _gold_judge(self) -> dict[str, Any]:
         folder = self.out / "gold_judge"
@@ -163,7 +159,7 @@ class Table1Run:
             "max_train_samples": self.scale.judge_rows,
             "output_dir": str(folder),
         }
-        return _once(folder, lambda: self._timed(lambda: self._recipe("recipes/gold_judge.py", config, folder)))
+        return _once(folder, lambda: self._timed(lambda: self._recipe("gold_judge", config, folder)))
 
     def _cell_config(self, cell: Cell, folder: Path) -> dict[str, Any]:
         s = self.scale
@@ -264,7 +260,7 @@ class Table1Run:
 
         def build() -> dict[str, Any]:
             start = time.time()
-            self._recipe("recipes/train.py", self._cell_config(cell, folder), folder)
+            self._recipe("train", self._cell_config(cell, folder), folder)
             wins = self._judge_cell(cell, folder, test, judges, baseline)
             train = json.loads((folder / "model" / "train_results.json").read_text())
             if not self.scale.keep_models:

@@ -1,0 +1,129 @@
+"""The ``squarechipo`` command: one subcommand per job, as ``trl dpo`` is for TRL.
+
+    squarechipo train --config recipes/configs/square_chipo.yaml [--num_processes 2] [--accelerate_config F]
+    squarechipo sft | gold-judge | reward-model | select | lp2st | self-play --config ...
+    squarechipo judge | judge-accuracy | aggregate | gold-report ...
+    squarechipo data finance --out data
+    squarechipo reproduce table1 --scale tiny | squarechipo study pilot | squarechipo audit mechanisms
+    squarechipo sim
+
+Training subcommands launch their script (:mod:`squarechipo.scripts`) through ``accelerate launch``: options the
+script does not know (``--num_processes``, ``--mixed_precision``, ...) go to Accelerate, and
+``--accelerate_config FILE`` becomes Accelerate's ``--config_file``. On a machine without an accelerator each
+process gets every CPU core (``--num_cpu_threads_per_process``), which Accelerate otherwise sets to one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from squarechipo import __version__
+
+__all__ = ["main", "TRAINING", "TOOLS"]
+
+#: Subcommand → script module launched through Accelerate (``main(script_args, training_args, model_args)``).
+TRAINING = {
+    "train": "train",
+    "sft": "sft",
+    "gold-judge": "gold_judge",
+    "reward-model": "reward_model",
+    "select": "select_policy",
+    "lp2st": "lp2st",
+    "self-play": "self_play",
+}
+#: Subcommand → (module, help): run in this process with ``main(argv)``.
+TOOLS = {
+    "judge": ("squarechipo.scripts.judge", "win rate of a policy against a baseline, judged pairwise"),
+    "judge-accuracy": ("squarechipo.scripts.judge_accuracy", "judges' accuracy on gold pairs"),
+    "aggregate": ("squarechipo.scripts.aggregate", "seeds of judge runs into one table"),
+    "gold-report": ("squarechipo.evaluation.gold_report", "a policy's gold-reward gain over the SFT policy"),
+    "reproduce": ("squarechipo.reproduce.__main__", "Table 1 of Zhou et al. 2025 at a named scale"),
+    "study": ("squarechipo.reproduce.__main__", "the controlled study: pilot, main run, report"),
+    "audit": ("squarechipo.audit.__main__", "empirical ε lower bounds for mechanisms and training runs"),
+    "sim": ("squarechipo.sim.__main__", "the simulation lab"),
+    "data": ("squarechipo.data.finance", "generate a dataset: data finance --out DIR"),
+}
+
+
+def _subtract(items: list[str], remove: list[str]) -> list[str]:
+    """``items`` without the ordered subsequence ``remove`` (TRL's rule for splitting launch arguments)."""
+    rest, it = [], iter(remove)
+    current = next(it, None)
+    for item in items:
+        if current is not None and item == current:
+            current = next(it, None)
+        else:
+            rest.append(item)
+    return rest
+
+
+def launch_arguments(unknown: list[str]) -> list[str]:
+    """Accelerate's options from the ones the script did not know, with the CPU thread default added."""
+    from squarechipo.models.runtime import accelerator_available
+
+    args = list(unknown)
+    if "--accelerate_config" in args:
+        index = args.index("--accelerate_config")
+        if index + 1 >= len(args):
+            raise SystemExit("--accelerate_config needs a file, e.g. recipes/accelerate/ddp.yaml")
+        args = ["--config_file", args[index + 1], *args[:index], *args[index + 2 :]]
+    if not accelerator_available() and "--num_cpu_threads_per_process" not in args:
+        args += ["--num_cpu_threads_per_process", str(os.cpu_count() or 1)]
+    return args
+
+
+def _train(name: str, argv: list[str]) -> int:
+    from accelerate.commands.launch import launch_command, launch_command_parser
+
+    module = importlib.import_module(f"squarechipo.scripts.{TRAINING[name]}")
+    parser = module.make_parser(prog=f"squarechipo {name}")
+    *_, config_rest, cli_rest = parser.parse_args_and_config(
+        argv, return_remaining_strings=True, separate_remaining_strings=True
+    )
+    script_args = _subtract(argv, cli_rest)
+    launch = launch_arguments(config_rest + cli_rest)
+    accelerate = launch_command_parser().parse_args([*launch, str(module.__file__), *script_args])
+    launch_command(accelerate)
+    return 0
+
+
+def _tool(name: str, argv: list[str]) -> int:
+    module = importlib.import_module(TOOLS[name][0])
+    if name == "data":
+        if not argv or argv[0] != "finance":
+            raise SystemExit("squarechipo data: the generator to run, e.g. squarechipo data finance --out data")
+        argv = argv[1:]
+    if name == "study":
+        argv = ["study", *argv]
+    elif name == "reproduce" and argv[:1] not in (["table1"], ["study"]):
+        argv = ["table1", *argv]  # `squarechipo reproduce --scale tiny` is Table 1
+    result = module.main(argv)
+    return result if isinstance(result, int) else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="squarechipo", description=__doc__.splitlines()[0], add_help=True)
+    parser.add_argument("--version", action="version", version=f"squarechipo {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in TRAINING.items():
+        commands.add_parser(name, help=f"launch squarechipo.scripts.{module} through Accelerate", add_help=False)
+    for name, (_, text) in TOOLS.items():
+        commands.add_parser(name, help=text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if not argv or argv[0] not in {*TRAINING, *TOOLS}:
+        parser.parse_args(argv or ["--help"])  # --help, --version, or an error naming the choices
+        return 2
+    name, rest = argv[0], argv[1:]
+    return _train(name, rest) if name in TRAINING else _tool(name, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

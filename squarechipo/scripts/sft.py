@@ -1,0 +1,90 @@
+"""Supervised fine-tuning on finance_sft (prompt + chosen) with TRL's SFTTrainer.
+
+    accelerate launch recipes/sft.py --config recipes/configs/sft.yaml
+
+``model_name_or_path: embedded`` is the embedded SmolLM2-135M-Instruct.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import torch
+from accelerate import PartialState
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_config
+
+from squarechipo.models import resolve_model_path
+from squarechipo.models.card import fix_model_card
+from squarechipo.privacy.lineage import ModelLineage, public_labels_record
+from squarechipo.privacy.record import write_privacy_record
+from squarechipo.trainer.config import SFTRecipeConfig
+
+
+@dataclass
+class SFTScriptArguments(ScriptArguments):
+    dataset_test_split: str = field(default="validation", metadata={"help": "Evaluation split."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N rows."})
+
+
+def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_args: ModelConfig) -> SFTTrainer:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
+    with PartialState().main_process_first():
+        model_path = resolve_model_path(model_args.model_name_or_path)
+    source = Path(script_args.dataset_name)
+    data = (
+        datasets.load_from_disk(str(source))
+        if source.is_dir()
+        else datasets.load_dataset(script_args.dataset_name, script_args.dataset_config)
+    )
+    train = data[script_args.dataset_train_split]
+    if script_args.max_train_samples is not None:
+        train = train.select(range(min(script_args.max_train_samples, len(train))))
+    eval_dataset = data.get(script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    trainer = SFTTrainer(
+        model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)  # saves the tokenizer too (processing_class)
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.create_model_card(dataset_name=script_args.dataset_name)
+    if trainer.is_world_process_zero():
+        fix_model_card(
+            training_args.output_dir, base_model=model_path, dataset_name=script_args.dataset_name, model_name=None
+        )
+        # No label privacy in SFT; the record lets the central selector check this model's training data.
+        # `upstream` carries the starting model's own record, so a model trained from this one is checked
+        # against this SFT data too (transitive lineage).
+        record = public_labels_record("sft", [("initial", ModelLineage.of_model(model_path))], train, context="sft")
+        intro = (
+            "This model was fine-tuned with [squarechipo](https://pypi.org/project/squarechipo/)'s SFT recipe on "
+            "public rows; no label privacy is claimed for them."
+        )
+        write_privacy_record(training_args.output_dir, record, intro=intro)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    trainer.accelerator.print(f"SFT model saved to {Path(training_args.output_dir).resolve()}")
+    if hasattr(trainer, "end"):
+        trainer.end()
+    return trainer
+
+
+def make_parser(prog: str | None = None) -> TrlParser:
+    return TrlParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig), prog=prog)
+
+
+if __name__ == "__main__":
+    main(*make_parser().parse_args_and_config())
