@@ -1,4 +1,5 @@
-"""Aggregate several eval/judge.py runs (seeds) into mean ± std, in the form of 003's Table 1.
+"""Aggregate several eval/judge.py runs (seeds) into mean ± std, in the form of Zhou et al. 2025 (Square-χPO)'s Table
+1.
 
 A thin wrapper kept at the path the project promises (``python eval/aggregate.py ...``): the script is
 :mod:`squarechipo.scripts.aggregate`, with the same options.

@@ -1,4 +1,4 @@
-"""LLM-as-judge win rate of a policy against a baseline (003 App. E).
+"""LLM-as-judge win rate of a policy against a baseline (Zhou et al. 2025 (Square-χPO), App. E).
 
 A thin wrapper kept at the path the project promises (``python eval/judge.py ...``): the script is
 :mod:`squarechipo.scripts.judge`, with the same options.

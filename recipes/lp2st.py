@@ -1,4 +1,4 @@
-"""Multi-stage training with RRWithPrior for preferences (001 LP-2ST) around Square-χPO.
+"""Multi-stage training with RRWithPrior for preferences (Ghazi et al. 2021 (label DP) LP-2ST) around Square-χPO.
 
     accelerate launch recipes/lp2st.py --config recipes/configs/<config>.yaml
 

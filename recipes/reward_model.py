@@ -1,4 +1,5 @@
-"""Train a reward model (000) or a pairwise preference model (003 §4) on privatized labels.
+"""Train a reward model (Chowdhury et al. 2024 (private reward estimation)) or a pairwise preference model (Zhou et al.
+2025 (Square-χPO), §4) on privatized labels.
 
     accelerate launch recipes/reward_model.py --config recipes/configs/<config>.yaml
 

@@ -1,4 +1,4 @@
-"""Iterative Square-χPO for general (non-transitive) preferences (003 Algorithm 3).
+"""Iterative Square-χPO for general (non-transitive) preferences (Zhou et al. 2025 (Square-χPO), Algorithm 3).
 
     accelerate launch recipes/self_play.py --config recipes/configs/<config>.yaml
 

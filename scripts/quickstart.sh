@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: set everything up and run the default flow on the embedded model, on CPU.
 #   1. install (./.venv, torch 2.13.0 CPU first)
-#   2. generate finance_preference (003 App. E/F) into ./data: preference rows (the private labels),
+#   2. generate finance_preference (Zhou et al. 2025 (Square-χPO), App. E/F) into ./data: preference rows (the private labels),
 #      SFT rows of their own (no preference row's label leaks into the SFT policy) and public gold
 #      rows for the evaluation judge
 #   3. short SFT of the embedded SmolLM2-135M-Instruct on finance_sft       -> outputs/quickstart/sft
@@ -10,7 +10,7 @@
 #      pairs (the `judge` split)                                            -> outputs/quickstart/gold_judge
 #   6. win rate of the aligned policy against the SFT policy, judged by the gold judge, after scoring
 #      it on the test split's gold pairs                                    -> outputs/quickstart/eval
-#   7. central DP (003 Algorithm 2): the exponential mechanism picks one of {embedded base, SFT,
+#   7. central DP (Zhou et al. 2025 (Square-χPO), Algorithm 2): the exponential mechanism picks one of {embedded base, SFT,
 #      Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
 # About 11 minutes on 2 CPU cores with the packages downloaded. llama.cpp, which only the judge-server tests
 # use, is not built here (scripts/test.sh builds it). Re-running reuses the released (privatized) labels.

@@ -1,20 +1,19 @@
 """squarechipo: private and robust preference alignment on top of Hugging Face TRL.
 
-The package follows the data flow of ``DESIGN.md`` §7::
+The package follows the data flow, each stage a subpackage that imports only the ones before it::
 
-    data (validate) -> privacy (privatize / corrupt, ledger) -> losses / trainer -> select -> judge
+    data (load, validate) -> privacy (release once, ledger) -> losses / trainer / reward -> select -> judge
+    -> evaluation -> scripts (the ``squarechipo`` command's jobs) -> reproduce / audit
 
-Papers are cited by their file name in ``shared/papers``:
-``003_53b198bad124db21.txt`` (Square-χPO), ``000_fe20ab905a4b4c66.txt`` (private BTL
-reward estimation), ``001_4a60f6186f1046a1.txt`` (RRWithPrior), ``002_3ce59a2791aa1be8.txt``
-(√K label randomizer).
+Papers are cited by author, year and title; ``docs/references.md`` lists them (Zhou, Wu, Weng, Orabona 2025,
+Square-χPO, is the one the losses, pipelines and selector come from).
 """
 
 from squarechipo.losses import METHODS, PreferenceLossOutput, preference_loss
 from squarechipo.privacy.calibration import debias_factor, flip_probability
 from squarechipo.privacy.measurements import LabelPipeline
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "__version__",

@@ -1,8 +1,9 @@
-"""Preference losses of 003 Algorithm 1 and its baselines: a *link* × a *loss* on the margin.
+"""Preference losses of Zhou et al. 2025 (Square-χPO), Algorithm 1 and its baselines: a *link* × a *loss* on the
+margin.
 
 All inputs are summed token log-probabilities of the stored ``chosen`` (a⁺) and ``rejected``
 (a⁻) responses under the policy and the reference. Stored rows always read "chosen ≻ rejected"
-(z̄ = +1, DESIGN.md §1): a privatized or corrupted label is a swapped row.
+(z̄ = +1): a privatized or corrupted label is a swapped row.
 
 Numerics. Everything is computed in float32 at least (bf16/fp16 inputs are upcast; float64 stays
 float64, which is what ``gradcheck`` and the simulation lab use). The χPO margin needs
@@ -75,13 +76,13 @@ Loss = Literal["log", "robust_log", "square"]
 
 @dataclass(frozen=True)
 class Method:
-    """A named method: which link and which loss (DESIGN.md §2)."""
+    """A named method: which link and which loss."""
 
     link: Link
     loss: Loss
 
 
-#: The six named methods of DESIGN.md §2.
+#: The six named methods.
 METHODS: dict[str, Method] = {
     "dpo": Method("dpo", "log"),
     "chipo": Method("chipo", "log"),
@@ -107,12 +108,13 @@ def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def dpo_link(log_ratio: torch.Tensor) -> torch.Tensor:
-    """DPO's implicit reward link g(ℓ) = ℓ (Rafailov et al. 2023; 003 §2, "DPO")."""
+    """DPO's implicit reward link g(ℓ) = ℓ (Rafailov et al. 2023; Zhou et al. 2025 (Square-χPO), §2, "DPO")."""
     return log_ratio
 
 
 def chipo_link(log_ratio: torch.Tensor) -> torch.Tensor:
-    """χPO's link g(ℓ) = ϕ(e^ℓ) = e^ℓ + ℓ with ϕ(u) = u + log u (003 §2, eq. (1), χPO of Huang et al. 2024).
+    """χPO's link g(ℓ) = ϕ(e^ℓ) = e^ℓ + ℓ with ϕ(u) = u + log u (Zhou et al. 2025 (Square-χPO), §2, eq. (1), χPO of
+    Huang et al. 2024).
 
     For one response. The exponential sees min(ℓ, 20). Margins do not use this per side: they use
     :func:`chipo_difference`, which stays exact when both log-ratios are large.
@@ -121,7 +123,8 @@ def chipo_link(log_ratio: torch.Tensor) -> torch.Tensor:
 
 
 def chipo_difference(chosen_ratio: torch.Tensor, rejected_ratio: torch.Tensor, log_cap: float) -> torch.Tensor:
-    """h = g(ℓ⁺) − g(ℓ⁻) = (e^{ℓ⁺} − e^{ℓ⁻}) + (ℓ⁺ − ℓ⁻) for the χPO link (003 §2), computed stably.
+    """h = g(ℓ⁺) − g(ℓ⁻) = (e^{ℓ⁺} − e^{ℓ⁻}) + (ℓ⁺ − ℓ⁻) for the χPO link (Zhou et al. 2025 (Square-χPO), §2), computed
+    stably.
 
     log|e^{ℓ⁺} − e^{ℓ⁻}| = L = M + log(1 − e^{−|d|}), M = max(ℓ⁺, ℓ⁻), d = ℓ⁺ − ℓ⁻, and where L exceeds
     ``log_cap`` the term is ±e^{log_cap} (see the module docstring for the caps that keep the result exact).
@@ -145,7 +148,8 @@ def chipo_difference(chosen_ratio: torch.Tensor, rejected_ratio: torch.Tensor, l
 
 #: Largest max(ℓ⁺, ℓ⁻) for which e^{ℓ⁺} − e^{ℓ⁻} is computed directly (float32 holds e^80 ≈ 5.5e34).
 _CHIPO_DIRECT_MAX = 80.0
-#: The links g of DESIGN.md §2 by name (003 §2): the one table ``Method``, :func:`margins` and the selector check.
+#: The links g by name (Zhou et al. 2025 (Square-χPO), §2): the one table ``Method``, :func:`margins`
+#: and the selector check.
 LINKS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"dpo": dpo_link, "chipo": chipo_link}
 
 
@@ -160,9 +164,11 @@ def margins(
     clip: float | None = None,
     log_cap: float | None = None,
 ) -> torch.Tensor:
-    """m = clip_{2R_max}(β·h), h = g(ℓ⁺) − g(ℓ⁻), ℓ± = log π(a±|x) − log π_ref(a±|x) (003 Alg. 1).
+    """m = clip_{2R_max}(β·h), h = g(ℓ⁺) − g(ℓ⁻), ℓ± = log π(a±|x) − log π_ref(a±|x) (Zhou et al. 2025 (Square-χPO),
+    Alg. 1).
 
-    ``clip`` is the full bound 2·R_max (None = no clip); it acts on the difference, as in 003.
+    ``clip`` is the full bound 2·R_max (None = no clip); it acts on the difference, as in Zhou et al. 2025
+    (Square-χPO).
     ``log_cap`` overrides the χPO cap of the module docstring (default: exact under ``clip``).
     """
     if link not in LINKS:
@@ -186,14 +192,15 @@ def margins(
 
 
 def log_loss(margin: torch.Tensor) -> torch.Tensor:
-    """−log σ(m): the DPO and χPO loss (003 §2; Rafailov et al. 2023)."""
+    """−log σ(m): the DPO and χPO loss (Zhou et al. 2025 (Square-χPO), §2; Rafailov et al. 2023)."""
     return -F.logsigmoid(margin)
 
 
 def robust_log_loss(margin: torch.Tensor, flip_rate: float) -> torch.Tensor:
     """[−(1−ρ)·log σ(m) + ρ·log σ(−m)] / (1 − 2ρ): rDPO (Chowdhury et al. 2024).
 
-    With ρ = 1/(1+e^ε) it is the RR-debiased Bradley–Terry loss of 000 (§4, eq. (4)) up to the
+    With ρ = 1/(1+e^ε) it is the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private reward estimation)
+    (§4, eq. (4)) up to the
     positive factor 1/(1−2ρ). Unbiased for the clean log loss under flips at rate ρ; unbounded
     below as m → +∞, so use the margin clip (or a norm bound) with it.
     """
@@ -202,7 +209,7 @@ def robust_log_loss(margin: torch.Tensor, flip_rate: float) -> torch.Tensor:
 
 
 def square_loss(margin: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-    """(2σ(m) − 1 − c·z̄)² with z̄ = +1: the Square-χPO loss of 003 Algorithm 1.
+    """(2σ(m) − 1 − c·z̄)² with z̄ = +1: the Square-χPO loss of Zhou et al. 2025 (Square-χPO), Algorithm 1.
 
     ``scale`` is c(ε) = (e^ε+1)/(e^ε−1) under randomized response (1 without privacy). Bounded by
     (1 + c)² since 2σ(m) − 1 ∈ [−1, 1].
@@ -222,7 +229,7 @@ def preference_loss(
     epsilon: float | None = None,
     flip_rate: float | None = None,
 ) -> PreferenceLossOutput:
-    """Per-row loss of a named method (DESIGN.md §2; 003 Algorithm 1) and its margins.
+    """Per-row loss of a named method (Zhou et al. 2025 (Square-χPO), Algorithm 1) and its margins.
 
     Args:
         method: one of :data:`METHODS` — ``dpo``, ``chipo``, ``square_chipo``, ``square_dpo``,
@@ -270,7 +277,8 @@ def preference_loss(
 
 # ----------------------------------------------------------------------------- general preferences
 
-#: clip_4 of 003 eq. (11): the self-play regression compares clip(f, ±4) with r̂ differences in [−2, 2].
+#: clip_4 of Zhou et al. 2025 (Square-χPO), eq. (11): the self-play regression compares clip(f, ±4) with r̂ differences
+#: in [−2, 2].
 SELF_PLAY_CLIP = 4.0
 
 
@@ -278,8 +286,9 @@ def preference_value(margin: torch.Tensor) -> torch.Tensor:
     """ℓ = 2σ(m) − 1 = tanh(m/2) ∈ [−1, 1]: a preference score from an antisymmetric margin.
 
     With m(x, a, b) = s(x, a, b) − s(x, b, a) for any scorer s, ℓ(x, a, b) = −ℓ(x, b, a) by
-    construction: the general preference model of 003 §4 (ℓ = 2P(a ≻ b | x) − 1). The square loss
-    (ℓ − c(ε)·z̄)² of 003 eq. (10) is then :func:`square_loss` on m.
+    construction: the general preference model of Zhou et al. 2025 (Square-χPO), §4 (ℓ = 2P(a ≻ b | x) − 1). The square
+    loss
+    (ℓ − c(ε)·z̄)² of Zhou et al. 2025 (Square-χPO), eq. (10) is then :func:`square_loss` on m.
     """
     return 2.0 * torch.sigmoid(margin) - 1.0
 
@@ -295,14 +304,15 @@ def self_play_margin(
     beta: float,
     eta: float,
 ) -> torch.Tensor:
-    """f = (1 + 1/η)·β·h_χPO,π(x, a, b) − (β/η)·h_χPO,π^t(x, a, b) (003 eq. (8)), unclipped.
+    """f = (1 + 1/η)·β·h_χPO,π(x, a, b) − (β/η)·h_χPO,π^t(x, a, b) (Zhou et al. 2025 (Square-χPO), eq. (8)), unclipped.
 
     h_χPO,π is the χPO margin of π against π_ref (:func:`margins` with the ``chipo`` link);
     ``previous_*`` are the log-probs of the frozen iterate π^t.
     """
     if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta > 0):
         raise ValueError(
-            f"eta (the mirror-descent step size η of 003 Alg. 3) must be positive and finite (got {eta!r})."
+            f"eta (the mirror-descent step size η of Zhou et al. 2025, Alg. 3) must be positive and finite "
+            f"(got {eta!r})."
         )
     # Unclipped until the combination is clipped at ±4, so both margins keep their large terms (exact
     # cancellation) up to SELF_PLAY_LOG_CAP.
@@ -322,7 +332,8 @@ def self_play_margin(
 
 
 def self_play_loss(margin: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """(clip_4(f) − r̂ᵗ_diff)² per row (003 Algorithm 3, eq. (11)); ``target`` = r̂ᵗ(x,a) − r̂ᵗ(x,b) ∈ [−2, 2]."""
+    """(clip_4(f) − r̂ᵗ_diff)² per row (Zhou et al. 2025 (Square-χPO), Algorithm 3, eq. (11)); ``target`` = r̂ᵗ(x,a) −
+    r̂ᵗ(x,b) ∈ [−2, 2]."""
     clipped = torch.clamp(margin, -SELF_PLAY_CLIP, SELF_PLAY_CLIP)
     return (clipped - target.to(clipped.dtype)) ** 2
 
@@ -333,7 +344,8 @@ def plackett_luce_top1_loss(scores: torch.Tensor, label_weights: torch.Tensor) -
     ``scores`` (n, K) are rewards or implicit rewards of the K responses; ``label_weights`` (n, K) are
     the one-hot best response (clean) or a label-DP analyzer's unbiased weights
     (:func:`squarechipo.privacy.label_dp.k_rr_weights`, :func:`~squarechipo.privacy.label_dp.subset_weights`):
-    the loss is linear in the label, so E[loss | y] is the clean loss (002 §3, the analyzer trick). Like
+    the loss is linear in the label, so E[loss | y] is the clean loss (Chua et al. 2024 (local label DP), §3, the
+    analyzer trick). Like
     the debiased BT loss it is unbounded below; bound the scores (clip or a norm bound).
     """
     if scores.shape != label_weights.shape or scores.ndim != 2:

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "squarechipo"
 
-#: The pipeline's order (DESIGN.md §7, README "Layout"): a package may import only itself and those before it.
+#: The pipeline's order (README "Layout"): a package may import only itself and those before it.
 LAYERS = (
     "data",
     "privacy",

@@ -1,4 +1,4 @@
-"""The finance_preference generator (003 App. E/F) and the preference-data loader."""
+"""The finance_preference generator (Zhou et al. 2025 (Square-χPO), App. E/F) and the preference-data loader."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""General preferences for LLMs (003 §4, Alg. 3): the pairwise preference model, the self-play trainer, the driver."""
+"""General preferences for LLMs (Zhou et al. 2025 (Square-χPO), §4, Alg. 3): the pairwise preference model, the
+self-play trainer, the driver."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def test_preference_model_is_antisymmetric_by_construction(tokenizer):
 
 
 def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(tokenizer, tmp_path):
-    """RR at ε = 2 flips 12% of 64 labels; the least-squares fit of 003 eq. (10) must still prefer the
+    """RR at ε = 2 flips 12% of 64 labels; the least-squares fit of Zhou et al. 2025 (Square-χPO), eq. (10) must still
+    prefer the
     safe answer on held-out prompts. Under no learning ℓ̂ > 0 on all 16 held-out rows has probability
     2^-16 for a symmetric random model, so the check tests learning."""
     released = release_dataset(separable(64), LabelPipeline(epsilon=2.0), seed=0)

@@ -1,4 +1,5 @@
-"""Label-DP mechanisms for K labels (001 RRWithPrior, K-RR, 002 subset): exact DP, k*, unbiased analyzers."""
+"""Label-DP mechanisms for K labels (Ghazi et al. 2021 (label DP) RRWithPrior, K-RR, Chua et al. 2024 (local label DP)
+subset): exact DP, k*, unbiased analyzers."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_rr_with_prior_is_epsilon_dp_exactly(num_labels, epsilon):
 
 @pytest.mark.parametrize("num_labels", [2, 4, 7])
 def test_top_k_matches_brute_force_over_all_subsets(num_labels):
-    """001: RR restricted to a set S is correct w.p. mass(S)·e^ε/(e^ε + |S| − 1); k* must attain the max over all S."""
+    """Ghazi et al. 2021 (label DP): RR restricted to a set S is correct w.p. mass(S)·e^ε/(e^ε + |S| − 1); k* must
+    attain the max over all S."""
     rng = np.random.default_rng(num_labels)
     for epsilon in (0.2, 1.0, 2.5):
         priors = rng.dirichlet(np.full(num_labels, 0.7), size=50)
@@ -165,7 +167,8 @@ def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(f
 
 
 def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokenizer, finance_splits):
-    """000 on frozen features of a (tiny) LM: θ̂_RR and averaged SGD-RR on RR-released rows and objective
+    """Chowdhury et al. 2024 (private reward estimation) on frozen features of a (tiny) LM: θ̂_RR and averaged SGD-RR
+    on RR-released rows and objective
     perturbation on raw rows all rank held-out chosen above rejected more often than chance (exact binomial bound)."""
     from conftest import make_tiny_model
 

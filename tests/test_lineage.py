@@ -30,7 +30,8 @@ def preference_rows(n: int, offset: int = 0) -> datasets.Dataset:
 
 
 def sft_rows(rows: datasets.Dataset) -> datasets.Dataset:
-    """SFT data made from preference rows (prompt + chosen): what 003 App. E does and what leaks the labels."""
+    """SFT data made from preference rows (prompt + chosen): what Zhou et al. 2025 (Square-χPO), App. E does and what
+    leaks the labels."""
     return datasets.Dataset.from_dict({"prompt": rows["prompt"], "completion": rows["chosen"]})
 
 
@@ -85,7 +86,8 @@ def models(tmp_path_factory, tokenizer, private):
     return {
         "clean": save_model(root / "clean", tokenizer, training_data_record(sft_rows(public))),
         "bare": save_model(root / "bare", tokenizer, None),
-        # SFT on prompt + chosen of the very rows whose labels are released: the 003 App. E pipeline.
+        # SFT on prompt + chosen of the very rows whose labels are released: the Zhou et al. 2025 (Square-χPO), App. E
+        # pipeline.
         "sft_leak": save_model(root / "sft_leak", tokenizer, training_data_record(sft_rows(private["raw"]))),
         "same_rows": save_model(root / "same_rows", tokenizer, training_data_record(private["raw"])),
         # Trained on public rows, but started from the leaky SFT model: caught through `upstream`.

@@ -1,4 +1,4 @@
-"""Losses of DESIGN.md §2 / 003 Algorithm 1: values, numerics, gradients and debiasing."""
+"""Losses / Zhou et al. 2025 (Square-χPO), Algorithm 1: values, numerics, gradients and debiasing."""
 
 from __future__ import annotations
 
@@ -234,7 +234,8 @@ def test_debiased_square_loss_gradient_is_unbiased_under_rr(method, theta, p_tru
 
 
 def test_saturated_chipo_margin_is_exact_with_zero_gradient():
-    # ℓ⁺ = 25, ℓ⁻ = 22, β = 0.1, 2R_max = 10: 003 gives m = clip(0.1·(e^25 − e^22 + 3)) = +10 (saturated).
+    # ℓ⁺ = 25, ℓ⁻ = 22, β = 0.1, 2R_max = 10: Zhou et al. 2025 (Square-χPO) gives m = clip(0.1·(e^25 − e^22 + 3)) = +10
+    # (saturated).
     chosen = torch.tensor([25.0], requires_grad=True)
     rejected = torch.tensor([22.0], requires_grad=True)
     zero = torch.zeros(1)

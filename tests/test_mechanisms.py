@@ -1,4 +1,4 @@
-"""Label mechanisms of DESIGN.md §3: randomized response, Huber corruption, CTL and LTC."""
+"""Label mechanisms: randomized response, Huber corruption, CTL and LTC."""
 
 from __future__ import annotations
 
@@ -83,7 +83,8 @@ def test_fixed_adversary_writes_its_label():
 
 
 def test_ltc_flip_adversary_is_wrong_with_respect_to_truth():
-    """LTC: a contaminated row is wrong whatever RR did to it (003 App. E: mask set to 1)."""
+    """LTC: a contaminated row is wrong whatever RR did to it (Zhou et al. 2025 (Square-χPO), App. E: mask set to
+    1)."""
     rng = np.random.default_rng(5)
     truth = np.zeros(100_000, dtype=bool)
     out = ltc(truth, 0.5, 0.5, rng)

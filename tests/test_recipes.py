@@ -234,7 +234,8 @@ COMMON = {
 
 
 def test_preference_model_then_self_play_recipes(workspace):
-    """003 Alg. 3 from the command line: ℓ̂ on released labels, then T = 2 self-play rounds → a mixture."""
+    """Zhou et al. 2025 (Square-χPO), Alg. 3 from the command line: ℓ̂ on released labels, then T = 2 self-play rounds
+    → a mixture."""
     pm = _yaml(
         workspace,
         "pm",
@@ -326,7 +327,8 @@ def test_lp2st_recipe_spends_epsilon_once(workspace):
 
 
 def test_lp2st_refuses_a_prior_whose_model_saw_the_part2_rows(workspace, tokenizer):
-    """001's guarantee needs a prior independent of the part-2 labels: the start model saw part 2's prompts."""
+    """Ghazi et al. 2021 (label DP)'s guarantee needs a prior independent of the part-2 labels: the start model saw
+    part 2's prompts."""
     import json
 
     from squarechipo.data.fingerprint import training_data_record

@@ -34,7 +34,7 @@ def test_values_and_gaps_are_exact_on_a_hand_checked_instance():
 
 
 def test_chi_target_satisfies_its_stationarity_condition():
-    """π*_β (χPO): β(w + log w) = r − λ(x) with w = π/π_ref and Σ_a π = 1 (003 eq. 3)."""
+    """π*_β (χPO): β(w + log w) = r − λ(x) with w = π/π_ref and Σ_a π = 1 (Zhou et al. 2025 (Square-χPO), eq. 3)."""
     bandit = bd.make_bandit(5, 4, 4.0, 0.3, np.random.default_rng(3))
     beta = 0.5
     target = bd.target_policy(bandit, beta, "chipo")
@@ -64,7 +64,8 @@ def test_each_optimiser_recovers_its_target_at_the_rate(method, epsilon, link):
     mean distance to the target must shrink by about 4. We require a factor ≥ 2.5 (a slope of −0.33
     or steeper), and the large-n error below 0.06 in total variation. Under RR (ε = 1) the debiased
     losses must still converge to the clean target (a biased loss would stall at a fixed distance).
-    The margins are clipped at 2·R_max = 6 as in 003 (the robust log loss is unbounded below without it);
+    The margins are clipped at 2·R_max = 6 as in Zhou et al. 2025 (Square-χPO) (the robust log loss is unbounded below
+    without it);
     the target's margins are at most 3, inside the clip.
     """
     bandit = bd.make_bandit(3, 3, 3.0, 0.4, np.random.default_rng(0))
@@ -109,7 +110,8 @@ def test_private_estimators_converge_and_central_noise_follows_theorem_5_2():
         n: np.linalg.norm(bt.rr_mle(x[:, :n], y[:, :n], 1.0, 3 * math.sqrt(d), rng) - theta, axis=1)
         for n in (1000, 20000)
     }
-    # θ̂_RR's error shrinks like 1/√n (000 Cor. 4.3): by √20 ≈ 4.5 in expectation; demand > 2 (Welch t at 4 s.e.).
+    # θ̂_RR's error shrinks like 1/√n (Chowdhury et al. 2024 (private reward estimation) Cor. 4.3): by √20 ≈ 4.5 in
+    # expectation; demand > 2 (Welch t at 4 s.e.).
     diff = rr[1000] - 2 * rr[20000]
     assert diff.mean() > 4 * diff.std(ddof=1) / math.sqrt(trials), (rr[1000].mean(), rr[20000].mean())
     assert bt.perturbation_sigma(1.0, 1e-3, 2.0) == pytest.approx(2.0 * math.sqrt(8 * math.log(2000) + 4))
@@ -157,7 +159,8 @@ def test_points_reproduce_bit_for_bit_and_the_grid_resumes(tmp_path):
     assert sorted(path_a.read_text().splitlines()) == sorted(path_b.read_text().splitlines())
 
 
-# ----------------------------------------------------------------------------- general preferences (003 §4)
+# ----------------------------------------------------------------------------- general preferences (Zhou et al. 2025
+# (Square-χPO), §4)
 
 
 def test_duality_gap_is_exact_on_rock_paper_scissors_and_zero_at_the_lp_winner():
@@ -185,7 +188,8 @@ def test_local_preference_model_is_the_least_squares_solution_and_unbiased_under
     pipeline = LabelPipeline(epsilon=epsilon)
     small = bd.sample_pairs(instance.prefer, instance.ref_policy, 60, pipeline, [np.random.default_rng(0)])
     closed = gp.local_preference_model(small, 3, 3, epsilon)[0]
-    # Direct minimisation of 003 eq. (10) over antisymmetric ℓ = tanh(v_ab − v_ba) with the library's square loss.
+    # Direct minimisation of Zhou et al. 2025 (Square-χPO), eq. (10) over antisymmetric ℓ = tanh(v_ab − v_ba) with the
+    # library's square loss.
     import torch
 
     from squarechipo.losses import square_loss
@@ -302,7 +306,8 @@ def test_central_preference_model_picks_the_truth_at_large_epsilon():
 def test_lp2st_uses_each_label_once_and_validates_its_settings():
     """Every clean row is in the training rows exactly once, in place, as its own pair; part 1 is RR_ε and the
     part-2 rows not released from the prior flip at q(ε) too (RRWithPrior's k* = 2 is RR, independent of
-    the label: 001 Alg. 2), each within 4 binomial standard errors; prior rows get no c(ε) and their weight."""
+    the label: Ghazi et al. 2021 (label DP), Alg. 2), each within 4 binomial standard errors; prior rows get no c(ε)
+    and their weight."""
     from squarechipo.privacy.calibration import debias_factor, flip_probability
     from squarechipo.sim import multistage as ms
     from tests.conftest import Z_TOLERANCE, binomial_se
@@ -340,7 +345,8 @@ def test_lp2st_uses_each_label_once_and_validates_its_settings():
 
 
 def test_rr_debiased_mle_is_the_mle_without_noise_and_solves_its_kkt_conditions():
-    """θ̂_RR (000 eq. 6) with ε = ∞ is the MLE; with ε finite its debiased gradient vanishes inside the ball."""
+    """θ̂_RR (Chowdhury et al. 2024 (private reward estimation), eq. 6) with ε = ∞ is the MLE; with ε finite its
+    debiased gradient vanishes inside the ball."""
     from squarechipo.privacy.calibration import flip_probability
     from squarechipo.reward import linear
 
@@ -360,7 +366,8 @@ def test_rr_debiased_mle_is_the_mle_without_noise_and_solves_its_kkt_conditions(
 
 
 def test_sgd_rr_follows_theorem_4_5_schedule_and_returns_the_last_iterate():
-    """η_t = 1/(λt) on 000's unnormalised debiased gradient, projection onto Θ_B, last iterate (no averaging)."""
+    """η_t = 1/(λt) on Chowdhury et al. 2024 (private reward estimation)'s unnormalised debiased gradient, projection
+    onto Θ_B, last iterate (no averaging)."""
     from squarechipo.privacy.calibration import flip_probability
     from squarechipo.reward import linear
 
@@ -371,7 +378,7 @@ def test_sgd_rr_follows_theorem_4_5_schedule_and_returns_the_last_iterate():
     out = linear.sgd_debiased(x, observed, epsilon, radius, [1, 40], strong_convexity_lambda=lam)
     rho, theta = flip_probability(epsilon), np.zeros((2, 3))
     sigma_eps = 1 - rho  # σ(ε) = e^ε/(1+e^ε)
-    for t in range(40):  # the definition, written from 000 eq. (4)–(5) and Algorithm 1
+    for t in range(40):  # the definition, written from Chowdhury et al. 2024, eq. (4)–(5) and Algorithm 1
         s = np.where(observed[:, t], 1.0, -1.0)
         m = s * np.einsum("td,td->t", x[:, t], theta)
         sig = 1 / (1 + np.exp(-m))
@@ -389,7 +396,8 @@ def test_sgd_rr_follows_theorem_4_5_schedule_and_returns_the_last_iterate():
 
 
 def test_exact_solvers_raise_instead_of_returning_an_inexact_minimiser(monkeypatch):
-    """Objective perturbation's guarantee is for the exact minimiser (000 Alg. 2): no silent early stop."""
+    """Objective perturbation's guarantee is for the exact minimiser (Chowdhury et al. 2024 (private reward
+    estimation), Alg. 2): no silent early stop."""
     from squarechipo.reward import linear
 
     rng = np.random.default_rng(6)

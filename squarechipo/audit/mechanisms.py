@@ -124,7 +124,7 @@ _ONE_LABEL = "one label: 0 vs 1"
 
 
 def _binary_cases(epsilon: float, corruption_rate: float) -> list[AuditCase]:
-    """Binary RR and the two orders with the flip adversary (003 §3)."""
+    """Binary RR and the two orders with the flip adversary (Zhou et al. 2025 (Square-χPO), §3)."""
     orders = [(f"{name} (α = {corruption_rate}, flip adversary)", run) for name, run in (("CTL", ctl), ("LTC", ltc))]
     return [
         AuditCase(
@@ -144,7 +144,8 @@ def _binary_cases(epsilon: float, corruption_rate: float) -> list[AuditCase]:
 
 
 def _kary_cases(epsilon: float, num_labels: int) -> list[AuditCase]:
-    """K-RR, the subset mechanism (002) and RRWithPrior with a two-label top (001 Alg. 2)."""
+    """K-RR, the subset mechanism (Chua et al. 2024 (local label DP)) and RRWithPrior with a two-label top (Ghazi et
+    al. 2021 (label DP), Alg. 2)."""
     prior = np.array([0.4, 0.4, 0.1, 0.1])[:num_labels] if num_labels == 4 else np.full(num_labels, 1 / num_labels)
     k_star = int(optimal_top_k(prior[None], epsilon)[0][0])
 

@@ -1,8 +1,9 @@
-"""Generator for the finance_preference dataset of 003 Appendix E/F (DESIGN.md §6).
+"""Generator for the finance_preference dataset of Zhou et al. 2025 (Square-χPO), Appendix E/F.
 
 Each row is a prompt about a financial decision ("You're saving $3,000 to host a family talent
 show. How do you proceed?"), a prudent low-risk plan (``chosen``) and a high-risk plan
-(``rejected``), in one of the seven categories of 003. The original data set is not public; this
+(``rejected``), in one of the seven categories of Zhou et al. 2025 (Square-χPO). The original data set is not public;
+this
 generator rebuilds one of the same shape from templates, deterministically from a seed.
 
 Guarantees (tested): at least 1,697 rows; no two prompts identical; the label is not predictable
@@ -23,7 +24,8 @@ Outputs under ``--out``::
 Three disjoint row pools, so that no label leaks between them (no two rows share a prompt):
 
 - the preference rows (train/validation/test): the labels a private pipeline protects;
-- the SFT rows: prompt + prudent plan from rows of their own. 003 App. E builds its SFT data from the
+- the SFT rows: prompt + prudent plan from rows of their own. Zhou et al. 2025 (Square-χPO), App. E builds its SFT data
+  from the
   chosen responses of the *preference* rows; an SFT model trained that way has seen every raw label
   that the pipeline later privatizes, so the ε of the aligned model would be false. Here the SFT
   policy (the initial policy and reference of alignment) never sees a preference row;
@@ -52,7 +54,8 @@ __all__ = ["CATEGORIES", "generate_rows", "build_datasets", "write_datasets", "m
 
 DEFAULT_ROWS = 1697
 SPLIT_FRACTIONS = {"train": 0.85, "validation": 0.05, "test": 0.10}
-#: SFT rows of their own: as many training rows as 003's SFT had (its 85% of 1,697), plus 5% validation.
+#: SFT rows of their own: as many training rows as Zhou et al. 2025 (Square-χPO)'s SFT had (its 85% of 1,697), plus 5%
+#: validation.
 DEFAULT_SFT_ROWS = 1518
 SFT_VALIDATION_FRACTION = 0.05
 #: Public gold rows for the evaluation judge.
@@ -517,7 +520,7 @@ def build_datasets(
     splits, sft_splits = _row_pools(n_rows, sft_rows, judge_rows, seed)
     description = (
         f"finance_preference (squarechipo.data.finance, seed {seed}): synthetic prompts about financial "
-        "decisions; chosen = prudent low-risk plan, rejected = high-risk plan (003 App. E/F)."
+        "decisions; chosen = prudent low-risk plan, rejected = high-risk plan (Zhou et al. 2025, App. E/F)."
     )
 
     def make(transform, parts: dict[str, list[dict]]) -> datasets.DatasetDict:
@@ -562,7 +565,9 @@ def write_datasets(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Generate the finance_preference dataset (003 App. E/F).")
+    parser = argparse.ArgumentParser(
+        description="Generate the finance_preference dataset (Zhou et al. 2025, App. E/F)."
+    )
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="generation seed (the data is a function of it)")
     parser.add_argument(

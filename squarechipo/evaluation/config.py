@@ -30,7 +30,8 @@ def _check_positive(config, names: tuple[str, ...]) -> None:
 
 @dataclass
 class WinRateConfig:
-    """LLM-as-judge win rate of ``policy`` against ``baseline`` on a split's prompts (003 App. E)."""
+    """LLM-as-judge win rate of ``policy`` against ``baseline`` on a split's prompts (Zhou et al. 2025 (Square-χPO),
+    App. E)."""
 
     policy: str = field(metadata=_help("aligned model: path or hub id ('embedded' works)"))
     baseline: str = field(metadata=_help("baseline model, e.g. the SFT policy"))

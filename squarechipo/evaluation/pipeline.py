@@ -1,4 +1,5 @@
-"""Win rate of a policy against a baseline, judged pairwise in both orders (003 App. E, DESIGN.md §6).
+"""Win rate of a policy against a baseline, judged pairwise in both orders (Zhou et al. 2025 (Square-χPO), App. E,
+the design).
 
 Writes into ``out``:
 

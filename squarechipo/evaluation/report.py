@@ -1,4 +1,5 @@
-"""Markdown and PNG reports of win rates, and the multi-seed aggregate in the form of 003's Table 1."""
+"""Markdown and PNG reports of win rates, and the multi-seed aggregate in the form of Zhou et al. 2025 (Square-χPO)'s
+Table 1."""
 
 from __future__ import annotations
 
@@ -224,7 +225,8 @@ def write_chart(summary: dict[str, Any], path: Path) -> None:
 
 
 def aggregate_runs(run_dirs: list[str | Path], out: str | Path) -> str:
-    """Mean ± std of the win rate over seeds, as 003's Table 1 (rows: setting, columns: method).
+    """Mean ± std of the win rate over seeds, as Zhou et al. 2025 (Square-χPO)'s Table 1 (rows: setting, columns:
+    method).
 
     Each run's ``summary.json`` carries ``label.setting`` and ``label.method`` (``eval/judge.py
     --setting CTL --method square_chipo``). Writes ``table.md`` and ``table.json``; returns the Markdown.

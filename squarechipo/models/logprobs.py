@@ -1,7 +1,8 @@
 """Log-probabilities of a causal LM on preference pairs: the one tokenizer and scorer of prompt + response.
 
 Used wherever a model is scored on (prompt, chosen, rejected) rows outside TRL's training loop: the central
-selector (003 Alg. 2), the LP-2ST prior (001), self-play's π_ref and π_t (003 Alg. 3) and the tests that
+selector (Zhou et al. 2025 (Square-χPO), Alg. 2), the LP-2ST prior (Ghazi et al. 2021 (label DP)), self-play's π_ref
+and π_t (Zhou et al. 2025 (Square-χPO), Alg. 3) and the tests that
 check the trainer against it. Scoring is gradient-free and batched, with the lean LM head (completion
 positions only, each prompt once) where the model supports it.
 

@@ -1,4 +1,5 @@
-"""The pairwise preference model ℓ(x, a⁰, a¹) ∈ [−1, 1] on a sequence classifier (003 §4, Alg. 3 line 4).
+"""The pairwise preference model ℓ(x, a⁰, a¹) ∈ [−1, 1] on a sequence classifier (Zhou et al. 2025 (Square-χPO), §4,
+Alg. 3 line 4).
 
 A sequence classifier with one output scores the text of (x, a, b): s(x, a, b). The preference
 model is ℓ(x, a, b) = 2σ(m) − 1 with m = s(x, a, b) − s(x, b, a), so ℓ(x, a, b) = −ℓ(x, b, a) and

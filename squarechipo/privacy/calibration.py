@@ -66,7 +66,7 @@ def _check_rate(value: float, field: str, *, upper_inclusive: bool, why: str, ex
 
 
 def check_corruption_rate(corruption_rate: float, *, field: str = "corruption_rate") -> float:
-    """Validate a Huber corruption rate α ∈ [0, 1/2] (003, §3: α-Huber contamination)."""
+    """Validate a Huber corruption rate α ∈ [0, 1/2] (Zhou et al. 2025 (Square-χPO), §3: α-Huber contamination)."""
     return _check_rate(
         corruption_rate,
         field,
@@ -82,7 +82,7 @@ def check_flip_rate(flip_rate: float, *, field: str = "flip_rate") -> float:
 
 
 def flip_probability(epsilon: float | None) -> float:
-    """Flip rate of randomized response RR_ε: q = 1/(1 + e^ε) (003 §3, eq. (3); App. E).
+    """Flip rate of randomized response RR_ε: q = 1/(1 + e^ε) (Zhou et al. 2025 (Square-χPO), §3, eq. (3); App. E).
 
     ``epsilon=None`` or ``inf`` means no privacy and returns 0.
     """
@@ -95,10 +95,10 @@ def flip_probability(epsilon: float | None) -> float:
 
 
 def debias_factor(epsilon: float | None) -> float:
-    """c(ε) = (e^ε + 1)/(e^ε − 1) of 003 Algorithm 1; c(∞) = 1.
+    """c(ε) = (e^ε + 1)/(e^ε − 1) of Zhou et al. 2025 (Square-χPO), Algorithm 1; c(∞) = 1.
 
     Under RR_ε, E[c(ε)·z̃ | x, a⁰, a¹] = E[z̄] = 2P(a¹ ≻ a⁰) − 1, so c(ε)·z̃ is an unbiased
-    regression target (003 §3.1, "Converting to ±1 with c(ε) scaling"). Computed as
+    regression target (Zhou et al. 2025 (Square-χPO), §3.1, "Converting to ±1 with c(ε) scaling"). Computed as
     1/tanh(ε/2), which is exact and stable for small and large ε.
 
     Raises:

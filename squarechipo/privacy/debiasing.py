@@ -79,7 +79,7 @@ def resolve_privacy(
     flip_rate: float | None,
     override: bool,
 ) -> PrivacySettings:
-    """Reconcile the config with the ledger (DESIGN.md §3: privacy parameters travel with the data).
+    """Reconcile the config with the ledger (privacy parameters travel with the data).
 
     - A ledger and no config value: the ledger's answer (:meth:`PrivacyLedger.debiasing`): the RR flip rate
       composed over binary releases, or the K-ary analyzer.

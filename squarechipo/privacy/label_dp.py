@@ -1,13 +1,15 @@
 """Label-DP mechanisms beyond binary randomized response, for K labels (K = 2 is a preference).
 
-- :func:`rr_with_prior` — RRWithPrior of 001 (Algorithm 2): given a prior p over the K labels, keep
+- :func:`rr_with_prior` — RRWithPrior of Ghazi et al. 2021 (label DP) (Algorithm 2): given a prior p over the K labels,
+  keep
   only the top-k* labels, k* = argmax_k w_k·e^ε/(e^ε + k − 1) with w_k the prior mass of the top k,
   and run K-ary RR inside that set (a true label outside it maps to a uniform member). ε-label-DP
   for any prior that does not depend on the label. For K = 2 it is plain RR unless
   max(p) > e^ε/(1+e^ε), where it outputs the prior's argmax — which then says nothing about y.
 - :func:`k_rr` — K-ary randomized response (keep w.p. e^ε/(e^ε + K − 1)); :func:`k_rr_weights`
   its unbiased analyzer weights.
-- :func:`subset_mechanism` — the √K randomizer of 002: every label k is reported in a subset S
+- :func:`subset_mechanism` — the √K randomizer of Chua et al. 2024 (local label DP): every label k is reported in a
+  subset S
   independently, the true one w.p. 1/2, the others w.p. 1/(e^ε + 1); :func:`subset_weights` its
   unbiased analyzer a_k = c·(1[k ∈ S] − 1/(e^ε + 1)), c = 2(e^ε + 1)/(e^ε − 1).
 
@@ -47,7 +49,8 @@ def _priors(prior: np.ndarray) -> np.ndarray:
 
 
 def optimal_top_k(prior: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
-    """k* per row and the label order (descending prior) of 001 Alg. 2; ties go to the smaller k.
+    """k* per row and the label order (descending prior) of Ghazi et al. 2021 (label DP), Alg. 2; ties go to the
+    smaller k.
 
     Returns ``(k_star (n,), order (n, K))``: the top-k* set of row i is ``order[i, :k_star[i]]``.
     """
@@ -64,7 +67,7 @@ def optimal_top_k(prior: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.nda
 def rr_with_prior(
     labels, prior: np.ndarray, epsilon: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """RRWithPrior (001 Algorithm 2) per row. Returns ``(released labels, from_prior)``.
+    """RRWithPrior (Ghazi et al. 2021 (label DP), Algorithm 2) per row. Returns ``(released labels, from_prior)``.
 
     ``from_prior[i]`` is True where k* = 1: the release is the prior's top label, a function of the
     prior alone (public); those rows carry no information about the label.
@@ -122,7 +125,8 @@ def k_rr_weights(released, num_labels: int, epsilon: float) -> np.ndarray:
 
 
 def subset_mechanism(labels, num_labels: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """002's randomizer: a boolean (n, K) subset; the true label is in it w.p. 1/2, each other w.p. 1/(e^ε+1)."""
+    """Chua et al. 2024 (local label DP)'s randomizer: a boolean (n, K) subset; the true label is in it w.p. 1/2, each
+    other w.p. 1/(e^ε+1)."""
     eps = check_epsilon(epsilon, finite=True)
     y = check_labels(labels, num_labels)
     probability = np.full((len(y), num_labels), 1.0 / (math.exp(eps) + 1.0))
@@ -131,7 +135,8 @@ def subset_mechanism(labels, num_labels: int, epsilon: float, rng: np.random.Gen
 
 
 def subset_weights(subsets: np.ndarray, epsilon: float) -> np.ndarray:
-    """002's unbiased analyzer a_k = c·(1[k ∈ S] − 1/(e^ε + 1)), c = 2(e^ε + 1)/(e^ε − 1)."""
+    """Chua et al. 2024 (local label DP)'s unbiased analyzer a_k = c·(1[k ∈ S] − 1/(e^ε + 1)), c = 2(e^ε + 1)/(e^ε −
+    1)."""
     eps = check_epsilon(epsilon, finite=True)
     s = np.asarray(subsets, dtype=bool)
     scale = 2.0 * (math.exp(eps) + 1.0) / math.expm1(eps)
@@ -142,7 +147,7 @@ def analyzer_variance(mechanism: str, num_labels: int, epsilon: float) -> float:
     """Σ_k Var(a_k | y), exact, for ``k_rr`` or ``subset`` (it does not depend on y).
 
     This is the per-sample variance of the unbiased one-hot estimate: the squared-error factor of
-    any frequency or linear-loss estimate built on the analyzer (002: O(K) for the subset
+    any frequency or linear-loss estimate built on the analyzer (Chua et al. 2024 (local label DP): O(K) for the subset
     mechanism against O(K²) for K-RR when ε = O(1)).
     """
     eps = check_epsilon(epsilon, finite=True)

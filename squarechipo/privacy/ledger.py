@@ -47,9 +47,11 @@ class Debiasing:
     """The ledger's answer to "how do I debias these labels" for one release part.
 
     ``method``: ``none`` (no noise), ``flip_rate`` (binary labels flipped with probability ``flip_rate``:
-    robust losses take ρ, square losses c = 1/(1 − 2ρ); 003 Alg. 1), ``analyzer_weights`` (K-RR / subset:
-    train on the unbiased analyzer in ``column``, 002) or ``as_released`` (K-ary RRWithPrior: the label is
-    used as is, 001 Alg. 2).
+    robust losses take ρ, square losses c = 1/(1 − 2ρ); Zhou et al. 2025 (Square-χPO), Alg. 1), ``analyzer_weights``
+    (K-RR / subset:
+    train on the unbiased analyzer in ``column``, Chua et al. 2024 (local label DP)) or ``as_released`` (K-ary
+    RRWithPrior: the label is
+    used as is, Ghazi et al. 2021 (label DP), Alg. 2).
     """
 
     method: str
@@ -105,9 +107,12 @@ class Release:
     def flip_rate(self) -> float | None:
         """The probability this release flipped a binary label; None where no flip rate exists (K-ary).
 
-        Binary RR flips with q(ε) = 1/(1+e^ε) (003 Alg. 1); binary RRWithPrior flips its RR rows at the same
-        rate, and its prior rows are marked in the data (``label_from_prior``) and not debiased (001 Alg. 2).
-        K-RR and the subset mechanism have no flip rate: their analyzer is the ``label_weights`` column (002).
+        Binary RR flips with q(ε) = 1/(1+e^ε) (Zhou et al. 2025 (Square-χPO), Alg. 1); binary RRWithPrior flips its RR
+        rows at the same
+        rate, and its prior rows are marked in the data (``label_from_prior``) and not debiased (Ghazi et al. 2021
+        (label DP), Alg. 2).
+        K-RR and the subset mechanism have no flip rate: their analyzer is the ``label_weights`` column (Chua et al.
+        2024 (local label DP)).
         """
         if self.mechanism == "none" or self.epsilon is None:
             return 0.0
@@ -125,7 +130,7 @@ class Release:
                 return f"RRWithPrior over K = {self.num_labels} labels: the released label is used as is"
             return (
                 f"{self.mechanism} over K = {self.num_labels} labels: unbiased analyzer weights "
-                "(label_weights column, 002)"
+                "(label_weights column, Chua et al. 2024 (local label DP))"
             )
         if self.mechanism == "rr_with_prior":
             return (
@@ -207,8 +212,10 @@ class PrivacyLedger:
         """How to debias the labels of one release part (``part=None``: rows outside every named part).
 
         Binary releases (RR, binary RRWithPrior, no noise) compose into one RR: 1 − 2ρ = Π(1 − 2q_k), and the
-        loss uses ρ and c = 1/(1 − 2ρ) (003 Alg. 1). A K-RR or subset release is debiased by its analyzer
-        weights (``label_weights``, 002); a K-ary RRWithPrior label is used as released (001 Alg. 2). Mixing a
+        loss uses ρ and c = 1/(1 − 2ρ) (Zhou et al. 2025 (Square-χPO), Alg. 1). A K-RR or subset release is debiased by
+        its analyzer
+        weights (``label_weights``, Chua et al. 2024 (local label DP)); a K-ary RRWithPrior label is used as released
+        (Ghazi et al. 2021 (label DP), Alg. 2). Mixing a
         K-ary release with any other release on the same rows has no debiasing: raises.
         """
         if part is not None and part not in self.parts:
@@ -276,7 +283,8 @@ class PrivacyLedger:
 
     @property
     def debias_factor(self) -> float:
-        """c for the labels as stored: 1/(1 − 2ρ) = Π c(ε_k) over the binary releases (003 Alg. 1's c(ε))."""
+        """c for the labels as stored: 1/(1 − 2ρ) = Π c(ε_k) over the binary releases (Zhou et al. 2025 (Square-χPO),
+        Alg. 1's c(ε))."""
         return self._binary_only("debias factor c(ε)").debias_factor
 
     def with_release(self, release: Release) -> PrivacyLedger:

@@ -7,9 +7,12 @@ measurement's :meth:`to_dict` in the ledger; the ledger then answers how to debi
 binary randomized response, analyzer weights for K-RR and the subset mechanism).
 
 - :class:`LabelPipeline`: binary randomized response and α-Huber corruption in one of two orders (CTL, LTC),
-  003 §3. Its fields map one-to-one onto the ``label_*`` fields of the recipes' YAML configs.
-- :class:`KaryRR`, :class:`SubsetMechanism`: K-ary label DP with unbiased analyzers (002).
-- :class:`RRWithPrior`: 001 Algorithm 2 with a label-independent prior (LP-2ST's stage 2, or best-of-K rows).
+  Zhou et al. 2025 (Square-χPO), §3. Its fields map one-to-one onto the ``label_*`` fields of the recipes' YAML
+  configs.
+- :class:`KaryRR`, :class:`SubsetMechanism`: K-ary label DP with unbiased analyzers (Chua et al. 2024 (local label
+  DP)).
+- :class:`RRWithPrior`: Ghazi et al. 2021 (label DP), Algorithm 2 with a label-independent prior (LP-2ST's stage 2, or
+  best-of-K rows).
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ class LabelPipeline(Measurement):
         epsilon: local-DP budget of randomized response; ``None`` (or ``inf``) = no privacy.
         corruption_rate: Huber contamination rate α ∈ [0, 0.5]; 0 = no corruption.
         adversary: ``flip``, ``random``, ``targeted`` or ``fixed`` (see ``huber_corruption``).
-        order: ``ctl`` (corruption then LDP) or ``ltc`` (LDP then corruption), 003 §3.
+        order: ``ctl`` (corruption then LDP) or ``ltc`` (LDP then corruption), Zhou et al. 2025 (Square-χPO), §3.
         target_column / target_values: for ``targeted`` at the dataset level, attack rows whose
             ``target_column`` value is in ``target_values`` (a boolean column needs no values).
         fixed_preference: for ``fixed`` at the dataset level: ``longer``, ``shorter``, or the name
@@ -157,7 +160,7 @@ class LabelPipeline(Measurement):
         """Closed-form probability that an observed label is wrong, for data-independent adversaries.
 
         With q = 1/(1+e^ε) and the ``flip`` adversary: CTL α + q − 2αq, LTC α + q − αq
-        (003 App. E). With ``random`` the adversary is wrong half the time (α → α/2 in CTL;
+        (Zhou et al. 2025 (Square-χPO), App. E). With ``random`` the adversary is wrong half the time (α → α/2 in CTL;
         (1−α)q + α/2 in LTC). ``targeted`` and ``fixed`` depend on the data: raises.
         """
         q = flip_probability(self.epsilon)
@@ -223,7 +226,8 @@ class KaryRR(Measurement):
 
 @dataclass(frozen=True)
 class SubsetMechanism(Measurement):
-    """002's √K subset randomizer with its unbiased analyzer (``label_weights``), ε-label-DP."""
+    """Chua et al. 2024 (local label DP)'s √K subset randomizer with its unbiased analyzer (``label_weights``),
+    ε-label-DP."""
 
     epsilon: float
     name = "subset"
@@ -248,7 +252,7 @@ def prior_digest(prior: np.ndarray) -> str:
 
 @dataclass(frozen=True, eq=False)
 class RRWithPrior(Measurement):
-    """RRWithPrior (001 Algorithm 2) with a given, label-independent prior.
+    """RRWithPrior (Ghazi et al. 2021 (label DP), Algorithm 2) with a given, label-independent prior.
 
     ``prior`` is (n, K) for best-of-K rows, or (n,) for preference pairs: p(u ≻ v) in the canonical
     label-free order (u, v) of :func:`squarechipo.privacy.release.canonical_pairs`. Rows whose release is

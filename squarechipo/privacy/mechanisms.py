@@ -3,7 +3,7 @@
 A label array holds 0/1 values (``bool`` or integer dtype; the output keeps the input dtype).
 What a label means is up to the caller: at the dataset level (:mod:`squarechipo.privacy.release`)
 label 1 means "the stored ``rejected`` response is preferred", so the output is the swap mask of
-003 Appendix E.
+Zhou et al. 2025 (Square-χPO), Appendix E.
 
 Every function takes an explicit :class:`numpy.random.Generator`; none touches global state.
 """
@@ -52,7 +52,8 @@ def _restore_dtype(result_bool: np.ndarray, like: np.ndarray) -> np.ndarray:
 def randomized_response(labels: np.ndarray, epsilon: float | None, rng: np.random.Generator) -> np.ndarray:
     """Randomized response RR_ε: flip each label independently with probability 1/(1+e^ε).
 
-    ε-label-LDP for binary labels (003 §3, eq. (3); 000 §3). ``epsilon=None``/``inf`` returns a copy.
+    ε-label-LDP for binary labels (Zhou et al. 2025 (Square-χPO), §3, eq. (3); Chowdhury et al. 2024 (private reward
+    estimation), §3). ``epsilon=None``/``inf`` returns a copy.
     """
     check_generator(rng)
     array = check_labels(labels)
@@ -111,7 +112,7 @@ def huber_corruption(
 ) -> np.ndarray:
     """α-Huber contamination: each label is replaced independently, w.p. α, by the adversary's label.
 
-    003 §3 (corruption model; Appendix E uses ``flip``). Adversaries:
+    Zhou et al. 2025 (Square-χPO), §3 (corruption model; Appendix E uses ``flip``). Adversaries:
 
     - ``flip``: the wrong label with respect to ``true_labels`` (default: ``labels``);
     - ``random``: a fair coin;
@@ -121,7 +122,7 @@ def huber_corruption(
     - ``fixed``: always ``fixed_labels`` (e.g. "prefer the longer response").
 
     ``true_labels`` matters in LTC, where the adversary acts on privatized labels but its
-    ``flip`` still means "wrong with respect to the truth", as in the mask of 003 App. E.
+    ``flip`` still means "wrong with respect to the truth", as in the mask of Zhou et al. 2025 (Square-χPO), App. E.
     """
     check_generator(rng)
     array = check_labels(labels)
@@ -140,7 +141,8 @@ def huber_corruption(
 def ctl(
     true_labels: np.ndarray, epsilon: float | None, corruption_rate: float, rng: np.random.Generator, **adversary
 ) -> np.ndarray:
-    """CTL — corruption, then local DP (003 §3; App. E: mask = 1 w.p. α, then flip w.p. 1/(1+e^ε)).
+    """CTL — corruption, then local DP (Zhou et al. 2025 (Square-χPO), §3; App. E: mask = 1 w.p. α, then flip w.p.
+    1/(1+e^ε)).
 
     ``adversary`` takes the keyword arguments of :func:`huber_corruption` (``adversary``,
     ``target``, ``fixed_labels``). With the ``flip`` adversary the final wrong-label rate is
@@ -153,7 +155,8 @@ def ctl(
 def ltc(
     true_labels: np.ndarray, epsilon: float | None, corruption_rate: float, rng: np.random.Generator, **adversary
 ) -> np.ndarray:
-    """LTC — local DP, then corruption (003 §3; App. E: flip w.p. 1/(1+e^ε), then mask = 1 w.p. α).
+    """LTC — local DP, then corruption (Zhou et al. 2025 (Square-χPO), §3; App. E: flip w.p. 1/(1+e^ε), then mask = 1
+    w.p. α).
 
     ``adversary`` as in :func:`ctl`. The adversary's ``flip`` is wrong with respect to the true
     labels. With it the final wrong-label rate is α + q − αq: worse than CTL by αq.

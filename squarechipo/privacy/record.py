@@ -150,7 +150,7 @@ class PrivacyRecord:
         if self.exposed:
             epsilon = f"{epsilon}: does not hold for this model (labels exposed through a starting model, see below)"
         return [
-            ("mechanism", "exponential mechanism, P(π) ∝ exp(−ε·L(π)/8) (003 Algorithm 2)"),
+            ("mechanism", "exponential mechanism, P(π) ∝ exp(−ε·L(π)/8) (Zhou et al. 2025 (Square-χPO), Algorithm 2)"),
             ("central ε (whole row: prompt, responses, label)", epsilon),
             ("private data fingerprint", self.dataset_fingerprint or "unknown"),
         ]
@@ -174,7 +174,7 @@ class PrivacyRecord:
         table = "\n".join(f"| {name} | {value} |" for name, value in self.card_rows())
         intro = intro or (
             "This model was aligned with [squarechipo](https://pypi.org/project/squarechipo/) on preference labels "
-            "released through the mechanism below (Square-χPO, 003 Algorithm 1)."
+            "released through the mechanism below (Square-χPO, Zhou et al. 2025 (Square-χPO), Algorithm 1)."
         )
         return (
             f"{_CARD_HEADING}\n\n{intro} The full record is in `{PRIVACY_FILE}`.\n\n"

@@ -4,7 +4,7 @@
 returns the released rows with the ledger extended by one release:
 
 - **preference pairs** (prompt/chosen/rejected, any TRL format): the stored orientation *is* the label
-  (DESIGN.md §1). The released label decides whether chosen and rejected are swapped, so no label column
+ . The released label decides whether chosen and rejected are swapped, so no label column
   exists that could leak the raw one. A measurement with a prior (RRWithPrior, LP-2ST's stage 2) sees
   each pair in its canonical, label-free order (:func:`canonical_pairs`) and marks the rows released from
   the prior in the public column ``label_from_prior``;
@@ -230,7 +230,7 @@ def release_dataset(
             its ε); the ledger records the new release, sums the ε (a valid, loose bound) and gives the
             tight ε of the stored labels (``stored_labels_epsilon``).
         part: the name of the disjoint part of a larger dataset these rows are (multi-stage training,
-            001); releases on disjoint parts compose in parallel in the ledger.
+            Ghazi et al. 2021 (label DP)); releases on disjoint parts compose in parallel in the ledger.
 
     Returns:
         A new dataset with every other column unchanged and the ledger attached.

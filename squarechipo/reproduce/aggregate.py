@@ -1,7 +1,9 @@
-"""003's Table 1 from the cell records: win rates with 95% t intervals over seeds, paired verdicts, CSV and a plot.
+"""Zhou et al. 2025 (Square-χPO)'s Table 1 from the cell records: win rates with 95% t intervals over seeds, paired
+verdicts, CSV and a plot.
 
 The table's number is the win rate against the SFT policy with ties (and identical responses) counted ½, by the
-gold reward-model judge; the local judge's is a second opinion. Two orderings are claimed by 003 (App. E):
+gold reward-model judge; the local judge's is a second opinion. Two orderings are claimed by Zhou et al. 2025
+(Square-χPO) (App. E):
 Square-χPO ≥ χPO and CTL > LTC. Each is tested paired by seed (the methods of one seed train on the same released
 labels): the mean paired difference with a Student's t interval, and a verdict: "holds" when the interval lies
 above 0, "reversed" when it lies below, "not shown at this scale" otherwise.
@@ -19,7 +21,7 @@ from squarechipo.judge.stats import t_interval
 
 __all__ = ["paired_difference", "verdict", "win_interval", "write_table1", "PAPER"]
 
-#: 003 Table 1 (% win against SFT, GPT2-large, llama3:70b judge).
+#: Zhou et al. 2025 (Square-χPO), Table 1 (% win against SFT, GPT2-large, llama3:70b judge).
 PAPER = {("CTL", "chipo"): 64.2, ("CTL", "square_chipo"): 67.0, ("LTC", "chipo"): 59.8, ("LTC", "square_chipo"): 60.0}
 _NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
 
@@ -106,7 +108,10 @@ def _claims(records, scale, judge: str) -> dict[str, dict[str, Any]]:
 
 
 def _claim_lines(claims: dict[str, dict[str, Any]]) -> list[str]:
-    lines = ["| claim (003) | mean paired difference (points) | 95% t interval | verdict |", "|---|---|---|---|"]
+    lines = [
+        "| claim (Zhou et al. 2025) | mean paired difference (points) | 95% t interval | verdict |",
+        "|---|---|---|---|",
+    ]
     for name, c in claims.items():
         interval = "—" if math.isnan(c["low"]) else f"[{c['low']:+.1f}, {c['high']:+.1f}]"
         mean = "—" if math.isnan(c["mean"]) else f"{c['mean']:+.1f}"
@@ -130,11 +135,11 @@ def _markdown(records, calibration, scale) -> str:
     judges = [j for j in ("gold", "local") if any(j in r["win"] for r in records)]
     claims = _claims(records, scale, "gold")
     text = [
-        f"# 003 Table 1, reproduced at scale `{scale.name}`",
+        f"# Zhou et al. 2025 (Square-χPO), Table 1, reproduced at scale `{scale.name}`",
         "",
         "Win rate (%) against the SFT policy, ties and identical responses counted ½: mean ± 95% t half-width over "
-        "seeds (n). 003 reports (GPT2-large, llama3:70b judge): CTL χPO 64.2, Square-χPO 67.0; LTC χPO 59.8, "
-        "Square-χPO 60.0.",
+        "seeds (n). Zhou et al. 2025 report (GPT2-large, llama3:70b judge): CTL χPO 64.2, Square-χPO 67.0; "
+        "LTC χPO 59.8, Square-χPO 60.0.",
         "",
         _calibration_line(calibration),
     ]
@@ -142,7 +147,7 @@ def _markdown(records, calibration, scale) -> str:
         title = "gold reward-model judge" if judge == "gold" else "debiased local judge (second opinion)"
         text += ["", f"## By the {title}", "", *_method_table(records, scale, judge)]
     text += ["", "## The cost of privacy (gold judge)", "", *_sweep_table(records, scale, "gold")]
-    text += ["", "## The orderings 003 claims (gold judge, paired by seed)", "", *_claim_lines(claims)]
+    text += ["", "## The orderings Zhou et al. 2025 claims (gold judge, paired by seed)", "", *_claim_lines(claims)]
     minutes = sum(r["seconds"] for r in records) / 60
     text += ["", f"{len(records)} cells, {minutes:.0f} min of cell time. Scale: `{json.dumps(scale.to_dict())}`"]
     return "\n".join(text) + "\n"

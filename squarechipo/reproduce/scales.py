@@ -1,4 +1,5 @@
-"""The sizes of a Table 1 reproduction (003 App. E, DESIGN.md §6): ``cpu`` (this 2-core machine), ``paper``.
+"""The sizes of a Table 1 reproduction (Zhou et al. 2025 (Square-χPO), App. E): ``cpu`` (this 2-core
+machine), ``paper``.
 
 A scale is a dataclass, so a YAML file with any subset of its fields (plus ``base: cpu`` or ``base: paper``)
 is a scale too: ``--scale my_scale.yaml``.
@@ -16,7 +17,8 @@ __all__ = ["SCALES", "Scale", "load_scale"]
 
 @dataclass(frozen=True)
 class Scale:
-    """Every size and setting of a run. The label settings are 003's: ε = 0.5, α = 0.1, the flip adversary."""
+    """Every size and setting of a run. The label settings are Zhou et al. 2025 (Square-χPO)'s: ε = 0.5, α = 0.1, the
+    flip adversary."""
 
     name: str
     #: Where the finance datasets live (``python -m squarechipo.data.finance --out data`` writes them).
@@ -75,7 +77,8 @@ class Scale:
 
 
 SCALES: dict[str, Scale] = {
-    # Sized from one measured cell (README, "Reproducing 003's Table 1"): 128 rows and 48 prompts took 357 s a cell,
+    # Sized from one measured cell (README, "Reproducing Zhou et al. 2025 (Square-χPO)'s Table 1"): 128 rows and 48
+    # prompts took 357 s a cell,
     # so 36 cells would take 3.6 h; 80 rows (10 steps) and 32 prompts were expected at 4.1 min a cell and took
     # 181–190 s (3.1 min) in the first run, about 2 h in all with the 10-minute set-up.
     "cpu": Scale(name="cpu", train_rows=80, test_prompts=32, cell_minutes=3.1, setup_minutes=10.0),
@@ -99,7 +102,7 @@ SCALES: dict[str, Scale] = {
         cell_minutes=2.0,
         setup_minutes=3.0,
     ),
-    # 003 App. E: all 1,442 training rows, 5 seeds, every SFT row; for a GPU.
+    # Zhou et al. 2025 (Square-χPO), App. E: all 1,442 training rows, 5 seeds, every SFT row; for a GPU.
     "paper": Scale(
         name="paper",
         sft_rows=None,

@@ -1,6 +1,8 @@
-"""003's Table 1 as one resumable run: SFT, every (seed, labels, method) cell, win rates against SFT.
+"""Zhou et al. 2025 (Square-χPO)'s Table 1 as one resumable run: SFT, every (seed, labels, method) cell, win rates
+against SFT.
 
-The plan (003 App. E, DESIGN.md §6): SFT once on finance_sft rows (disjoint from the preference rows), then per
+The plan (Zhou et al. 2025 (Square-χPO), App. E): SFT once on finance_sft rows (disjoint from the
+preference rows), then per
 seed χPO and Square-χPO under CTL and LTC with ε = 0.5, α = 0.1, plus DPO and rDPO on the same released labels,
 Square-χPO on clean labels (the upper reference) and Square-χPO under CTL at more ε (the cost of privacy).
 Each cell trains with ``recipes/train.py`` in its own process, then its responses to the test prompts are judged

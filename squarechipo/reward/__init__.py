@@ -1,4 +1,5 @@
-"""Private reward models (000) and pairwise preference models for general preferences (003 §4)."""
+"""Private reward models (Chowdhury et al. 2024 (private reward estimation)) and pairwise preference models for general
+preferences (Zhou et al. 2025 (Square-χPO), §4)."""
 
 from squarechipo.reward.best_of_k import BestOfKRewardTrainer
 from squarechipo.reward.config import MODEL_TYPES, REWARD_LOSSES, PrivateRewardConfig

@@ -1,4 +1,5 @@
-"""``BestOfKRewardTrainer``: a reward model from released best-of-K rows (002 analyzer + top-1 Plackett–Luce).
+"""``BestOfKRewardTrainer``: a reward model from released best-of-K rows (Chua et al. 2024 (local label DP) analyzer +
+top-1 Plackett–Luce).
 
 Rows come from :func:`squarechipo.privacy.release.release_dataset` with a K-ary measurement: ``prompt``,
 ``responses`` (K per row) and

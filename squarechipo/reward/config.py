@@ -12,30 +12,38 @@ from squarechipo.privacy.calibration import check_epsilon
 
 __all__ = ["PrivateRewardConfig", "MODEL_TYPES", "REWARD_LOSSES"]
 
-#: ``reward``: a scalar r(x, a) compared by Bradley–Terry (000); ``preference``: a pairwise
-#: ℓ(x, a⁰, a¹) ∈ [−1, 1], antisymmetric, for general (non-transitive) preferences (003 §4).
+#: ``reward``: a scalar r(x, a) compared by Bradley–Terry (Chowdhury et al. 2024 (private reward estimation));
+#: ``preference``: a pairwise
+#: ℓ(x, a⁰, a¹) ∈ [−1, 1], antisymmetric, for general (non-transitive) preferences (Zhou et al. 2025 (Square-χPO), §4).
 MODEL_TYPES = ("reward", "preference")
-#: ``debiased_bt``: the RR-debiased Bradley–Terry log loss of 000 (eq. 4); ``square``: (2σ(m) − 1 − c(ε))²,
-#: 003 eq. (10) (for a preference model m = s(x,a,b) − s(x,b,a), so 2σ(m) − 1 = ℓ); ``plackett_luce``: the
+#: ``debiased_bt``: the RR-debiased Bradley–Terry log loss of Chowdhury et al. 2024 (private reward estimation) (eq.
+#: 4); ``square``: (2σ(m) − 1 − c(ε))²,
+#: Zhou et al. 2025 (Square-χPO), eq. (10) (for a preference model m = s(x,a,b) − s(x,b,a), so 2σ(m) − 1 = ℓ);
+#: ``plackett_luce``: the
 #: debiased top-1 Plackett–Luce loss on best-of-K rows (``BestOfKRewardTrainer``).
 REWARD_LOSSES = ("debiased_bt", "square", "plackett_luce")
 
 
 @dataclass
 class PrivateRewardConfig(RewardConfig):
-    """``RewardConfig`` with the label-privacy debiasing (DESIGN.md §3, 000, 003 Alg. 3 line 4).
+    """``RewardConfig`` with the label-privacy debiasing (Chowdhury et al. 2024, Zhou et al. 2025 (Square-χPO), Alg. 3
+    line
+    4).
 
     The ε of the labels is read from the training dataset's ledger by default; ``epsilon`` is for
     data privatized elsewhere (a disagreement with the ledger raises unless ``privacy_override``).
     """
 
     model_type: str = field(default="reward", metadata={"help": "reward (scalar, BT) or preference (pairwise ℓ)."})
-    loss: str = field(default="debiased_bt", metadata={"help": "debiased_bt (000) or square (003 eq. 10)."})
+    loss: str = field(
+        default="debiased_bt",
+        metadata={"help": "debiased_bt (Chowdhury et al. 2024) or square (Zhou et al. 2025, eq. 10)."},
+    )
     max_margin: float | None = field(
         default=8.0,
         metadata={
             "help": "Bound B on the reward margin |r(x,a⁺) − r(x,a⁻)| (clipped). The debiased BT loss is "
-            "unbounded below without it (000 bounds ‖θ‖). None = no bound (square loss only)."
+            "unbounded below without it (Chowdhury et al. 2024 bounds ‖θ‖). None = no bound (square loss only)."
         },
     )
     epsilon: float | None = field(default=None, metadata={"help": "RR ε of the labels; default: from the ledger."})
@@ -56,7 +64,9 @@ class PrivateRewardConfig(RewardConfig):
         if self.loss not in REWARD_LOSSES:
             raise ValueError(f"loss must be one of {REWARD_LOSSES} (got {self.loss!r}).")
         if self.model_type == "preference" and self.loss != "square":
-            raise ValueError("model_type='preference' is fitted by least squares (003 eq. 10): set loss: square.")
+            raise ValueError(
+                "model_type='preference' is fitted by least squares (Zhou et al. 2025, eq. 10): set loss: square."
+            )
         if self.max_margin is not None and not (self.max_margin > 0 and math.isfinite(self.max_margin)):
             raise ValueError(f"max_margin must be positive and finite, or None (got {self.max_margin!r}).")
         if self.loss in ("debiased_bt", "plackett_luce") and self.max_margin is None:

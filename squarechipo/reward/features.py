@@ -1,9 +1,12 @@
-"""Frozen-feature linear reward heads with label DP (000): features from a frozen LM, heads from :mod:`linear`.
+"""Frozen-feature linear reward heads with label DP (Chowdhury et al. 2024 (private reward estimation)): features from
+a frozen LM, heads from :mod:`linear`.
 
 φ(x, a) is the frozen model's last-layer hidden state at the last token of prompt + response (chat
 template for conversational rows). A comparison's feature is the difference φ(x, a⁺) − φ(x, a⁻),
-clipped to ‖·‖ ≤ L (the L of 000's guarantees). The head θ is then fitted by
-:func:`~squarechipo.reward.linear.rr_debiased_mle` on RR-released rows (local label DP, 000 §4) or by
+clipped to ‖·‖ ≤ L (the L of Chowdhury et al. 2024 (private reward estimation)'s guarantees). The head θ is then fitted
+by
+:func:`~squarechipo.reward.linear.rr_debiased_mle` on RR-released rows (local label DP, Chowdhury et al. 2024 (private
+reward estimation), §4) or by
 :func:`~squarechipo.reward.linear.objective_perturbation` on the raw rows (central label DP, Alg. 2).
 """
 
@@ -153,8 +156,10 @@ def fit_linear_head(
 
     Local label DP, on rows released by RR (``privacy`` from their ledger):
 
-    - ``rr_mle``: θ̂_RR of 000 §4, the debiased log loss minimised exactly over ‖θ‖ ≤ radius (Thm 4.2);
-    - ``sgd_rr``: 000 Algorithm 1 with Theorem 4.5's η_t = 1/(λt), last iterate; λ defaults to γ_ε·κ with
+    - ``rr_mle``: θ̂_RR of Chowdhury et al. 2024 (private reward estimation), §4, the debiased log loss minimised
+      exactly over ‖θ‖ ≤ radius (Thm 4.2);
+    - ``sgd_rr``: Chowdhury et al. 2024 (private reward estimation), Algorithm 1 with Theorem 4.5's η_t = 1/(λt), last
+      iterate; λ defaults to γ_ε·κ with
       κ the smallest eigenvalue of the features' second moment (features are public under label DP);
     - ``sgd_rr_averaged``: η₀/√t (``step``) with Polyak–Ruppert averaging.
 

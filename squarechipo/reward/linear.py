@@ -1,17 +1,21 @@
-"""Private linear reward heads under the Bradley–Terry model (000), as pure float64 functions.
+"""Private linear reward heads under the Bradley–Terry model (Chowdhury et al. 2024 (private reward estimation)), as
+pure float64 functions.
 
 A comparison has a feature difference x = φ(x, a⁺) − φ(x, a⁻) (‖x‖ ≤ L) and a label y ∈ {0, 1}; the
 reward is ⟨θ, φ⟩ with θ in the ball Θ_B = {‖θ‖ ≤ B}. Arrays are vectorised over trials: x (T, n, d),
 y (T, n). For one model pass T = 1.
 
 - :func:`mle` — the non-private MLE over Θ_B, solved exactly (Newton + KKT bisection).
-- :func:`rr_debiased_mle` — θ̂_RR of 000 §4 (eq. 6, Theorem 4.2 / Corollary 4.3): the debiased log
+- :func:`rr_debiased_mle` — θ̂_RR of Chowdhury et al. 2024 (private reward estimation), §4 (eq. 6, Theorem 4.2 /
+  Corollary 4.3): the debiased log
   loss of labels released by RR_ε, minimised exactly over Θ_B like the MLE.
-- :func:`sgd_debiased` — θ̂_SGD-RR, 000 Algorithm 1 with Theorem 4.5's schedule: one projected pass,
+- :func:`sgd_debiased` — θ̂_SGD-RR, Chowdhury et al. 2024 (private reward estimation), Algorithm 1 with Theorem 4.5's
+  schedule: one projected pass,
   η_t = 1/(λt) with λ = γ_ε·κ, returning the last iterate.
 - :func:`sgd_debiased_averaged` — the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (a
   common practical variant; Theorem 4.5 does not cover it).
-- :func:`objective_perturbation` — 000 Algorithm 2 (central label DP): argmin l_D(θ) + λ/2‖θ‖² + wᵀθ,
+- :func:`objective_perturbation` — Chowdhury et al. 2024 (private reward estimation), Algorithm 2 (central label DP):
+  argmin l_D(θ) + λ/2‖θ‖² + wᵀθ,
   w ~ N(0, σ²I), σ = L·√(8 log(2/δ) + 4ε)/ε (Theorem 5.2), λ = L²/(2ε), over Θ_B. The guarantee is
   for the exact minimiser: every Newton solve must reach gradient norm ≤ ``GRADIENT_TOLERANCE``
   within ``NEWTON_ITERATIONS`` and every bisection step must be decided by a certificate, or
@@ -41,7 +45,8 @@ __all__ = [
     "strong_convexity",
 ]
 
-#: Newton stops when every trial's gradient has max-norm below this (000 Alg. 2 needs the exact minimiser).
+#: Newton stops when every trial's gradient has max-norm below this (Chowdhury et al. 2024 (private reward estimation),
+#: Alg. 2 needs the exact minimiser).
 GRADIENT_TOLERANCE = 1e-10
 NEWTON_ITERATIONS = 100
 
@@ -129,7 +134,8 @@ def _solved(x, y, ridge, linear, what: str, theta: np.ndarray | None = None) -> 
 
 
 def _in_ball(x: np.ndarray, y: np.ndarray, ridge: float, linear: np.ndarray, radius: float) -> np.ndarray:
-    """argmin over Θ_B = {‖θ‖ ≤ B} of the strictly convex objective (000 eq. 6, eq. 8 and Algorithm 2).
+    """argmin over Θ_B = {‖θ‖ ≤ B} of the strictly convex objective (Chowdhury et al. 2024 (private reward estimation),
+    eq. 6, eq. 8 and Algorithm 2).
 
     KKT: the solution is the unconstrained minimiser when it lies in the ball; otherwise it is the
     minimiser θ(μ) with an extra ridge μ ≥ 0 for which ‖θ(μ)‖ = B (‖θ(μ)‖ decreases in μ). The bracket
@@ -168,7 +174,7 @@ def mle(x: np.ndarray, y: np.ndarray, radius: float) -> np.ndarray:
 
 
 def perturbation_sigma(epsilon: float, delta: float, feature_bound: float) -> float:
-    """σ = L·√(8 log(2/δ) + 4ε)/ε (000 Theorem 5.2)."""
+    """σ = L·√(8 log(2/δ) + 4ε)/ε (Chowdhury et al. 2024 (private reward estimation), Theorem 5.2)."""
     return feature_bound * math.sqrt(8.0 * math.log(2.0 / delta) + 4.0 * epsilon) / epsilon
 
 
@@ -181,14 +187,15 @@ def objective_perturbation(
     radius: float,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """000 Algorithm 2 (central label DP) over Θ_B, solved exactly."""
+    """Chowdhury et al. 2024 (private reward estimation), Algorithm 2 (central label DP) over Θ_B, solved exactly."""
     sigma = perturbation_sigma(epsilon, delta, feature_bound)
     noise = rng.normal(0.0, sigma, size=x.shape[::2])
     return _in_ball(x, y, feature_bound**2 / (2.0 * epsilon), noise, radius)
 
 
 def rr_debiased_mle(x: np.ndarray, observed: np.ndarray, epsilon: float | None, radius: float) -> np.ndarray:
-    """θ̂_RR (000 eq. 6): argmin over Θ_B of the debiased log loss of RR_ε-released labels, solved exactly.
+    """θ̂_RR (Chowdhury et al. 2024 (private reward estimation), eq. 6): argmin over Θ_B of the debiased log loss of
+    RR_ε-released labels, solved exactly.
 
     ε-label-DP by RR and post-processing. Its error is c(ε) = (e^ε+1)/(e^ε−1) times the MLE's rate
     (Theorem 4.2, Corollary 4.3). The same tiny ridge (1e-6) as :func:`mle`.
@@ -199,7 +206,8 @@ def rr_debiased_mle(x: np.ndarray, observed: np.ndarray, epsilon: float | None, 
 
 
 def strong_convexity(epsilon: float | None, feature_bound: float, radius: float, coverage: float) -> float:
-    """λ = γ_ε·κ of 000 Theorem 4.5: γ = 1/(2 + e^{−2LB} + e^{2LB}), γ_ε = (2σ(ε) − 1)·γ, κ = λ_min(Σ).
+    """λ = γ_ε·κ of Chowdhury et al. 2024 (private reward estimation), Theorem 4.5: γ = 1/(2 + e^{−2LB} + e^{2LB}), γ_ε
+    = (2σ(ε) − 1)·γ, κ = λ_min(Σ).
 
     γ is the worst-case curvature σ' over ‖x‖ ≤ L, ‖θ‖ ≤ B, so it is tiny for large L·B (the schedule
     1/(λt) then takes huge steps); pass a measured curvature to :func:`sgd_debiased` instead if you know one.
@@ -209,7 +217,8 @@ def strong_convexity(epsilon: float | None, feature_bound: float, radius: float,
 
 
 def _debiased_gradient_factor(x_t, theta, sign_t, rho) -> np.ndarray:
-    """d/dm of [−(1−ρ) log σ(m) + ρ log σ(−m)]/(1−2ρ) at m = ±⟨x_t, θ⟩ (the normalised loss of 000 eq. 4–5)."""
+    """d/dm of [−(1−ρ) log σ(m) + ρ log σ(−m)]/(1−2ρ) at m = ±⟨x_t, θ⟩ (the normalised loss of Chowdhury et al. 2024
+    (private reward estimation), eq. 4–5)."""
     m = sign_t * np.einsum("td,td->t", x_t, theta)
     return (-(1.0 - rho) * (1.0 - _sigmoid(m)) - rho * _sigmoid(m)) / (1.0 - 2.0 * rho)
 
@@ -228,10 +237,12 @@ def sgd_debiased(
     *,
     strong_convexity_lambda: float,
 ) -> dict[int, np.ndarray]:
-    """θ̂_SGD-RR: 000 Algorithm 1 on released labels with Theorem 4.5's schedule; the last iterate at checkpoints.
+    """θ̂_SGD-RR: Chowdhury et al. 2024 (private reward estimation), Algorithm 1 on released labels with Theorem 4.5's
+    schedule; the last iterate at checkpoints.
 
     θ_{t+1} = Π_Θ_B(θ_t − η_t ĝ_t), η_t = 1/(λt), λ = γ_ε·κ (:func:`strong_convexity`), ĝ_t the gradient of
-    000's (unnormalised) debiased loss, whose curvature is (2σ(ε)−1)·σ'. Theorem 4.5 bounds the last iterate.
+    Chowdhury et al. 2024 (private reward estimation)'s (unnormalised) debiased loss, whose curvature is (2σ(ε)−1)·σ'.
+    Theorem 4.5 bounds the last iterate.
     """
     if not (strong_convexity_lambda > 0 and math.isfinite(strong_convexity_lambda)):
         raise ValueError(f"strong_convexity_lambda must be positive and finite (got {strong_convexity_lambda!r}).")
@@ -241,7 +252,8 @@ def sgd_debiased(
     theta = np.zeros((trials, d))
     out, wanted = {}, set(checkpoints)
     for t in range(n):
-        # 000's loss is (1 − 2ρ) times the normalised one: ĝ_t = (1 − 2ρ)·(normalised gradient).
+        # Chowdhury et al. 2024 (private reward estimation)'s loss is (1 − 2ρ) times the normalised one: ĝ_t = (1 −
+        # 2ρ)·(normalised gradient).
         grad = (
             (1.0 - 2.0 * rho)
             * (_debiased_gradient_factor(x[:, t], theta, sign[:, t], rho) * sign[:, t])[:, None]
@@ -262,7 +274,8 @@ def sgd_debiased_averaged(
     step: float = 1.0,
 ) -> dict[int, np.ndarray]:
     """One projected pass of SGD on the normalised debiased loss with η_t = η₀/√t and Polyak–Ruppert
-    averaging; the average at checkpoints. Not the schedule of 000 Theorem 4.5 (no theorem there covers it)."""
+    averaging; the average at checkpoints. Not the schedule of Chowdhury et al. 2024 (private reward estimation),
+    Theorem 4.5 (no theorem there covers it)."""
     trials, n, d = x.shape
     rho = flip_probability(epsilon)
     sign = np.where(np.asarray(observed).astype(bool), 1.0, -1.0)

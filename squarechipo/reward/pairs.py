@@ -1,4 +1,5 @@
-"""Pairwise preference models ℓ(x, a⁰, a¹) ∈ [−1, 1] on a sequence classifier (003 §4, Alg. 3 line 4).
+"""Pairwise preference models ℓ(x, a⁰, a¹) ∈ [−1, 1] on a sequence classifier (Zhou et al. 2025 (Square-χPO), §4, Alg.
+3 line 4).
 
 A sequence classifier with one output scores the text of (x, a, b): s(x, a, b). The preference
 model is ℓ(x, a, b) = 2σ(m) − 1 with m = s(x, a, b) − s(x, b, a), so ℓ(x, a, b) = −ℓ(x, b, a) and
@@ -7,7 +8,8 @@ The model itself is :class:`squarechipo.models.preference.PreferenceModel`.
 
 Training reuses TRL's ``RewardTrainer`` layout: a preference row (x, a⁺, a⁻) becomes the pair of
 texts ``chosen`` = text(x, a⁺, a⁻) and ``rejected`` = text(x, a⁻, a⁺), so the trainer's margin
-r(chosen) − r(rejected) is exactly m and the square loss (2σ(m) − 1 − c(ε))² is 003 eq. (10).
+r(chosen) − r(rejected) is exactly m and the square loss (2σ(m) − 1 − c(ε))² is Zhou et al. 2025 (Square-χPO), eq.
+(10).
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """``PrivateRewardTrainer``: TRL's ``RewardTrainer`` with label-private losses.
 
-- ``model_type: reward``, ``loss: debiased_bt``: the RR-debiased Bradley–Terry loss of 000 (§4,
+- ``model_type: reward``, ``loss: debiased_bt``: the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private
+  reward estimation) (§4,
   eq. 4): [−(1−ρ)·log σ(m) + ρ·log σ(−m)]/(1−2ρ), ρ = 1/(1+e^ε), on the clipped reward margin
   m = clip(r(x, a⁺) − r(x, a⁻), ±B). It is unbiased for the clean BT loss but unbounded below, so
-  the margin bound B (``max_margin``) plays the role of 000's parameter bound.
-- ``loss: square``: (2σ(m) − 1 − c(ε))², 003 eq. (10); with ``model_type: preference`` the rows are
+  the margin bound B (``max_margin``) plays the role of Chowdhury et al. 2024 (private reward estimation)'s parameter
+  bound.
+- ``loss: square``: (2σ(m) − 1 − c(ε))², Zhou et al. 2025 (Square-χPO), eq. (10); with ``model_type: preference`` the
+  rows are
   text pairs (see :mod:`squarechipo.reward.pairs`) and this fits the general preference model ℓ̂.
 
 What is TRL's: tokenization, the collator, logging, checkpointing, the Hub. What is overridden:
@@ -137,9 +140,9 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
             base = getattr(self.model.config, "_name_or_path", None)
             fix_model_card(self.args.output_dir, base_model=base, dataset_name=dataset_name, model_name=model_name)
             kind = (
-                "a pairwise preference model ℓ(x, a⁰, a¹) (003 Alg. 3)"
+                "a pairwise preference model ℓ(x, a⁰, a¹) (Zhou et al. 2025 (Square-χPO), Alg. 3)"
                 if self.args.model_type == "preference"
-                else "a reward model (000, debiased Bradley–Terry)"
+                else "a reward model (Chowdhury et al. 2024, debiased Bradley–Terry)"
             )
             write_privacy_record(
                 self.args.output_dir,

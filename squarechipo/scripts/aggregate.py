@@ -1,4 +1,5 @@
-"""Aggregate several eval/judge.py runs (seeds) into mean ± std, in the form of 003's Table 1.
+"""Aggregate several eval/judge.py runs (seeds) into mean ± std, in the form of Zhou et al. 2025 (Square-χPO)'s Table
+1.
 
 python eval/aggregate.py --out outputs/eval/table outputs/eval/*/seed*
 """

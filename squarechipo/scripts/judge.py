@@ -1,4 +1,4 @@
-"""LLM-as-judge win rate of a policy against a baseline (003 App. E).
+"""LLM-as-judge win rate of a policy against a baseline (Zhou et al. 2025 (Square-χPO), App. E).
 
     python eval/judge.py --policy outputs/square_chipo --baseline outputs/sft \
         --dataset data/finance_preference_conversational --split test --out outputs/eval/square_chipo

@@ -1,4 +1,4 @@
-"""Multi-stage training with RRWithPrior for preferences (001 LP-2ST) around Square-χPO.
+"""Multi-stage training with RRWithPrior for preferences (Ghazi et al. 2021 (label DP) LP-2ST) around Square-χPO.
 
     accelerate launch recipes/lp2st.py --config recipes/configs/lp2st.yaml
 
@@ -10,7 +10,8 @@ them). Each label is released once, so the ledger of the final model shows ε, n
 saved under ``<output_dir>/released_part{1,2}`` by the one ``release_once`` and reused on a re-run
 (no fresh noise); a re-run whose prior differs (another temperature, another stage-1 policy) stops.
 
-001's guarantee needs a prior that does not depend on the part-2 labels: the model stage 1 starts
+Ghazi et al. 2021 (label DP)'s guarantee needs a prior that does not depend on the part-2 labels: the model stage 1
+starts
 from (which is also the prior's reference) is checked against the part-2 rows before the prior is
 computed (:mod:`squarechipo.privacy.lineage`; ``override_lineage_guard`` to override, recorded).
 """
@@ -62,7 +63,7 @@ def _stage1_prior(model_path, stage1, raw2, tokenizer, script_args, training_arg
         private=True,
         override=training_args.override_lineage_guard,
         override_field="override_lineage_guard",
-        context="LP-2ST prior (001 needs a prior independent of the part-2 labels)",
+        context="LP-2ST prior (Ghazi et al. 2021 (label DP) needs a prior independent of the part-2 labels)",
     )
     reference = AutoModelForCausalLM.from_pretrained(model_path)
     prior = policy_prior(

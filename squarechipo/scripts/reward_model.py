@@ -1,11 +1,14 @@
-"""Train a reward model (000) or a pairwise preference model (003 §4) on privatized labels.
+"""Train a reward model (Chowdhury et al. 2024 (private reward estimation)) or a pairwise preference model (Zhou et al.
+2025 (Square-χPO), §4) on privatized labels.
 
     accelerate launch recipes/reward_model.py --config recipes/configs/preference_model.yaml
     accelerate launch recipes/reward_model.py --config recipes/configs/reward_model.yaml
 
-``model_type: preference`` fits ℓ(x, a⁰, a¹) ∈ [−1, 1] by the least squares of 003 eq. (10) (the
+``model_type: preference`` fits ℓ(x, a⁰, a¹) ∈ [−1, 1] by the least squares of Zhou et al. 2025 (Square-χPO), eq. (10)
+(the
 input of iterative Square-χPO, ``recipes/self_play.py``); ``model_type: reward`` fits a scalar
-reward with the RR-debiased Bradley–Terry loss of 000. The labels go through the label pipeline once
+reward with the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private reward estimation). The labels go
+through the label pipeline once
 (``label_*`` fields; saved and reused under ``privatized_dir``), exactly as in ``recipes/train.py``.
 """
 

@@ -1,4 +1,5 @@
-"""Central DP: release one of several candidate policies with the exponential mechanism (003 Algorithm 2).
+"""Central DP: release one of several candidate policies with the exponential mechanism (Zhou et al. 2025 (Square-χPO),
+Algorithm 2).
 
     accelerate launch recipes/select_policy.py --config recipes/configs/select_policy.yaml
     torchrun --nproc_per_node 2 recipes/select_policy.py --config ...      # scoring sharded over two processes

@@ -1,4 +1,5 @@
-"""Central DP: the exponential-mechanism selector over a finite set of candidates (003 Algorithm 2).
+"""Central DP: the exponential-mechanism selector over a finite set of candidates (Zhou et al. 2025 (Square-χPO),
+Algorithm 2).
 
 Score-vector interface (scores in, index out): :func:`select_index`. LLM policies:
 :func:`select_policy` (recipe: ``recipes/select_policy.py``).

@@ -2,7 +2,8 @@
 
 A candidate is a saved model folder, a PEFT adapter folder (``adapter_config.json``; loaded on its
 base model and merged for scoring), or the alias ``embedded``. The exponential mechanism is ε-DP
-only if the candidate set was chosen without the private data (003 Algorithm 2), so every candidate
+only if the candidate set was chosen without the private data (Zhou et al. 2025 (Square-χPO), Algorithm 2), so every
+candidate
 must carry the record squarechipo writes next to the models it trains (``squarechipo_privacy.json``:
 the label-invariant fingerprint of its preference data, a bottom-k sketch of its prompts, and the same
 for the models it started from). The guard (:mod:`squarechipo.privacy.lineage`, transitively through
@@ -89,7 +90,7 @@ def check_candidates(
         lines = "\n  ".join(f.message() for f in blocking)
         raise ValueError(
             "The exponential mechanism is ε-DP only when the candidates were chosen without the private data "
-            f"(003 Algorithm 2), and the guard refused:\n  {lines}\n"
+            f"(Zhou et al. 2025 (Square-χPO), Algorithm 2), and the guard refused:\n  {lines}\n"
             "Remove these candidates. If a candidate without a record is known to be independent of the private "
             "data (e.g. a public base model), set allow_unrecorded_candidates; set override_candidate_guard only "
             "if you accept that the guarantee does not hold. Either override is written into the output's ledger."

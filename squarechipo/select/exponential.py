@@ -1,4 +1,4 @@
-"""The exponential mechanism over a score vector (003 Algorithm 2, DESIGN.md §4).
+"""The exponential mechanism over a score vector (Zhou et al. 2025 (Square-χPO), Algorithm 2).
 
 Scores in, index out: given each candidate's total loss L(π) on the private data, sample π with
 probability ∝ exp(−ε·L(π)/(2Δ)), Δ = 4 the per-row sensitivity of the bounded square loss, i.e.
@@ -28,7 +28,8 @@ ROW_LOSS_SENSITIVITY = 4.0
 
 
 def row_square_losses(margins: torch.Tensor) -> torch.Tensor:
-    """Per-row loss (2σ(m) − 1 − ȳ')² with ȳ' = +1 for stored rows (003 Alg. 2): always in [0, 4].
+    """Per-row loss (2σ(m) − 1 − ȳ')² with ȳ' = +1 for stored rows (Zhou et al. 2025 (Square-χPO), Alg. 2): always in
+    [0, 4].
 
     ``margins`` are the clipped m = clip(β·h, ±2R_max) of :func:`squarechipo.losses.margins`. No
     c(ε) here: the central model sees raw (possibly corrupted) labels.
@@ -37,7 +38,8 @@ def row_square_losses(margins: torch.Tensor) -> torch.Tensor:
 
 
 def row_preference_losses(values):
-    """Per-row loss (ℓ(x, a⁺, a⁻) − 1)² of a general preference model ℓ ∈ [−1, 1] (003 Alg. 3, line 6): in [0, 4].
+    """Per-row loss (ℓ(x, a⁺, a⁻) − 1)² of a general preference model ℓ ∈ [−1, 1] (Zhou et al. 2025 (Square-χPO), Alg.
+    3, line 6): in [0, 4].
 
     The same loss as :func:`row_square_losses` with ℓ = 2σ(m) − 1, for models that give ℓ directly.
     Works on numpy arrays and torch tensors.

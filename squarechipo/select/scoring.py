@@ -1,4 +1,5 @@
-"""Score candidate policies on private preference rows: L(π) = Σ_i (2σ(m_i) − 1 − 1)² (003 Algorithm 2).
+"""Score candidate policies on private preference rows: L(π) = Σ_i (2σ(m_i) − 1 − 1)² (Zhou et al. 2025 (Square-χPO),
+Algorithm 2).
 
 The reference log-probabilities are computed once; each candidate then runs one batched,
 gradient-free forward per batch with the lean LM head (completion positions only, each prompt once).

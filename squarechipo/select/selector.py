@@ -1,4 +1,5 @@
-"""The central-DP policy selector (003 Algorithm 2): candidates + private data → one released policy.
+"""The central-DP policy selector (Zhou et al. 2025 (Square-χPO), Algorithm 2): candidates + private data → one
+released policy.
 
 Every process scores its shard of the private rows (:mod:`squarechipo.select.scoring`), the losses
 are summed across processes, the main process samples one index with
@@ -137,7 +138,8 @@ def select_policy(
     override_candidate_guard: bool = False,
     override_reference_guard: bool = False,
 ) -> Selection:
-    """Sample one candidate with P ∝ exp(−ε·L/8), L the square loss on the raw private labels (003 Alg. 2).
+    """Sample one candidate with P ∝ exp(−ε·L/8), L the square loss on the raw private labels (Zhou et al. 2025
+    (Square-χPO), Alg. 2).
 
     The score h depends on π_ref, so the reference is checked like the candidates: one trained on the
     private rows or their prompts voids the sensitivity argument and is refused unless

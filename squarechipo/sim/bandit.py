@@ -1,4 +1,4 @@
-"""The alignment bandit of 003 with exact suboptimality gaps.
+"""The alignment bandit of Zhou et al. 2025 (Square-χPO) with exact suboptimality gaps.
 
 Contexts x ~ uniform over X, actions a ∈ A, a true reward r*(x, a) ∈ [0, R_max], preferences under
 Bradley–Terry: P(a⁰ ≻ a¹ | x) = σ(r*(x, a⁰) − r*(x, a¹)). Pairs are drawn from π_ref, whose
@@ -9,7 +9,7 @@ Policies are tabular: log π_θ = log_softmax(log π_ref + θ), trained full-bat
 core loss library (:func:`squarechipo.losses.preference_loss`), every seed of a grid point at once.
 J(π) = E_x Σ_a π(a|x) r*(x, a) is exact; the gap is reported against the best policy and against
 the method's own population target π*_β (the KL-regularised optimum for the DPO link, the
-χ²+KL-regularised one for the χPO link, 003 eq. 3).
+χ²+KL-regularised one for the χPO link, Zhou et al. 2025 (Square-χPO), eq. 3).
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def sample_pairs(
 ) -> PreferenceData:
     """n rows per seed: x uniform, a⁰, a¹ ~ π_ref(x), a⁰ preferred w.p. ``prefer[x, a⁰, a¹]``, then the pipeline.
 
-    ``prefer`` (X, A, A) is any preference probability P(a ≻ b | x): Bradley–Terry or general (003 §4).
+    ``prefer`` (X, A, A) is any preference probability P(a ≻ b | x): Bradley–Terry or general (Zhou et al. 2025
+    (Square-χPO), §4).
     ``adversary_prefers`` (X, A, A) booleans is what the ``fixed`` adversary writes (a ≻ b).
     """
     num_contexts, num_actions = ref_policy.shape
@@ -209,7 +210,8 @@ def _solve_chi_ratio(u: np.ndarray) -> np.ndarray:
 
 
 def target_policy(bandit: Bandit, beta: float, link: str, reward: np.ndarray | None = None) -> np.ndarray:
-    """π*_β for a link: argmax_π E[Σ π r] − β·D(π‖π_ref), D = KL (dpo) or χ² + KL (chipo) (003 eq. 3)."""
+    """π*_β for a link: argmax_π E[Σ π r] − β·D(π‖π_ref), D = KL (dpo) or χ² + KL (chipo) (Zhou et al. 2025
+    (Square-χPO), eq. 3)."""
     r = bandit.reward if reward is None else reward
     ref = bandit.ref_policy
     if link == "dpo":
@@ -248,7 +250,8 @@ def central_select(
     epsilon: float,
     rngs: list[np.random.Generator],
 ) -> np.ndarray:
-    """003 Algorithm 2 per seed: L(π) = Σ_i (2σ(m_i) − 2)² on the raw labels, sampled by ``select_index``."""
+    """Zhou et al. 2025 (Square-χPO), Algorithm 2 per seed: L(π) = Σ_i (2σ(m_i) − 2)² on the raw labels, sampled by
+    ``select_index``."""
     log_candidates = torch.log(torch.as_tensor(candidates, dtype=torch.float64))
     log_ref = torch.log(torch.as_tensor(bandit.ref_policy, dtype=torch.float64))
     chosen_policies = []

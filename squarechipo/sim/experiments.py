@@ -66,7 +66,8 @@ MULTISTAGE_COLUMNS = [
 ]
 MULTISTAGE_METHODS = ("lp1st", "lp2st", "lp2st_drop")
 
-#: The non-transitive instance of 003 §4 (fixed before the first run): 4 contexts, 5 actions in a
+#: The non-transitive instance of Zhou et al. 2025 (Square-χPO), §4 (fixed before the first run): 4 contexts, 5 actions
+#: in a
 #: cyclic tournament of strength γ = 1 plus a transitive part r ~ U[0, 1]; β = 0.05, η = 0.3,
 #: m = 4000 unlabelled pairs, |𝓛| = 16 for the central model. The ``fixed`` adversary prefers the
 #: lower-indexed action of a pair.
@@ -108,7 +109,8 @@ def _point_bandit(point: dict) -> bd.Bandit:
 
 
 def bandit_grid(full: bool = False) -> list[dict]:
-    """The bandit studies (003). Default: the reduced grid (minutes); ``full``: the issue's sweep (hours)."""
+    """The bandit studies (Zhou et al. 2025 (Square-χPO)). Default: the reduced grid (minutes); ``full``: the issue's
+    sweep (hours)."""
     inf = math.inf
     ns = [250, 500, 1000, 2000, 4000, 8000, 16000]
     base = {"alpha": 0.0, "order": "ctl", "adversary": "flip", "coverage": 0.2, "n": 2000, "epsilon": inf}
@@ -143,7 +145,8 @@ def bandit_grid(full: bool = False) -> list[dict]:
 
 
 def bt_grid(full: bool = False) -> list[dict]:
-    """000 Figure 1: d = 5 (default), plus d = 3 and 10 in the full grid; every estimator and ε."""
+    """Chowdhury et al. 2024 (private reward estimation), Figure 1: d = 5 (default), plus d = 3 and 10 in the full
+    grid; every estimator and ε."""
     points = []
     for d in [3, 5, 10] if full else [5]:
         points.append({"study": "bt", "estimator": "mle", "epsilon": math.inf, "d": d})
@@ -154,7 +157,8 @@ def bt_grid(full: bool = False) -> list[dict]:
 
 
 def general_grid(full: bool = False) -> list[dict]:
-    """003 §4 / Thm 4.4: the duality gap in T and n (ε = ∞, α = 0), and CTL / LTC / central at ε, α."""
+    """Zhou et al. 2025 (Square-χPO), §4 / Thm 4.4: the duality gap in T and n (ε = ∞, α = 0), and CTL / LTC / central
+    at ε, α."""
     inf = math.inf
     base = {
         "study": "general_rate",
@@ -184,7 +188,8 @@ def general_grid(full: bool = False) -> list[dict]:
 
 
 def multistage_grid(full: bool = False) -> list[dict]:
-    """LP-2ST vs LP-1ST (001) on the bandit of :data:`INSTANCE` (coverage 0.2, n = 2000) across ε."""
+    """LP-2ST vs LP-1ST (Ghazi et al. 2021 (label DP)) on the bandit of :data:`INSTANCE` (coverage 0.2, n = 2000)
+    across ε."""
     eps = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0] if full else [0.1, 0.5, 1.0, 2.0]
     splits = [0.3, 0.5, 0.7] if full else [0.5]
     return [

@@ -1,4 +1,5 @@
-"""A non-transitive preference instance for iterative Square-χPO (003 §4, Algorithm 3), with exact duality gaps.
+"""A non-transitive preference instance for iterative Square-χPO (Zhou et al. 2025 (Square-χPO), §4, Algorithm 3), with
+exact duality gaps.
 
 Contexts x ~ uniform over X, an odd number A of actions. The true preference is general:
 
@@ -7,7 +8,7 @@ Contexts x ~ uniform over X, an odd number A of actions. The true preference is 
 where C is the cyclic tournament of A actions (a beats b when (a − b) mod A ∈ {1, …, (A−1)/2}; for
 A = 3 it is rock-paper-scissors) and r a transitive part. With γ large enough no action beats all
 others and the minimax (von Neumann) winner is a mixed policy. ℓ* is antisymmetric, so the game is
-symmetric and its value is 0; the duality gap of 003 §4 (in ±1 form) is then exact:
+symmetric and its value is 0; the duality gap of Zhou et al. 2025 (Square-χPO), §4 (in ±1 form) is then exact:
 
     DG(π) = max_π' ℓ*(π', π) − min_π' ℓ*(π, π') = 2·E_x max_a Σ_b ℓ*(x, a, b)·π(b|x) ≥ 0,
 
@@ -80,7 +81,8 @@ def make_general_instance(
 
 
 def duality_gap(preference: np.ndarray, policy: np.ndarray) -> np.ndarray:
-    """DG(π) = 2·E_x max_a (ℓ*(x) π(x))_a for an antisymmetric ℓ* (003 §4, ±1 form); ``policy`` (…, X, A)."""
+    """DG(π) = 2·E_x max_a (ℓ*(x) π(x))_a for an antisymmetric ℓ* (Zhou et al. 2025 (Square-χPO), §4, ±1 form);
+    ``policy`` (…, X, A)."""
     payoff = np.einsum("xab,...xb->...xa", preference, policy)
     return 2.0 * payoff.max(axis=-1).mean(axis=-1)
 
@@ -111,7 +113,8 @@ def minimax_winner(preference: np.ndarray) -> np.ndarray:
 def local_preference_model(
     data: PreferenceData, num_contexts: int, num_actions: int, epsilon: float | None
 ) -> np.ndarray:
-    """003 eq. (10): argmin over antisymmetric tabular ℓ ∈ [−1, 1] of Σ_i (ℓ(x_i, a⁰_i, a¹_i) − c(ε)·z̄_i)².
+    """Zhou et al. 2025 (Square-χPO), eq. (10): argmin over antisymmetric tabular ℓ ∈ [−1, 1] of Σ_i (ℓ(x_i, a⁰_i,
+    a¹_i) − c(ε)·z̄_i)².
 
     Stored rows read chosen ≻ rejected, so each row says ℓ(x, chosen, rejected) ≈ c(ε). By
     antisymmetry every unordered pair {a, b} is one free value v, and the loss is Σ (v − y_i)² with
@@ -146,7 +149,8 @@ def preference_class(instance: GeneralInstance, size: int, rng: np.random.Genera
 def central_preference_model(
     candidates: np.ndarray, data: PreferenceData, epsilon: float, rngs: list[np.random.Generator]
 ) -> np.ndarray:
-    """003 Alg. 3, central branch: sample ℓ ∈ 𝓛 ∝ exp(−ε·L(ℓ)/8), L(ℓ) = Σ_i (ℓ(x_i, a⁺_i, a⁻_i) − 1)².
+    """Zhou et al. 2025 (Square-χPO), Alg. 3, central branch: sample ℓ ∈ 𝓛 ∝ exp(−ε·L(ℓ)/8), L(ℓ) = Σ_i (ℓ(x_i, a⁺_i,
+    a⁻_i) − 1)².
 
     Each row's loss lies in [0, 4] (sensitivity 4), so this is :func:`select_index` on the raw
     (possibly corrupted) labels. Returns the sampled model per seed (S, X, A, A).
@@ -180,7 +184,7 @@ def self_play(
     rngs: list[np.random.Generator],
     max_iter: int = 60,
 ) -> SelfPlayResult:
-    """Policy optimisation of 003 Algorithm 3 (lines 8–13), every seed at once.
+    """Policy optimisation of Zhou et al. 2025 (Square-χPO), Algorithm 3 (lines 8–13), every seed at once.
 
     D_x: ``num_unlabelled`` triples (x, a, b), x uniform, a, b ~ π_ref. For t = 1..T: one b̃ ~ π^t(x)
     per context and seed, r̂ᵗ(x, a) = ℓ̂(x, a, b̃), and π^{t+1} = argmin Σ (clip_4(f) − r̂ᵗ_diff)²

@@ -1,4 +1,4 @@
-"""LP-2ST (001, multi-stage training with RRWithPrior) against LP-1ST (plain RR) on the alignment bandit.
+"""LP-2ST (Ghazi et al. 2021, multi-stage training with RRWithPrior) against LP-1ST (plain RR) on the alignment bandit.
 
 LP-1ST: every label through RR_ε once, Square-χPO with c(ε) on all n rows.
 LP-2ST: the n rows are split (``split`` to part 1). Stage 1 fits Square-χPO with RR on part 1. Stage 2
@@ -121,7 +121,8 @@ def lp2st_release(
     prior_rows: str = "weight",
     prior_weight: float = 1.0,
 ) -> TwoStageRelease:
-    """LP-2ST's release (001 §4): part 1 through RR_ε, a stage-1 fit, part 2 through RRWithPrior."""
+    """LP-2ST's release (Ghazi et al. 2021 (label DP), §4): part 1 through RR_ε, a stage-1 fit, part 2 through
+    RRWithPrior."""
     if not 0 < split < 1:
         raise ValueError(f"split must be in (0, 1) (got {split}): the fraction of rows in stage 1.")
     if prior_rows not in ("weight", "drop"):

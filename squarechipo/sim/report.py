@@ -117,7 +117,7 @@ def bandit_report(rows: list[dict], out: Path) -> list[str]:
 
 
 def _rate_lines(rows: list[dict], out: Path, rng: np.random.Generator) -> list[str]:
-    """[rate]: the gap to π*_β falls as n^-1/2 (003 Thm 4.1)."""
+    """[rate]: the gap to π*_β falls as n^-1/2 (Zhou et al. 2025 (Square-χPO), Thm 4.1)."""
     lines: list[str] = []
     rate = _group(rows, "rate", "n", metric="gap_target")
     if rate:
@@ -173,7 +173,7 @@ def _privacy_lines(rows: list[dict], out: Path) -> list[str]:
 
 
 def _order_lines(rows: list[dict], out: Path) -> list[str]:
-    """[order]: LTC above CTL, more so as ε shrinks (003 §3)."""
+    """[order]: LTC above CTL, more so as ε shrinks (Zhou et al. 2025 (Square-χPO), §3)."""
     lines: list[str] = []
     order = _group(rows, "order", "epsilon", "order", metric="gap_best")
     if order:
@@ -345,7 +345,10 @@ def bt_report(rows: list[dict], out: Path) -> list[str]:
                         ls=":",
                     )
             ax.set(
-                yscale="log", xlabel="n", ylabel="‖θ̂ − θ*‖₂", title=f"Private BT estimation (d = {int(d)}; 000 Fig. 1)"
+                yscale="log",
+                xlabel="n",
+                ylabel="‖θ̂ − θ*‖₂",
+                title=f"Private BT estimation (d = {int(d)}; Chowdhury et al. 2024, Fig. 1)",
             )
             ax.legend(fontsize=6)
 
@@ -354,7 +357,8 @@ def bt_report(rows: list[dict], out: Path) -> list[str]:
 
 
 def general_report(rows: list[dict], out: Path) -> list[str]:
-    """Iterative Square-χPO on the non-transitive instance (003 §4, Thm 4.4): duality gaps in T, n and setting."""
+    """Iterative Square-χPO on the non-transitive instance (Zhou et al. 2025 (Square-χPO), §4, Thm 4.4): duality gaps
+    in T, n and setting."""
     return [*_general_rate_lines(rows, out), *_general_order_lines(rows, out)]
 
 
@@ -457,7 +461,7 @@ def _general_order_lines(rows: list[dict], out: Path) -> list[str]:
 
 
 def multistage_report(rows: list[dict], out: Path) -> list[str]:
-    """LP-2ST vs LP-1ST (001) on the bandit, paired by seed (same clean rows)."""
+    """LP-2ST vs LP-1ST (Ghazi et al. 2021 (label DP)) on the bandit, paired by seed (same clean rows)."""
     lines = []
     gaps = _group(rows, "multistage", "epsilon", "split", "method", metric="gap_best")
     shares = _group(rows, "multistage", "epsilon", "split", "method", metric="prior_share")
@@ -491,13 +495,14 @@ def multistage_report(rows: list[dict], out: Path) -> list[str]:
             eps,
             {m: [gaps[(e, split0, m)] for e in eps] for m in ("lp1st", "lp2st", "lp2st_drop")},
             "ε",
-            f"LP-2ST vs LP-1ST (001), split {split0}",
+            f"LP-2ST vs LP-1ST (Ghazi et al. 2021 (label DP)), split {split0}",
         )
     return lines
 
 
 def kary_report(out: Path, ks=(2, 4, 8, 16, 32, 64), epsilons=(0.5, 1.0, 2.0, 4.0)) -> list[str]:
-    """002: exact per-sample variance Σ_k Var(a_k) of the unbiased analyzers, K-RR vs the subset mechanism."""
+    """Chua et al. 2024 (local label DP): exact per-sample variance Σ_k Var(a_k) of the unbiased analyzers, K-RR vs the
+    subset mechanism."""
     from squarechipo.privacy.label_dp import analyzer_variance
 
     lines = []
@@ -511,7 +516,7 @@ def kary_report(out: Path, ks=(2, 4, 8, 16, 32, 64), epsilons=(0.5, 1.0, 2.0, 4.
         lines.append(
             f"[kary] ε = {eps}: Var(K-RR)/Var(subset) {ratio}; variance ∝ K^{slope_krr:.2f} (K-RR) vs "
             f"K^{slope_sub:.2f} (subset), i.e. ℓ2 error ∝ K^{slope_krr / 2:.2f} vs K^{slope_sub / 2:.2f} "
-            f"(002: K vs √K for ε = O(1)); subset beats K-RR from K = "
+            f"(Chua et al. 2024 (local label DP): K vs √K for ε = O(1)); subset beats K-RR from K = "
             + str(next((k for k, a, b in zip(ks, krr, sub) if b < a), "never"))
         )
         curves[f"K-RR ε={eps}"] = krr
@@ -525,7 +530,7 @@ def kary_report(out: Path, ks=(2, 4, 8, 16, 32, 64), epsilons=(0.5, 1.0, 2.0, 4.
             yscale="log",
             xlabel="K",
             ylabel="Σ_k Var(a_k) per sample",
-            title="Unbiased K-ary analyzers (002)",
+            title="Unbiased K-ary analyzers (Chua et al. 2024 (local label DP))",
         )
         ax.legend(fontsize=6)
 

@@ -16,7 +16,7 @@ __all__ = ["SFTRecipeConfig", "SquareChiPOConfig"]
 
 @dataclass
 class SquareChiPOConfig(DPOConfig):
-    """``DPOConfig`` with the squarechipo methods (DESIGN.md §2; 003 Algorithm 1).
+    """``DPOConfig`` with the squarechipo methods (Zhou et al. 2025 (Square-χPO), Algorithm 1).
 
     The privacy parameters are read from the training dataset's ledger by default. ``epsilon`` and
     ``flip_rate`` are for data privatized elsewhere; a value that disagrees with the ledger raises
@@ -29,7 +29,7 @@ class SquareChiPOConfig(DPOConfig):
     )
     r_max: float | None = field(
         default=None,
-        metadata={"help": "R_max of 003: the margin β·h is clipped to ±2·R_max. None = no clip."},
+        metadata={"help": "R_max of Zhou et al. 2025: the margin β·h is clipped to ±2·R_max. None = no clip."},
     )
     epsilon: float | None = field(
         default=None,
@@ -53,8 +53,8 @@ class SquareChiPOConfig(DPOConfig):
     prior_row_weight: float = field(
         default=1.0,
         metadata={
-            "help": "LP-2ST (001): weight of rows whose label was released from the prior (pseudo-labels, "
-            "not debiased); 0 drops them. Used only when the data has a label_from_prior column."
+            "help": "LP-2ST (Ghazi et al. 2021): weight of rows whose label was released from the prior "
+            "(pseudo-labels, not debiased); 0 drops them. Used only when the data has a label_from_prior column."
         },
     )
     heavy_metrics: bool = field(

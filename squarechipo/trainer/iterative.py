@@ -1,10 +1,12 @@
-"""Iterative Square-χPO for causal LMs (003 Algorithm 3, lines 8–13) around :class:`SelfPlayTrainer`.
+"""Iterative Square-χPO for causal LMs (Zhou et al. 2025 (Square-χPO), Algorithm 3, lines 8–13) around
+:class:`SelfPlayTrainer`.
 
 1. D_x: for each prompt, two responses a, b sampled from π_ref (line 8); log π_ref(a|x), log π_ref(b|x)
    are computed once.
 2. For t = 1, 2, …: sample one b̃ ~ πᵗ(x) per prompt, score r̂ᵗ(x, ·) = ℓ̂(x, ·, b̃) with the
    preference model, record log πᵗ(a|x), log πᵗ(b|x), and fit π^{t+1} from πᵗ by eq. (11).
-3. Output (``output_policy``): ``mixture`` (default) — the uniform mixture of π¹..π^T that 003
+3. Output (``output_policy``): ``mixture`` (default) — the uniform mixture of π¹..π^T that Zhou et al. 2025
+(Square-χPO)
    returns and for which Theorem 4.4 bounds the duality gap; on a non-transitive preference the
    iterates cycle and the last one carries no guarantee (the lab shows its gap staying high). The
    folder then holds ``mixture.json`` and the iterates; generation samples one iterate per prompt
@@ -108,13 +110,15 @@ def iterative_square_chipo(
     reference_name: str,
     preference_record: PrivacyRecord | None = None,
 ) -> Path:
-    """Run 003 Algorithm 3's policy optimisation from ``policy`` = π_ref; returns the output folder.
+    """Run Zhou et al. 2025 (Square-χPO), Algorithm 3's policy optimisation from ``policy`` = π_ref; returns the output
+    folder.
 
     ``reference_name`` is how the mixture names π¹ (a path or ``embedded``); ``preference_record`` is
     the preference model's privacy record (:func:`~squarechipo.privacy.record.read_privacy_record`),
     whose label privacy the output inherits.
     """
-    # Long: the loop is 003 Algorithm 3, lines 8–13, in order; its state (samples, log-probs, iterates) is local.
+    # Long: the loop is Zhou et al. 2025 (Square-χPO), Algorithm 3, lines 8–13, in order; its state (samples,
+    # log-probs, iterates) is local.
     if len(prompts) == 0:
         raise ValueError("prompts is empty: self-play needs the prompts x of D_x.")
     out = Path(args.output_dir)
@@ -156,7 +160,7 @@ def iterative_square_chipo(
             trainer.save_model(str(out))
         del trainer
     details = {
-        "algorithm": "iterative Square-χPO (003 Algorithm 3)",
+        "algorithm": "iterative Square-χPO (Zhou et al. 2025 (Square-χPO), Algorithm 3)",
         "beta": args.beta,
         "eta": args.eta,
         "iterations": args.iterations,
@@ -214,8 +218,8 @@ def _save_output(out: Path, record: PrivacyRecord, members: list[str], tokenizer
         )
         tokenizer.save_pretrained(str(out))
     intro = (
-        "This policy was aligned with iterative Square-χPO (003 Algorithm 3) against a pairwise preference "
-        "model trained on labels released through the mechanism below."
+        "This policy was aligned with iterative Square-χPO (Zhou et al. 2025, Algorithm 3) against a pairwise "
+        "preference model trained on labels released through the mechanism below."
     )
     write_privacy_record(out, record, intro=intro)
     for member in members[1:]:

@@ -1,4 +1,5 @@
-"""``SelfPlayTrainer``: one policy update of iterative Square-χPO (003 Algorithm 3, eq. (11)).
+"""``SelfPlayTrainer``: one policy update of iterative Square-χPO (Zhou et al. 2025 (Square-χPO), Algorithm 3, eq.
+(11)).
 
 Each row is an unlabelled pair (x, a, b) with a, b ~ π_ref, stored as ``prompt``/``chosen``/``rejected``
 (``chosen`` = a; nothing is preferred), plus five per-row numbers computed before the update:
@@ -36,22 +37,27 @@ SELF_PLAY_COLUMNS = (
     "self_play_target",
 )
 _EXTRA_COLUMNS = SELF_PLAY_COLUMNS[2:]
-#: ``mixture``: the uniform mixture of π¹..π^T that 003 Alg. 3 outputs (its guarantee, Thm 4.4, is for
+#: ``mixture``: the uniform mixture of π¹..π^T that Zhou et al. 2025 (Square-χPO), Alg. 3 outputs (its guarantee, Thm
+#: 4.4, is for
 #: the mixture); ``last``: the last iterate π^{T+1} (one more update; no guarantee on a non-transitive game).
 OUTPUT_POLICIES = ("mixture", "last")
 
 
 @dataclass
 class SelfPlayConfig(SquareChiPOConfig):
-    """``SquareChiPOConfig`` plus the self-play fields of 003 Algorithm 3.
+    """``SquareChiPOConfig`` plus the self-play fields of Zhou et al. 2025 (Square-χPO), Algorithm 3.
 
     ``method``, ``r_max``, ``epsilon`` and ``flip_rate`` do not apply: the loss is eq. (11), and the
     label privacy lives in the preference model (its ledger is carried into the output record).
     """
 
-    eta: float = field(default=1.0, metadata={"help": "Mirror-descent step size η of 003 eq. (8)."})
-    iterations: int = field(default=2, metadata={"help": "T, the number of self-play rounds of 003 Alg. 3."})
-    output_policy: str = field(default="mixture", metadata={"help": "mixture (default; 003 Alg. 3) or last."})
+    eta: float = field(default=1.0, metadata={"help": "Mirror-descent step size η of Zhou et al. 2025, eq. (8)."})
+    iterations: int = field(
+        default=2, metadata={"help": "T, the number of self-play rounds of Zhou et al. 2025, Alg. 3."}
+    )
+    output_policy: str = field(
+        default="mixture", metadata={"help": "mixture (default; Zhou et al. 2025, Alg. 3) or last."}
+    )
     responses_max_new_tokens: int = field(default=64, metadata={"help": "Length of the sampled responses a, b, b̃."})
     responses_temperature: float = field(
         default=1.0, metadata={"help": "Sampling temperature for a, b ~ π_ref and b̃ ~ πᵗ."}
@@ -63,7 +69,9 @@ class SelfPlayConfig(SquareChiPOConfig):
         self.precompute_ref_log_probs = True  # π_ref's log-probs are dataset columns (computed once)
         super().__post_init__()
         if not (isinstance(self.eta, (int, float)) and math.isfinite(self.eta) and self.eta > 0):
-            raise ValueError(f"eta must be a positive number (got {self.eta!r}); 003 uses a constant step size.")
+            raise ValueError(
+                f"eta must be a positive number (got {self.eta!r}); Zhou et al. 2025 uses a constant step size."
+            )
         if not (isinstance(self.iterations, int) and self.iterations >= 1):
             raise ValueError(f"iterations (T) must be a positive integer (got {self.iterations!r}).")
         if self.output_policy not in OUTPUT_POLICIES:
@@ -80,7 +88,8 @@ class SelfPlayConfig(SquareChiPOConfig):
 
 
 class SelfPlayTrainer(SquareChiPOTrainer):
-    """Fit π^{t+1} by the self-play regression of 003 eq. (11); the model passed in is πᵗ (warm start)."""
+    """Fit π^{t+1} by the self-play regression of Zhou et al. 2025 (Square-χPO), eq. (11); the model passed in is πᵗ
+    (warm start)."""
 
     _tag_names = ["trl", "squarechipo", "self-play"]
 

@@ -146,7 +146,8 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         #: Whether the lean head runs each prompt once (decided with the head, see ``_share_prompt``).
         self.shares_prompt = False
         columns = getattr(train_dataset, "column_names", None) or []
-        #: Rows released from an RRWithPrior prior (LP-2ST, 001) are pseudo-labels: not debiased, weighted.
+        #: Rows released from an RRWithPrior prior (LP-2ST, Ghazi et al. 2021 (label DP)) are pseudo-labels: not
+        #: debiased, weighted.
         self.has_prior_rows = FROM_PRIOR_COLUMN in columns
         self._extra_columns = self._extra_columns_for(columns)
         super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset, **kwargs)

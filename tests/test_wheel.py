@@ -1,0 +1,84 @@
+"""squarechipo as users install it: build the wheel, install it alone into a fresh virtual environment, and run
+every kind of job from a folder outside the checkout with the ``squarechipo`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(command: list[str], cwd: Path, env: dict, timeout: int = 900) -> str:
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{command} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(python, squarechipo command, env) of a fresh venv holding only the built wheel and its dependencies."""
+    base = tmp_path_factory.mktemp("wheel")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(ROOT)], base, env)
+    (wheel,) = (base / "dist").glob("squarechipo-*.whl")
+    _run([sys.executable, "-m", "venv", str(base / "venv")], base, env)
+    python = base / "venv" / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    _run([*pip, "torch==2.13.0"], base, env)  # the CPU build first, as scripts/install.sh does
+    _run([*pip, str(wheel)], base, env)
+    return python, base / "venv" / "bin" / "squarechipo", env
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_runs_every_job_outside_the_checkout(installed, tokenizer, tmp_path):
+    from conftest import make_tiny_classifier, make_tiny_model
+
+    python, command, env = installed
+    work = tmp_path / "work"
+    work.mkdir()
+    where = _run([str(python), "-c", "import squarechipo; print(squarechipo.__file__)"], work, env)
+    assert not Path(where.strip()).resolve().is_relative_to(ROOT)
+    assert "squarechipo" in _run([str(command), "--version"], work, env)
+    assert "train" in _run([str(command), "--help"], work, env)
+
+    _run(
+        [str(command), "data", "finance", "--out", "d", "--rows", "140", "--sft-rows", "40", "--judge-rows", "40"],
+        work,
+        env,
+    )
+    rows = (work / "d" / "jsonl" / "finance_preference_conversational" / "train.jsonl").read_text().splitlines()
+    (work / "pairs.jsonl").write_text("\n".join(rows[:16]) + "\n")  # a single JSONL file, as users bring
+    make_tiny_model(tokenizer).save_pretrained(work / "tiny")
+    tokenizer.save_pretrained(work / "tiny")
+    config = (
+        "model_name_or_path: tiny\ndataset_name: pairs.jsonl\noutput_dir: out\nmethod: square_chipo\n"
+        "per_device_train_batch_size: 8\nmax_length: 96\nprecompute_ref_log_probs: true\nreport_to: none\n"
+        "label_epsilon: 1.0\nlabel_seed: 0\nsave_strategy: 'no'\n"
+    )
+    (work / "train.yaml").write_text(config)
+    _run([str(command), "train", "--config", "train.yaml", "--num_processes", "1"], work, env)
+    record = json.loads((work / "out" / "squarechipo_privacy.json").read_text())
+    assert record["epsilon"] == 1.0 and record["library_version"]
+
+    judge = work / "judge_model"
+    make_tiny_classifier(tokenizer).save_pretrained(judge)
+    tokenizer.save_pretrained(judge)
+    judge_args = (
+        "--split test --max-prompts 2 --max-new-tokens 4 --judge reward-model --calibration-pairs 2 --out eval"
+    )
+    data = "d/finance_preference_conversational"
+    command_line = [str(command), "judge", "--policy", "out", "--baseline", "tiny", "--dataset", data]
+    _run([*command_line, *judge_args.split(), "--judge-model", str(judge)], work, env)
+    assert json.loads((work / "eval" / "summary.json").read_text())["overall"]["n_valid"] == 2
+    _run([str(command), "audit", "mechanisms", "--samples", "2000", "--out", "audit"], work, env)
+    assert (work / "audit" / "mechanisms.md").exists()
+    scale = work / "tiny_scale.yaml"
+    scale.write_text(f"base: tiny\ndata_dir: d\nbase_model: {work / 'tiny'}\nlearning_rate: 1.0e-3\n")
+    _run([str(command), "reproduce", "--scale", str(scale), "--out", "table1"], work, env)
+    assert (work / "table1" / "table1.md").exists()
