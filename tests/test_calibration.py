@@ -31,7 +31,7 @@ def test_no_privacy_is_one_and_zero():
 
 
 def test_extreme_epsilons_are_finite():
-    assert debias_factor(1e-9) == pytest.approx(2e9, rel=1e-6)
+    assert debias_factor(1e-6) == pytest.approx(2e6, rel=1e-6)  # the smallest ε accepted (below: refused)
     assert debias_factor(1e6) == 1.0
     assert flip_probability(1e6) == 0.0
 
@@ -54,3 +54,19 @@ def test_non_numeric_epsilon_raises(bad):
 def test_corruption_rate_outside_range_raises(bad):
     with pytest.raises(ValueError, match=r"corruption_rate must lie in \[0, 0.5\]"):
         check_corruption_rate(bad)
+
+
+def test_an_epsilon_too_small_to_carry_a_label_is_refused_and_a_small_one_warns(caplog):
+    from squarechipo.privacy.calibration import MIN_EPSILON, check_epsilon
+
+    for tiny in (1e-300, 1e-12):
+        with pytest.raises(ValueError, match=r"label_epsilon=1e-\d+ is below 1e-06: .* coin flips"):
+            check_epsilon(tiny, field="label_epsilon")
+    assert check_epsilon(MIN_EPSILON) == MIN_EPSILON
+    with caplog.at_level("WARNING", logger="squarechipo"):
+        assert debias_factor(0.05) == pytest.approx(1 / math.tanh(0.025))
+    assert any("c(ε) = 40" in record.getMessage() for record in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="squarechipo"):
+        debias_factor(1.0)
+    assert not caplog.records

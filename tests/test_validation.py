@@ -125,3 +125,20 @@ def test_unreadable_files_name_the_file_and_the_fix(tmp_path, name, content, mes
     path.write_bytes(content)
     with pytest.raises(ValueError, match=message):
         load_preference_dataset(str(path))
+
+
+def test_a_file_whose_rows_mix_kinds_is_refused_naming_the_column_and_the_rows(tmp_path):
+    from squarechipo.data import load_preference_dataset
+
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text('{"prompt":"p","chosen":"a","rejected":"b"}\n{"prompt":"q","chosen":5,"rejected":"b"}\n')
+    with pytest.raises(ValueError, match=r"column 'chosen' mixes .* Row 0 holds text, row 1 holds a value of type int"):
+        load_preference_dataset(numbers)
+    formats = tmp_path / "formats.jsonl"
+    formats.write_text(
+        '{"prompt":"p","chosen":"a","rejected":"b"}\n'
+        '{"prompt":[{"role":"user","content":"q"}],"chosen":[{"role":"assistant","content":"a"}],'
+        '"rejected":[{"role":"assistant","content":"b"}]}\n'
+    )
+    with pytest.raises(ValueError, match=r"column 'prompt' mixes .* row 1 holds a list of messages"):
+        load_preference_dataset(formats)

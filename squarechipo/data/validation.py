@@ -56,7 +56,34 @@ class ValidationReport:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-def _column_kind(name: str, arrow_type: pa.DataType) -> str:
+def _value_kind(value) -> str:
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "a list of messages" if all(isinstance(m, dict) and "content" in m for m in value) else "a list"
+    return "null" if value is None else f"a value of type {type(value).__name__} ({value!r})"[:60]
+
+
+def _mixed_rows(name: str, column) -> str:
+    """Where a column's rows change kind: a JSON reader gives such a column one opaque type."""
+    import json
+
+    # The JSON extension type keeps each row as JSON text.
+    values = [json.loads(v) if isinstance(v, str) else v for v in column.to_pylist()]
+    first = _value_kind(values[0])
+    index = next((i for i, v in enumerate(values) if _value_kind(v) != first), None)
+    if index is None:
+        return ""
+    return f" Row 0 holds {first}, row {index} holds {_value_kind(values[index])}."
+
+
+def _column_kind(name: str, arrow_type: pa.DataType, column=None) -> str:
+    if getattr(arrow_type, "extension_name", None) == "arrow.json" and column is not None:
+        raise ValueError(
+            f"column {name!r} mixes kinds of values across rows.{_mixed_rows(name, column)} Every row must hold "
+            "text (the standard format) or a list of {'role', 'content'} messages (the conversational format), the "
+            "same in every row and column: fix or drop the rows that differ."
+        )
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return "standard"
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
@@ -92,7 +119,8 @@ def detect_format(dataset: datasets.Dataset) -> PreferenceFormat:
         )
     schema = dataset.features.arrow_schema
     used = [c for c in ("prompt", *RESPONSE_COLUMNS) if c in columns]
-    kinds = {c: _column_kind(c, schema.field(c).type) for c in used}
+    table = dataset.data.table
+    kinds = {c: _column_kind(c, schema.field(c).type, table.column(c)) for c in used}
     if len(set(kinds.values())) > 1:
         detail = ", ".join(f"{c} is {k}" for c, k in kinds.items())
         raise ValueError(

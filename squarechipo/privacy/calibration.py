@@ -5,9 +5,19 @@ Pure functions of the privacy parameters; every other module gets these numbers 
 
 from __future__ import annotations
 
+import logging
 import math
 
+logger = logging.getLogger("squarechipo")
+
+#: The smallest ε any mechanism here accepts: below it RR's flip rate is 1/2 to within 2.5e-7 and c(ε) > 2e6, so
+#: the labels are coin flips and the debiased loss is noise times millions (at 1e-300 the flip rate is exactly 1/2).
+MIN_EPSILON = 1e-6
+#: Above this c(ε) (ε below about 0.1) the debiasing warns: the targets' variance grows as c(ε)².
+LARGE_DEBIAS_FACTOR = 20.0
+
 __all__ = [
+    "MIN_EPSILON",
     "check_epsilon",
     "check_corruption_rate",
     "check_flip_rate",
@@ -46,6 +56,13 @@ def check_epsilon(
         raise ValueError(
             f"{field} must be > 0 (got {value}); ε = 0 would release no information at all. "
             f"Pass a positive budget such as {field}=0.5, or {field}=None for no privacy."
+        )
+    if value < MIN_EPSILON:
+        raise ValueError(
+            f"{field}={value:g} is below {MIN_EPSILON:g}: randomized response would flip each label with probability "
+            f"1/2 − {value / 4:.3g}, so the released labels are coin flips, and the debiasing would multiply them by "
+            f"c(ε) ≈ {2 / value:.3g}. Pass a budget of at least {MIN_EPSILON:g} (typically 0.1 to 8), or "
+            f"{field}=None for no privacy."
         )
     if finite and math.isinf(value):
         raise ValueError(
@@ -102,12 +119,21 @@ def debias_factor(epsilon: float | None) -> float:
     1/tanh(ε/2), which is exact and stable for small and large ε.
 
     Raises:
-        ValueError: for ε ≤ 0 or NaN.
+        ValueError: for ε below :data:`MIN_EPSILON` or NaN (it warns when c(ε) > 20).
     """
     value = check_epsilon(epsilon)
     if math.isinf(value):
         return 1.0
-    return 1.0 / math.tanh(value / 2.0)
+    factor = 1.0 / math.tanh(value / 2.0)
+    if factor > LARGE_DEBIAS_FACTOR:
+        logger.warning(
+            "epsilon=%g gives c(ε) = %.3g: the debiased targets are %.3g times the released labels and their variance "
+            "grows as c(ε)², so training is slow and noisy at this budget.",
+            value,
+            factor,
+            factor,
+        )
+    return factor
 
 
 def debias_factor_from_flip_rate(flip_rate: float) -> float:
