@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/audit")
     args = parser.parse_args(argv)
+    for name in ("samples", "canaries"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive number (got {getattr(args, name)}); e.g. --{name} 1000")
     if args.audit == "training":
         if not args.config:
             parser.error("training needs --config, a recipes/train.py YAML config")

@@ -2,16 +2,17 @@
 
 A template is a system message and a user message with ``{prompt}``, ``{response_a}`` and
 ``{response_b}`` fields; the judge must answer with the letter of the better response. The
-finance default asks which response is more financially prudent and helpful (Zhou et al. 2025 (Square-χPO), App. E);
-the
-general default asks which is more helpful, accurate and harmless.
+finance default asks which response is more financially prudent and helpful (Zhou et al. 2025
+(Square-χPO), App. E); the general default asks which is more helpful, accurate and harmless.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import string
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = ["JudgeTemplate", "FINANCE_TEMPLATE", "GENERAL_TEMPLATE", "TEMPLATES", "parse_verdict"]
 
@@ -26,6 +27,29 @@ class JudgeTemplate:
     def messages(self, prompt: str, response_a: str, response_b: str) -> list[dict[str, str]]:
         user = self.user.format(prompt=prompt, response_a=response_a, response_b=response_b)
         return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> JudgeTemplate:
+        """A template from a YAML file with ``system`` and ``user`` (and optionally ``name``); the user message must
+        use exactly the fields ``{prompt}``, ``{response_a}`` and ``{response_b}``."""
+        import yaml
+
+        file = Path(path)
+        if not file.is_file():
+            raise ValueError(f"--template-file {file}: no such file; write a YAML file with `system` and `user`.")
+        spec = yaml.safe_load(file.read_text(encoding="utf-8"))
+        missing = [k for k in ("system", "user") if not isinstance(spec, dict) or not isinstance(spec.get(k), str)]
+        if missing:
+            raise ValueError(f"{file}: the template needs the text fields {missing} (and may have `name`).")
+        fields = {name for _, name, _, _ in string.Formatter().parse(spec["user"]) if name is not None}
+        wanted = {"prompt", "response_a", "response_b"}
+        if fields != wanted:
+            missing, unknown = sorted(wanted - fields) or "none", sorted(fields - wanted) or "none"
+            raise ValueError(
+                f"{file}: the `user` message must use the fields {{prompt}}, {{response_a}} and {{response_b}}; "
+                f"it is missing {missing} and has unknown {unknown} (write literal braces as {{{{ and }}}})."
+            )
+        return cls(name=spec.get("name", file.stem), system=spec["system"], user=spec["user"])
 
     @property
     def fingerprint(self) -> str:

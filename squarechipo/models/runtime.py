@@ -10,9 +10,11 @@ On a machine with no CUDA/XPU/NPU device (or with ``use_cpu`` set):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-__all__ = ["accelerator_available", "apply_cpu_defaults", "distributed_state"]
+__all__ = ["accelerator_available", "apply_cpu_defaults", "check_resume", "distributed_state"]
 
 
 def accelerator_available() -> bool:
@@ -41,3 +43,32 @@ def apply_cpu_defaults(config) -> None:
         config.use_cpu = True
         if config.bf16 is None and not config.fp16:
             config.bf16 = False
+
+
+def check_resume(config) -> None:
+    """Make ``resume_from_checkpoint`` mean what a user typed: ``true`` is the last ``checkpoint-N`` in
+    ``output_dir`` (an error names the folder when there is none), ``false`` is no resuming, and a path must exist.
+    """
+    value = config.resume_from_checkpoint
+    if value is None or isinstance(value, bool):
+        return
+    text = str(value).strip()
+    if text.lower() in ("false", "no", "0", ""):
+        config.resume_from_checkpoint = None
+        return
+    if text.lower() in ("true", "yes", "1", "last"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir() else None
+        if last is None:
+            raise ValueError(
+                f"resume_from_checkpoint={value!r}: {config.output_dir} holds no checkpoint-N folder to resume from. "
+                "Train with save_strategy 'steps' or 'epoch' to write checkpoints, or drop resume_from_checkpoint."
+            )
+        config.resume_from_checkpoint = last
+        return
+    if not Path(text).is_dir():
+        raise ValueError(
+            f"resume_from_checkpoint={value!r} is not a folder: give a checkpoint-N folder, or true for the last one "
+            f"in output_dir ({config.output_dir})."
+        )

@@ -282,7 +282,11 @@ def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets
 def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline: Measurement, folder: Path) -> None:
     ledger = get_ledger(released)
     if ledger is None or not ledger.releases:
-        raise ValueError(f"{folder} holds a dataset without a privacy ledger; delete it or choose another folder.")
+        raise ValueError(
+            f"{folder} holds a dataset with no privacy ledger: it looks like raw data, not a release. privatized_dir "
+            "is the folder where squarechipo saves the released labels: point it at a new folder (the default is "
+            "<output_dir>/released_train) and keep your raw data where it is. Nothing was written to it."
+        )
     release = ledger.releases[-1]
     wanted = pipeline.to_dict()
     # Every parameter this run asks for must match; the ledger may add public outcomes (rows_from_prior).

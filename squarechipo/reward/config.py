@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import RewardConfig
 
-from squarechipo.models.runtime import apply_cpu_defaults
+from squarechipo.models.runtime import apply_cpu_defaults, check_resume
 from squarechipo.privacy.calibration import check_epsilon
 
 __all__ = ["PrivateRewardConfig", "MODEL_TYPES", "REWARD_LOSSES"]
@@ -58,6 +58,7 @@ class PrivateRewardConfig(RewardConfig):
 
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
+        check_resume(self)
         super().__post_init__()
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES} (got {self.model_type!r}).")

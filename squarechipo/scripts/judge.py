@@ -40,12 +40,7 @@ from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMP
 
 def _template(args, test) -> JudgeTemplate:
     if args.template_file:
-        import yaml
-
-        spec = yaml.safe_load(Path(args.template_file).read_text())
-        return JudgeTemplate(
-            name=spec.get("name", Path(args.template_file).stem), system=spec["system"], user=spec["user"]
-        )
+        return JudgeTemplate.from_file(args.template_file)
     if args.template != "auto":
         return TEMPLATES[args.template]
     from squarechipo.data.finance import CATEGORIES

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from trl import DPOConfig, SFTConfig
 
 from squarechipo.losses import METHODS
-from squarechipo.models.runtime import apply_cpu_defaults
+from squarechipo.models.runtime import apply_cpu_defaults, check_resume
 from squarechipo.privacy.calibration import check_epsilon, check_flip_rate
 
 __all__ = ["SFTRecipeConfig", "SquareChiPOConfig"]
@@ -81,6 +81,7 @@ class SquareChiPOConfig(DPOConfig):
 
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
+        check_resume(self)
         super().__post_init__()
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {tuple(METHODS)} (got {self.method!r}).")
@@ -129,4 +130,5 @@ class SFTRecipeConfig(SFTConfig):
 
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
+        check_resume(self)
         super().__post_init__()

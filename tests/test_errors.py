@@ -1,0 +1,70 @@
+"""Bad input gets a clear error that names the field or file and the fix (probes of a careless user)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import datasets
+import pytest
+
+
+def test_a_judge_template_without_the_response_fields_names_what_is_missing(tmp_path):
+    from squarechipo.judge.templates import JudgeTemplate
+
+    path = tmp_path / "judge.yaml"
+    path.write_text('system: be fair\nuser: "{prompt} {response_a}"\n')
+    with pytest.raises(ValueError, match=r"judge\.yaml: the `user` message must use .* missing \['response_b'\]"):
+        JudgeTemplate.from_file(path)
+    path.write_text("system: be fair\n")
+    with pytest.raises(ValueError, match=r"the template needs the text fields \['user'\]"):
+        JudgeTemplate.from_file(path)
+    path.write_text('system: s\nuser: "{prompt} {response_a} {response_b} {{literal}}"\n')
+    assert JudgeTemplate.from_file(path).messages("p", "a", "b")[1]["content"] == "p a b {literal}"
+    with pytest.raises(ValueError, match="no such file"):
+        JudgeTemplate.from_file(tmp_path / "missing.yaml")
+
+
+def test_a_judge_model_folder_that_does_not_exist_is_named(tmp_path, monkeypatch):
+    from squarechipo.judge.reward_model import RewardModelJudge
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs").mkdir()
+    with pytest.raises(ValueError, match=r"--judge-model outputs/gold_judg does not exist: give the folder"):
+        RewardModelJudge("outputs/gold_judg")
+    with pytest.raises(ValueError, match=r"--judge-model \./outputs is not a model folder \(no config\.json\)"):
+        RewardModelJudge("./outputs")
+
+
+def test_resume_from_checkpoint_true_means_the_last_checkpoint_or_a_clear_error(tmp_path):
+    from squarechipo.trainer import SquareChiPOConfig
+
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"resume_from_checkpoint='true': .*run holds no checkpoint-N folder"):
+        SquareChiPOConfig(output_dir=str(out), resume_from_checkpoint="true", report_to="none")
+    (out / "checkpoint-4").mkdir(parents=True)
+    (out / "checkpoint-12").mkdir()
+    config = SquareChiPOConfig(output_dir=str(out), resume_from_checkpoint="true", report_to="none")
+    assert config.resume_from_checkpoint == str(out / "checkpoint-12")
+    assert SquareChiPOConfig(output_dir=str(out), resume_from_checkpoint="false").resume_from_checkpoint is None
+    with pytest.raises(ValueError, match="is not a folder: give a checkpoint-N folder"):
+        SquareChiPOConfig(output_dir=str(out), resume_from_checkpoint=str(out / "checkpoint-99"))
+
+
+def test_audit_sizes_must_be_positive():
+    command = [sys.executable, "-m", "squarechipo.audit", "mechanisms", "--samples", "0"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--samples must be a positive number (got 0)" in done.stderr
+
+
+def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):
+    from squarechipo.privacy import LabelPipeline
+    from squarechipo.privacy.release import release_once
+
+    rows = datasets.Dataset.from_dict({"prompt": ["p0", "p1"], "chosen": ["a", "c"], "rejected": ["b", "d"]})
+    raw = tmp_path / "raw"
+    rows.save_to_disk(str(raw))
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in raw.iterdir())
+    with pytest.raises(ValueError, match=r"looks like raw data, not a release\. privatized_dir is the folder"):
+        release_once(rows, LabelPipeline(epsilon=1.0), raw, seed=0)
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in raw.iterdir()) == before
