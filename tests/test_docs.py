@@ -1,7 +1,8 @@
 """The docs cannot rot: every command of every ``bash`` block in README.md and docs/*.md runs, at tiny sizes.
 
-The pages run in reading order in one working folder holding a copy of ``recipes/``, ``eval/`` and ``benchmarks/``, a tiny
-random model with the real tokenizer (``tiny/``), and a tiny reproduction scale and study design. Right before a
+The pages run in reading order in one working folder holding a copy of ``recipes/``, ``eval/`` and
+``benchmarks/``, a tiny random model with the real tokenizer (``tiny/``), and a tiny reproduction scale and study
+design. Right before a
 command runs, the YAML configs it names are shrunk in the copy (the embedded model, or a model folder that does
 not exist, becomes ``tiny``; rows, lengths and steps become small), so the commands run exactly as written. A
 few flags that only set sizes are shrunk too (``SIZES``). Commands that need what a test machine lacks (GPUs,
@@ -28,7 +29,7 @@ PAGES = ["README.md", *(f"docs/{p}.md" for p in ("training", "evaluation", "priv
 PAGES += [f"docs/{p}.md" for p in ("auditing", "lab", "benchmarks")]
 #: A command matching the pattern is not run, for the reason given.
 NOT_RUN = {
-    r"^bash scripts/(quickstart|test)\.sh": "the README's two commands: CI runs the tests, the main job is timed apart",
+    r"^bash scripts/(quickstart|test)\.sh": "the README's two commands: CI runs the tests; the main job is timed",
     r"^pip install \.": "tests/test_wheel.py installs the built wheel into a fresh environment",
     r"--config_file recipes/accelerate/ddp\.yaml": "a GPU accelerate config",
     r"\.\.\.": "an elided command (its options are documented around it)",

@@ -23,6 +23,12 @@ from tests.conftest import Z_TOLERANCE, binomial_se
 CATEGORIES = ["Investments", "Debt Management", "Home Improvement & Maintenance"]
 
 
+def release(data, mechanism, **kwargs):
+    """``release_dataset`` with the test data's label-free metadata (category, row_id) declared public."""
+    public = [c for c in ("category", "row_id") if c in data.column_names]
+    return release_dataset(data, mechanism, public_columns=public, **kwargs)
+
+
 def standard(n=2000):
     return datasets.Dataset.from_dict(
         {
@@ -57,7 +63,7 @@ def swapped_mask(original, released):
 )
 def test_swaps_rows_keeps_columns_and_pairs(make):
     data = make()
-    out = release_dataset(data, LabelPipeline(epsilon=0.5), seed=0)
+    out = release(data, LabelPipeline(epsilon=0.5), seed=0)
     assert out.column_names == data.column_names
     assert out.features == data.features
     for name in set(data.column_names) - {"chosen", "rejected"}:
@@ -71,7 +77,7 @@ def test_swaps_rows_keeps_columns_and_pairs(make):
 
 def test_no_trace_of_which_rows_were_swapped():
     data = standard()
-    out = release_dataset(data, LabelPipeline(epsilon=1.0, corruption_rate=0.1), seed=3)
+    out = release(data, LabelPipeline(epsilon=1.0, corruption_rate=0.1), seed=3)
     assert out.column_names == data.column_names  # no index or original-label column
     assert out.cache_files == []  # not a view on the input's cache files
     assert out._indices is None
@@ -82,38 +88,38 @@ def test_no_trace_of_which_rows_were_swapped():
 
 def test_ledger_records_public_parameters_only():
     data = standard(500)
-    out = release_dataset(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=11)
+    out = release(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=11)
     ledger = get_ledger(out)
-    (release,) = ledger.releases
-    assert release.mechanism == "randomized_response"
-    assert release.epsilon == 0.5 and release.corruption_rate == 0.1
-    assert release.adversary == "flip" and release.order == "ltc"
-    assert release.n_rows == 500 and release.randomness == "fixed_seed"
-    assert release.library_version and release.created_at
-    assert "11" not in json.dumps(release.pipeline)
+    (record,) = ledger.releases
+    assert record.mechanism == "randomized_response"
+    assert record.epsilon == 0.5 and record.corruption_rate == 0.1
+    assert record.adversary == "flip" and record.order == "ltc"
+    assert record.n_rows == 500 and record.randomness == "fixed_seed"
+    assert record.library_version and record.created_at
+    assert "11" not in json.dumps(record.pipeline)
     assert ledger.total_epsilon == 0.5
     assert ledger.debias_factor == pytest.approx(debias_factor(0.5))
-    default = release_dataset(data, LabelPipeline(epsilon=0.5))
+    default = release(data, LabelPipeline(epsilon=0.5))
     assert get_ledger(default).releases[0].randomness == "os_entropy"
 
 
 def test_os_entropy_draws_differ_fixed_seed_reproduces():
     data = standard(1000)
     pipe = LabelPipeline(epsilon=0.5)
-    a, b = release_dataset(data, pipe), release_dataset(data, pipe)
+    a, b = release(data, pipe), release(data, pipe)
     assert a["chosen"] != b["chosen"]
-    c, d = release_dataset(data, pipe, seed=5), release_dataset(data, pipe, seed=5)
+    c, d = release(data, pipe, seed=5), release(data, pipe, seed=5)
     assert c["chosen"] == d["chosen"]
 
 
 def test_reprivatizing_raises_unless_composed():
     data = standard(800)
-    once = release_dataset(data, LabelPipeline(epsilon=0.5), seed=1)
+    once = release(data, LabelPipeline(epsilon=0.5), seed=1)
     with pytest.raises(
         ValueError, match=r"(?s)already privatized.*post-processing.*keep the first release's ε.*compose=True"
     ):
-        release_dataset(once, LabelPipeline(epsilon=1.0), seed=2)
-    twice = release_dataset(once, LabelPipeline(epsilon=1.0), seed=2, compose=True)
+        release(once, LabelPipeline(epsilon=1.0), seed=2)
+    twice = release(once, LabelPipeline(epsilon=1.0), seed=2, compose=True)
     ledger = get_ledger(twice)
     assert len(ledger.releases) == 2
     assert ledger.total_epsilon == pytest.approx(1.5)  # basic composition
@@ -130,7 +136,7 @@ def test_reprivatizing_raises_unless_composed():
 
 
 def test_ledger_survives_datasets_operations(tmp_path):
-    out = release_dataset(standard(300), LabelPipeline(epsilon=2.0), seed=0)
+    out = release(standard(300), LabelPipeline(epsilon=2.0), seed=0)
     expected = get_ledger(out)
     derived = [
         out.map(lambda r: {"prompt": r["prompt"].upper()}),
@@ -149,7 +155,7 @@ def test_ledger_survives_datasets_operations(tmp_path):
 def test_save_and_load_privatized_round_trip(tmp_path, name):
     for make in (standard, conversational):
         data = make(200)
-        out = release_dataset(data, LabelPipeline(epsilon=0.7, corruption_rate=0.05), seed=2)
+        out = release(data, LabelPipeline(epsilon=0.7, corruption_rate=0.05), seed=2)
         path = save_privatized(out, tmp_path / make.__name__ / name)
         back = load_privatized(path)
         assert get_ledger(back) == get_ledger(out)
@@ -169,7 +175,7 @@ def test_targeted_adversary_on_a_category():
     pipe = LabelPipeline(
         corruption_rate=0.4, adversary="targeted", target_column="category", target_values=["Investments"]
     )
-    out = release_dataset(data, pipe, seed=9)
+    out = release(data, pipe, seed=9)
     swapped = swapped_mask(data, out)
     in_target = np.array(data["category"]) == "Investments"
     assert not swapped[~in_target].any()
@@ -179,9 +185,7 @@ def test_targeted_adversary_on_a_category():
 
 def test_fixed_adversary_prefers_longer():
     data = standard(3000)  # rejected is always the longer response here
-    out = release_dataset(
-        data, LabelPipeline(corruption_rate=0.2, adversary="fixed", fixed_preference="longer"), seed=1
-    )
+    out = release(data, LabelPipeline(corruption_rate=0.2, adversary="fixed", fixed_preference="longer"), seed=1)
     swapped = swapped_mask(data, out)
     assert abs(swapped.mean() - 0.2) <= Z_TOLERANCE * binomial_se(0.2, len(data))
     assert all(len(c) > len(r) for c, r in zip(np.array(out["chosen"])[swapped], np.array(out["rejected"])[swapped]))
@@ -190,15 +194,13 @@ def test_fixed_adversary_prefers_longer():
 def test_bad_pipeline_inputs_name_the_field():
     data = standard(20)
     with pytest.raises(ValueError, match="target_column"):
-        release_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted"), seed=0)
+        release(data, LabelPipeline(corruption_rate=0.1, adversary="targeted"), seed=0)
     with pytest.raises(ValueError, match="target_column 'nope'"):
-        release_dataset(data, LabelPipeline(corruption_rate=0.1, adversary="targeted", target_column="nope"), seed=0)
+        release(data, LabelPipeline(corruption_rate=0.1, adversary="targeted", target_column="nope"), seed=0)
     with pytest.raises(ValueError, match="fixed_preference"):
-        release_dataset(
-            data, LabelPipeline(corruption_rate=0.1, adversary="fixed", fixed_preference="category"), seed=0
-        )
+        release(data, LabelPipeline(corruption_rate=0.1, adversary="fixed", fixed_preference="category"), seed=0)
     with pytest.raises(ValueError, match="DatasetDict"):
-        release_dataset(datasets.DatasetDict({"train": data}), LabelPipeline(epsilon=1.0))
+        release(datasets.DatasetDict({"train": data}), LabelPipeline(epsilon=1.0))
 
 
 @pytest.mark.parametrize("make", [standard, conversational], ids=["std", "conv"])
@@ -206,7 +208,7 @@ def test_fingerprint_ignores_labels_and_order_not_content(make):
     from squarechipo.data.fingerprint import preference_fingerprint
 
     data = make(300)
-    released = release_dataset(data, LabelPipeline(epsilon=0.1), seed=4)
+    released = release(data, LabelPipeline(epsilon=0.1), seed=4)
     assert released["chosen"] != data["chosen"]
     fingerprint = preference_fingerprint(data)
     assert fingerprint.startswith("sha256:")
@@ -231,8 +233,8 @@ def test_ledger_answers_how_to_debias_each_part():
     from squarechipo.privacy.release import combine_parts
 
     data = standard(400)
-    first = release_dataset(data.select(range(200)), LabelPipeline(epsilon=0.5), seed=0, part="a")
-    second = release_dataset(data.select(range(200, 400)), LabelPipeline(epsilon=2.0), seed=1, part="b")
+    first = release(data.select(range(200)), LabelPipeline(epsilon=0.5), seed=0, part="a")
+    second = release(data.select(range(200, 400)), LabelPipeline(epsilon=2.0), seed=1, part="b")
     ledger = get_ledger(combine_parts(first, second))
     assert ledger.parts == ("a", "b")
     for part, epsilon in (("a", 0.5), ("b", 2.0)):
@@ -248,15 +250,15 @@ def test_ledger_answers_how_to_debias_each_part():
     assert recorded["a"]["flip_rate"] == pytest.approx(flip_probability(0.5))
     assert recorded["b"]["debias_factor"] == pytest.approx(debias_factor(2.0))
     # Equal parts agree, and the whole-dataset answer is theirs.
-    same = release_dataset(data.select(range(200, 400)), LabelPipeline(epsilon=0.5), seed=1, part="b")
+    same = release(data.select(range(200, 400)), LabelPipeline(epsilon=0.5), seed=1, part="b")
     assert get_ledger(combine_parts(first, same)).debiasing().flip_rate == pytest.approx(flip_probability(0.5))
 
 
 def test_ledger_debiasing_of_public_and_composed_labels():
     """No noise: method none, c = 1. RR twice: one flip rate ρ with 1 − 2ρ = (1 − 2q₁)(1 − 2q₂)."""
-    public = get_ledger(release_dataset(standard(50), LabelPipeline(), seed=0)).debiasing()
+    public = get_ledger(release(standard(50), LabelPipeline(), seed=0)).debiasing()
     assert (public.method, public.flip_rate, public.debias_factor) == ("none", 0.0, 1.0)
-    once = release_dataset(standard(50), LabelPipeline(epsilon=0.5), seed=0)
-    twice = get_ledger(release_dataset(once, LabelPipeline(epsilon=1.0), seed=1, compose=True)).debiasing()
+    once = release(standard(50), LabelPipeline(epsilon=0.5), seed=0)
+    twice = get_ledger(release(once, LabelPipeline(epsilon=1.0), seed=1, compose=True)).debiasing()
     q1, q2 = flip_probability(0.5), flip_probability(1.0)
     assert twice.flip_rate == pytest.approx((1 - (1 - 2 * q1) * (1 - 2 * q2)) / 2)

@@ -59,7 +59,7 @@ def test_the_installed_wheel_runs_every_job_outside_the_checkout(installed, toke
     config = (
         "model_name_or_path: tiny\ndataset_name: pairs.jsonl\noutput_dir: out\nmethod: square_chipo\n"
         "per_device_train_batch_size: 8\nmax_length: 96\nprecompute_ref_log_probs: true\nreport_to: none\n"
-        "label_epsilon: 1.0\nlabel_seed: 0\nsave_strategy: 'no'\n"
+        "label_epsilon: 1.0\nlabel_seed: 0\nsave_strategy: 'no'\nlabel_public_columns: [id, category]\n"
     )
     (work / "train.yaml").write_text(config)
     _run([str(command), "train", "--config", "train.yaml", "--num_processes", "1"], work, env)

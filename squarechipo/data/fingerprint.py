@@ -20,7 +20,14 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["PROMPT_HASH_CHARS", "preference_fingerprint", "prompt_hashes", "prompt_sketch", "training_data_record"]
+__all__ = [
+    "PROMPT_HASH_CHARS",
+    "canonical_rows",
+    "preference_fingerprint",
+    "prompt_hashes",
+    "prompt_sketch",
+    "training_data_record",
+]
 
 _SEPARATOR = "\x1f"
 #: Hex characters kept from each prompt hash in a sketch (64 bits: collisions are negligible).
@@ -31,7 +38,7 @@ def _dump(value) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def _canonical_rows(table: pa.Table) -> list:
+def canonical_rows(table: pa.Table) -> list:
     """One canonical value per row: prompt, then the responses in sorted order (2, or K for best-of-K rows)."""
     prompt = table["prompt"] if "prompt" in table.column_names else None
     prompts = prompt.to_pylist() if prompt is not None else [None] * table.num_rows
@@ -57,7 +64,7 @@ def preference_fingerprint(dataset: datasets.Dataset) -> str:
     """``sha256:<hex>`` over the sorted per-row hashes of (prompt, sorted(chosen, rejected)), or of
     (prompt, sorted(responses)) for best-of-K rows."""
     table = dataset.with_format("arrow")[:]
-    row_hashes = sorted(hashlib.sha256(row.encode("utf-8")).digest() for row in _canonical_rows(table))
+    row_hashes = sorted(hashlib.sha256(row.encode("utf-8")).digest() for row in canonical_rows(table))
     return "sha256:" + hashlib.sha256(b"".join(row_hashes)).hexdigest()
 
 

@@ -15,9 +15,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SqliteMap"]
+__all__ = ["SqliteMap", "cache_root"]
 
 _TYPES = {"text": "TEXT", "real": "REAL"}
+
+
+def cache_root() -> Path:
+    """``$SQUARECHIPO_CACHE`` or ``~/.cache/squarechipo``: the converted embedded model, the registry of records."""
+    return Path(os.environ.get("SQUARECHIPO_CACHE", Path.home() / ".cache" / "squarechipo")).expanduser()
 
 
 class SqliteMap:

@@ -24,7 +24,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["PreferenceFormat", "ValidationReport", "detect_format", "validate_preference_dataset"]
+from squarechipo.data.fingerprint import canonical_rows
+
+__all__ = [
+    "PreferenceFormat",
+    "ValidationReport",
+    "detect_format",
+    "drop_duplicate_rows",
+    "duplicate_rows",
+    "validate_preference_dataset",
+]
 
 logger = logging.getLogger("squarechipo")
 
@@ -222,3 +231,27 @@ def validate_preference_dataset(
         ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())),
     )
     return dataset.select(keep), report
+
+
+def _first_of_each_pair(dataset: datasets.Dataset) -> list[int]:
+    seen: set[str] = set()
+    keep = []
+    for index, row in enumerate(canonical_rows(dataset.with_format("arrow")[:])):
+        if row not in seen:
+            seen.add(row)
+            keep.append(index)
+    return keep
+
+
+def duplicate_rows(dataset: datasets.Dataset) -> int:
+    """How many rows repeat an earlier row's prompt and pair of responses (in either order)."""
+    return len(dataset) - len(_first_of_each_pair(dataset))
+
+
+def drop_duplicate_rows(dataset: datasets.Dataset) -> tuple[datasets.Dataset, int]:
+    """(the rows with the first copy of each pair kept, the number dropped); the count is logged."""
+    keep = _first_of_each_pair(dataset)
+    dropped = len(dataset) - len(keep)
+    if dropped:
+        logger.warning("dropped %d duplicated rows (the first copy of each pair is kept)", dropped)
+    return (dataset.select(keep) if dropped else dataset), dropped

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import filelock
 
+from squarechipo.data.store import cache_root
+
 __all__ = [
     "EMBEDDED_MODEL_ALIASES",
     "EMBEDDED_MODEL_NAME",
@@ -36,11 +38,6 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: Names that mean "the embedded default model" wherever a model id or path is accepted.
 EMBEDDED_MODEL_ALIASES = ("embedded", "smollm2", EMBEDDED_MODEL_NAME, f"HuggingFaceTB/{EMBEDDED_MODEL_NAME}")
 _COMPLETE_MARKER = ".squarechipo-complete"
-
-
-def cache_root() -> Path:
-    """``$SQUARECHIPO_CACHE`` or ``~/.cache/squarechipo``."""
-    return Path(os.environ.get("SQUARECHIPO_CACHE", Path.home() / ".cache" / "squarechipo")).expanduser()
 
 
 def _gguf_location() -> tuple[Path, str]:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from squarechipo.privacy.calibration import flip_probability
-from squarechipo.privacy.ledger import Debiasing, PrivacyLedger
+from squarechipo.privacy.ledger import Debiasing, PrivacyLedger, get_ledger
 
-__all__ = ["PrivacySettings", "resolve_privacy"]
+__all__ = ["PrivacySettings", "check_eval_labels", "resolve_privacy"]
 
 logger = logging.getLogger("squarechipo")
 _TOLERANCE = 1e-9
@@ -25,6 +25,20 @@ class PrivacySettings:
     ledger: PrivacyLedger | None
     #: The ledger's answer (or the config's) to "how do I debias these labels".
     debiasing: Debiasing = Debiasing("none")
+
+    @property
+    def seeded(self) -> bool:
+        """Whether a release drew its noise from a fixed seed: anyone with the seed can undo it."""
+        return self.ledger is not None and any(r.randomness == "fixed_seed" for r in self.ledger.releases)
+
+    def refuse_seeded_push(self, push_to_hub: bool, allowed: bool) -> None:
+        if push_to_hub and self.seeded and not allowed:
+            raise ValueError(
+                "push_to_hub: these labels were released with a fixed label_seed, so anyone with the seed can "
+                "recover every raw label, and the model is not private. Release them again without a seed (OS "
+                "entropy) before publishing, or set push_seeded_release=True to publish a simulation knowingly "
+                "(its card says it is seeded)."
+            )
 
     @property
     def binary(self) -> bool:
@@ -123,3 +137,24 @@ def resolve_privacy(
         )
     used = Debiasing("flip_rate" if config_rate > 0 else "none", config_rate)
     return PrivacySettings(config_rate, epsilon if epsilon is not None else ledger.total_epsilon, source, ledger, used)
+
+
+def check_eval_labels(train_dataset, eval_dataset, *, public: bool, trainer: str) -> None:
+    """Refuse evaluation on raw labels when the training labels were released: metrics computed on the raw labels
+    of an evaluation split (its loss, reward accuracy) are saved and pushed with the model and reveal them.
+
+    An evaluation split passes when it carries a ledger of its own (it was released too) or when ``public`` says
+    its labels are public.
+    """
+    if public or eval_dataset is None or train_dataset is None or get_ledger(train_dataset) is None:
+        return
+    parts = eval_dataset.items() if isinstance(eval_dataset, dict) else [("eval", eval_dataset)]
+    raw = [name for name, part in parts if get_ledger(part) is None]
+    if raw:
+        raise ValueError(
+            f"{trainer}: the training labels were released through a privacy mechanism, but the evaluation data "
+            f"{raw} holds raw labels, and metrics computed on them (saved as eval_results.json and pushed with the "
+            "model) would reveal them. Release the evaluation split through the same pipeline (the training "
+            "scripts do this unless the split is in public_splits), set eval_labels_public=True if its labels are "
+            "public, or evaluate without labels."
+        )

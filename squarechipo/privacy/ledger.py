@@ -23,8 +23,11 @@ import datasets
 
 from squarechipo.data import metadata
 from squarechipo.privacy.calibration import debias_factor, flip_probability
+from squarechipo.privacy.integrity import IntegrityError, check_seal, seal
 
 __all__ = [
+    "IntegrityError",
+    "LEDGER_FORMAT",
     "Debiasing",
     "Release",
     "PrivacyLedger",
@@ -97,6 +100,10 @@ class Release:
     #: The disjoint part of the rows this release covers (e.g. ``lp2st/part1``); None = every row.
     #: Releases on disjoint parts compose in parallel: each label is released once.
     part: str | None = None
+    #: The columns the release kept beside prompt/chosen/rejected (declared public), and the label-carrying ones
+    #: it dropped (name → why).
+    public_columns: list[str] = field(default_factory=list)
+    dropped_columns: dict[str, str] = field(default_factory=dict)
 
     @property
     def num_labels(self) -> int:
@@ -153,6 +160,8 @@ class Release:
         order: str | None = None,
         data_fingerprint: str | None = None,
         part: str | None = None,
+        public_columns: list[str] | None = None,
+        dropped_columns: dict[str, str] | None = None,
     ) -> Release:
         """A release made now by this library version (``randomness`` from ``fixed_seed``)."""
         return cls(
@@ -168,7 +177,30 @@ class Release:
             pipeline=pipeline,
             data_fingerprint=data_fingerprint,
             part=part,
+            public_columns=list(public_columns or []),
+            dropped_columns=dict(dropped_columns or {}),
         )
+
+
+LEDGER_FORMAT = "squarechipo.privacy_ledger/2"
+
+
+def _check_consistent(release: Release, where: str) -> None:
+    """A release whose stated mechanism or ε disagrees with its own pipeline was edited by hand."""
+    pipeline = release.pipeline
+    problems = []
+    if "epsilon" in pipeline and pipeline["epsilon"] != release.epsilon:
+        problems.append(f"ε {release.epsilon} but its pipeline has ε {pipeline['epsilon']}")
+    if "mechanism" in pipeline and pipeline["mechanism"] != release.mechanism:
+        problems.append(f"mechanism {release.mechanism!r} but its pipeline is {pipeline['mechanism']!r}")
+    if "order" in pipeline:  # a LabelPipeline: randomized response exactly when it has an ε
+        expected = "none" if pipeline.get("epsilon") is None else "randomized_response"
+        if release.mechanism != expected:
+            problems.append(f"mechanism {release.mechanism!r} for a pipeline of ε {pipeline.get('epsilon')}")
+        if "corruption_rate" in pipeline and pipeline["corruption_rate"] != release.corruption_rate:
+            problems.append(f"α {release.corruption_rate} but its pipeline has α {pipeline['corruption_rate']}")
+    if problems:
+        raise IntegrityError(f"{where}: a release in the privacy ledger disagrees with itself: {'; '.join(problems)}.")
 
 
 #: Mechanisms whose binary (K = 2) release flips the label with q(ε) = 1/(1+e^ε).
@@ -300,32 +332,44 @@ class PrivacyLedger:
             summary = {"debias_factor": self.debias_factor, "stored_labels_epsilon": self.stored_labels_epsilon}
         else:
             summary = {}
-        return {
-            "format": "squarechipo.privacy_ledger/1",
-            "total_epsilon": self.total_epsilon,
-            **summary,
-            "debiasing": answers,
-            "releases": [asdict(r) for r in self.releases],
-        }
+        return seal(
+            {
+                "format": LEDGER_FORMAT,
+                "total_epsilon": self.total_epsilon,
+                **summary,
+                "debiasing": answers,
+                "releases": [asdict(r) for r in self.releases],
+            }
+        )
+
+    @property
+    def digest(self) -> str:
+        """The digest sealing this ledger's fields (:mod:`squarechipo.privacy.integrity`)."""
+        return self.to_dict()["digest"]
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> PrivacyLedger:
-        if record.get("format") != "squarechipo.privacy_ledger/1":
-            raise ValueError(f"not a squarechipo privacy ledger (format={record.get('format')!r}).")
-        return cls(releases=tuple(Release(**r) for r in record["releases"]))
+    def from_dict(cls, record: dict[str, Any], where: str = "dataset") -> PrivacyLedger:
+        """The ledger of a stored record, after checking its digest and that each release agrees with itself."""
+        if record.get("format") not in (LEDGER_FORMAT, "squarechipo.privacy_ledger/1"):
+            raise ValueError(f"{where}: not a squarechipo privacy ledger (format={record.get('format')!r}).")
+        check_seal(record, where)
+        ledger = cls(releases=tuple(Release(**r) for r in record["releases"]))
+        for release in ledger.releases:
+            _check_consistent(release, where)
+        return ledger
 
     @classmethod
-    def from_json(cls, text: str) -> PrivacyLedger:
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, where: str = "dataset") -> PrivacyLedger:
+        return cls.from_dict(json.loads(text), where)
 
 
-def get_ledger(dataset: datasets.Dataset) -> PrivacyLedger | None:
-    """The ledger a dataset carries, or None for data that was never privatized here."""
+def get_ledger(dataset: datasets.Dataset, where: str = "dataset") -> PrivacyLedger | None:
+    """The ledger a dataset carries (its digest checked), or None for data that was never privatized here."""
     block = metadata.read_block(dataset)
-    return PrivacyLedger.from_json(block) if block else None
+    return PrivacyLedger.from_json(block, where) if block else None
 
 
 def info_with_ledger(info: datasets.DatasetInfo, ledger: PrivacyLedger) -> datasets.DatasetInfo:

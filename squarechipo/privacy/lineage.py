@@ -39,6 +39,7 @@ from squarechipo.privacy.record import (
     UNRECORDED,
     PrivacyRecord,
     read_privacy_record,
+    recorded_by_weights,
 )
 
 __all__ = [
@@ -103,9 +104,13 @@ class ModelLineage:
         peft_config = getattr(model, "peft_config", None)
         if not source and isinstance(peft_config, dict) and peft_config:
             source = next(iter(peft_config.values())).base_model_name_or_path or ""
-        if not source:
-            return cls(name=f"<in-memory {type(model).__name__}>", record=None)
-        return cls.from_folder(source)
+        lineage = cls.from_folder(source) if source else cls(name=f"<in-memory {type(model).__name__}>", record=None)
+        if lineage.record is None and hasattr(model, "state_dict"):
+            # A copy saved without its record (save_pretrained, a checkpoint copied away) is found by its weights.
+            found = recorded_by_weights(model)
+            if found is not None:
+                return cls(name=f"{lineage.name} (its weights are those of a recorded model)", record=found.to_dict())
+        return lineage
 
     @property
     def recorded(self) -> bool:

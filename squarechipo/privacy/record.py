@@ -32,6 +32,8 @@ __all__ = [
     "UNRECORDED",
     "PrivacyRecord",
     "read_privacy_record",
+    "recorded_by_weights",
+    "weights_fingerprint",
     "write_privacy_record",
 ]
 
@@ -81,6 +83,9 @@ class PrivacyRecord:
     upstream: list[dict] = field(default_factory=list)
     #: The squarechipo version that wrote the record (None in files written before it was recorded).
     library_version: str | None = None
+    #: sha256 of the saved weights (:func:`weights_fingerprint`): a copy saved without this file is still
+    #: recognised by the lineage guard, through the registry of records on this machine.
+    weights_fingerprint: str | None = None
     #: Stage-specific public fields (method, β, R_max, candidates, …), written at the top level of the JSON.
     details: dict[str, Any] = field(default_factory=dict)
     format: str = RECORD_FORMAT
@@ -112,6 +117,12 @@ class PrivacyRecord:
         return self.to_dict().get(key, default)
 
     @property
+    def seeded(self) -> bool:
+        """Whether a release in the ledger drew its noise from a fixed seed (a simulation, not privacy)."""
+        releases = (self.ledger or {}).get("releases") or []
+        return any(release.get("randomness") == "fixed_seed" for release in releases)
+
+    @property
     def exposed(self) -> bool:
         return bool(self.label_exposure)
 
@@ -132,6 +143,8 @@ class PrivacyRecord:
         epsilon = self.epsilon if self.epsilon is not None else "none (no privacy)"
         if self.epsilon is not None and self.ledger is None:
             epsilon = f"{epsilon}: asserted by the config, not backed by a ledger"
+        elif self.seeded:
+            epsilon = f"{epsilon}: seeded release, reproducible by anyone with the seed, not private"
         if self.exposed:
             epsilon = f"{epsilon}: does not hold for this model (labels exposed through a starting model, see below)"
         return [
@@ -212,14 +225,52 @@ _DETAIL_ROWS = (
 )
 
 
+def weights_fingerprint(model) -> str:
+    """sha256 over a model's floating-point weights as float32, in the order of their names (names themselves
+    are left out, so a PEFT or DDP wrapper's prefixes do not matter)."""
+    import hashlib
+
+    import torch
+
+    state = model.state_dict()
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name]
+        if torch.is_floating_point(tensor):
+            digest.update(tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy().tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def _registry():
+    from squarechipo.data.store import SqliteMap, cache_root
+
+    return SqliteMap(cache_root() / "records.sqlite", "records")
+
+
+def recorded_by_weights(model) -> PrivacyRecord | None:
+    """The record of a model squarechipo saved on this machine whose weights equal ``model``'s, or None."""
+    found = _registry().get(weights_fingerprint(model))
+    return PrivacyRecord.from_dict(json.loads(found)) if found else None
+
+
 def write_privacy_record(
-    folder: str | os.PathLike, record: PrivacyRecord, *, intro: str | None = None, card_header: str | None = None
+    folder: str | os.PathLike,
+    record: PrivacyRecord,
+    *,
+    intro: str | None = None,
+    card_header: str | None = None,
+    model=None,
 ) -> Path:
     """Write ``squarechipo_privacy.json`` and the card's privacy section (replacing an older section).
 
     ``card_header`` starts a new card (front matter and title) for folders that have none from TRL (the
-    central selector's copy of a candidate); otherwise the section is appended to the existing card.
+    central selector's copy of a candidate); otherwise the section is appended to the existing card. With the
+    saved ``model``, the record carries its weights' fingerprint and enters this machine's registry of records,
+    so a copy of the weights saved without this file is recognised by the lineage guard.
     """
+    if model is not None:
+        record = dataclasses.replace(record, weights_fingerprint=weights_fingerprint(model))
+        _registry().put(record.weights_fingerprint, json.dumps(record.to_dict()))
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / PRIVACY_FILE

@@ -7,7 +7,10 @@ returns the released rows with the ledger extended by one release:
  . The released label decides whether chosen and rejected are swapped, so no label column
   exists that could leak the raw one. A measurement with a prior (RRWithPrior, LP-2ST's stage 2) sees
   each pair in its canonical, label-free order (:func:`canonical_pairs`) and marks the rows released from
-  the prior in the public column ``label_from_prior``;
+  the prior in the public column ``label_from_prior``. Only ``prompt``, ``chosen``, ``rejected`` and the columns
+  the caller declares public survive: a column that can carry the label (scores, ratings, ``messages`` holding
+  the chosen answer, a "shown first" flag) is dropped and named in the log and the ledger, and any other column is
+  refused until it is declared public (``public_columns``) or removed;
 - **best-of-K rows** (prompt/responses/best, :mod:`squarechipo.data.kary`): the raw ``best`` column is
   removed; ``released_best`` or ``released_subset``, the analyzer weights ``label_weights`` and, for
   RRWithPrior, ``label_from_prior`` are added.
@@ -24,18 +27,20 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import datasets
+import filelock
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from squarechipo.data.fingerprint import preference_fingerprint
 from squarechipo.data.kary import validate_kary
-from squarechipo.data.validation import validate_preference_dataset
+from squarechipo.data.validation import duplicate_rows, validate_preference_dataset
+from squarechipo.privacy.integrity import MARKER, check_marker, write_marker
 from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger, info_with_ledger, with_ledger
 from squarechipo.privacy.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 
@@ -44,14 +49,45 @@ __all__ = [
     "canonical_first_is_chosen",
     "canonical_pairs",
     "combine_parts",
+    "load_release",
     "release_dataset",
     "release_once",
+    "save_release",
 ]
 
 logger = logging.getLogger("squarechipo")
 
 #: Public per-row flag: the released label is the prior's argmax (k* = 1).
 FROM_PRIOR_COLUMN = "label_from_prior"
+#: The columns a pair release always keeps: the released label is their order.
+PAIR_COLUMNS = ("prompt", "chosen", "rejected")
+#: Column names that can carry the label (a score or rating per response, a preference or winner, a conversation
+#: ending in the chosen answer, which response was shown first): dropped by a release, never public.
+LABEL_CARRYING = re.compile(r"score|rating|label|prefer|winner|shown_first|messages|chosen|rejected", re.IGNORECASE)
+
+
+def _column_policy(columns: list[str], public_columns) -> tuple[list[str], dict[str, str]]:
+    """(public columns kept, label-carrying columns dropped with why); raises for undeclared columns."""
+    public = list(public_columns or ())
+    extra = [c for c in columns if c not in PAIR_COLUMNS and c != FROM_PRIOR_COLUMN]
+    carrying = [c for c in extra if LABEL_CARRYING.search(c)]
+    bad_public = [c for c in public if c in carrying]
+    if bad_public:
+        raise ValueError(
+            f"columns {bad_public} can carry the label (their name says score, rating, label, preference, "
+            "messages, ...), so they cannot be public: remove them from public_columns; the release drops them."
+        )
+    unknown = [c for c in extra if c not in carrying and c not in public]
+    if unknown:
+        raise ValueError(
+            f"columns {unknown} are neither prompt/chosen/rejected nor declared public. A column kept beside "
+            "released labels must not depend on the raw label: list the label-free ones in public_columns "
+            "(label_public_columns in a config), or remove them (dataset.remove_columns)."
+        )
+    missing = [c for c in public if c not in columns]
+    if missing:
+        raise ValueError(f"public_columns {missing} are not columns of the dataset (columns: {columns}).")
+    return public, {c: "can carry the label" for c in carrying}
 
 
 def _key(response) -> str:
@@ -129,9 +165,10 @@ def _pair_context(table: pa.Table, mechanism: Measurement, conversational: bool)
     return {}
 
 
-def _release_pairs(dataset: datasets.Dataset, mechanism: Measurement, rng: np.random.Generator):
-    """(table with chosen/rejected as released, public outcome) for preference pairs."""
+def _release_pairs(dataset: datasets.Dataset, mechanism: Measurement, rng: np.random.Generator, public_columns):
+    """(table of the kept columns with chosen/rejected as released, 2, public outcome) for preference pairs."""
     _, report = validate_preference_dataset(dataset)
+    public, dropped = _column_policy(dataset.column_names, public_columns)
     table = dataset.with_format("arrow")[:]
     n = table.num_rows
     if mechanism.canonical_pairs:
@@ -151,10 +188,13 @@ def _release_pairs(dataset: datasets.Dataset, mechanism: Measurement, rng: np.ra
     table = table.set_column(table.schema.get_field_index("rejected"), "rejected", pc.if_else(swap, chosen, rejected))
     if result.from_prior is not None:
         table = table.append_column(FROM_PRIOR_COLUMN, pa.array(result.from_prior))
-    return table, 2, result.outcome
+    table = table.select([c for c in table.column_names if c in PAIR_COLUMNS or c in public or c == FROM_PRIOR_COLUMN])
+    if dropped:
+        logger.warning("the release dropped %d label-carrying column(s): %s", len(dropped), sorted(dropped))
+    return table, 2, {**result.outcome, "public_columns": public, "dropped_columns": dropped}
 
 
-def _release_best_of_k(dataset: datasets.Dataset, mechanism: Measurement, rng: np.random.Generator):
+def _release_best_of_k(dataset: datasets.Dataset, mechanism: Measurement, rng: np.random.Generator, public_columns):
     """(table without ``best`` and with the released columns, K, public outcome) for best-of-K rows."""
     k = validate_kary(dataset)
     best = np.asarray(dataset["best"], dtype=np.int64)
@@ -194,6 +234,8 @@ def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, 
 
 def _extended_ledger(existing, mechanism: Measurement, dataset, num_labels: int, outcome: dict, *, seed, part):
     """The input's ledger plus this release: the measurement's description and public outcome, never a label."""
+    outcome = dict(outcome)
+    columns = {key: outcome.pop(key) for key in ("public_columns", "dropped_columns") if key in outcome}
     pipeline = {**mechanism.to_dict(), **({"num_labels": num_labels} if num_labels != 2 else {}), **outcome}
     release = Release.now(
         **mechanism.ledger_fields(),
@@ -202,8 +244,21 @@ def _extended_ledger(existing, mechanism: Measurement, dataset, num_labels: int,
         pipeline=pipeline,
         data_fingerprint=preference_fingerprint(dataset),
         part=part,
+        **columns,
     )
     return (existing or PrivacyLedger()).with_release(release)
+
+
+def _refuse_duplicates(dataset: datasets.Dataset) -> None:
+    """Copies of one pair would each get their own noise, and their majority would give the label back."""
+    repeats = duplicate_rows(dataset)
+    if repeats:
+        raise ValueError(
+            f"{repeats} of {len(dataset)} rows repeat another row's prompt and responses. Randomized response would "
+            "draw independent noise for each copy, and together the copies reveal the label (their majority), so "
+            "the release refuses them: keep one row per pair first, e.g. with "
+            "squarechipo.data.validation.drop_duplicate_rows(dataset)."
+        )
 
 
 def release_dataset(
@@ -213,6 +268,7 @@ def release_dataset(
     seed: int | None = None,
     compose: bool = False,
     part: str | None = None,
+    public_columns: list[str] | tuple[str, ...] = (),
 ) -> datasets.Dataset:
     """Release a dataset's labels through ``mechanism`` once, and record it in the ledger.
 
@@ -231,9 +287,12 @@ def release_dataset(
             tight ε of the stored labels (``stored_labels_epsilon``).
         part: the name of the disjoint part of a larger dataset these rows are (multi-stage training,
             Ghazi et al. 2021 (label DP)); releases on disjoint parts compose in parallel in the ledger.
+        public_columns: (pairs) columns besides prompt/chosen/rejected that do not depend on the label (an id, a
+            category): kept. Label-carrying columns are dropped and named in the ledger; any other column raises.
 
     Returns:
-        A new dataset with every other column unchanged and the ledger attached.
+        A new dataset with the kept columns and the ledger attached. Rows that repeat another row's prompt and
+        responses raise (see :func:`squarechipo.data.validation.duplicate_rows`).
     """
     if isinstance(dataset, datasets.DatasetDict):
         raise ValueError(
@@ -246,10 +305,11 @@ def release_dataset(
         )
     existing = get_ledger(dataset)
     _check_not_released(existing, mechanism, compose)
+    _refuse_duplicates(dataset)
     rng = np.random.default_rng(seed)
     best_of_k = "responses" in dataset.column_names or "best" in dataset.column_names
     release_rows = _release_best_of_k if best_of_k else _release_pairs
-    table, num_labels, outcome = release_rows(dataset, mechanism, rng)
+    table, num_labels, outcome = release_rows(dataset, mechanism, rng, public_columns)
     del rng
     ledger = _extended_ledger(existing, mechanism, dataset, num_labels, outcome, seed=seed, part=part)
     info = info_with_ledger(dataset.info, ledger)
@@ -304,6 +364,68 @@ def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline:
         )
 
 
+def _lock(folder: Path) -> filelock.FileLock:
+    """One release at a time per folder, across processes and runs."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return filelock.FileLock(str(folder.parent / f".{folder.name}.lock"))
+
+
+def _staging(folder: Path) -> Path:
+    return folder.parent / f".{folder.name}.staging"
+
+
+def _finish_interrupted(folder: Path) -> None:
+    """Complete a release cut off between its save and its rename, or refuse one cut off earlier."""
+    staging = _staging(folder)
+    if not staging.exists():
+        return
+    if (staging / MARKER).is_file():
+        if folder.exists():
+            shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
+        else:
+            os.replace(staging, folder)
+            logger.warning("completed an interrupted release from its staged copy: %s", folder)
+        return
+    raise ValueError(
+        f"an interrupted release left {staging} unfinished (it has no {MARKER}). No run trained on it, but its noise "
+        f"was drawn from the raw labels, and squarechipo never draws fresh noise silently. To release again, delete "
+        f"{staging} yourself; the new release draws new noise, which is sound only because nothing of the "
+        "interrupted one was read."
+    )
+
+
+def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
+    """Save a release once and atomically: ``save_to_disk`` into a staging folder, the marker (the digests of the
+    ledger and the rows) last, then a rename. A reader never sees half a release."""
+    folder = Path(folder)
+    ledger = get_ledger(released, str(folder))
+    if ledger is None:
+        raise ValueError("only a released dataset (with its privacy ledger) is saved as a release.")
+    staging = _staging(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    released.save_to_disk(str(staging))
+    write_marker(staging, released, ledger.digest)
+    os.replace(staging, folder)
+    return folder
+
+
+def load_release(folder: str | os.PathLike) -> datasets.Dataset:
+    """A saved release, after checking its ledger's digest and its rows against the folder's marker."""
+    folder = Path(folder)
+    released = datasets.load_from_disk(str(folder))
+    ledger = get_ledger(released, str(folder))
+    check_marker(folder, released, None if ledger is None else ledger.digest)
+    return released
+
+
+def _refuse_foreign(folder: Path) -> None:
+    if folder.exists() and any(folder.iterdir()) and not (folder / "dataset_info.json").exists():
+        raise ValueError(
+            f"{folder} is not empty and holds no release: privatized_dir is the folder where squarechipo saves the "
+            "released labels, so point it at a new folder. Nothing was written to it."
+        )
+
+
 def release_once(
     dataset: datasets.Dataset,
     pipeline: Measurement,
@@ -312,41 +434,40 @@ def release_once(
     seed: int | None = None,
     state=None,
     part: str | None = None,
+    public_columns: list[str] | tuple[str, ...] = (),
 ) -> datasets.Dataset:
     """Return the released version of ``dataset``: privatize and save it the first time, load it after.
 
     Args:
         dataset: the raw split (``chosen`` = the true preference).
         pipeline: the measurement (a label pipeline, or ``RRWithPrior`` for LP-2ST's part 2).
-        folder: where the release is saved (``save_to_disk``; the ledger travels inside).
+        folder: where the release is saved (:func:`save_release`; the ledger travels inside).
         seed: ``None`` = OS entropy (real data); an integer for simulation only.
         state: an ``accelerate.PartialState`` in distributed runs; the main process writes and the
             others wait, then load. ``None`` = a single process.
         part: the disjoint part these rows are (multi-stage training; see ``release_dataset``).
+        public_columns: columns kept beside the released labels (see ``release_dataset``).
+
+    One release at a time per folder (a file lock): a second run waits, then reuses it. An interrupted release is
+    completed from its staged copy or refused (:func:`_finish_interrupted`); never silently drawn again.
     """
     folder = Path(folder)
-    is_main = True if state is None else state.is_main_process
-    if is_main and not (folder / "dataset_info.json").exists():
-        released = release_dataset(dataset, pipeline, seed=seed, part=part)
-        _save_atomically(released, folder)
-        logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
+    released = None
+    if state is None or state.is_main_process:
+        with _lock(folder):
+            _finish_interrupted(folder)
+            if not (folder / "dataset_info.json").exists():
+                _refuse_foreign(folder)
+                released = release_dataset(dataset, pipeline, seed=seed, part=part, public_columns=public_columns)
+                save_release(released, folder)
+                logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
     if state is not None:
         state.wait_for_everyone()
         _receive_if_unseen(folder, state)
-    released = datasets.load_from_disk(str(folder))
-    _check_reuse(released, dataset, pipeline, folder)
+    if released is None:  # an earlier release (or the main process's): checked before it is used
+        released = load_release(folder)
+        _check_reuse(released, dataset, pipeline, folder)
     return released
-
-
-def _save_atomically(released: datasets.Dataset, folder: Path) -> None:
-    """``save_to_disk`` into a staging folder, then rename: a reader never sees half a release."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        released.save_to_disk(str(staging))
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _receive_if_unseen(folder: Path, state) -> None:
@@ -374,7 +495,7 @@ def _receive_if_unseen(folder: Path, state) -> None:
     table_bytes, ledger_json = payload[0]
     table = pa.ipc.open_stream(pa.py_buffer(table_bytes)).read_all()
     received = with_ledger(datasets.Dataset(table), PrivacyLedger.from_json(ledger_json))
-    _save_atomically(received, folder)
+    save_release(received, folder)
     logger.warning(
         "rank %d could not see the main process's release; received its %d released rows into %s",
         state.process_index,

@@ -215,6 +215,8 @@ class Study:
             "label_order": "ltc" if arm.setting == "LTC" else "ctl",
             # A simulation of labellers: the seed makes the noise reproducible, and the ledger says so.
             "label_seed": seed,
+            # The finance rows' label-free metadata; the release drops rejected_shown_first, which carries the label.
+            "label_public_columns": ["id", "category"],
         }
         if not arm.debias:  # Square-χPO with c = 1 on private labels: the ablation of the c(ε) debiasing
             config.update(flip_rate=0.0, privacy_override=True)

@@ -193,6 +193,8 @@ class Table1Run:
             "label_order": "ltc" if cell.setting == "LTC" else "ctl",
             # A simulation of labellers: the seed makes the noise reproducible and the ledger says so.
             "label_seed": cell.seed,
+            # The finance rows' label-free metadata; the release drops rejected_shown_first, which carries the label.
+            "label_public_columns": ["id", "category"],
         }
 
     @staticmethod

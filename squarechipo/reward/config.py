@@ -35,6 +35,10 @@ class PrivateRewardConfig(RewardConfig):
     """
 
     model_type: str = field(default="reward", metadata={"help": "reward (scalar, BT) or preference (pairwise ℓ)."})
+    eval_labels_public: bool = field(
+        default=False,
+        metadata={"help": "The evaluation split's labels are public (see SquareChiPOConfig.eval_labels_public)."},
+    )
     loss: str = field(
         default="debiased_bt",
         metadata={"help": "debiased_bt (Chowdhury et al. 2024) or square (Zhou et al. 2025, eq. 10)."},

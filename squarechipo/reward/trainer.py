@@ -27,7 +27,7 @@ from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import robust_log_loss, square_loss
 from squarechipo.models.card import fix_model_card
 from squarechipo.privacy.calibration import debias_factor_from_flip_rate
-from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
+from squarechipo.privacy.debiasing import PrivacySettings, check_eval_labels, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, check_lineage
 from squarechipo.privacy.record import PrivacyRecord, write_privacy_record
@@ -77,6 +77,9 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
             self._debiasing_methods,
             type(self).__name__,
             "BestOfKRewardTrainer trains on K-ary analyzer weights; pairwise reward models on binary labels.",
+        )
+        check_eval_labels(
+            train_dataset, kwargs.get("eval_dataset"), public=args.eval_labels_public, trainer=type(self).__name__
         )
         self.training_data = training_data_record(train_dataset)
         self.lineage = None
@@ -148,4 +151,5 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
                 self.args.output_dir,
                 self.privacy_record(),
                 intro=f"This is {kind} trained with squarechipo on labels released through the mechanism below.",
+                model=self.accelerator.unwrap_model(self.model),
             )

@@ -108,6 +108,7 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         seed=script_args.label_seed,
         state=state,
         part="lp2st/part1",
+        public_columns=script_args.label_public_columns,
     )
     stage1_args = dataclasses.replace(training_args, output_dir=str(out / "stage1"), push_to_hub=False)
     stage1 = _train(model_path, part1, stage1_args, tokenizer)
@@ -122,6 +123,7 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         seed=script_args.label_seed,
         state=state,
         part="lp2st/part2",
+        public_columns=script_args.label_public_columns,
     )
     combined = combine_parts(part1, part2)
     ledger = get_ledger(combined)

@@ -37,7 +37,7 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     train, eval_dataset = load_training_splits(
         script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
     )
-    skip_eval_when_absent(training_args, eval_dataset)
+    skip_eval_when_absent(training_args, eval_dataset, script_args)
     if training_args.model_type == "preference":
         train = to_pairwise_dataset(train)
         eval_dataset = to_pairwise_dataset(eval_dataset) if eval_dataset is not None else None

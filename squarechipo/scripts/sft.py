@@ -73,7 +73,9 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
             "This model was fine-tuned with [squarechipo](https://pypi.org/project/squarechipo/)'s SFT recipe on "
             "public rows; no label privacy is claimed for them."
         )
-        write_privacy_record(training_args.output_dir, record, intro=intro)
+        write_privacy_record(
+            training_args.output_dir, record, intro=intro, model=trainer.accelerator.unwrap_model(trainer.model)
+        )
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
     trainer.accelerator.print(f"SFT model saved to {Path(training_args.output_dir).resolve()}")

@@ -42,7 +42,7 @@ def main(
     train, eval_dataset = load_training_splits(
         script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
     )
-    skip_eval_when_absent(training_args, eval_dataset)
+    skip_eval_when_absent(training_args, eval_dataset, script_args)
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)

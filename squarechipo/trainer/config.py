@@ -57,6 +57,17 @@ class SquareChiPOConfig(DPOConfig):
             "(pseudo-labels, not debiased); 0 drops them. Used only when the data has a label_from_prior column."
         },
     )
+    push_seeded_release: bool = field(
+        default=False,
+        metadata={"help": "Allow push_to_hub of a model trained on a seeded (reproducible, not private) release."},
+    )
+    eval_labels_public: bool = field(
+        default=False,
+        metadata={
+            "help": "The evaluation split's labels are public: evaluate on them as they are. Otherwise a run on "
+            "released labels refuses raw evaluation labels (metrics on them would reveal them)."
+        },
+    )
     heavy_metrics: bool = field(
         default=False,
         metadata={"help": "Also compute TRL's entropy, top-1 accuracy and mean-logit metrics (slower)."},

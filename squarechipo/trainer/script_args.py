@@ -38,6 +38,20 @@ class TrainScriptArguments(ScriptArguments):
         default=None,
         metadata={"help": "Seed for the label noise. Leave unset for real data (OS entropy); set it for simulations."},
     )
+    label_public_columns: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Columns kept beside the released labels because they do not depend on the label (e.g. id, "
+            "category). Label-carrying columns (scores, ratings, messages) are dropped; any other column is refused."
+        },
+    )
+    public_splits: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Splits whose labels are public (e.g. a gold split). Every other evaluation split is released "
+            "through the same pipeline as train, with a ledger of its own, before any metric is computed on it."
+        },
+    )
     privatized_dir: str | None = field(
         default=None,
         metadata={

@@ -36,24 +36,33 @@ def _splits(args: TrainScriptArguments) -> datasets.DatasetDict:
     return data
 
 
-def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, with_eval: bool, release: bool = True):
-    """(released train split, eval split or None): loaded, subset, and released once through the pipeline.
+def _release_folder(args: TrainScriptArguments, output_dir: str, split: str) -> Path:
+    """Where a split's release lives: ``privatized_dir`` (train) or beside it (other splits)."""
+    base = Path(args.privatized_dir or Path(output_dir) / "released_train")
+    return base if split == args.dataset_train_split else base.with_name(f"{base.name}_{split}")
 
-    The training split goes through the label pipeline on the main process, is saved with its
-    ledger under ``privatized_dir`` (default ``<output_dir>/released_train``) and reused by every
-    rank and every re-run, so no fresh noise is drawn. ``release=False`` returns the raw split
-    (for callers that release parts of it themselves, e.g. LP-2ST).
-    """
-    data = _splits(args)
-    train = data[args.dataset_train_split]
-    if args.max_train_samples is not None:
-        train = train.select(range(min(args.max_train_samples, len(train))))
-    eval_dataset = None
-    if with_eval and args.dataset_test_split in data:
-        eval_dataset = data[args.dataset_test_split]
-        if args.max_eval_samples is not None:
-            eval_dataset = eval_dataset.select(range(min(args.max_eval_samples, len(eval_dataset))))
-    elif with_eval:
+
+def _release(args: TrainScriptArguments, rows, split: str, output_dir: str, state, offset: int = 0):
+    """One split released through the run's pipeline once (its own folder and ledger), reused after."""
+    seed = None if args.label_seed is None else args.label_seed + offset
+    folder = _release_folder(args, output_dir, split)
+    released = release_once(
+        rows, args.label_pipeline(), folder, seed=seed, state=state, public_columns=args.label_public_columns or ()
+    )
+    logger.info(
+        "rank %d/%d uses %d released %s rows from %s (labels digest %s)",
+        state.process_index,
+        state.num_processes,
+        len(released),
+        split,
+        folder,
+        labels_digest(released),
+    )
+    return released
+
+
+def _eval_split(args: TrainScriptArguments, data) -> datasets.Dataset | None:
+    if args.dataset_test_split not in data:
         logger.warning(
             "%s has no %r split (splits: %s): evaluation is skipped. Set dataset_test_split to one of them, or "
             "eval_strategy: 'no'.",
@@ -61,26 +70,42 @@ def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, 
             args.dataset_test_split,
             list(data),
         )
+        return None
+    rows = data[args.dataset_test_split]
+    return rows if args.max_eval_samples is None else rows.select(range(min(args.max_eval_samples, len(rows))))
+
+
+def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, with_eval: bool, release: bool = True):
+    """(released train split, eval split or None): loaded, subset, and released once through the pipeline.
+
+    The training split goes through the label pipeline on the main process, is saved with its ledger under
+    ``privatized_dir`` (default ``<output_dir>/released_train``) and reused by every rank and every re-run, so no
+    fresh noise is drawn. An evaluation split that carries private labels goes through the same pipeline into a
+    folder of its own (``released_train_<split>``) unless it is listed in ``public_splits``: no metric is ever
+    computed on raw private labels. ``release=False`` returns the raw splits (for callers that release parts of
+    them themselves, e.g. LP-2ST).
+    """
+    data = _splits(args)
+    train = data[args.dataset_train_split]
+    if args.max_train_samples is not None:
+        train = train.select(range(min(args.max_train_samples, len(train))))
+    eval_dataset = _eval_split(args, data) if with_eval else None
     pipeline = args.label_pipeline()
     if release and (pipeline.is_private or pipeline.is_corrupted):
-        folder = Path(args.privatized_dir or Path(output_dir) / "released_train")
-        train = release_once(train, pipeline, folder, seed=args.label_seed, state=state)
-        logger.info(
-            "rank %d/%d trains on %d released rows from %s (labels digest %s)",
-            state.process_index,
-            state.num_processes,
-            len(train),
-            folder,
-            labels_digest(train),
-        )
+        train = _release(args, train, args.dataset_train_split, output_dir, state)
+        if eval_dataset is not None and args.dataset_test_split not in (args.public_splits or []):
+            eval_dataset = _release(args, eval_dataset, args.dataset_test_split, output_dir, state, offset=1)
     return train, eval_dataset
 
 
-def skip_eval_when_absent(training_args, eval_dataset) -> None:
-    """Turn evaluation off when the data has no eval split (the warning was logged when loading it)."""
+def skip_eval_when_absent(training_args, eval_dataset, script_args: TrainScriptArguments | None = None) -> None:
+    """Turn evaluation off when the data has no eval split (the warning was logged when loading it), and tell the
+    trainer when the eval split's labels were declared public (``public_splits``)."""
     if eval_dataset is None and training_args.eval_strategy != "no":
         training_args.eval_strategy = "no"
         training_args.do_eval = False
+    if script_args is not None and script_args.dataset_test_split in (script_args.public_splits or []):
+        training_args.eval_labels_public = True
 
 
 def labels_digest(dataset) -> str:

@@ -28,7 +28,7 @@ from squarechipo.losses import preference_loss
 from squarechipo.models.card import fix_model_card
 from squarechipo.models.lm_head import add_lean_lm_head
 from squarechipo.models.reference_cache import ReferenceLogpCache
-from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
+from squarechipo.privacy.debiasing import PrivacySettings, check_eval_labels, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
 from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, write_privacy_record
@@ -129,16 +129,20 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             args = SquareChiPOConfig(output_dir="squarechipo-output")
         if not isinstance(args, SquareChiPOConfig):
             raise TypeError(f"args must be a SquareChiPOConfig (got {type(args).__name__}).")
-        if args.push_to_hub:
-            _check_hub_reachable(args)
         ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
         self.privacy: PrivacySettings = resolve_privacy(
             ledger, epsilon=args.epsilon, flip_rate=args.flip_rate, override=args.privacy_override
         )
+        self.privacy.refuse_seeded_push(args.push_to_hub, args.push_seeded_release)
+        if args.push_to_hub:
+            _check_hub_reachable(args)
         self.privacy.require(
             ("flip_rate", "none"),
             type(self).__name__,
             "Its losses debias binary labels; train a reward model on K-ary labels with BestOfKRewardTrainer.",
+        )
+        check_eval_labels(
+            train_dataset, kwargs.get("eval_dataset"), public=args.eval_labels_public, trainer=type(self).__name__
         )
         self.training_data = training_data_record(train_dataset)
         self.lineage: LineageReport | None = self._check_lineage(model, ref_model, train_dataset, args)
@@ -400,4 +404,17 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
         if self.is_world_process_zero():
             base = getattr(self.model.config, "_name_or_path", None)
             fix_model_card(self.args.output_dir, base_model=base, dataset_name=dataset_name, model_name=model_name)
-            write_privacy_record(self.args.output_dir, self.privacy_record())
+            write_privacy_record(self.args.output_dir, self.privacy_record(), model=self._saved_model())
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """TRL's save, then the privacy record beside the weights: in the output folder, in every checkpoint-N
+        folder (``_save_checkpoint`` saves through here) and in any folder a user saves to."""
+        super().save_model(output_dir, _internal_call=_internal_call)
+        if self.is_world_process_zero():
+            write_privacy_record(output_dir or self.args.output_dir, self.privacy_record(), model=self._saved_model())
+
+    def _saved_model(self):
+        """The model whose weights were saved (unwrapped); None under FSDP/DeepSpeed, where they are sharded."""
+        if self.is_fsdp_enabled or self.is_deepspeed_enabled:
+            return None
+        return self.accelerator.unwrap_model(self.model)

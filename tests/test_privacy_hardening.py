@@ -1,0 +1,290 @@
+"""The privacy promise under careless and hostile use: the probes of a hostile user, each kept as a test.
+
+Extra columns cannot undo randomized response; a release is tamper-evident, exclusive and atomic; duplicated rows
+are refused; evaluation never touches raw private labels; checkpoints and copies keep their lineage; seeded
+releases are called what they are. The attacks run on what a real run (tiny model, real tokenizer) saves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import shutil
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+
+from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.privacy.integrity import KEY_ENV, MARKER, IntegrityError
+from squarechipo.privacy.release import load_release, release_once
+
+
+def _rows(n=40, **extra):
+    data = {
+        "prompt": [f"How should I spend ${100 + i} on plan {i}?" for i in range(n)],
+        "chosen": [f"Save it, plan {i}." for i in range(n)],
+        "rejected": [f"Bet it all, plan {i}!" for i in range(n)],
+    }
+    return datasets.Dataset.from_dict({**data, **{k: v(n) for k, v in extra.items()}})
+
+
+def test_label_carrying_columns_are_dropped_and_named_and_undeclared_ones_refused():
+    scores = {
+        "id": lambda n: list(range(n)),
+        "score_chosen": lambda n: [9.0] * n,
+        "score_rejected": lambda n: [2.0] * n,
+        "messages": lambda n: [[{"role": "assistant", "content": f"Save it, plan {i}."}] for i in range(n)],
+    }
+    rows = _rows(**scores)
+    released = release_dataset(rows, LabelPipeline(epsilon=0.5), seed=0, public_columns=["id"])
+    assert released.column_names == ["prompt", "chosen", "rejected", "id"]
+    (release,) = get_ledger(released).releases
+    assert sorted(release.dropped_columns) == ["messages", "score_chosen", "score_rejected"]
+    assert release.public_columns == ["id"]
+    # With the scores gone, nothing beside the released pair says which rows were swapped.
+    swapped = np.array(released["chosen"]) != np.array(rows["chosen"])
+    assert 0 < swapped.sum() < len(rows)
+    with pytest.raises(ValueError, match=r"columns \['id'\] are neither prompt/chosen/rejected nor declared public"):
+        release_dataset(rows, LabelPipeline(epsilon=0.5), seed=0)
+    with pytest.raises(ValueError, match=r"columns \['score_chosen'\] can carry the label .* cannot be public"):
+        release_dataset(rows, LabelPipeline(epsilon=0.5), seed=0, public_columns=["id", "score_chosen"])
+
+
+def test_duplicated_rows_are_refused_with_their_count_and_the_helper_drops_them():
+    from squarechipo.data.validation import drop_duplicate_rows
+
+    rows = _rows(10)
+    twice = datasets.concatenate_datasets([rows, rows.select([0, 3])])
+    with pytest.raises(ValueError, match=r"2 of 12 rows repeat another row's prompt and responses"):
+        release_dataset(twice, LabelPipeline(epsilon=1.0), seed=0)
+    clean, dropped = drop_duplicate_rows(twice)
+    assert dropped == 2 and clean["prompt"] == rows["prompt"]
+
+
+def _edit_ledger(folder: Path, change) -> None:
+    """Edit the ledger inside a saved release as a hand with a text editor would (``change`` mutates its JSON)."""
+    from squarechipo.data.metadata import BLOCK_MARKER
+
+    info = json.loads((folder / "dataset_info.json").read_text())
+    head, _, block = info["description"].partition(BLOCK_MARKER)
+    ledger = json.loads(block)
+    change(ledger)
+    info["description"] = head + BLOCK_MARKER + "\n" + json.dumps(ledger)
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+
+
+def test_an_edited_ledger_edited_labels_or_a_deleted_ledger_are_refused(tmp_path):
+    rows = _rows()
+    folder = tmp_path / "release"
+    release_once(rows, LabelPipeline(epsilon=0.5, corruption_rate=0.1), folder, seed=0)
+    clean = tmp_path / "clean"
+
+    def fresh() -> Path:
+        if clean.exists():
+            shutil.rmtree(clean)
+        shutil.copytree(folder, clean)
+        return clean
+
+    assert load_release(fresh()).num_rows == 40
+
+    def epsilon_to_five(ledger):
+        ledger["releases"][0]["epsilon"] = 5.0
+        ledger["total_epsilon"] = 5.0
+
+    for change, message in (
+        (epsilon_to_five, "does not match its digest"),
+        (lambda ledger: ledger["releases"][0].update(mechanism="none"), "does not match its digest"),
+    ):
+        _edit_ledger(fresh(), change)
+        with pytest.raises(IntegrityError, match=message):
+            load_release(clean)
+
+    # A forger who recomputes the digest still has to keep the release consistent with its own pipeline.
+    from squarechipo.privacy.integrity import seal
+
+    def consistent_forgery(ledger):
+        ledger["releases"][0]["mechanism"] = "none"
+        ledger.update(seal(ledger))
+
+    _edit_ledger(fresh(), consistent_forgery)
+    with pytest.raises(IntegrityError, match="disagrees with itself: mechanism 'none' for a pipeline of ε 0.5"):
+        load_release(clean)
+
+    # Edited labels: swap one row's chosen and rejected and save the table back.
+    edited = datasets.load_from_disk(str(fresh()))
+    table = edited.data.table.to_pydict()
+    table["chosen"][0], table["rejected"][0] = table["rejected"][0], table["chosen"][0]
+    tampered = datasets.Dataset.from_dict(table, info=edited.info)
+    shutil.rmtree(clean)
+    tampered.save_to_disk(str(clean))
+    (clean / MARKER).write_text((folder / MARKER).read_text())
+    with pytest.raises(IntegrityError, match="the released rows changed after the release was saved"):
+        load_release(clean)
+
+    # A deleted ledger beside released labels.
+    fresh()
+    info = json.loads((clean / "dataset_info.json").read_text())
+    info["description"] = ""
+    (clean / "dataset_info.json").write_text(json.dumps(info))
+    with pytest.raises(IntegrityError, match="holds released labels .* but no privacy ledger"):
+        load_release(clean)
+
+
+def test_a_keyed_ledger_is_checked_with_the_key(tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "team-secret")
+    released = release_dataset(_rows(), LabelPipeline(epsilon=1.0), seed=0)
+    assert get_ledger(released).digest.startswith("hmac-sha256:")
+    monkeypatch.setenv(KEY_ENV, "another-key")
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        get_ledger(released)
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(IntegrityError, match=f"sealed with a secret key; set {KEY_ENV}"):
+        get_ledger(released)
+
+
+def test_an_interrupted_release_is_completed_from_its_staged_copy_or_refused(tmp_path):
+    rows = _rows()
+    folder = tmp_path / "release"
+    done = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=1)
+    # Cut off after the staged copy was complete, before the rename: the next run completes it.
+    staging = folder.parent / f".{folder.name}.staging"
+    folder.rename(staging)
+    again = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=2)  # another seed: it must not be used
+    assert again["chosen"] == done["chosen"] and not staging.exists()
+    # Cut off before the marker: refused, with what to do.
+    (staging / "partial").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"an interrupted release left .*staging unfinished .* delete"):
+        release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "release", seed=3)
+
+
+def _release_in_process(folder: str, seed: int, queue) -> None:
+    released = release_once(_rows(), LabelPipeline(epsilon=0.5), folder, seed=seed)
+    queue.put(released["chosen"])
+
+
+def test_two_runs_racing_on_one_fresh_folder_release_once_and_share_it(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    folder = str(tmp_path / "release")
+    workers = [context.Process(target=_release_in_process, args=(folder, seed, queue)) for seed in (10, 11)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+        assert worker.exitcode == 0
+    first, second = queue.get(timeout=10), queue.get(timeout=10)
+    assert first == second == load_release(folder)["chosen"]
+
+
+def test_evaluation_splits_are_released_or_declared_public_and_raw_ones_are_refused(tmp_path):
+    from squarechipo.privacy.debiasing import check_eval_labels
+    from squarechipo.trainer.script_args import TrainScriptArguments
+    from squarechipo.trainer.splits import load_training_splits
+
+    data = datasets.DatasetDict(
+        {"train": _rows(40), "validation": _rows(12).map(lambda r: {"prompt": "v" + r["prompt"]})}
+    )
+    data.save_to_disk(str(tmp_path / "data"))
+    args = TrainScriptArguments(
+        dataset_name=str(tmp_path / "data"), dataset_test_split="validation", label_epsilon=0.5, label_seed=0
+    )
+    train, validation = load_training_splits(args, str(tmp_path / "out"), _State(), with_eval=True)
+    assert get_ledger(validation).total_epsilon == 0.5  # a release of its own
+    assert (tmp_path / "out" / "released_train_validation" / MARKER).is_file()
+    args.public_splits = ["validation"]
+    _, public = load_training_splits(args, str(tmp_path / "out2"), _State(), with_eval=True)
+    assert get_ledger(public) is None and public["chosen"] == data["validation"]["chosen"]
+    with pytest.raises(ValueError, match=r"evaluation data \['eval'\] holds raw labels"):
+        check_eval_labels(train, public, public=False, trainer="SquareChiPOTrainer")
+    check_eval_labels(train, public, public=True, trainer="SquareChiPOTrainer")
+
+
+class _State:
+    """A single process (what Accelerate's PartialState reports without a launcher)."""
+
+    is_main_process, process_index, num_processes = True, 0, 1
+
+    def wait_for_everyone(self):
+        return None
+
+
+def _train(tmp_path, tiny_model_factory, tokenizer, train, eval_dataset=None, **config):
+    """A real SquareChiPOTrainer run on the tiny model (reference log-probs precomputed from the start model)."""
+    from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+
+    args = SquareChiPOConfig(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=len(eval_dataset) if eval_dataset is not None else 8,
+        max_length=64,
+        learning_rate=1e-3,
+        report_to="none",
+        precompute_ref_log_probs=True,
+        **config,
+    )
+    trainer = SquareChiPOTrainer(
+        tiny_model_factory(), args=args, train_dataset=train, eval_dataset=eval_dataset, processing_class=tokenizer
+    )
+    trainer.train()
+    return trainer
+
+
+def test_what_a_run_saves_gives_back_the_released_eval_labels_at_best_never_the_raw_ones(
+    tmp_path, tiny_model_factory, tokenizer
+):
+    """The probe's attack: from the saved eval metric (the mean margin over a small validation split), the saved
+    model and the public reference, try every labelling of the split and keep the one that reproduces the saved
+    figure. On released eval labels it finds the released labelling, wrong wherever randomized response flipped."""
+    from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+
+    raw_validation = _rows(8).map(lambda r: {"prompt": "v: " + r["prompt"]})
+    train = release_dataset(_rows(16), LabelPipeline(epsilon=0.5), seed=4)
+    validation = release_dataset(raw_validation, LabelPipeline(epsilon=0.5), seed=5)
+    trainer = _train(tmp_path, tiny_model_factory, tokenizer, train, validation, max_steps=20, method="dpo")
+    saved = trainer.evaluate()["eval_rewards/margins"]
+    flipped = np.array(validation["chosen"]) != np.array(raw_validation["chosen"])
+    assert flipped.any() and not flipped.all()
+    rows, collator = tokenize_preferences(raw_validation, tokenizer), preference_collator(tokenizer)
+    policy = model_logps(trainer.model, rows, collator, 8, "policy")
+    reference = model_logps(tiny_model_factory(), rows, collator, 8, "reference")  # the public starting model
+    margins = (trainer.beta * ((policy[0] - reference[0]) - (policy[1] - reference[1]))).numpy()
+    best = min(itertools.product([1, -1], repeat=8), key=lambda signs: abs(float(np.mean(margins * signs)) - saved))
+    guessed_raw_chosen_preferred = np.array(best) == 1
+    assert np.array_equal(guessed_raw_chosen_preferred, ~flipped)
+
+
+def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from squarechipo.privacy.lineage import ModelLineage, check_lineage
+    from squarechipo.privacy.record import PRIVACY_FILE
+
+    train = release_dataset(_rows(16), LabelPipeline(epsilon=1.0), seed=6)
+    trainer = _train(tmp_path, tiny_model_factory, tokenizer, train, max_steps=2, save_strategy="steps", save_steps=1)
+    checkpoints = sorted((tmp_path / "run").glob("checkpoint-*"))
+    assert checkpoints and all((c / PRIVACY_FILE).is_file() for c in checkpoints)
+    copy = tmp_path / "copy"
+    trainer.model.save_pretrained(copy)  # a copy saved without the trainer: no record beside it
+    assert not (copy / PRIVACY_FILE).exists()
+    lineage = ModelLineage.of_model(AutoModelForCausalLM.from_pretrained(copy))
+    assert "weights are those of a recorded model" in lineage.name and lineage.recorded
+    with pytest.raises(ValueError, match="labels of these rows are private"):
+        check_lineage([("policy", lineage)], train, private=True, override=False, override_field="x", context="t")
+
+
+def test_a_seeded_release_is_called_seeded_and_is_not_pushed(tmp_path, tiny_model_factory, tokenizer):
+    from squarechipo.privacy.record import read_privacy_record
+    from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+
+    train = release_dataset(_rows(16), LabelPipeline(epsilon=1.0), seed=7)
+    trainer = _train(tmp_path, tiny_model_factory, tokenizer, train, max_steps=1)
+    trainer.save_model()
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "seeded release, reproducible by anyone with the seed, not private" in card
+    assert read_privacy_record(tmp_path / "run").seeded
+    args = SquareChiPOConfig(output_dir=str(tmp_path / "push"), push_to_hub=True, hub_model_id="x/y", report_to="none")
+    with pytest.raises(ValueError, match="released with a fixed label_seed, so anyone with the seed can recover"):
+        SquareChiPOTrainer(tiny_model_factory(), args=args, train_dataset=train, processing_class=tokenizer)
