@@ -288,3 +288,19 @@ def test_a_seeded_release_is_called_seeded_and_is_not_pushed(tmp_path, tiny_mode
     args = SquareChiPOConfig(output_dir=str(tmp_path / "push"), push_to_hub=True, hub_model_id="x/y", report_to="none")
     with pytest.raises(ValueError, match="released with a fixed label_seed, so anyone with the seed can recover"):
         SquareChiPOTrainer(tiny_model_factory(), args=args, train_dataset=train, processing_class=tokenizer)
+
+
+def test_training_on_a_release_folder_whose_ledger_was_deleted_is_refused(tmp_path):
+    from squarechipo.trainer.script_args import TrainScriptArguments
+    from squarechipo.trainer.splits import load_training_splits
+
+    folder = tmp_path / "release"
+    release_once(_rows(), LabelPipeline(epsilon=0.5), folder, seed=0)
+    args = TrainScriptArguments(dataset_name=str(folder))
+    train, _ = load_training_splits(args, str(tmp_path / "out"), _State(), with_eval=False)
+    assert get_ledger(train).total_epsilon == 0.5
+    info = json.loads((folder / "dataset_info.json").read_text())
+    info["description"] = ""
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    with pytest.raises(IntegrityError, match="but no privacy ledger: the ledger was deleted"):
+        load_training_splits(args, str(tmp_path / "out"), _State(), with_eval=False)
