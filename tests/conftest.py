@@ -86,3 +86,15 @@ def finance_splits():
     from squarechipo.data.finance import build_datasets
 
     return build_datasets(n_rows=280, seed=0, sft_rows=40, judge_rows=40)
+
+
+#: Label-free metadata of the test data (the finance generator's id and category); declared public in releases.
+PUBLIC_METADATA = ("id", "category", "row_id")
+
+
+def release_rows(dataset, mechanism, **kwargs):
+    """``release_dataset`` with the data's label-free metadata declared public (the generator's id and category)."""
+    from squarechipo.privacy import release_dataset
+
+    public = [c for c in PUBLIC_METADATA if c in dataset.column_names]
+    return release_dataset(dataset, mechanism, public_columns=public, **kwargs)

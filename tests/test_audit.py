@@ -147,6 +147,7 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
         "gradient_checkpointing": False,
         "label_epsilon": 0.5,
         "label_corruption_rate": 0.1,
+        "label_public_columns": ["id", "category"],
     }
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -8,6 +8,7 @@ import sys
 import datasets
 import numpy as np
 import pytest
+from conftest import release_rows
 
 from squarechipo.data import load_preference_dataset, validate_preference_dataset
 from squarechipo.data.finance import (
@@ -18,7 +19,7 @@ from squarechipo.data.finance import (
     build_datasets,
     generate_rows,
 )
-from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset, save_privatized
+from squarechipo.privacy import LabelPipeline, get_ledger, save_privatized
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +179,7 @@ def test_loads_saved_folders_splits_and_implicit_prompts(small):
 
 def test_loader_keeps_ledgers_of_privatized_files(small, tmp_path):
     folder, data = small
-    released = release_dataset(data["finance_preference"]["train"], LabelPipeline(epsilon=1.0), seed=0)
+    released = release_rows(data["finance_preference"]["train"], LabelPipeline(epsilon=1.0), seed=0)
     for name in ("r.jsonl", "r.parquet"):
         save_privatized(released, tmp_path / name)
         assert get_ledger(load_preference_dataset(tmp_path / name)) == get_ledger(released)

@@ -21,7 +21,7 @@ from squarechipo.evaluation.pipeline import calibrate_judge, judge_pairs
 from squarechipo.judge.base import PairwiseJudge, Verdict
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reward.features import fit_linear_reward_model
-from tests.conftest import make_tiny_classifier, make_tiny_model
+from tests.conftest import make_tiny_classifier, make_tiny_model, release_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,9 +181,9 @@ def test_gold_judge_recipe_beats_chance_on_held_out_gold_pairs(finance_splits, t
 
 
 def test_gold_judge_recipe_refuses_released_labels(finance_splits, tmp_path):
-    from squarechipo.privacy import LabelPipeline, release_dataset, save_privatized
+    from squarechipo.privacy import LabelPipeline, save_privatized
 
-    released = release_dataset(
+    released = release_rows(
         finance_splits["finance_preference_conversational"]["judge"].select(range(8)),
         LabelPipeline(epsilon=1.0),
         seed=0,

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import release_rows
 
 from squarechipo.losses import plackett_luce_top1_loss
 from squarechipo.privacy import label_dp as ld
@@ -130,7 +131,7 @@ def test_bad_input_names_the_field():
 def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(finance_splits):
     import datasets
 
-    from squarechipo.privacy import LabelPipeline, release_dataset
+    from squarechipo.privacy import LabelPipeline
     from squarechipo.privacy.ledger import get_ledger
     from squarechipo.privacy.measurements import RRWithPrior
     from squarechipo.privacy.release import (
@@ -140,13 +141,13 @@ def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(f
     )
 
     raw = finance_splits["finance_preference"]["train"].select(range(200))
-    part1 = release_dataset(raw.select(range(100)), LabelPipeline(epsilon=1.0), seed=0, part="lp2st/part1")
+    part1 = release_rows(raw.select(range(100)), LabelPipeline(epsilon=1.0), seed=0, part="lp2st/part1")
     part2_raw = raw.select(range(100, 200))
     pairs = canonical_pairs(part2_raw)
     truth_first = [c == u for c, u in zip(part2_raw["chosen"], pairs["chosen"])]
     # A confident prior on half the rows (k* = 1 there), an unsure one elsewhere.
     prior = np.where(np.arange(100) < 50, 0.99, 0.55)
-    part2 = release_dataset(part2_raw, RRWithPrior(1.0, prior), part="lp2st/part2", seed=1)
+    part2 = release_rows(part2_raw, RRWithPrior(1.0, prior), part="lp2st/part2", seed=1)
     from_prior = np.array(part2[FROM_PRIOR_COLUMN])
     assert from_prior.tolist() == (np.arange(100) < 50).tolist()  # follows from the prior alone
     # Rows from the prior hold the prior's argmax u as chosen, whatever the truth.
@@ -157,10 +158,10 @@ def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(f
     assert len(combined) == 200 and ledger.total_epsilon == 1.0  # each label once: ε, not 2ε
     assert ledger.debias_factor == pytest.approx((math.e + 1) / (math.e - 1))
     assert [r.mechanism for r in ledger.releases] == ["randomized_response", "rr_with_prior"]
-    sequential = release_dataset(part1, LabelPipeline(epsilon=1.0), seed=2, compose=True)
+    sequential = release_rows(part1, LabelPipeline(epsilon=1.0), seed=2, compose=True)
     assert get_ledger(sequential).total_epsilon == 2.0  # the same rows released twice: 2ε
     with pytest.raises(ValueError, match="already privatized"):
-        release_dataset(part1, RRWithPrior(1.0, np.full(100, 0.5)))
+        release_rows(part1, RRWithPrior(1.0, np.full(100, 0.5)))
     with pytest.raises(ValueError, match="distinct part"):
         combine_parts(part1, part1)
     assert isinstance(combined, datasets.Dataset)
@@ -172,7 +173,7 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
     perturbation on raw rows all rank held-out chosen above rejected more often than chance (exact binomial bound)."""
     from conftest import make_tiny_model
 
-    from squarechipo.privacy import LabelPipeline, release_dataset
+    from squarechipo.privacy import LabelPipeline
     from squarechipo.privacy.debiasing import resolve_privacy
     from squarechipo.privacy.ledger import get_ledger
     from squarechipo.reward.features import comparison_features, fit_linear_head
@@ -180,7 +181,7 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
     model = make_tiny_model(tokenizer, seed=0)
     data = finance_splits["finance_preference"]["train"]
     raw, held = data.select(range(120)), data.select(range(120, 180))
-    released = release_dataset(raw, LabelPipeline(epsilon=2.0), seed=0)
+    released = release_rows(raw, LabelPipeline(epsilon=2.0), seed=0)
     privacy = resolve_privacy(get_ledger(released), epsilon=None, flip_rate=None, override=False)
     x_released = comparison_features(model, tokenizer, released, feature_bound=5.0)
     x_raw = comparison_features(model, tokenizer, raw, feature_bound=5.0)
@@ -218,7 +219,6 @@ def test_kary_rows_release_and_convert():
     from squarechipo.data.kary import kary_to_pairs, validate_kary
     from squarechipo.privacy.ledger import get_ledger
     from squarechipo.privacy.measurements import KaryRR, RRWithPrior, SubsetMechanism
-    from squarechipo.privacy.release import release_dataset
 
     n, k = 4000, 4
     rng = np.random.default_rng(0)
@@ -234,13 +234,13 @@ def test_kary_rows_release_and_convert():
     pairs = kary_to_pairs(rows.select(range(3)))
     assert len(pairs) == 3 * (k - 1) and pairs["chosen"][0] == f"r0-{best[0]}"
     for mechanism in (KaryRR(1.0), SubsetMechanism(1.0)):
-        released = release_dataset(rows, mechanism, seed=1)
+        released = release_rows(rows, mechanism, seed=1)
         assert "best" not in released.column_names and get_ledger(released).total_epsilon == 1.0
         weights = np.array(released["label_weights"])
         error = weights - np.eye(k)[best]
         assert (np.abs(error.mean(axis=0)) <= 4.5 * error.std(axis=0) / math.sqrt(n)).all()
     prior = np.tile([0.97, 0.01, 0.01, 0.01], (n, 1))
-    released = release_dataset(rows, RRWithPrior(1.0, prior), seed=2)
+    released = release_rows(rows, RRWithPrior(1.0, prior), seed=2)
     assert all(released["label_from_prior"]) and set(released["released_best"]) == {0}
     with pytest.raises(ValueError, match="same number K"):
         validate_kary(
@@ -251,7 +251,7 @@ def test_kary_rows_release_and_convert():
     with pytest.raises(ValueError, match="best must be"):
         validate_kary(datasets.Dataset.from_dict({"prompt": ["a"], "responses": [["x", "y"]], "best": [2]}))
     with pytest.raises(ValueError, match="already released"):
-        release_dataset(released, KaryRR(1.0))
+        release_rows(released, KaryRR(1.0))
 
 
 def test_kary_ledger_has_its_own_semantics_and_fingerprint():
@@ -262,7 +262,6 @@ def test_kary_ledger_has_its_own_semantics_and_fingerprint():
     from squarechipo.data.fingerprint import preference_fingerprint
     from squarechipo.privacy.ledger import get_ledger
     from squarechipo.privacy.measurements import KaryRR, SubsetMechanism
-    from squarechipo.privacy.release import release_dataset
 
     responses = [[f"r{i}-{j}" for j in range(3)] for i in range(30)]
     rows = datasets.Dataset.from_dict(
@@ -278,7 +277,7 @@ def test_kary_ledger_has_its_own_semantics_and_fingerprint():
     )
     assert preference_fingerprint(rows) == preference_fingerprint(rotated)
     for mechanism in (KaryRR(1.0), SubsetMechanism(1.0)):
-        ledger = get_ledger(release_dataset(rows, mechanism, seed=0))
+        ledger = get_ledger(release_rows(rows, mechanism, seed=0))
         (release,) = ledger.releases
         assert release.data_fingerprint == preference_fingerprint(rows)
         assert release.flip_rate is None and not ledger.has_flip_rate
@@ -300,7 +299,6 @@ def test_trainers_ask_the_ledger_and_refuse_kary_labels(tokenizer, tmp_path):
     from squarechipo.privacy.debiasing import resolve_privacy
     from squarechipo.privacy.ledger import get_ledger
     from squarechipo.privacy.measurements import KaryRR
-    from squarechipo.privacy.release import release_dataset
     from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 
@@ -311,7 +309,7 @@ def test_trainers_ask_the_ledger_and_refuse_kary_labels(tokenizer, tmp_path):
             "best": [i % 3 for i in range(12)],
         }
     )
-    released = release_dataset(rows, KaryRR(1.0), seed=0)
+    released = release_rows(rows, KaryRR(1.0), seed=0)
     answer = get_ledger(released).debiasing()
     assert (answer.method, answer.column) == ("analyzer_weights", "label_weights")
     settings = resolve_privacy(get_ledger(released), epsilon=None, flip_rate=None, override=False)
@@ -339,7 +337,6 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
     from conftest import make_tiny_classifier
 
     from squarechipo.privacy.measurements import KaryRR, SubsetMechanism
-    from squarechipo.privacy.release import release_dataset
     from squarechipo.reward import PrivateRewardConfig
     from squarechipo.reward.best_of_k import BestOfKRewardTrainer
 
@@ -358,7 +355,7 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
             }
         )
 
-    released = release_dataset(rows(96), SubsetMechanism(2.0), seed=0)
+    released = release_rows(rows(96), SubsetMechanism(2.0), seed=0)
     args = PrivateRewardConfig(
         output_dir=str(tmp_path / "bok"),
         model_type="reward",
@@ -381,7 +378,7 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
         record["debiasing_flip_rate"] is None and "subset over K = 3 labels: unbiased analyzer" in record["debiasing"]
     )
     trainer.train()
-    held = trainer._prepare_dataset(release_dataset(rows(16, 1000), KaryRR(50.0), seed=1), tokenizer, args, "held")
+    held = trainer._prepare_dataset(release_rows(rows(16, 1000), KaryRR(50.0), seed=1), tokenizer, args, "held")
     batch = trainer.data_collator([held[i] for i in range(16)])
     with torch.no_grad():
         scores = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.reshape(

@@ -11,12 +11,12 @@ import datasets
 import pytest
 
 from squarechipo.data.fingerprint import training_data_record
-from squarechipo.privacy import LabelPipeline, release_dataset
+from squarechipo.privacy import LabelPipeline
 from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage
 from squarechipo.privacy.record import PrivacyRecord
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
-from tests.conftest import make_tiny_classifier, make_tiny_model
+from tests.conftest import make_tiny_classifier, make_tiny_model, release_rows
 
 
 def preference_rows(n: int, offset: int = 0) -> datasets.Dataset:
@@ -76,7 +76,7 @@ def trainer(policy_dir, ref_dir, train, args, tokenizer):
 @pytest.fixture(scope="module")
 def private(tmp_path_factory):
     raw = preference_rows(16)
-    return {"raw": raw, "released": release_dataset(raw, LabelPipeline(epsilon=1.0), seed=0)}
+    return {"raw": raw, "released": release_rows(raw, LabelPipeline(epsilon=1.0), seed=0)}
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +147,9 @@ def test_override_is_recorded_in_the_privacy_record_and_card(models, private, to
     assert {"role": "policy", "model": str(models["clean"]), "status": "recorded"} in record["lineage"]
     card = (tmp_path / "out" / "README.md").read_text()
     assert f"labels exposed through the reference model {models['sft_leak']}" in card
-    assert "1.0: does not hold for this model" in card
+    assert (
+        "1.0: seeded release, reproducible by anyone with the seed, not private: does not hold for this model" in card
+    )
 
 
 def test_unrecorded_public_model_is_accepted_and_recorded(models, private, tokenizer, tmp_path):

@@ -51,6 +51,7 @@ def write_config(folder: Path, name: str, **overrides) -> Path:
         "label_epsilon": 0.5,
         "label_corruption_rate": 0.1,
         "label_order": "ctl",
+        "label_public_columns": ["id", "category"],
     }
     config.update(overrides)
     path = folder / f"{name}.yaml"
@@ -250,6 +251,7 @@ def test_preference_model_then_self_play_recipes(workspace):
             "max_margin": None,
             "max_length": 512,
             "label_epsilon": 1.0,
+            "label_public_columns": ["id", "category"],
         },
     )
     first = run([sys.executable, "recipes/reward_model.py", "--config", str(pm)])
@@ -367,6 +369,7 @@ def test_reward_model_recipe_with_the_debiased_bt_loss(workspace):
             "max_margin": 8.0,
             "max_length": 512,
             "label_epsilon": 1.0,
+            "label_public_columns": ["id", "category"],
         },
     )
     result = run([sys.executable, "recipes/reward_model.py", "--config", str(config)])

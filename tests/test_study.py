@@ -219,7 +219,7 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     plan = prereg["plan"]
     assert plan["mde_points"] == pytest.approx(mde(len(plan["seeds"]), pilot["sd_for_power"]))
     # The two methods of a seed trained on one release of the same labels.
-    releases = sorted(p.name for p in (out / "releases").iterdir())
+    releases = sorted(p.name for p in (out / "releases").iterdir() if not p.name.startswith("."))
     assert releases == [f"ctl_eps0.5_alpha0.1_seed{s}" for s in (1000, 1001, 1002)]
     record = json.loads((results / "pilot" / "ctl_eps0.5_dpo_seed1000.json").read_text())
     assert len(record["per_prompt"]["expected_win"]) == 3

@@ -10,6 +10,7 @@ import datasets
 import pytest
 import torch
 import trl
+from conftest import release_rows
 from packaging.version import Version
 from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import DPOConfig, DPOTrainer
@@ -18,7 +19,7 @@ from trl.trainer.utils import add_fused_lm_head
 
 from squarechipo.losses import METHODS
 from squarechipo.models.lm_head import add_lean_lm_head
-from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.privacy import LabelPipeline, get_ledger
 from squarechipo.privacy.calibration import flip_probability
 from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
 
@@ -204,7 +205,7 @@ def test_dpo_loss_equals_trl_sigmoid_loss(tiny_model_factory, tokenizer, finance
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_each_method_trains(method, tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = release_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
+    train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, method=method, r_max=5.0), train)
     before = flat_params(trainer.model)
     trainer.train()
@@ -225,7 +226,7 @@ def test_implied_p_chosen_is_the_mean_sigmoid_of_the_clipped_margins(
     from squarechipo.losses import preference_loss
     from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 
-    train = release_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
+    train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
     args = make_config(tmp_path, method="square_chipo", r_max=0.05, beta=0.5, max_steps=3, learning_rate=5e-3)
     trainer = build(tiny_model_factory, tokenizer, args, train)
     trainer.train()
@@ -268,9 +269,7 @@ def test_observed_label_accuracy_rises_on_separable_data(tiny_model_factory, tok
 
 
 def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = release_dataset(
-        rows(finance_splits, 8), LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=0
-    )
+    train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=0)
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, r_max=2.0), train)
     trainer.train()
     trainer.save_model()
@@ -284,7 +283,8 @@ def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits
     card = (out / "README.md").read_text()
     for text in (
         "Privacy and robustness",
-        "| ε (local DP, total over releases) | 0.5 |",
+        "| ε (local DP, total over releases) | 0.5: seeded release, reproducible by anyone with the seed, "
+        "not private |",
         "| order | ltc |",
         "| β | 0.1 |",
     ):
@@ -303,7 +303,7 @@ class _StopAt(TrainerCallback):
 
 
 def test_resume_after_interruption_matches_uninterrupted_run(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = release_dataset(rows(finance_splits, 24), LabelPipeline(epsilon=1.0), seed=0)
+    train = release_rows(rows(finance_splits, 24), LabelPipeline(epsilon=1.0), seed=0)
     common = dict(max_steps=6, save_strategy="steps", save_steps=3, learning_rate=5e-3)
     full = build(tiny_model_factory, tokenizer, make_config(tmp_path / "a", **common), train)
     full.train()
@@ -367,14 +367,14 @@ def test_precomputed_reference_gives_the_same_first_loss(tiny_model_factory, tok
 
 
 def test_debiasing_comes_from_the_ledger(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = release_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
+    train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path), train)
     assert trainer.privacy.source == "ledger"
     assert trainer.privacy.flip_rate == pytest.approx(flip_probability(0.5))
 
 
 def test_config_epsilon_disagreeing_with_ledger_raises(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = release_dataset(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
+    train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
     with pytest.raises(ValueError, match="disagrees with the dataset's privacy ledger.*privacy_override"):
         build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0), train)
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0, privacy_override=True), train)
@@ -421,11 +421,11 @@ def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_split
     from squarechipo.losses import preference_loss
     from squarechipo.models.logprobs import model_logps, tokenize_preferences
     from squarechipo.privacy.measurements import RRWithPrior
-    from squarechipo.privacy.release import combine_parts, release_dataset
+    from squarechipo.privacy.release import combine_parts
 
     raw = rows(finance_splits, 8)
-    part1 = release_dataset(raw.select(range(4)), LabelPipeline(epsilon=1.0), seed=0, part="p1")
-    part2 = release_dataset(
+    part1 = release_rows(raw.select(range(4)), LabelPipeline(epsilon=1.0), seed=0, part="p1")
+    part2 = release_rows(
         raw.select(range(4, 8)), RRWithPrior(1.0, np.array([0.99, 0.99, 0.5, 0.5])), part="p2", seed=1
     )
     data = combine_parts(part1, part2)
@@ -458,8 +458,8 @@ def test_reference_cache_is_shared_across_releases_and_holds_no_pair(
     from squarechipo.data.store import SqliteMap
 
     data = rows(finance_splits, 8)
-    ctl = release_dataset(data, LabelPipeline(epsilon=0.5), seed=0)
-    ltc = release_dataset(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=3)
+    ctl = release_rows(data, LabelPipeline(epsilon=0.5), seed=0)
+    ltc = release_rows(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=3)
     assert ctl["chosen"] != ltc["chosen"]  # the two releases swapped different rows
 
     def first_loss(train, name, cache):

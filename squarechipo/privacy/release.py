@@ -84,10 +84,8 @@ def _column_policy(columns: list[str], public_columns) -> tuple[list[str], dict[
             "released labels must not depend on the raw label: list the label-free ones in public_columns "
             "(label_public_columns in a config), or remove them (dataset.remove_columns)."
         )
-    missing = [c for c in public if c not in columns]
-    if missing:
-        raise ValueError(f"public_columns {missing} are not columns of the dataset (columns: {columns}).")
-    return public, {c: "can carry the label" for c in carrying}
+    # A declared column the rows do not have keeps nothing: one config can serve data with and without it.
+    return [c for c in public if c in columns], {c: "can carry the label" for c in carrying}
 
 
 def _key(response) -> str:

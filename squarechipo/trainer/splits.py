@@ -54,11 +54,11 @@ def _release(args: TrainScriptArguments, rows, split: str, output_dir: str, stat
         rows, args.label_pipeline(), folder, seed=seed, state=state, public_columns=args.label_public_columns or ()
     )
     logger.info(
-        "rank %d/%d uses %d released %s rows from %s (labels digest %s)",
+        "rank %d/%d %s %d released rows from %s (labels digest %s)",
         state.process_index,
         state.num_processes,
+        "trains on" if split == args.dataset_train_split else f"evaluates ({split}) on",
         len(released),
-        split,
         folder,
         labels_digest(released),
     )
