@@ -376,12 +376,14 @@ def test_debiasing_comes_from_the_ledger(tiny_model_factory, tokenizer, finance_
 def test_config_epsilon_disagreeing_with_ledger_raises(tiny_model_factory, tokenizer, finance_splits, tmp_path):
     train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=0.5), seed=0)
     with pytest.raises(ValueError, match="disagrees with the dataset's privacy ledger.*privacy_override"):
-        build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0), train)
-    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=2.0, privacy_override=True), train)
+        build(tiny_model_factory, tokenizer, make_config(tmp_path, debias_epsilon=2.0), train)
+    trainer = build(
+        tiny_model_factory, tokenizer, make_config(tmp_path, debias_epsilon=2.0, privacy_override=True), train
+    )
     assert trainer.privacy.source == "config (override of ledger)"
     assert trainer.privacy.flip_rate == pytest.approx(flip_probability(2.0))
     assert trainer.privacy_record().to_dict()["privacy_override"] is True
-    same = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=0.5), train)
+    same = build(tiny_model_factory, tokenizer, make_config(tmp_path, debias_epsilon=0.5), train)
     assert same.privacy.source == "config"
 
 
@@ -390,8 +392,13 @@ def test_no_ledger_uses_config_or_nothing(tiny_model_factory, tokenizer, finance
     assert get_ledger(train) is None
     none = build(tiny_model_factory, tokenizer, make_config(tmp_path), train)
     assert none.privacy.flip_rate == 0.0 and none.privacy.source == "none"
-    given = build(tiny_model_factory, tokenizer, make_config(tmp_path, epsilon=1.0), train)
+    given = build(tiny_model_factory, tokenizer, make_config(tmp_path, debias_epsilon=1.0), train)
     assert given.privacy.flip_rate == pytest.approx(flip_probability(1.0))
+    card = given.privacy_record().card_section(None)
+    assert "1.0: asserted by the config, not backed by a ledger" in card
+    with pytest.warns(FutureWarning, match="option `epsilon` is renamed `debias_epsilon`"):
+        old = make_config(tmp_path, epsilon=1.0)  # the old name works for one release
+    assert old.debias_epsilon == 1.0 and old.epsilon is None
 
 
 def test_unsupported_dpo_options_raise(tmp_path):

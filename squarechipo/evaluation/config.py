@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from squarechipo.judge.templates import TEMPLATES
+from squarechipo.options import apply_renames, deprecated
 
 __all__ = ["JudgeAccuracyConfig", "WinRateConfig"]
 
@@ -36,9 +37,14 @@ class WinRateConfig:
     policy: str = field(metadata=_help("aligned model: path or hub id ('embedded' works)"))
     baseline: str = field(metadata=_help("baseline model, e.g. the SFT policy"))
     out: str = field(metadata=_help("output folder: report.md, summary.json, judgments.jsonl, win_rates.png"))
-    dataset: str = field(default=_DEFAULT_DATASET, metadata=_help("a dataset folder, JSONL/Parquet file or hub id"))
-    split: str = field(default="test", metadata=_help("the split whose prompts are answered"))
-    max_prompts: int | None = field(default=None, metadata=_help("the first N prompts (default: all)"))
+    dataset_name: str = field(
+        default=_DEFAULT_DATASET, metadata=_help("a dataset folder, JSONL/Parquet file or hub id")
+    )
+    dataset_test_split: str = field(default="test", metadata=_help("the split whose prompts are answered"))
+    max_eval_samples: int | None = field(default=None, metadata=_help("the first N prompts (default: all)"))
+    dataset: str | None = deprecated("dataset_name")
+    split: str | None = deprecated("dataset_test_split")
+    max_prompts: int | None = deprecated("max_eval_samples")
     # Generation
     max_new_tokens: int = field(default=128, metadata=_help("tokens generated per response"))
     batch_size: int = field(default=8, metadata=_help("generation batch size"))
@@ -83,7 +89,12 @@ class WinRateConfig:
     method: str | None = field(default=None, metadata=_help("e.g. square_chipo (default: the policy folder name)"))
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("max_prompts", "max_new_tokens", "batch_size", "judge_batch_size", "judge_concurrency"))
+        apply_renames(
+            self, {"dataset": "dataset_name", "split": "dataset_test_split", "max_prompts": "max_eval_samples"}
+        )
+        _check_positive(
+            self, ("max_eval_samples", "max_new_tokens", "batch_size", "judge_batch_size", "judge_concurrency")
+        )
         if self.template != "auto" and self.template not in TEMPLATES:
             raise ValueError(f"template must be auto or one of {sorted(TEMPLATES)} (got {self.template!r}).")
         if self.judge == "reward-model" and not self.judge_model:
@@ -99,9 +110,14 @@ class WinRateConfig:
 class JudgeAccuracyConfig:
     """Gold accuracy of one or more judges on a split's (chosen, rejected) pairs, hard and soft rule."""
 
-    dataset: str = field(default=_DEFAULT_DATASET, metadata=_help("a dataset folder, JSONL/Parquet file or hub id"))
-    split: str = field(default="test", metadata=_help("the split whose gold pairs are judged"))
-    max_pairs: int | None = field(default=None, metadata=_help("the first N gold pairs (default: all)"))
+    dataset_name: str = field(
+        default=_DEFAULT_DATASET, metadata=_help("a dataset folder, JSONL/Parquet file or hub id")
+    )
+    dataset_test_split: str = field(default="test", metadata=_help("the split whose gold pairs are judged"))
+    max_eval_samples: int | None = field(default=None, metadata=_help("the first N gold pairs (default: all)"))
+    dataset: str | None = deprecated("dataset_name")
+    split: str | None = deprecated("dataset_test_split")
+    max_pairs: int | None = deprecated("max_eval_samples")
     local: str | None = field(default=None, metadata=_help("a causal LM for the local A/B judge, e.g. embedded"))
     server: str | None = field(default=None, metadata=_help("an OpenAI-compatible base URL serving logprobs"))
     server_model: str = field(default="smollm2", metadata=_help("the model name the server answers to"))
@@ -113,7 +129,10 @@ class JudgeAccuracyConfig:
     out: str | None = field(default=None, metadata=_help("folder for judge_accuracy.md and .json"))
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("max_pairs", "server_concurrency", "batch_size"))
+        apply_renames(
+            self, {"dataset": "dataset_name", "split": "dataset_test_split", "max_pairs": "max_eval_samples"}
+        )
+        _check_positive(self, ("max_eval_samples", "server_concurrency", "batch_size"))
         if self.template not in TEMPLATES:
             raise ValueError(f"template must be one of {sorted(TEMPLATES)} (got {self.template!r}).")
         if not (self.local or self.server or self.reward_model):

@@ -2,7 +2,7 @@
 
     python -m squarechipo.evaluation.gold_report --policy outputs/quickstart/square_chipo_ctl \
         --sft outputs/quickstart/sft --gold outputs/quickstart/gold_judge \
-        --dataset data/finance_preference_conversational --split test --prompts 64
+        --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 64
 
 Both policies answer each test prompt with ``--samples`` responses at temperature 1 (the same generation seeds for
 both, so the samples are paired); the gold reward model scores them. It prints the mean gold-reward gain and the
@@ -74,9 +74,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--policy", required=True, help="the aligned policy's folder")
     parser.add_argument("--sft", required=True, help="the SFT policy's folder (the baseline and π_ref)")
     parser.add_argument("--gold", required=True, help="a one-output reward model folder (e.g. recipes/gold_judge.py)")
-    parser.add_argument("--dataset", required=True, help="preference data whose split holds the test prompts")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--prompts", type=int, default=64, help="test prompts (default 64)")
+    parser.add_argument("--dataset_name", required=True, help="preference data whose split holds the test prompts")
+    parser.add_argument("--dataset_test_split", default="test", help="the split whose prompts are answered")
+    parser.add_argument("--max_eval_samples", type=int, default=64, help="test prompts (default 64)")
     parser.add_argument("--samples", type=int, default=2, help="samples per prompt and policy (default 2)")
     parser.add_argument("--out", default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
@@ -84,7 +84,13 @@ def main(argv: list[str] | None = None) -> dict:
         if not Path(getattr(args, name)).is_dir():
             parser.error(f"--{name} {getattr(args, name)}: no such model folder")
     summary = gold_comparison(
-        args.policy, args.sft, args.gold, args.dataset, split=args.split, prompts=args.prompts, samples=args.samples
+        args.policy,
+        args.sft,
+        args.gold,
+        args.dataset_name,
+        split=args.dataset_test_split,
+        prompts=args.max_eval_samples,
+        samples=args.samples,
     )
     for line in format_summary(summary):
         print(line)

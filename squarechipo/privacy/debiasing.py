@@ -112,7 +112,7 @@ def resolve_privacy(
             )
         if epsilon is not None and abs(epsilon - (ledger.total_epsilon or 0.0)) > _TOLERANCE and not override:
             raise ValueError(
-                f"config epsilon={epsilon} disagrees with the dataset's privacy ledger (total epsilon "
+                f"config debias_epsilon={epsilon} disagrees with the dataset's privacy ledger (total epsilon "
                 f"{ledger.total_epsilon}). Remove it to use the ledger."
             )
         return PrivacySettings(0.0, ledger.total_epsilon, "ledger", ledger, answer)
@@ -124,7 +124,7 @@ def resolve_privacy(
         abs(config_rate - ledger_rate) > _TOLERANCE if flip_rate is None else config_rate < ledger_rate - _TOLERANCE
     )
     if disagrees and not override:
-        given = f"flip_rate={flip_rate}" if flip_rate is not None else f"epsilon={epsilon}"
+        given = f"flip_rate={flip_rate}" if flip_rate is not None else f"debias_epsilon={epsilon}"
         raise ValueError(
             f"config {given} disagrees with the dataset's privacy ledger (total epsilon "
             f"{ledger.total_epsilon}, RR flip rate {ledger_rate:.6f}). Remove it to use the ledger, or set "

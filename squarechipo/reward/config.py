@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from trl import RewardConfig
 
 from squarechipo.models.runtime import apply_cpu_defaults, check_resume
+from squarechipo.options import apply_renames, deprecated
 from squarechipo.privacy.calibration import check_epsilon
 
 __all__ = ["PrivateRewardConfig", "MODEL_TYPES", "REWARD_LOSSES"]
@@ -30,7 +31,7 @@ class PrivateRewardConfig(RewardConfig):
     line
     4).
 
-    The ε of the labels is read from the training dataset's ledger by default; ``epsilon`` is for
+    The ε of the labels is read from the training dataset's ledger by default; ``debias_epsilon`` is for
     data privatized elsewhere (a disagreement with the ledger raises unless ``privacy_override``).
     """
 
@@ -50,8 +51,13 @@ class PrivateRewardConfig(RewardConfig):
             "unbounded below without it (Chowdhury et al. 2024 bounds ‖θ‖). None = no bound (square loss only)."
         },
     )
-    epsilon: float | None = field(default=None, metadata={"help": "RR ε of the labels; default: from the ledger."})
-    privacy_override: bool = field(default=False, metadata={"help": "Allow epsilon to disagree with the ledger."})
+    debias_epsilon: float | None = field(
+        default=None, metadata={"help": "The RR ε to debias for when the data has no ledger (asserted by the config)."}
+    )
+    epsilon: float | None = deprecated("debias_epsilon")
+    privacy_override: bool = field(
+        default=False, metadata={"help": "Allow debias_epsilon to disagree with the ledger."}
+    )
     override_lineage_guard: bool = field(
         default=False,
         metadata={
@@ -63,6 +69,7 @@ class PrivateRewardConfig(RewardConfig):
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
         check_resume(self)
+        apply_renames(self, {"epsilon": "debias_epsilon"})
         super().__post_init__()
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES} (got {self.model_type!r}).")
@@ -78,7 +85,7 @@ class PrivateRewardConfig(RewardConfig):
             raise ValueError(f"loss={self.loss!r} is unbounded below: set max_margin (e.g. 8.0) to bound the margin.")
         if self.center_rewards_coefficient is not None and self.model_type == "preference":
             raise ValueError("center_rewards_coefficient does not apply to a preference model; leave it unset.")
-        if self.epsilon is not None:
-            self.epsilon = check_epsilon(self.epsilon)
-            if math.isinf(self.epsilon):
-                self.epsilon = None
+        if self.debias_epsilon is not None:
+            self.debias_epsilon = check_epsilon(self.debias_epsilon, field="debias_epsilon")
+            if math.isinf(self.debias_epsilon):
+                self.debias_epsilon = None

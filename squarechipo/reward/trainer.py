@@ -71,7 +71,7 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
             )
         ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
         self.privacy: PrivacySettings = resolve_privacy(
-            ledger, epsilon=args.epsilon, flip_rate=None, override=args.privacy_override
+            ledger, epsilon=args.debias_epsilon, flip_rate=None, override=args.privacy_override
         )
         self.privacy.require(
             self._debiasing_methods,

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Flags or ``--config eval.yaml`` (the fields of :class:`WinRateConfig`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     (args,) = make_parser().parse_args_and_config(argv)
-    test = load_preference_dataset(args.dataset, split=args.split)
+    test = load_preference_dataset(args.dataset_name, split=args.dataset_test_split)
     template = _template(args, test)
     judge = build_judge(args, template)
     generation = GenerationSettings(
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
         judge,
         args.out,
         generation=generation,
-        max_prompts=args.max_prompts,
+        max_prompts=args.max_eval_samples,
         calibration_pairs=args.calibration_pairs,
         tie_band=args.tie_band,
         label={"setting": args.setting, "method": args.method or Path(args.policy).name, "seed": str(args.seed)},

@@ -50,13 +50,13 @@ def _judges(args):
 def main(argv: list[str] | None = None) -> list[dict]:
     """Flags or ``--config x.yaml`` (the fields of :class:`JudgeAccuracyConfig`)."""
     (args,) = TrlParser((JudgeAccuracyConfig,)).parse_args_and_config(argv)
-    gold = load_preference_dataset(args.dataset, split=args.split)
+    gold = load_preference_dataset(args.dataset_name, split=args.dataset_test_split)
     results = []
     for judge in _judges(args):
-        cal = calibrate_judge(judge, gold, args.max_pairs, tie_band=args.tie_band)
+        cal = calibrate_judge(judge, gold, args.max_eval_samples, tie_band=args.tie_band)
         results.append({"judge": judge.name, **cal})
     lines = [
-        f"Gold accuracy on {results[0]['n_pairs']} pairs of {args.dataset}:{args.split} "
+        f"Gold accuracy on {results[0]['n_pairs']} pairs of {args.dataset_name}:{args.dataset_test_split} "
         f"(95% Wilson intervals; soft tie band {args.tie_band:g})",
         "",
         "| judge | hard rule | soft rule | single judgment | position bias |",

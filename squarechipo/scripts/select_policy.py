@@ -22,6 +22,7 @@ from trl import TrlParser
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.runtime import distributed_state
+from squarechipo.options import apply_renames, deprecated
 from squarechipo.select import select_policy
 
 
@@ -33,9 +34,16 @@ class SelectConfig:
     ref_model: str = field(metadata={"help": "Reference policy π_ref of the margins (usually the SFT model)."})
     dataset_name: str = field(metadata={"help": "The private preference dataset (folder, file or DatasetDict)."})
     output_dir: str = field(metadata={"help": "Where the selected policy, its card and its ledger are written."})
-    epsilon: float = field(metadata={"help": "Central ε of the release (whole rows are protected)."})
-    dataset_split: str = field(default="train", metadata={"help": "Split of dataset_name to use as private data."})
-    max_samples: int | None = field(default=None, metadata={"help": "Score the first N private rows only."})
+    central_epsilon: float | None = field(
+        default=None, metadata={"help": "Central ε of the release (whole rows are protected). Required."}
+    )
+    dataset_train_split: str = field(
+        default="train", metadata={"help": "The private split the candidates are scored on."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Score the first N private rows only."})
+    epsilon: float | None = deprecated("central_epsilon")
+    dataset_split: str | None = deprecated("dataset_train_split")
+    max_samples: int | None = deprecated("max_train_samples")
     beta: float = field(default=0.1, metadata={"help": "β of the margins (as in training)."})
     r_max: float | None = field(default=5.0, metadata={"help": "Margins are clipped to ±2·R_max."})
     link: str = field(default="chipo", metadata={"help": "chipo (Square-χPO) or dpo."})
@@ -60,6 +68,18 @@ class SelectConfig:
         },
     )
 
+    def __post_init__(self) -> None:
+        renames = {
+            "epsilon": "central_epsilon",
+            "dataset_split": "dataset_train_split",
+            "max_samples": "max_train_samples",
+        }
+        apply_renames(self, renames)
+        if self.central_epsilon is None:
+            raise ValueError(
+                "central_epsilon is required: the ε of the exponential mechanism, e.g. central_epsilon: 1.0"
+            )
+
 
 def main(config: SelectConfig):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -67,14 +87,14 @@ def main(config: SelectConfig):
     with state.main_process_first():  # the embedded model is converted once, by the main process
         for name in [config.ref_model, *config.candidates]:
             resolve_model_path(name)
-    private = load_preference_dataset(config.dataset_name, split=config.dataset_split)
-    if config.max_samples is not None:
-        private = private.select(range(min(config.max_samples, len(private))))
+    private = load_preference_dataset(config.dataset_name, split=config.dataset_train_split)
+    if config.max_train_samples is not None:
+        private = private.select(range(min(config.max_train_samples, len(private))))
     selection = select_policy(
         config.candidates,
         config.ref_model,
         private,
-        epsilon=config.epsilon,
+        epsilon=config.central_epsilon,
         beta=config.beta,
         r_max=config.r_max,
         link=config.link,

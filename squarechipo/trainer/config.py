@@ -9,6 +9,7 @@ from trl import DPOConfig, SFTConfig
 
 from squarechipo.losses import METHODS
 from squarechipo.models.runtime import apply_cpu_defaults, check_resume
+from squarechipo.options import apply_renames, deprecated
 from squarechipo.privacy.calibration import check_epsilon, check_flip_rate
 
 __all__ = ["SFTRecipeConfig", "SquareChiPOConfig"]
@@ -18,7 +19,7 @@ __all__ = ["SFTRecipeConfig", "SquareChiPOConfig"]
 class SquareChiPOConfig(DPOConfig):
     """``DPOConfig`` with the squarechipo methods (Zhou et al. 2025 (Square-χPO), Algorithm 1).
 
-    The privacy parameters are read from the training dataset's ledger by default. ``epsilon`` and
+    The privacy parameters are read from the training dataset's ledger by default. ``debias_epsilon`` and
     ``flip_rate`` are for data privatized elsewhere; a value that disagrees with the ledger raises
     unless ``privacy_override`` is set.
     """
@@ -31,10 +32,14 @@ class SquareChiPOConfig(DPOConfig):
         default=None,
         metadata={"help": "R_max of Zhou et al. 2025: the margin β·h is clipped to ±2·R_max. None = no clip."},
     )
-    epsilon: float | None = field(
+    debias_epsilon: float | None = field(
         default=None,
-        metadata={"help": "Local-DP ε of the labels (RR). Default: read from the dataset's privacy ledger."},
+        metadata={
+            "help": "The RR ε to debias for when the data carries no ledger (privatized elsewhere): asserted by the "
+            "config, not backed by a ledger, and the card says so. Default: read from the dataset's ledger."
+        },
     )
+    epsilon: float | None = deprecated("debias_epsilon")
     flip_rate: float | None = field(
         default=None,
         metadata={"help": "Label flip rate ρ for rdpo/robust_chipo (e.g. RR plus corruption). Default: from ε."},
@@ -93,15 +98,16 @@ class SquareChiPOConfig(DPOConfig):
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
         check_resume(self)
+        apply_renames(self, {"epsilon": "debias_epsilon"})
         super().__post_init__()
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {tuple(METHODS)} (got {self.method!r}).")
         if self.r_max is not None and not (self.r_max > 0 and math.isfinite(self.r_max)):
             raise ValueError(f"r_max must be a positive number or None for no clip (got {self.r_max!r}).")
-        if self.epsilon is not None:
-            self.epsilon = check_epsilon(self.epsilon)
-            if math.isinf(self.epsilon):
-                self.epsilon = None
+        if self.debias_epsilon is not None:
+            self.debias_epsilon = check_epsilon(self.debias_epsilon, field="debias_epsilon")
+            if math.isinf(self.debias_epsilon):
+                self.debias_epsilon = None
         if self.flip_rate is not None:
             self.flip_rate = check_flip_rate(self.flip_rate)
         if not (math.isfinite(self.prior_row_weight) and self.prior_row_weight >= 0):

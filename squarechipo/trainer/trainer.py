@@ -131,7 +131,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             raise TypeError(f"args must be a SquareChiPOConfig (got {type(args).__name__}).")
         ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
         self.privacy: PrivacySettings = resolve_privacy(
-            ledger, epsilon=args.epsilon, flip_rate=args.flip_rate, override=args.privacy_override
+            ledger, epsilon=args.debias_epsilon, flip_rate=args.flip_rate, override=args.privacy_override
         )
         self.privacy.refuse_seeded_push(args.push_to_hub, args.push_seeded_release)
         if args.push_to_hub:
