@@ -47,7 +47,7 @@ SIZES = [
     (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge"),
 ]
 _MODEL_KEYS = ("model_name_or_path", "ref_model")
-_SMALL = {"max_train_samples": 16, "max_eval_samples": 4, "max_samples": 8, "max_length": 96, "num_train_epochs": 1}
+_SMALL = {"max_train_samples": 16, "max_eval_samples": 4, "max_samples": 8, "max_length": 512, "num_train_epochs": 1}
 
 
 def commands(page: Path) -> list[str]:
@@ -80,7 +80,10 @@ def _shrink_config(path: Path, work: Path) -> None:
 def _argv(command: str, work: Path) -> list[str]:
     for pattern, replacement in SIZES:
         command = re.sub(pattern, replacement, command)
-    argv = shlex.split(command)
+    argv = []
+    for word in shlex.split(command):  # the shell would expand globs: so do we, in the working folder
+        matches = sorted(str(p.relative_to(work)) for p in work.glob(word)) if "*" in word else []
+        argv += matches or [word]
     for index, word in enumerate(argv):
         if word == "--config" and index + 1 < len(argv) and (work / argv[index + 1]).is_file():
             _shrink_config(work / argv[index + 1], work)
@@ -100,6 +103,8 @@ def work(tmp_path_factory, tokenizer):
     for name in ("recipes", "benchmarks", "eval"):
         shutil.copytree(ROOT / name, folder / name)
     shutil.copy(ROOT / "README.md", folder / "README.md")
+    (folder / "tests").mkdir()  # benchmarks/bench_trainer.py builds its tiny model from the tests' helper
+    shutil.copy(ROOT / "tests" / "conftest.py", folder / "tests" / "conftest.py")
     make_tiny_model(tokenizer).save_pretrained(folder / "tiny")
     tokenizer.save_pretrained(folder / "tiny")
     make_tiny_classifier(tokenizer).save_pretrained(folder / "tiny_judge")

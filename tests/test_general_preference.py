@@ -268,3 +268,12 @@ def test_central_preference_model_selection_picks_the_trained_candidate(tokenize
     assert picks == {1}
     with pytest.raises(ValueError, match="at least 2"):
         select_preference_model([lambda: trained], private, 1.0, np.random.default_rng(0))
+
+
+def test_a_max_length_that_every_pair_exceeds_is_named_not_a_sampler_error(tokenizer, tmp_path):
+    pairs = to_pairwise_dataset(release_dataset(separable(8), LabelPipeline(epsilon=2.0), seed=0))
+    args = PrivateRewardConfig(
+        output_dir=str(tmp_path / "pm"), model_type="preference", loss="square", max_length=4, report_to="none"
+    )
+    with pytest.raises(ValueError, match=r"all 8 rows are longer than max_length=4"):
+        PrivateRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=pairs, processing_class=tokenizer)

@@ -15,7 +15,8 @@ from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrai
 @pytest.mark.slow
 def test_square_chipo_steps_on_the_embedded_model(embedded_path, tokenizer, finance_splits, tmp_path):
     train = finance_splits["finance_preference_conversational"]["train"].select(range(4))
-    released = release_dataset(train, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ctl"), seed=0)
+    pipeline = LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ctl")
+    released = release_dataset(train, pipeline, seed=0, public_columns=["id", "category"])
     model = AutoModelForCausalLM.from_pretrained(embedded_path)
     before = [p.detach().clone() for p in model.parameters()]
     args = SquareChiPOConfig(

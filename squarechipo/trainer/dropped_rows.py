@@ -19,6 +19,11 @@ class CountDroppedRowsMixin:
         prepared = super()._prepare_dataset(dataset, processing_class, args, dataset_name)
         if not hasattr(self, "dropped_rows"):
             self.dropped_rows = {}
+        if before and not len(prepared):
+            raise ValueError(
+                f"{dataset_name}: all {before} rows are longer than max_length={args.max_length} tokens, so TRL's "
+                "length filter leaves nothing to train on. Raise max_length in the config (or pass --max_length)."
+            )
         if before is not None and len(prepared) < before:
             dropped = before - len(prepared)
             self.dropped_rows[dataset_name] = dropped
