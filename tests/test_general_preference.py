@@ -276,4 +276,6 @@ def test_a_max_length_that_every_pair_exceeds_is_named_not_a_sampler_error(token
         output_dir=str(tmp_path / "pm"), model_type="preference", loss="square", max_length=4, report_to="none"
     )
     with pytest.raises(ValueError, match=r"all 8 rows are longer than max_length=4"):
-        PrivateRewardTrainer(make_tiny_classifier(tokenizer), args=args, train_dataset=pairs, processing_class=tokenizer)
+        PrivateRewardTrainer(
+            make_tiny_classifier(tokenizer), args=args, train_dataset=pairs, processing_class=tokenizer
+        )
