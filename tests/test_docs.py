@@ -70,7 +70,10 @@ def _shrink_config(path: Path, work: Path) -> None:
         if isinstance(value, str) and (value == "embedded" or not (work / value).exists()):
             config[key] = "tiny"
     if isinstance(config.get("candidates"), list):
-        config["candidates"] = [c if c != "embedded" and (work / c).exists() else "tiny" for c in config["candidates"]]
+        spare = iter(["tiny", "tiny_2", "tiny_3"])  # absent candidates become distinct tiny models
+        config["candidates"] = [
+            c if c != "embedded" and (work / c).exists() else next(spare) for c in config["candidates"]
+        ]
     for key, small in _SMALL.items():
         if key in config:
             config[key] = small if config[key] is None else min(config[key], small)
@@ -105,8 +108,9 @@ def work(tmp_path_factory, tokenizer):
     shutil.copy(ROOT / "README.md", folder / "README.md")
     (folder / "tests").mkdir()  # benchmarks/bench_trainer.py builds its tiny model from the tests' helper
     shutil.copy(ROOT / "tests" / "conftest.py", folder / "tests" / "conftest.py")
-    make_tiny_model(tokenizer).save_pretrained(folder / "tiny")
-    tokenizer.save_pretrained(folder / "tiny")
+    for seed, name in enumerate(("tiny", "tiny_2", "tiny_3")):
+        make_tiny_model(tokenizer, seed=seed).save_pretrained(folder / name)
+        tokenizer.save_pretrained(folder / name)
     make_tiny_classifier(tokenizer).save_pretrained(folder / "tiny_judge")
     tokenizer.save_pretrained(folder / "tiny_judge")
     (folder / "tiny_scale.yaml").write_text("base: tiny\nbase_model: tiny\nlearning_rate: 1.0e-3\n")

@@ -412,3 +412,18 @@ def test_exact_solvers_raise_instead_of_returning_an_inexact_minimiser(monkeypat
         linear.objective_perturbation(x, y, 1.0, 1e-3, 4.0, 0.5, np.random.default_rng(0))
     with pytest.raises(linear.NotConvergedError):
         linear.mle(x, y, radius=100.0)  # unconstrained, not converged in one step: bisection down to μ → 0 fails
+
+
+def test_lp2st_prior_survives_a_stage1_policy_that_underflows_to_zero():
+    """A stage-1 policy with an exactly-zero action (softmax underflow) gave a NaN prior (−inf − −inf) and
+    stopped the lab's default run; the prior must stay a probability vector that follows the margin."""
+    from squarechipo.sim import multistage as ms
+
+    stage1 = np.array([[[0.0, 0.0, 1.0]]])  # one seed, one context, actions 0 and 1 underflowed
+    part2 = bd.PreferenceData(np.zeros((1, 4), int), np.array([[0, 1, 2, 2]]), np.array([[1, 0, 0, 1]]))
+    log_ref = np.log(np.full((1, 3), 1 / 3))
+    chosen, rejected, _ = next(
+        ms._stage2_release(part2, stage1, log_ref, 1.0, [np.random.default_rng(0)], beta=0.5, clip=4.0, temperature=1)
+    )
+    pairs = np.sort(np.stack([part2.chosen[0], part2.rejected[0]]), axis=0)
+    np.testing.assert_array_equal(np.sort(np.stack([chosen, rejected]), axis=0), pairs)

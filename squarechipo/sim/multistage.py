@@ -92,7 +92,9 @@ def _stage2_release(
         swap = rng.random(len(x)) < 0.5
         u, v = np.where(swap, bad, good), np.where(swap, good, bad)
         label = (~swap).astype(np.int64)
-        log_pi = np.log(stage1[s])
+        # A stage-1 policy can underflow to exactly 0 on an action; log 0 = −inf on both sides of a margin
+        # would make it NaN, so floor at the smallest positive double (ℓ ≈ −708: the link's value is still finite).
+        log_pi = np.log(np.maximum(stage1[s], np.finfo(np.float64).tiny))
         h = margins(
             torch.as_tensor(log_pi[x, u]),
             torch.as_tensor(log_pi[x, v]),
