@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The main job: set everything up and run the default flow on the embedded model, on CPU.
-#   1. install (./.venv, torch 2.13.0 CPU first)
-#   2. generate finance_preference (Zhou et al. 2025 (Square-χPO), App. E/F) into ./data: preference rows (the private labels),
-#      SFT rows of their own (no preference row's label leaks into the SFT policy) and public gold
-#      rows for the evaluation judge
-#   3. short SFT of the embedded SmolLM2-135M-Instruct on finance_sft       -> outputs/quickstart/sft
-#   4. Square-chiPO under CTL, epsilon = 0.5, alpha = 0.1, on a subset      -> outputs/quickstart/square_chipo_ctl
-#   5. the gold reward-model judge: a linear head on frozen SmolLM2 features, fitted on public gold
-#      pairs (the `judge` split)                                            -> outputs/quickstart/gold_judge
-#   6. win rate of the aligned policy against the SFT policy, judged by the gold judge, after scoring
-#      it on the test split's gold pairs                                    -> outputs/quickstart/eval
-#   7. central DP (Zhou et al. 2025 (Square-χPO), Algorithm 2): the exponential mechanism picks one of {embedded base, SFT,
-#      Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
-# About 11 minutes on 2 CPU cores with the packages downloaded. llama.cpp, which only the judge-server tests
+#   0. install (./.venv, torch 2.13.0 CPU first)
+#   1. generate finance_preference (Zhou et al. 2025 (Square-χPO), App. E/F) into ./data: preference rows (the
+#      private labels), SFT rows of their own (no preference row's label leaks into the SFT policy) and public
+#      gold rows for the evaluation judge
+#   2. SFT of the embedded SmolLM2-135M-Instruct on 256 mixed SFT rows          -> outputs/quickstart/sft
+#   3. Square-chiPO under CTL, epsilon = 0.5, alpha = 0.1, on 128 private rows  -> outputs/quickstart/square_chipo_ctl
+#   4. the gold reward-model judge, fitted on public gold pairs (the `judge` split) -> outputs/quickstart/gold_judge
+#   5. the gold-reward gain and gold expected win rate over the SFT policy, 64 test prompts x 2 sampled
+#      answers, with t intervals and a plain-words reading                 -> outputs/quickstart/eval/gold.json
+#   6. a judged win rate against the SFT policy (greedy answers, 16 prompts) -> outputs/quickstart/eval
+#   7. central DP (Zhou et al. 2025 (Square-χPO), Alg. 2): the exponential mechanism picks one of {embedded
+#      base, SFT, Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
+# About 13 minutes on 2 CPU cores with the packages downloaded. llama.cpp, which only the judge-server tests
 # use, is not built here (scripts/test.sh builds it). Re-running reuses the released (privatized) labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."

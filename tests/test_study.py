@@ -98,6 +98,27 @@ def test_share_explained_regresses_the_gain_on_the_length_difference():
     assert fit["share"] == pytest.approx(0.25 * x.mean() / y.mean())
 
 
+def test_a_partial_main_run_says_so_and_lists_untestable_claims():
+    """One seed done of two: the report counts the cells, says INCOMPLETE, and lists every claim as not tested
+    (no t interval from one paired seed) instead of leaving it out."""
+    from squarechipo.reproduce import study_report as sr
+    from squarechipo.reproduce.study_design import CLAIMS, StudyDesign
+
+    design = StudyDesign()
+    arms = [a.key for a in design.main_arms]
+    metric = {"mean": 0.55, "n": 4, "sd": 0.1}
+    records = [{"arm": a, "seed": 0, "summary": {m: metric for m in sr._METRICS}} for a in arms]
+    prereg = {"plan": {"seeds": [0, 1], "arms": arms}}
+    assert sr.progress(records, prereg) == (
+        f"Main run: {len(arms)} of {2 * len(arms)} pre-registered cells done, 1 of 2 seeds complete "
+        "(INCOMPLETE: the figures below cover only these cells)."
+    )
+    found = sr.claims(records, design)
+    assert [c["claim"] for c in found] == [c.name for c in CLAIMS]
+    assert all(c["verdict"] == "not tested: 1 paired seed(s) done" for c in found)
+    assert "| — | — | — | not tested" in "\n".join(sr._claim_table({"claims": found}))
+
+
 def test_bradley_terry_gold_labels_have_the_right_law():
     rng = np.random.default_rng(3)
     gaps = np.repeat([-2.0, -0.5, 0.0, 1.0, 3.0], 20_000)
@@ -236,6 +257,7 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert len(cells) == len(plan["seeds"]) * len(plan["arms"])
     summary = json.loads((results / "summary.json").read_text())
     assert {row["arm"] for row in summary["arms"]} == set(plan["arms"])
+    assert summary["progress"].startswith(f"Main run: {len(cells)} of {len(cells)} pre-registered cells done")
     assert (results / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # A resumed run redoes nothing: every record and the pre-registration stay as they were.

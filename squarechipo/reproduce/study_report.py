@@ -68,18 +68,37 @@ def arm_rows(records, design: StudyDesign) -> list[dict[str, Any]]:
 
 def claims(records, design: StudyDesign) -> list[dict[str, Any]]:
     """Each claim's paired difference (points of expected win), Holm-adjusted p and verdict."""
-    found = []
+    found, untested = [], []
     for claim in CLAIMS:
         first, second = _values(records, claim.first), _values(records, claim.second)
         seeds = sorted(set(first) & set(second))
-        if len(seeds) < 2:
+        if len(seeds) < 2:  # no t interval from fewer than 2 paired seeds: listed, not tested
+            nan = math.nan
+            row = {"claim": claim.name, "seeds": len(seeds), "mean": nan, "low": nan, "high": nan, "p_holm": nan}
+            untested.append({**row, "verdict": f"not tested: {len(seeds)} paired seed(s) done"})
             continue
         test = paired_test([first[s] - second[s] for s in seeds])
         found.append({"claim": claim.name, "seeds": len(seeds), **test.to_dict()})
     for row, adjusted in zip(found, holm([c["p_value"] for c in found])):
         detectable = mde(row["n"], row["sd"], target=design.power, alpha=design.alpha)
         row.update(p_holm=adjusted, mde=detectable, verdict=verdict_of(row, adjusted, detectable, design.alpha))
-    return found
+    return found + untested
+
+
+def progress(records, prereg: dict | None) -> str:
+    """How much of the pre-registered main run the records hold, in words."""
+    plan = (prereg or {}).get("plan") or {}
+    seeds, arms = plan.get("seeds", []), plan.get("arms", [])
+    if not seeds or not arms:
+        return f"{len(records)} cells."
+    done = {(r["arm"], r["seed"]) for r in records}
+    keys = [a["key"] if isinstance(a, dict) else a for a in arms]
+    complete = [s for s in seeds if all((k, s) in done for k in keys)]
+    status = "complete" if len(complete) == len(seeds) else "INCOMPLETE: the figures below cover only these cells"
+    return (
+        f"Main run: {len(done)} of {len(seeds) * len(keys)} pre-registered cells done, {len(complete)} of "
+        f"{len(seeds)} seeds complete ({status})."
+    )
 
 
 def verdict_of(row: dict, adjusted: float, detectable: float, alpha: float) -> str:
@@ -125,6 +144,7 @@ def study_summary(records, design: StudyDesign, prereg: dict | None) -> dict[str
         "headline": headline(records),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
+        "progress": progress(records, prereg),
     }
 
 
@@ -158,6 +178,8 @@ def _claim_table(summary: dict) -> list[str]:
         lines.append(
             f"| {c['claim']} | {c['seeds']} | {c['mean']:+.2f} | [{c['low']:+.2f}, {c['high']:+.2f}] | "
             f"{c['p_holm']:.3g} | **{c['verdict']}** |"
+            if not math.isnan(c["mean"])
+            else f"| {c['claim']} | {c['seeds']} | — | — | — | {c['verdict']} |"
         )
     return lines
 
@@ -187,6 +209,8 @@ def markdown(summary: dict, design: StudyDesign) -> str:
         [
             f"Model {design.base_model}, {design.train_rows} training rows a seed (labels drawn from BT(r*)), "
             f"{design.test_prompts} test prompts × {design.samples_per_prompt} samples at temperature 1. {sizes}",
+            "",
+            f"**{summary['progress']}**",
             "",
             *_arm_table(summary),
             "",
