@@ -280,6 +280,15 @@ def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits
     record = json.loads((out / PRIVACY_FILE).read_text())
     assert record["method"] == "square_chipo" and record["epsilon"] == 0.5 and record["corruption_rate"] == 0.1
     assert record["order"] == "ltc" and record["r_max"] == 2.0 and record["dataset_fingerprint"].startswith("sha256:")
+    # What the labels were worth, read back from the sealed ledger in the record: LTC's α + q − αq.
+    from squarechipo.evaluation.gold_report import label_signal
+    from squarechipo.privacy.calibration import flip_probability
+
+    q = flip_probability(0.5)
+    wrong = 0.1 + q - 0.1 * q
+    assert label_signal(out) == pytest.approx(
+        {"rows": 8, "wrong_label_rate": wrong, "clean_equivalent": 8 * (1 - 2 * wrong) ** 2}
+    )
     card = (out / "README.md").read_text()
     for text in (
         "Privacy and robustness",

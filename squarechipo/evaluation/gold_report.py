@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["gold_comparison", "reading", "main"]
+__all__ = ["gold_comparison", "label_signal", "reading", "main"]
 
 
 def reading(gain: dict) -> str:
@@ -29,6 +29,32 @@ def reading(gain: dict) -> str:
     if gain["high"] < 0:
         return "worse than SFT"
     return "not distinguishable from SFT (the interval covers 0)"
+
+
+def label_signal(policy: str) -> dict | None:
+    """What the policy's private training labels were worth, from its verified privacy record.
+
+    n labels each wrong with probability ρ carry the information of about n(1 − 2ρ)² clean labels (the squared
+    correlation of a flipped label with the true one); ρ is the pipeline's expected wrong-label rate (Zhou et al.
+    2025 (Square-χPO), App. E). None when the folder has no record or its labels were not released by a pipeline
+    whose rate is known.
+    """
+    from squarechipo.privacy.ledger import PrivacyLedger
+    from squarechipo.privacy.measurements import LabelPipeline
+    from squarechipo.privacy.record import PRIVACY_FILE, read_privacy_record
+
+    record = read_privacy_record(policy)
+    if record is None or not record.get("ledger"):
+        return None
+    releases = PrivacyLedger.from_dict(record.get("ledger"), f"{policy}/{PRIVACY_FILE}").releases  # seal checked
+    if len(releases) != 1 or not isinstance(releases[0].pipeline, dict):
+        return None
+    try:
+        wrong = LabelPipeline(**releases[0].pipeline).expected_flip_rate()
+    except (TypeError, ValueError):  # a data-dependent adversary, or a mechanism other than a pipeline
+        return None
+    rows = int(releases[0].n_rows)
+    return {"rows": rows, "wrong_label_rate": wrong, "clean_equivalent": rows * (1 - 2 * wrong) ** 2}
 
 
 def gold_comparison(policy: str, sft: str, gold: str, dataset: str, *, split="test", prompts=64, samples=2) -> dict:
@@ -54,7 +80,7 @@ def gold_comparison(policy: str, sft: str, gold: str, dataset: str, *, split="te
     sft_record = evaluator.measure_samples(reference, sft_samples)
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=dtype).eval()
     record = evaluator.measure(model, pool=sft_samples)
-    return compare(record, sft_record, evaluator.constants(sft_samples))
+    return {**compare(record, sft_record, evaluator.constants(sft_samples)), "label_signal": label_signal(policy)}
 
 
 def format_summary(summary: dict) -> list[str]:
@@ -66,6 +92,20 @@ def format_summary(summary: dict) -> list[str]:
         f"KL(policy ‖ SFT) from the policy's samples: {summary['kl']['mean']:.2f} nats; "
         f"loops {100 * summary['loop_rate']:.1f}% (SFT {100 * summary['sft_loop_rate']:.1f}%)",
         f"reading: {reading(gain)}",
+        *_scope(summary.get("label_signal")),
+    ]
+
+
+def _scope(signal: dict | None) -> list[str]:
+    """Why the interval is not a run-to-run interval: it is over prompts, for this one trained policy."""
+    scope = "scope: the interval is over test prompts for this one trained policy, not over training runs"
+    if not signal:
+        return [scope]
+    return [
+        scope,
+        f"       its {signal['rows']} private labels (each wrong w.p. {signal['wrong_label_rate']:.3f}) carry about "
+        f"{signal['clean_equivalent']:.0f} clean labels' worth, so a fresh release of them (a fresh clone) can train "
+        "a policy outside this interval",
     ]
 
 
