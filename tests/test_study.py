@@ -117,6 +117,12 @@ def test_a_partial_main_run_says_so_and_lists_untestable_claims():
     assert [c["claim"] for c in found] == [c.name for c in CLAIMS]
     assert all(c["verdict"] == "not tested: 1 paired seed(s) done" for c in found)
     assert "| — | — | — | not tested" in "\n".join(sr._claim_table({"claims": found}))
+    kept = [a.key for a in design.main_arms if a.epsilon != 1.0]
+    cut = {c["claim"]: c["verdict"] for c in sr.claims(records, design, kept)}
+    assert (
+        cut["debiasing helps Square-χPO at ε = 1 (CTL)"] == "not tested: an arm was cut from the pre-registered plan"
+    )
+    assert cut["Square-χPO ≥ χPO under CTL (ε = 0.5)"] == "not tested: 1 paired seed(s) done"
 
 
 def test_bradley_terry_gold_labels_have_the_right_law():

@@ -66,8 +66,9 @@ def arm_rows(records, design: StudyDesign) -> list[dict[str, Any]]:
     return rows
 
 
-def claims(records, design: StudyDesign) -> list[dict[str, Any]]:
-    """Each claim's paired difference (points of expected win), Holm-adjusted p and verdict."""
+def claims(records, design: StudyDesign, planned: list[str] | None = None) -> list[dict[str, Any]]:
+    """Each claim's paired difference (points of expected win), Holm-adjusted p and verdict. ``planned``: the
+    pre-registered arms; a claim on an arm cut from the plan says so."""
     found, untested = [], []
     for claim in CLAIMS:
         first, second = _values(records, claim.first), _values(records, claim.second)
@@ -75,7 +76,9 @@ def claims(records, design: StudyDesign) -> list[dict[str, Any]]:
         if len(seeds) < 2:  # no t interval from fewer than 2 paired seeds: listed, not tested
             nan = math.nan
             row = {"claim": claim.name, "seeds": len(seeds), "mean": nan, "low": nan, "high": nan, "p_holm": nan}
-            untested.append({**row, "verdict": f"not tested: {len(seeds)} paired seed(s) done"})
+            cut = planned is not None and not {claim.first, claim.second} <= set(planned)
+            why = "an arm was cut from the pre-registered plan" if cut else f"{len(seeds)} paired seed(s) done"
+            untested.append({**row, "verdict": f"not tested: {why}"})
             continue
         test = paired_test([first[s] - second[s] for s in seeds])
         found.append({"claim": claim.name, "seeds": len(seeds), **test.to_dict()})
@@ -140,7 +143,7 @@ def metric_noise(records) -> dict[str, float]:
 def study_summary(records, design: StudyDesign, prereg: dict | None) -> dict[str, Any]:
     return {
         "arms": arm_rows(records, design),
-        "claims": claims(records, design),
+        "claims": claims(records, design, ((prereg or {}).get("plan") or {}).get("arms")),
         "headline": headline(records),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
