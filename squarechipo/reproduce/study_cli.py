@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -71,7 +72,8 @@ def report(study: Study, readme: str | None = None) -> dict:
     summary = write_report(study.results, study.design, prereg)
     print((study.results / "report.md").read_text())
     if readme:
-        update_readme(Path(readme), markdown(summary, study.design))
+        plot = os.path.relpath(study.results / "frontier.png", Path(readme).resolve().parent)
+        update_readme(Path(readme), markdown(summary, study.design) + f"\n\n![Reward–KL frontier]({plot})")
     return summary
 
 
