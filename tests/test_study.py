@@ -60,6 +60,18 @@ def test_power_of_the_paired_t_test_matches_a_simulation():
     assert power(n, 0.0, sd) == pytest.approx(0.05)  # no effect: the test's level
 
 
+def test_power_with_two_or_three_seeds_is_finite_where_scipys_noncentral_t_is_nan():
+    # The main run's first seeds: scipy's nct.cdf is NaN in the far tail at df 1-2, which once stopped the report.
+    for n, effect in ((2, 8.0), (2, 64.0), (3, 16.0)):
+        value = power(n, effect, 1.0)
+        assert 0.0 < value <= 1.0 and value == power(n, -effect, 1.0)
+    rng = np.random.default_rng(3)
+    draws = rng.normal(8.0, 1.0, size=(40_000, 2))
+    rejected = (stats.ttest_1samp(draws, 0.0, axis=1).pvalue < 0.05).mean()
+    assert abs(rejected - power(2, 8.0, 1.0)) < Z_TOLERANCE * binomial_se(power(2, 8.0, 1.0), len(draws))
+    assert power(2, mde(2, 3.0), 3.0) == pytest.approx(0.8, abs=1e-8)
+
+
 def test_seeds_for_power_is_the_smallest_size_that_reaches_it_and_mde_inverts_power():
     n = seeds_for_power(2.0, 3.0)
     assert power(n, 2.0, 3.0) >= 0.8 > power(n - 1, 2.0, 3.0)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import integrate, optimize, stats
 
 __all__ = [
     "PairedTest",
@@ -92,8 +92,25 @@ def power(n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
         return 1.0 if effect != 0 else alpha
     df = n - 1
     critical = stats.t.ppf(1 - alpha / 2, df)
-    noncentrality = effect * math.sqrt(n) / sd
-    return float(stats.nct.sf(critical, df, noncentrality) + stats.nct.cdf(-critical, df, noncentrality))
+    noncentrality = abs(effect) * math.sqrt(n) / sd
+    upper = stats.nct.sf(critical, df, noncentrality)
+    lower = stats.nct.cdf(-critical, df, noncentrality)
+    if math.isnan(upper) or math.isnan(lower):  # scipy's nct is NaN far in the tails for few df
+        upper, lower = _two_tails_by_quadrature(critical, df, noncentrality)
+    return float(upper + lower)
+
+
+def _two_tails_by_quadrature(critical: float, df: int, noncentrality: float) -> tuple[float, float]:
+    """P(T > c) and P(T < −c) for T = (Z + δ)/√(V/df), Z normal, V ~ χ²(df): one integral over V each."""
+
+    def tail(sign: float) -> float:
+        def integrand(v: float) -> float:
+            threshold = critical * math.sqrt(v / df)
+            return stats.norm.sf(threshold - sign * noncentrality) * stats.chi2.pdf(v, df)
+
+        return integrate.quad(integrand, 0.0, math.inf, limit=200)[0]
+
+    return tail(1.0), tail(-1.0)
 
 
 def seeds_for_power(effect: float, sd: float, *, target: float = 0.8, alpha: float = 0.05, limit: int = 10_000) -> int:
