@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 __all__ = [
     "PROMPT_HASH_CHARS",
     "canonical_rows",
+    "fingerprint_and_repeats",
     "preference_fingerprint",
     "prompt_hashes",
     "prompt_sketch",
@@ -63,9 +64,16 @@ def canonical_rows(table: pa.Table) -> list:
 def preference_fingerprint(dataset: datasets.Dataset) -> str:
     """``sha256:<hex>`` over the sorted per-row hashes of (prompt, sorted(chosen, rejected)), or of
     (prompt, sorted(responses)) for best-of-K rows."""
+    return fingerprint_and_repeats(dataset)[0]
+
+
+def fingerprint_and_repeats(dataset: datasets.Dataset) -> tuple[str, int]:
+    """(:func:`preference_fingerprint`, how many rows repeat an earlier row's prompt and responses), from one pass
+    over the canonical rows: a release needs both and computes them here, once."""
     table = dataset.with_format("arrow")[:]
-    row_hashes = sorted(hashlib.sha256(row.encode("utf-8")).digest() for row in canonical_rows(table))
-    return "sha256:" + hashlib.sha256(b"".join(row_hashes)).hexdigest()
+    row_hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in canonical_rows(table)]
+    repeats = len(row_hashes) - len(set(row_hashes))
+    return "sha256:" + hashlib.sha256(b"".join(sorted(row_hashes))).hexdigest(), repeats
 
 
 def _prompts(dataset: datasets.Dataset) -> list | None:

@@ -31,8 +31,8 @@ __all__ = [
     "Debiasing",
     "Release",
     "PrivacyLedger",
+    "extend_ledger",
     "get_ledger",
-    "info_with_ledger",
     "with_ledger",
     "save_privatized",
     "load_privatized",
@@ -212,6 +212,8 @@ class PrivacyLedger:
     """The releases a dataset's labels went through, oldest first."""
 
     releases: tuple[Release, ...] = ()
+    #: The digest a stored ledger carried, set by :meth:`from_dict` once it is verified (so it is not recomputed).
+    verified_digest: str | None = field(default=None, compare=False, repr=False)
 
     def _releases_of(self, part: str | None) -> list[Release]:
         """The releases the rows of ``part`` went through (those on every row, then the part's own)."""
@@ -320,7 +322,7 @@ class PrivacyLedger:
         return self._binary_only("debias factor c(ε)").debias_factor
 
     def with_release(self, release: Release) -> PrivacyLedger:
-        return replace(self, releases=self.releases + (release,))
+        return replace(self, releases=self.releases + (release,), verified_digest=None)
 
     def to_dict(self) -> dict[str, Any]:
         # Only what applies: a flip rate and c(ε) for binary releases, the analyzer for K-ary ones; parts that
@@ -345,7 +347,7 @@ class PrivacyLedger:
     @property
     def digest(self) -> str:
         """The digest sealing this ledger's fields (:mod:`squarechipo.privacy.integrity`)."""
-        return self.to_dict()["digest"]
+        return self.verified_digest or self.to_dict()["digest"]
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -356,7 +358,7 @@ class PrivacyLedger:
         if record.get("format") not in (LEDGER_FORMAT, "squarechipo.privacy_ledger/1"):
             raise ValueError(f"{where}: not a squarechipo privacy ledger (format={record.get('format')!r}).")
         check_seal(record, where)
-        ledger = cls(releases=tuple(Release(**r) for r in record["releases"]))
+        ledger = cls(releases=tuple(Release(**r) for r in record["releases"]), verified_digest=record["digest"])
         for release in ledger.releases:
             _check_consistent(release, where)
         return ledger
@@ -372,9 +374,15 @@ def get_ledger(dataset: datasets.Dataset, where: str = "dataset") -> PrivacyLedg
     return PrivacyLedger.from_json(block, where) if block else None
 
 
-def info_with_ledger(info: datasets.DatasetInfo, ledger: PrivacyLedger) -> datasets.DatasetInfo:
-    """A copy of ``info`` carrying ``ledger`` (for building a new ``Dataset`` from Arrow)."""
-    return metadata.info_with_block(info, ledger.to_json())
+def extend_ledger(
+    info: datasets.DatasetInfo, existing: PrivacyLedger | None, **release_fields: Any
+) -> tuple[datasets.DatasetInfo, str]:
+    """The one place a release's ledger is built: ``existing`` plus ``Release.now(**release_fields)``, sealed once
+    and attached to a copy of ``info``. Returns (that info, the ledger's digest, which the release folder's marker
+    records)."""
+    ledger = (existing or PrivacyLedger()).with_release(Release.now(**release_fields))
+    record = ledger.to_dict()
+    return metadata.info_with_block(info, json.dumps(record, sort_keys=True)), record["digest"]
 
 
 def with_ledger(dataset: datasets.Dataset, ledger: PrivacyLedger) -> datasets.Dataset:

@@ -37,11 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from squarechipo.data.fingerprint import preference_fingerprint
+from squarechipo.data.fingerprint import fingerprint_and_repeats, preference_fingerprint
 from squarechipo.data.kary import validate_kary
-from squarechipo.data.validation import duplicate_rows, validate_preference_dataset
+from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.integrity import MARKER, check_marker, write_marker
-from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger, info_with_ledger, with_ledger
+from squarechipo.privacy.ledger import PrivacyLedger, extend_ledger, get_ledger, with_ledger
 from squarechipo.privacy.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 
 __all__ = [
@@ -230,29 +230,19 @@ def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, 
         )
 
 
-def _extended_ledger(existing, mechanism: Measurement, dataset, num_labels: int, outcome: dict, *, seed, part):
-    """The input's ledger plus this release: the measurement's description and public outcome, never a label."""
+def _release_fields(mechanism: Measurement, n_rows: int, num_labels: int, outcome: dict, **fields) -> dict:
+    """What the ledger records of this release: the measurement's description and public outcome, never a label."""
     outcome = dict(outcome)
     columns = {key: outcome.pop(key) for key in ("public_columns", "dropped_columns") if key in outcome}
     pipeline = {**mechanism.to_dict(), **({"num_labels": num_labels} if num_labels != 2 else {}), **outcome}
-    release = Release.now(
-        **mechanism.ledger_fields(),
-        n_rows=len(dataset),
-        fixed_seed=seed is not None,
-        pipeline=pipeline,
-        data_fingerprint=preference_fingerprint(dataset),
-        part=part,
-        **columns,
-    )
-    return (existing or PrivacyLedger()).with_release(release)
+    return {**mechanism.ledger_fields(), "n_rows": n_rows, "pipeline": pipeline, **columns, **fields}
 
 
-def _refuse_duplicates(dataset: datasets.Dataset) -> None:
+def _refuse_duplicates(repeats: int, n_rows: int) -> None:
     """Copies of one pair would each get their own noise, and their majority would give the label back."""
-    repeats = duplicate_rows(dataset)
     if repeats:
         raise ValueError(
-            f"{repeats} of {len(dataset)} rows repeat another row's prompt and responses. Randomized response would "
+            f"{repeats} of {n_rows} rows repeat another row's prompt and responses. Randomized response would "
             "draw independent noise for each copy, and together the copies reveal the label (their majority), so "
             "the release refuses them: keep one row per pair first, e.g. with "
             "squarechipo.data.validation.drop_duplicate_rows(dataset)."
@@ -292,6 +282,11 @@ def release_dataset(
         A new dataset with the kept columns and the ledger attached. Rows that repeat another row's prompt and
         responses raise (see :func:`squarechipo.data.validation.duplicate_rows`).
     """
+    return _release(dataset, mechanism, seed=seed, compose=compose, part=part, public_columns=public_columns)[0]
+
+
+def _release(dataset, mechanism, *, seed, compose, part, public_columns) -> tuple[datasets.Dataset, str]:
+    """(the released dataset, its ledger's digest): check the input, draw the noise once, build the ledger once."""
     if isinstance(dataset, datasets.DatasetDict):
         raise ValueError(
             "got a DatasetDict; release the split you train on, e.g. release_dataset(ds['train'], mechanism)."
@@ -303,21 +298,20 @@ def release_dataset(
         )
     existing = get_ledger(dataset)
     _check_not_released(existing, mechanism, compose)
-    _refuse_duplicates(dataset)
+    fingerprint, repeats = fingerprint_and_repeats(dataset)
+    _refuse_duplicates(repeats, len(dataset))
     rng = np.random.default_rng(seed)
     best_of_k = "responses" in dataset.column_names or "best" in dataset.column_names
     release_rows = _release_best_of_k if best_of_k else _release_pairs
     table, num_labels, outcome = release_rows(dataset, mechanism, rng, public_columns)
     del rng
-    ledger = _extended_ledger(existing, mechanism, dataset, num_labels, outcome, seed=seed, part=part)
-    info = info_with_ledger(dataset.info, ledger)
+    fields = _release_fields(mechanism, len(dataset), num_labels, outcome, fixed_seed=seed is not None)
+    info, digest = extend_ledger(dataset.info, existing, **fields, data_fingerprint=fingerprint, part=part)
     # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
     info.features = datasets.Features.from_arrow_schema(table.schema)
     released = datasets.Dataset(table, info=info, split=dataset.split)
-    logger.info(
-        "released %d rows through %s (total epsilon %s)", len(released), mechanism.to_dict(), ledger.total_epsilon
-    )
-    return released
+    logger.info("released %d rows through %s", len(released), mechanism.to_dict())
+    return released, digest
 
 
 def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets.Dataset:
@@ -337,8 +331,7 @@ def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets
     return with_ledger(combined, ledger)
 
 
-def _check_reuse(released: datasets.Dataset, source: datasets.Dataset, pipeline: Measurement, folder: Path) -> None:
-    ledger = get_ledger(released)
+def _check_reuse(ledger: PrivacyLedger | None, source: datasets.Dataset, pipeline: Measurement, folder: Path) -> None:
     if ledger is None or not ledger.releases:
         raise ValueError(
             f"{folder} holds a dataset with no privacy ledger: it looks like raw data, not a release. privatized_dir "
@@ -395,25 +388,31 @@ def _finish_interrupted(folder: Path) -> None:
 def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
     """Save a release once and atomically: ``save_to_disk`` into a staging folder, the marker (the digests of the
     ledger and the rows) last, then a rename. A reader never sees half a release."""
-    folder = Path(folder)
     ledger = get_ledger(released, str(folder))
     if ledger is None:
         raise ValueError("only a released dataset (with its privacy ledger) is saved as a release.")
+    return _write(released, Path(folder), ledger.digest)
+
+
+def _write(released: datasets.Dataset, folder: Path, ledger_digest: str) -> Path:
     staging = _staging(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     released.save_to_disk(str(staging))
-    write_marker(staging, released, ledger.digest)
+    write_marker(staging, released, ledger_digest)
     os.replace(staging, folder)
     return folder
 
 
 def load_release(folder: str | os.PathLike) -> datasets.Dataset:
     """A saved release, after checking its ledger's digest and its rows against the folder's marker."""
-    folder = Path(folder)
+    return _load(Path(folder))[0]
+
+
+def _load(folder: Path) -> tuple[datasets.Dataset, PrivacyLedger | None]:
     released = datasets.load_from_disk(str(folder))
     ledger = get_ledger(released, str(folder))
     check_marker(folder, released, None if ledger is None else ledger.digest)
-    return released
+    return released, ledger
 
 
 def _refuse_foreign(folder: Path) -> None:
@@ -456,15 +455,17 @@ def release_once(
             _finish_interrupted(folder)
             if not (folder / "dataset_info.json").exists():
                 _refuse_foreign(folder)
-                released = release_dataset(dataset, pipeline, seed=seed, part=part, public_columns=public_columns)
-                save_release(released, folder)
+                released, digest = _release(
+                    dataset, pipeline, seed=seed, compose=False, part=part, public_columns=public_columns
+                )
+                _write(released, folder, digest)
                 logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
     if state is not None:
         state.wait_for_everyone()
         _receive_if_unseen(folder, state)
     if released is None:  # an earlier release (or the main process's): checked before it is used
-        released = load_release(folder)
-        _check_reuse(released, dataset, pipeline, folder)
+        released, ledger = _load(folder)
+        _check_reuse(ledger, dataset, pipeline, folder)
     return released
 
 
