@@ -219,6 +219,10 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             "",
             *_claim_table(summary),
             "",
+            "A claim's MDE is the one at its seeds' observed SD of the paired difference, which few seeds estimate "
+            "poorly; the pre-registered MDE above (from the pilot's SD's 80% upper bound) is the one the design "
+            "was sized for.",
+            "",
             "Share of the clean gain kept (gold gain on private labels ÷ gold gain on clean labels, paired by seed):",
             "",
             *_headline_table(summary),
