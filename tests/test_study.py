@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -110,7 +111,7 @@ def test_share_explained_regresses_the_gain_on_the_length_difference():
     assert fit["share"] == pytest.approx(0.25 * x.mean() / y.mean())
 
 
-def test_a_partial_main_run_says_so_and_lists_untestable_claims():
+def test_a_partial_main_run_says_so_and_lists_untestable_claims(tmp_path):
     """One seed done of two: the report counts the cells, says INCOMPLETE, and lists every claim as not tested
     (no t interval from one paired seed) instead of leaving it out."""
     from squarechipo.reproduce import study_report as sr
@@ -127,7 +128,23 @@ def test_a_partial_main_run_says_so_and_lists_untestable_claims():
     )
     found = sr.claims(records, design)
     assert [c["claim"] for c in found] == [c.name for c in CLAIMS]
+    # A gap stated in deviations.json, with its reason, ends the run; a deviation cannot hide a cell's record.
+    gap = [{"cells": [f"{a}_seed1" for a in arms], "reason": "The machine was lost."}]
+    assert sr.progress(records, prereg, gap).endswith(
+        f"(ended: {len(arms)} cell(s) not run, for the reason stated below)."
+    )
+    (tmp_path / sr.DEVIATIONS).write_text(json.dumps(gap))
+    assert sr.load_deviations(tmp_path, records, prereg) == gap
+    assert sr._deviation_lines(gap)[2].startswith(f"- Not run: {arms[0]}_seed1, ")
+    for bad, field in (([{"cells": [f"{arms[0]}_seed0"], "reason": "x"}], "has a record"), ([{"cells": []}], "needs")):
+        (tmp_path / sr.DEVIATIONS).write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=field):
+            sr.load_deviations(tmp_path, records, prereg)
     assert all(c["verdict"] == "not tested: 1 paired seed(s) done" for c in found)
+    assert (
+        sr.in_short({"claims": found, "headline": []})
+        == f"In short: of {len(found)} claims, holds 0, reversed 0, not decided 0, not tested {len(found)}."
+    )
     assert "| — | — | — | not tested" in "\n".join(sr._claim_table({"claims": found}))
     kept = [a.key for a in design.main_arms if a.epsilon != 1.0]
     cut = {c["claim"]: c["verdict"] for c in sr.claims(records, design, kept)}
@@ -227,6 +244,28 @@ def _tiny_study(tmp_path, tokenizer, finance_splits, **overrides):
     return path
 
 
+def _leaves(record: dict) -> tuple[list, list[float]]:
+    """A cell record's texts and numbers in a fixed order, without its timings (float sums differ in the last
+    digits from one run to the next)."""
+    texts, numbers = [], []
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value):
+                if "seconds" not in key:
+                    walk(value[key])
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            numbers.append(float(value))
+        else:
+            texts.append(value)
+
+    walk(record)
+    return texts, numbers
+
+
 @pytest.mark.slow
 def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_nothing(
     tokenizer, finance_splits, tmp_path
@@ -284,3 +323,30 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.loads((results / "preregistration.json").read_text()) == prereg
+
+    # A fresh work folder beside the records (another machine): the set-up is rebuilt, checked against sft.json,
+    # and the missing cell comes out as it was; nothing else is redone.
+    redo, others = cells[-1], {p: t for p, t in stamps.items() if p != cells[-1]}
+    before = json.loads(redo.read_text())
+    redo.unlink()
+    shutil.rmtree(out)
+    main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])
+    after = json.loads(redo.read_text())
+    for record in (before, after):  # the tiny policy's samples tie SFT's up to float noise: a sign flips a tie
+        del record["summary"]["hard_win"]
+    texts, numbers = _leaves(after)
+    assert (texts, numbers) == (_leaves(before)[0], pytest.approx(_leaves(before)[1], rel=1e-4, abs=1e-6))
+    assert {p: p.stat().st_mtime_ns for p in others} == others
+
+    # A rebuilt set-up that does not reproduce sft.json is refused before any cell trains on it.
+    sft = json.loads((results / "sft.json").read_text())
+    sft["record"]["words"][0][0] += 1
+    (results / "sft.json").write_text(json.dumps(sft))
+    (out / "sft_samples.json").unlink()
+    redo.unlink()
+    trained = {p: p.stat().st_mtime_ns for p in (out / "cells" / redo.stem).rglob("*")}
+    assert trained  # the cell's folder from the rebuild above: a refusal must leave it alone
+    with pytest.raises(RuntimeError, match=r"sft\.json: the work folder .* do not reproduce this record \(words: "):
+        main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])
+    assert not redo.exists()
+    assert {p: p.stat().st_mtime_ns for p in (out / "cells" / redo.stem).rglob("*")} == trained

@@ -9,7 +9,9 @@ with ``recipes/train.py`` in its own process, and the gold evaluation against th
 (:mod:`squarechipo.evaluation.policy`).
 
 Resuming: a cell is done when its record is in the results folder; a cut-off cell is cleared and redone on the
-saved release, so no fresh noise is drawn. The weights of a cell are deleted once it is measured.
+saved release, so no fresh noise is drawn. The weights of a cell are deleted once it is measured. On a fresh work
+folder beside committed records (another machine, a deleted ``out``) the set-up is rebuilt and its SFT samples are
+used only if they reproduce the committed ``sft.json``, against which every cell is paired.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reproduce.study_design import Arm, StudyDesign
 from squarechipo.scripts.launch import run_script
 
-__all__ = ["Study", "cell_name"]
+__all__ = ["Study", "cell_name", "library_versions", "reproduction_differences"]
 
 logger = logging.getLogger("squarechipo")
 DONE = "done.json"
@@ -154,16 +156,39 @@ class Study:
             "record": record,
             "constants": evaluator.constants(samples),
             "seconds": round(time.time() - start, 1),
+            "versions": library_versions(),
         }
         self.results.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result))
         return result
 
     def sft_samples(self) -> list[list[str]]:
+        """The SFT policy's samples: the extra candidates of every pool (``out/sft_samples.json``)."""
         if self._sft_samples is None:
-            self.sft_record()
-            self._sft_samples = json.loads((self.out / "sft_samples.json").read_text())
+            path = self.out / "sft_samples.json"
+            committed = self.sft_record()  # on a first run this also writes the samples
+            if not path.exists():
+                self._restore_sft_samples(committed, path)
+            self._sft_samples = json.loads(path.read_text())
         return self._sft_samples
+
+    def _restore_sft_samples(self, committed: dict[str, Any], path: Path) -> None:
+        """Regenerate the SFT samples of a rebuilt work folder with their fixed seeds, and keep them only if they
+        reproduce the committed record: a retrained SFT policy need not be bit-exact on another processor or
+        library version, and a cell measured against other SFT samples would not be paired with the others."""
+        evaluator = self.evaluator()
+        samples = evaluator.sample(evaluator.reference)
+        rebuilt = evaluator.measure_samples(evaluator.reference, samples)
+        differs = reproduction_differences(rebuilt, committed["record"])
+        if differs:
+            raise RuntimeError(
+                f"{self.results / 'sft.json'}: the work folder {self.out} was rebuilt, and its SFT policy and gold "
+                f"judge do not reproduce this record ({'; '.join(differs)}), so new cells would not be paired with "
+                f"the committed ones. Libraries then: {committed.get('versions', 'not recorded')}; now: "
+                f"{library_versions()}. Restore {self.out} from the machine that wrote the records, rebuild it with "
+                "the libraries it used, or start the study afresh in another --results folder."
+            )
+        path.write_text(json.dumps(samples))
 
     # ------------------------------------------------------------------ labels and cells
 
@@ -227,6 +252,7 @@ class Study:
         record_path = self.results / stage / f"{cell_name(arm, seed)}.json"
         if record_path.exists():
             return json.loads(record_path.read_text())
+        self.sft_samples()  # a rebuilt set-up is checked before a cell trains on it
         folder = self.out / "cells" / cell_name(arm, seed)
         if folder.exists():
             shutil.rmtree(folder)  # cut off before its record was written
@@ -272,6 +298,28 @@ class Study:
                     f"{record['train_seconds'] + record['eval_seconds']:.0f} s"
                 )
         return records
+
+
+def library_versions() -> dict[str, str]:
+    """The versions that decide whether a retrained set-up reproduces a record."""
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("torch", "transformers", "trl", "accelerate", "datasets")}
+
+
+def reproduction_differences(rebuilt: dict, committed: dict) -> list[str]:
+    """How a rebuilt SFT record differs from the committed one: the samples' lengths and loops must match exactly
+    (the same texts), their gold rewards and log-probs to 0.1% (a bf16 step of r* is more). Empty when it
+    reproduces."""
+    differs = []
+    for key in ("words", "loop", "reward", "logp"):
+        new, old = np.asarray(rebuilt[key], dtype=float), np.asarray(committed[key], dtype=float)
+        if new.shape != old.shape:
+            differs.append(f"{key}: shape {new.shape} against {old.shape}")
+        elif not np.allclose(new, old, rtol=1e-3 if key in ("reward", "logp") else 0.0, atol=0.0):
+            share = float(np.mean(~np.isclose(new, old, rtol=1e-3, atol=0.0)))
+            differs.append(f"{key}: {100 * share:.0f}% of samples differ, by up to {np.max(np.abs(new - old)):.3g}")
+    return differs
 
 
 def compare_per_prompt(policy: dict, sft: dict) -> dict[str, list[float]]:
