@@ -121,23 +121,26 @@ def load_deviations(results: Path, records, prereg: dict | None) -> list[dict[st
     return deviations
 
 
-def _planned_cells(prereg: dict | None) -> list[str]:
+def _plan(prereg: dict | None) -> tuple[list[int], list[str]]:
+    """The pre-registered seeds and arm keys."""
     plan = (prereg or {}).get("plan") or {}
-    keys = [a["key"] if isinstance(a, dict) else a for a in plan.get("arms", [])]
-    return [f"{k}_seed{s}" for s in plan.get("seeds", []) for k in keys]
+    return plan.get("seeds", []), [a["key"] if isinstance(a, dict) else a for a in plan.get("arms", [])]
+
+
+def _planned_cells(prereg: dict | None) -> list[str]:
+    seeds, keys = _plan(prereg)
+    return [f"{k}_seed{s}" for s in seeds for k in keys]
 
 
 def progress(records, prereg: dict | None, deviations: list[dict] | None = None) -> str:
     """How much of the pre-registered main run the records hold, in words."""
-    plan = (prereg or {}).get("plan") or {}
-    seeds, arms = plan.get("seeds", []), plan.get("arms", [])
-    if not seeds or not arms:
+    seeds, keys = _plan(prereg)
+    if not seeds or not keys:
         return f"{len(records)} cells."
     done = {(r["arm"], r["seed"]) for r in records}
-    keys = [a["key"] if isinstance(a, dict) else a for a in arms]
     complete = [s for s in seeds if all((k, s) in done for k in keys)]
     missing = len(seeds) * len(keys) - len(done)
-    not_run = sum(len(d["cells"]) for d in deviations or [])
+    not_run = len({cell for d in deviations or [] for cell in d["cells"]})
     if not missing:
         status = "complete"
     elif missing == not_run:
