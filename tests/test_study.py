@@ -111,7 +111,7 @@ def test_share_explained_regresses_the_gain_on_the_length_difference():
     assert fit["share"] == pytest.approx(0.25 * x.mean() / y.mean())
 
 
-def test_a_partial_main_run_says_so_and_lists_untestable_claims(tmp_path):
+def test_a_partial_main_run_says_so_and_lists_untestable_claims():
     """One seed done of two: the report counts the cells, says INCOMPLETE, and lists every claim as not tested
     (no t interval from one paired seed) instead of leaving it out."""
     from squarechipo.reproduce import study_report as sr
@@ -128,18 +128,6 @@ def test_a_partial_main_run_says_so_and_lists_untestable_claims(tmp_path):
     )
     found = sr.claims(records, design)
     assert [c["claim"] for c in found] == [c.name for c in CLAIMS]
-    # A gap stated in deviations.json, with its reason, ends the run; a deviation cannot hide a cell's record.
-    gap = [{"cells": [f"{a}_seed1" for a in arms], "reason": "The machine was lost."}]
-    assert sr.progress(records, prereg, gap).endswith(
-        f"(ended: {len(arms)} cell(s) not run, for the reason stated below)."
-    )
-    (tmp_path / sr.DEVIATIONS).write_text(json.dumps(gap))
-    assert sr.load_deviations(tmp_path, records, prereg) == gap
-    assert sr._deviation_lines(gap)[2].startswith(f"- Not run: {arms[0]}_seed1, ")
-    for bad, field in (([{"cells": [f"{arms[0]}_seed0"], "reason": "x"}], "has a record"), ([{"cells": []}], "needs")):
-        (tmp_path / sr.DEVIATIONS).write_text(json.dumps(bad))
-        with pytest.raises(ValueError, match=field):
-            sr.load_deviations(tmp_path, records, prereg)
     assert all(c["verdict"] == "not tested: 1 paired seed(s) done" for c in found)
     assert (
         sr.in_short({"claims": found, "headline": []})
@@ -152,6 +140,35 @@ def test_a_partial_main_run_says_so_and_lists_untestable_claims(tmp_path):
         cut["debiasing helps Square-χPO at ε = 1 (CTL)"] == "not tested: an arm was cut from the pre-registered plan"
     )
     assert cut["Square-χPO ≥ χPO under CTL (ε = 0.5)"] == "not tested: 1 paired seed(s) done"
+
+
+def test_deviations_end_a_run_and_cannot_hide_a_record(tmp_path):
+    """Cells of the plan not run, stated with a reason in deviations.json, end the run in the report's words; a
+    deviation naming a cell outside the plan, a cell with a record, or no cell at all is refused."""
+    from squarechipo.reproduce import study_report as sr
+    from squarechipo.reproduce.study_design import StudyDesign
+
+    arms = [a.key for a in StudyDesign().main_arms]
+    records = [{"arm": a, "seed": 0} for a in arms]
+    prereg = {"plan": {"seeds": [0, 1], "arms": arms}}
+    gap = [{"cells": [f"{a}_seed1" for a in arms], "reason": "The machine was lost."}]
+    assert sr.progress(records, prereg, gap).endswith(
+        f"(ended: {len(arms)} cell(s) not run, for the reason stated below)."
+    )
+    assert sr.progress(records, prereg, [{"cells": gap[0]["cells"][1:], "reason": "x"}]).endswith(
+        "(INCOMPLETE: the figures below cover only these cells)."
+    )
+    (tmp_path / sr.DEVIATIONS).write_text(json.dumps(gap))
+    assert sr.load_deviations(tmp_path, records, prereg) == gap
+    assert sr._deviation_lines(gap)[2].startswith(f"- Not run: {arms[0]}_seed1, ")
+    for bad, why in (
+        ([{"cells": [f"{arms[0]}_seed0"], "reason": "x"}], "has a record"),
+        ([{"cells": [f"{arms[0]}_seed9"], "reason": "x"}], "not a cell of the pre-registered plan"),
+        ([{"cells": []}], "needs 'cells'"),
+    ):
+        (tmp_path / sr.DEVIATIONS).write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=why):
+            sr.load_deviations(tmp_path, records, prereg)
 
 
 def test_bradley_terry_gold_labels_have_the_right_law():
