@@ -38,6 +38,7 @@ NOT_RUN = {
 }
 #: Size flags shrunk for the test: pattern → replacement.
 SIZES = [
+    (r"((?:squarechipo data finance|-m data_gen\.finance) --out data)", r"\1 --rows 140 --sft-rows 40 --judge-rows 40"),
     (r"--samples \d+", "--samples 20000"),
     (r"--scale cpu", "--scale tiny_scale.yaml"),
     (r"(-m squarechipo\.sim)(?!.*--seeds)", r"\1 --seeds 2"),
@@ -114,9 +115,13 @@ def work(tmp_path_factory, tokenizer):
     make_tiny_classifier(tokenizer).save_pretrained(folder / "tiny_judge")
     tokenizer.save_pretrained(folder / "tiny_judge")
     (folder / "tiny_scale.yaml").write_text("base: tiny\nbase_model: tiny\nlearning_rate: 1.0e-3\n")
+    # Two pilot seeds and the pilot's two arms in the main run, with a budget that binds: the plan is then 2 seeds ×
+    # 2 arms, every step of the protocol runs, and the page's commands take 8 tiny cells instead of about 40.
+    arms = [{"method": "dpo", "setting": "CTL", "epsilon": 0.5}, {"method": "square_chipo", "setting": "CTL", "epsilon": 0.5}]
     design = {
         "base_model": "tiny", "sft_rows": 8, "judge_rows": 16, "train_rows": 16, "bf16": False, "max_length": 96,
-        "test_prompts": 3, "max_new_tokens": 6, "eval_dtype": "float32", "budget_hours": 0.5, "effect_points": 50.0,
+        "test_prompts": 3, "max_new_tokens": 6, "eval_dtype": "float32", "budget_hours": 0.001, "effect_points": 50.0,
+        "pilot_seeds": [0, 1], "pilot_arms": arms, "main_arms": arms,
     }  # fmt: skip
     (folder / "tiny_design.yaml").write_text(yaml.safe_dump(design))
     return folder

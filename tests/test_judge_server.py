@@ -1,16 +1,14 @@
-"""The OpenAI-compatible judge client against a real server on localhost.
+"""The OpenAI-compatible judge client against real servers on localhost, serving the embedded SmolLM2.
 
-The server is llama.cpp's (``python -m llama_cpp.server``, from llama-cpp-python, which
-scripts/install.sh builds once and caches as a wheel) serving the embedded SmolLM2 GGUF: a real
-OpenAI-compatible ``/v1/chat/completions`` with a real model, nothing mocked. Set
-SQUARECHIPO_SKIP_LLAMA_CPP=1 to skip these tests where llama.cpp was not built.
+Back-ends (``squarechipo.judge.local_server``): ``transformers serve`` (installed with the dev extras, pure
+Python) always; llama.cpp's server (``python -m llama_cpp.server``) where ``bash scripts/install_llama_cpp.sh``
+built it, since it compiles llama.cpp. Only llama.cpp returns ``top_logprobs``, so the log-odds test runs where it
+is installed and is skipped, with that reason, elsewhere. Nothing is mocked.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,12 +18,11 @@ import time
 import httpx
 import pytest
 
+from squarechipo.judge.local_server import available_backends, local_judge_server
 from squarechipo.judge.openai_compatible import JudgeCache, OpenAICompatibleJudge
-from squarechipo.judge.templates import FINANCE_TEMPLATE
-from squarechipo.models.embedded import embedded_gguf_path
+from squarechipo.judge.templates import FINANCE_TEMPLATE, parse_verdict
 
-if os.environ.get("SQUARECHIPO_SKIP_LLAMA_CPP") == "1":
-    pytest.skip("SQUARECHIPO_SKIP_LLAMA_CPP=1: llama.cpp server tests skipped", allow_module_level=True)
+pytestmark = pytest.mark.integration
 
 
 def _free_port() -> int:
@@ -35,50 +32,38 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
-    import llama_cpp.server  # noqa: F401  (fails loudly if install.sh did not build it)
+def servers():
+    """Each back-end's server, started on first use and shared by the module's tests."""
+    import contextlib
 
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(embedded_gguf_path()),
-            "--model_alias",
-            "smollm2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            "2048",
-            "--n_threads",
-            "2",
-            "--verbose",
-            "False",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"llama_cpp.server exited: {process.stderr.read()[-3000:]}")
-        try:
-            if httpx.get(f"{base}/models", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.5)
-    else:
-        process.kill()
-        raise RuntimeError("llama_cpp.server did not start within 180 s")
-    yield base
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=30)
+    with contextlib.ExitStack() as stack:
+        running = {}
+
+        def get(backend: str):
+            if backend not in available_backends():
+                pytest.skip(
+                    f"the {backend} judge server is not installed here (scripts/install_llama_cpp.sh builds it)"
+                )
+            if backend not in running:
+                running[backend] = stack.enter_context(local_judge_server(backend))
+            return running[backend]
+
+        yield get
+
+
+@pytest.fixture(params=["transformers", "llama.cpp"])
+def server(request, servers):
+    return servers(request.param)
+
+
+@pytest.fixture
+def transformers_server(servers):
+    return servers("transformers")
+
+
+@pytest.fixture
+def llama_cpp_server(servers):
+    return servers("llama.cpp")
 
 
 PAIRS = [
@@ -91,14 +76,42 @@ PAIRS = [
 ]
 
 
+def _greedy_replies(messages: list[list[dict]], max_new_tokens: int) -> list[str]:
+    """What the served model itself answers, computed in this process: its chat template, greedy decoding."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from squarechipo.models import resolve_model_path
+
+    path = resolve_model_path("embedded")
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    replies = []
+    for conversation in messages:
+        ids = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, return_tensors="pt")
+        ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
+        replies.append(tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
+    return replies
+
+
 def test_judge_answers_through_a_real_server(server, tmp_path):
     judge = OpenAICompatibleJudge(
-        server, "smollm2", FINANCE_TEMPLATE, max_concurrency=2, cache_path=tmp_path / "c.sqlite"
+        server.base_url,
+        server.model,
+        FINANCE_TEMPLATE,
+        max_tokens=1,
+        max_concurrency=2,
+        cache_path=tmp_path / "c.sqlite",
     )
     prompts, a, b = map(list, zip(*PAIRS[:4]))
     verdicts = judge.verdicts(prompts, a, b)
     assert len(verdicts) == 4 and all(v.raw is not None for v in verdicts)
-    assert all(v.choice in (0, 1, None) for v in verdicts)
+    # Each verdict is the letter the model's own reply names: the client parses what the server said.
+    assert [v.choice for v in verdicts] == [parse_verdict(v.raw, FINANCE_TEMPLATE.options) for v in verdicts]
+    if server.backend == "transformers":  # the server runs the same weights: its replies are the model's greedy ones
+        messages = [FINANCE_TEMPLATE.messages(*pair) for pair in zip(prompts, a, b)]
+        assert [v.raw.strip() for v in verdicts] == [r.strip() for r in _greedy_replies(messages, judge.max_tokens)]
     assert judge.requests_sent == 4 and len(judge.cache) == 4
     # TRL's interface: indices into each completion pair, -1 where no answer.
     picks = judge.judge(prompts, [list(pair) for pair in zip(a, b)], shuffle_order=True, seed=0)
@@ -106,16 +119,22 @@ def test_judge_answers_through_a_real_server(server, tmp_path):
     judge.close()
 
 
-def test_logprobs_give_log_odds_that_agree_with_the_letter_and_survive_the_cache(server, tmp_path):
+def test_logprobs_give_log_odds_that_agree_with_the_letter_and_survive_the_cache(llama_cpp_server, tmp_path):
+    server = llama_cpp_server.base_url
     judge = OpenAICompatibleJudge(
-        server, "smollm2", FINANCE_TEMPLATE, max_tokens=1, logprobs=True, cache_path=tmp_path / "lp.sqlite"
+        server,
+        llama_cpp_server.model,
+        FINANCE_TEMPLATE,
+        max_tokens=1,
+        logprobs=True,
+        cache_path=tmp_path / "lp.sqlite",
     )
     prompts, a, b = map(list, zip(*PAIRS[:4]))
     verdicts = judge.verdicts(prompts, a, b)
     assert all(v.log_odds is not None and math.isfinite(v.log_odds) for v in verdicts)
     # The log-odds are log Σ P(A-like tokens) − log Σ P(B-like tokens) over the server's own top logprobs.
     body = {
-        "model": "smollm2",
+        "model": llama_cpp_server.model,
         "messages": FINANCE_TEMPLATE.messages(prompts[0], a[0], b[0]),
         "max_tokens": 1,
         "temperature": 0.0,
@@ -136,16 +155,19 @@ def test_logprobs_give_log_odds_that_agree_with_the_letter_and_survive_the_cache
     cached = judge.verdicts(prompts, a, b)
     assert judge.requests_sent == sent and [v.log_odds for v in cached] == [v.log_odds for v in verdicts]
     # The plain judge (no logprobs) has its own cache entries and reports no log-odds.
-    plain = OpenAICompatibleJudge(server, "smollm2", FINANCE_TEMPLATE, max_tokens=1, cache_path=tmp_path / "lp.sqlite")
+    plain = OpenAICompatibleJudge(
+        server, llama_cpp_server.model, FINANCE_TEMPLATE, max_tokens=1, cache_path=tmp_path / "lp.sqlite"
+    )
     assert all(v.log_odds is None for v in plain.verdicts(prompts, a, b)) and plain.requests_sent == 4
 
 
-def test_interrupted_run_resumes_from_the_cache(server, tmp_path):
+def test_interrupted_run_resumes_from_the_cache(transformers_server, tmp_path):
+    server, model = transformers_server.base_url, transformers_server.model
     cache = tmp_path / "cache.sqlite"
     script = textwrap.dedent(f"""
         import sys
         from squarechipo.judge.openai_compatible import OpenAICompatibleJudge
-        judge = OpenAICompatibleJudge({server!r}, "smollm2", max_concurrency=1, cache_path={str(cache)!r})
+        judge = OpenAICompatibleJudge({server!r}, {model!r}, max_tokens=1, max_concurrency=1, cache_path={str(cache)!r})
         pairs = {PAIRS!r}
         judge.verdicts([p for p, _, _ in pairs], [a for _, a, _ in pairs], [b for _, _, b in pairs])
     """)
@@ -157,11 +179,11 @@ def test_interrupted_run_resumes_from_the_cache(server, tmp_path):
     child.wait()
     done = len(JudgeCache(cache))
     assert 3 <= done < len(PAIRS), done
-    judge = OpenAICompatibleJudge(server, "smollm2", max_concurrency=2, cache_path=cache)
+    judge = OpenAICompatibleJudge(server, model, max_tokens=1, max_concurrency=2, cache_path=cache)
     verdicts = judge.verdicts(*map(list, zip(*PAIRS)))
     assert judge.requests_sent == len(PAIRS) - done  # only the missing ones were asked
     assert len(verdicts) == len(PAIRS) and len(judge.cache) == len(PAIRS)
-    again = OpenAICompatibleJudge(server, "smollm2", cache_path=cache)
+    again = OpenAICompatibleJudge(server, model, max_tokens=1, cache_path=cache)
     assert [v.raw for v in again.verdicts(*map(list, zip(*PAIRS)))] == [v.raw for v in verdicts]
     assert again.requests_sent == 0
 

@@ -10,15 +10,23 @@ import torch
 from scipy import stats
 
 from squarechipo.select import row_square_losses, select_index
-from squarechipo.select.exponential import _mechanism_logits
+from squarechipo.select.exponential import _mechanism_logits, select_indices
 
 N_DRAWS = 100_000
 
 
 def _frequencies(losses, epsilon, seed, n=N_DRAWS):
-    rng = np.random.default_rng(seed)
-    draws = np.fromiter((select_index(losses, epsilon, rng) for _ in range(n)), dtype=np.int64, count=n)
-    return np.bincount(draws, minlength=len(losses))
+    """Counts of n selections, drawn at once (the same indices as n calls of select_index: see the next test)."""
+    return np.bincount(select_indices(losses, epsilon, np.random.default_rng(seed), n), minlength=len(losses))
+
+
+def test_batched_selections_are_the_single_draws_of_the_same_stream():
+    losses = [0.0, 3.0, 5.0, 8.0, 20.0]
+    one_by_one = [select_index(losses, 1.0, rng) for rng in [np.random.default_rng(5)] for _ in range(3000)]
+    batched = select_indices(losses, 1.0, np.random.default_rng(5), 3000)
+    assert batched.tolist() == one_by_one and len(set(one_by_one)) >= 3
+    with pytest.raises(TypeError, match="Generator"):
+        select_indices(losses, 1.0, 42, 10)
 
 
 def _softmax(x):

@@ -20,18 +20,53 @@ def _run(command: list[str], cwd: Path, env: dict, timeout: int = 900) -> str:
     return done.stdout
 
 
+#: Run in the new venv: the installed wheel's requirements (no extras) that the environment does not satisfy.
+_UNMET_REQUIREMENTS = """
+from importlib.metadata import PackageNotFoundError, requires, version
+from packaging.requirements import Requirement
+unmet = []
+for line in requires("squarechipo"):
+    requirement = Requirement(line)
+    if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        found = version(requirement.name)
+    except PackageNotFoundError:
+        found = None
+    if found is None or not requirement.specifier.contains(found, prereleases=True):
+        unmet.append(f"{requirement} (found {found})")
+print(unmet)
+"""
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """(python, squarechipo command, env) of a fresh venv holding only the built wheel and its dependencies."""
+    """(python, squarechipo command, env) of a fresh venv holding the built wheel.
+
+    The wheel's dependencies come from this test run's own environment (a ``.pth`` line puts its site-packages
+    after the new venv's), and ``pip check`` verifies that they satisfy every requirement the wheel declares:
+    resolving and installing torch and the rest again from the index takes minutes and tests pip, not us. With
+    ``SQUARECHIPO_WHEEL_FRESH_VENV=1`` the venv installs everything from the index instead, as a user's would.
+    """
+    import sysconfig
+
     base = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(ROOT)], base, env)
     (wheel,) = (base / "dist").glob("squarechipo-*.whl")
-    _run([sys.executable, "-m", "venv", str(base / "venv")], base, env)
+    fresh = os.environ.get("SQUARECHIPO_WHEEL_FRESH_VENV") == "1"
+    _run([sys.executable, "-m", "venv", *([] if fresh else ["--without-pip"]), str(base / "venv")], base, env)
     python = base / "venv" / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run([*pip, "torch==2.13.0"], base, env)  # the CPU build first, as scripts/install.sh does
-    _run([*pip, str(wheel)], base, env)
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check"]
+    if fresh:
+        _run([*pip, "install", "-q", "torch==2.13.0"], base, env)  # the CPU build first, as scripts/install.sh does
+        _run([*pip, "install", "-q", str(wheel)], base, env)
+    else:
+        site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], base, env)
+        (Path(site.strip()) / "_test_run_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        _run([*pip, "install", "-q", "--no-deps", str(wheel)], base, env)
+        unmet = _run([str(python), "-c", _UNMET_REQUIREMENTS], base, env)
+        assert unmet.strip() == "[]", f"the wheel declares requirements this environment does not meet: {unmet}"
     return python, base / "venv" / "bin" / "squarechipo", env
 
 

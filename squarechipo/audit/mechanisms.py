@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from squarechipo.privacy.label_dp import k_rr, optimal_top_k, rr_with_prior, subset_mechanism
 from squarechipo.privacy.mechanisms import ctl, ltc, randomized_response
-from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_index
+from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_indices
 
 __all__ = ["AuditCase", "AuditResult", "audit_case", "epsilon_lower_bound", "mechanism_cases"]
 
@@ -48,7 +48,7 @@ class AuditCase:
     draw: Callable[[bool, int, np.random.Generator], int]
     neighbours: str
     event: str
-    #: Runs per input for this case (None: the audit's default); the selector is drawn one run at a time.
+    #: Runs per input for this case (None: the audit's default).
     samples: int | None = None
     planted_bug: bool = False
 
@@ -115,7 +115,7 @@ def _selector(epsilon: float, candidates: int):
 
     def draw(neighbour: bool, n: int, rng: np.random.Generator) -> int:
         losses = second if neighbour else first
-        return sum(select_index(losses, epsilon, rng) == 0 for _ in range(n))
+        return _chunked(n, lambda m: int(np.count_nonzero(select_indices(losses, epsilon, rng, m) == 0)))
 
     return draw
 

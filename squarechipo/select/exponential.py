@@ -21,7 +21,7 @@ import torch
 from squarechipo.losses import square_loss
 from squarechipo.privacy.calibration import check_epsilon
 
-__all__ = ["ROW_LOSS_SENSITIVITY", "row_preference_losses", "row_square_losses", "select_index"]
+__all__ = ["ROW_LOSS_SENSITIVITY", "row_preference_losses", "row_square_losses", "select_index", "select_indices"]
 
 #: Each row's square loss lies in [0, 4], so replacing one row moves a candidate's L by at most 4.
 ROW_LOSS_SENSITIVITY = 4.0
@@ -69,3 +69,14 @@ def select_index(losses, epsilon: float, rng: np.random.Generator, sensitivity: 
         raise TypeError(f"rng must be a numpy.random.Generator (got {type(rng).__name__}).")
     logits = _mechanism_logits(losses, epsilon, sensitivity)
     return int(np.argmax(logits + rng.gumbel(size=logits.shape)))
+
+
+def select_indices(
+    losses, epsilon: float, rng: np.random.Generator, n: int, sensitivity: float = ROW_LOSS_SENSITIVITY
+) -> np.ndarray:
+    """``n`` independent selections at once (for audits and tests of the mechanism's law). The noise is drawn in
+    the order ``n`` calls of :func:`select_index` would draw it, so both give the same indices on one stream."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (got {type(rng).__name__}).")
+    logits = _mechanism_logits(losses, epsilon, sensitivity)
+    return np.argmax(logits + rng.gumbel(size=(int(n), logits.size)), axis=1)
