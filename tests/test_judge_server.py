@@ -167,7 +167,9 @@ def test_interrupted_run_resumes_from_the_cache(transformers_server, tmp_path):
     script = textwrap.dedent(f"""
         import sys
         from squarechipo.judge.openai_compatible import OpenAICompatibleJudge
-        judge = OpenAICompatibleJudge({server!r}, {model!r}, max_tokens=1, max_concurrency=1, cache_path={str(cache)!r})
+        judge = OpenAICompatibleJudge(
+            {server!r}, {model!r}, max_tokens=1, max_concurrency=1, cache_path={str(cache)!r}
+        )
         pairs = {PAIRS!r}
         judge.verdicts([p for p, _, _ in pairs], [a for _, a, _ in pairs], [b for _, _, b in pairs])
     """)

@@ -31,8 +31,34 @@ def _rows(n=6, seed=0, scale=2.0, dtype=torch.float64):
 # --------------------------------------------------------------------------- values
 
 
-def test_methods_are_the_six_named_ones():
-    assert set(METHODS) == {"dpo", "chipo", "square_chipo", "square_dpo", "rdpo", "robust_chipo"}
+def _robust(m, c, rho):
+    return (-(1 - rho) * torch.log(torch.sigmoid(m)) + rho * torch.log(torch.sigmoid(-m))) / (1 - 2 * rho)
+
+
+#: The README's table of methods, typed from Zhou et al. 2025 (Square-χPO), §2 and Alg. 1: link g(ℓ) and loss on the
+#: clipped margin m = clip(β·(g(ℓ⁺) − g(ℓ⁻)), ±2R_max), with c = c(ε) and ρ = 1/(1 + e^ε).
+_TABLE = {
+    "dpo": (lambda r: r, lambda m, c, rho: -torch.log(torch.sigmoid(m))),
+    "chipo": (lambda r: torch.exp(r) + r, lambda m, c, rho: -torch.log(torch.sigmoid(m))),
+    "square_chipo": (lambda r: torch.exp(r) + r, lambda m, c, rho: (2 * torch.sigmoid(m) - 1 - c) ** 2),
+    "square_dpo": (lambda r: r, lambda m, c, rho: (2 * torch.sigmoid(m) - 1 - c) ** 2),
+    "rdpo": (lambda r: r, _robust),
+    "robust_chipo": (lambda r: torch.exp(r) + r, _robust),
+}
+
+
+def test_every_named_method_is_its_row_of_the_table():
+    """The six names, each computed as the README's link × loss row says, clipped and unclipped, at ε = 1."""
+    assert set(METHODS) == set(_TABLE)
+    pc, pr, rc, rr = _rows(n=32, seed=5, scale=1.5)
+    c, rho = debias_factor(1.0), flip_probability(1.0)
+    for name, (link, loss) in _TABLE.items():
+        for clip in (None, 0.4):
+            m = 0.3 * (link(pc - rc) - link(pr - rr))
+            m = m if clip is None else m.clamp(-clip, clip)
+            out = preference_loss(name, pc, pr, rc, rr, beta=0.3, clip=clip, epsilon=1.0)
+            torch.testing.assert_close(out.margins, m, msg=f"{name} margins, clip {clip}")
+            torch.testing.assert_close(out.losses, loss(m, c, rho), msg=f"{name} losses, clip {clip}")
 
 
 def test_dpo_matches_closed_form():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 
 import datasets
@@ -204,17 +205,42 @@ def test_dpo_loss_equals_trl_sigmoid_loss(tiny_model_factory, tokenizer, finance
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_each_method_trains(method, tiny_model_factory, tokenizer, finance_splits, tmp_path):
+def test_each_method_trains_with_its_own_loss(method, tiny_model_factory, tokenizer, finance_splits, tmp_path):
+    """The trainer's loss on a fixed batch is ``preference_loss(method, …)`` on the same log-probs (computed outside
+    the trainer), and on that batch every other method's loss differs, so a trainer that trained every method with
+    one loss fails here. Then one step trains: parameters move and the logged loss and metrics are finite."""
+    from squarechipo.losses import preference_loss
+    from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+
     train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
-    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, method=method, r_max=5.0), train)
+    args = make_config(tmp_path, method=method, r_max=5.0, beta=0.5, max_steps=1)
+    # A reference unlike the policy: at equal models every margin is 0, where DPO and χPO coincide.
+    policy_model, reference_model = tiny_model_factory(0), tiny_model_factory(1)
+    trainer = SquareChiPOTrainer(
+        policy_model, ref_model=reference_model, args=args, train_dataset=train, processing_class=tokenizer
+    )
+    tokenized = tokenize_preferences(train, tokenizer)
+    collator = preference_collator(tokenizer, max_length=args.max_length)
+    policy = model_logps(trainer.model, tokenized, collator, 8, "policy")
+    reference = model_logps(trainer.ref_model, tokenized, collator, 8, "reference")
+    expected = {
+        name: preference_loss(name, *policy, *reference, beta=0.5, clip=2 * 5.0, epsilon=1.0).losses.mean().item()
+        for name in METHODS
+    }
+    others = [name for name in METHODS if name != method]
+    # The check can tell the methods apart: they differ by far more than its tolerance (float32 log-probs, which
+    # χPO's link e^ℓ amplifies, against float64 ones).
+    assert all(abs(expected[method] - expected[o]) > 100 * 1e-4 * abs(expected[method]) for o in others), expected
+    with torch.no_grad():
+        loss = trainer.compute_loss(trainer.model, collator(tokenized)).item()
+    assert loss == pytest.approx(expected[method], rel=1e-4), (loss, expected)
+
     before = flat_params(trainer.model)
     trainer.train()
-    after = flat_params(trainer.model)
-    assert not torch.equal(before, after)
-    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    assert len(logs) == 2 and all(torch.isfinite(torch.tensor(entry["loss"])) for entry in logs)
-    for key in ("rewards/margins", "rewards/accuracies", "implied_p_chosen", "rewards/chosen"):
-        assert key in logs[-1]
+    assert not torch.equal(before, flat_params(trainer.model))
+    (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
+    keys = ("loss", "rewards/margins", "rewards/accuracies", "implied_p_chosen")
+    assert all(math.isfinite(log[key]) for key in keys)
 
 
 def test_implied_p_chosen_is_the_mean_sigmoid_of_the_clipped_margins(
@@ -227,7 +253,7 @@ def test_implied_p_chosen_is_the_mean_sigmoid_of_the_clipped_margins(
     from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 
     train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=1.0), seed=0)
-    args = make_config(tmp_path, method="square_chipo", r_max=0.05, beta=0.5, max_steps=3, learning_rate=5e-3)
+    args = make_config(tmp_path, method="square_chipo", r_max=0.5, beta=0.5, max_steps=2, learning_rate=1e-4)
     trainer = build(tiny_model_factory, tokenizer, args, train)
     trainer.train()
     logged = trainer.evaluate(train)["eval_implied_p_chosen"]
@@ -235,11 +261,17 @@ def test_implied_p_chosen_is_the_mean_sigmoid_of_the_clipped_margins(
     collator = preference_collator(tokenizer, max_length=args.max_length)
     policy = model_logps(trainer.model, tokenized, collator, 8, "policy")
     reference = model_logps(trainer.ref_model, tokenized, collator, 8, "reference")
-    margins = preference_loss(
-        "square_chipo", policy[0], policy[1], reference[0], reference[1], beta=0.5, clip=2 * 0.05, epsilon=1.0
-    ).margins
+
+    def implied(method, clip):
+        margins = preference_loss(method, *policy, *reference, beta=0.5, clip=clip, epsilon=1.0).margins
+        return margins, torch.sigmoid(margins).mean().item()
+
+    margins, want = implied("square_chipo", 2 * 0.5)
     assert margins.abs().max() > 1e-3  # training moved the policy, so the check is not σ(0) = 0.5
-    assert logged == pytest.approx(torch.sigmoid(margins).mean().item(), abs=1e-5)
+    # Some margins are inside the clip, so the link matters: DPO's margins or no clip would give another value.
+    assert (margins.abs() < 2 * 0.5 - 1e-6).any()
+    assert min(abs(want - implied("dpo", 2 * 0.5)[1]), abs(want - implied("square_chipo", None)[1])) > 1e-4
+    assert logged == pytest.approx(want, abs=1e-5)
 
 
 def _separable(n, offset=0):
