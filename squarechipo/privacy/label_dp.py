@@ -33,6 +33,7 @@ __all__ = [
     "rr_with_prior_distribution",
     "k_rr",
     "k_rr_weights",
+    "subset_inclusion_probabilities",
     "subset_mechanism",
     "subset_weights",
     "analyzer_variance",
@@ -124,13 +125,20 @@ def k_rr_weights(released, num_labels: int, epsilon: float) -> np.ndarray:
     return ((math.exp(eps) + num_labels - 1) * one_hot - 1.0) / math.expm1(eps)
 
 
-def subset_mechanism(labels, num_labels: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """Chua et al. 2024 (local label DP)'s randomizer: a boolean (n, K) subset; the true label is in it w.p. 1/2, each
-    other w.p. 1/(e^ε+1)."""
+def subset_inclusion_probabilities(labels, num_labels: int, epsilon: float) -> np.ndarray:
+    """(n, K) P(k ∈ S | y) of the subset mechanism (Chua et al. 2024 (local label DP)): 1/2 for the true label,
+    1/(e^ε+1) for each other; labels enter independently, so P(S | y) is the product over k."""
     eps = check_epsilon(epsilon, finite=True)
     y = check_labels(labels, num_labels)
     probability = np.full((len(y), num_labels), 1.0 / (math.exp(eps) + 1.0))
     probability[np.arange(len(y)), y] = 0.5
+    return probability
+
+
+def subset_mechanism(labels, num_labels: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Chua et al. 2024 (local label DP)'s randomizer: a boolean (n, K) subset, each label drawn independently with
+    its :func:`subset_inclusion_probabilities`."""
+    probability = subset_inclusion_probabilities(labels, num_labels, epsilon)
     return rng.random(probability.shape) < probability
 
 
