@@ -427,3 +427,11 @@ def test_lp2st_prior_survives_a_stage1_policy_that_underflows_to_zero():
     )
     pairs = np.sort(np.stack([part2.chosen[0], part2.rejected[0]]), axis=0)
     np.testing.assert_array_equal(np.sort(np.stack([chosen, rejected]), axis=0), pairs)
+    # The prior itself: finite probabilities that follow the margin. Two underflowed actions tie; an underflowed
+    # action loses to one with mass, in either order.
+    u, v = np.array([0, 0, 2, 1]), np.array([1, 2, 0, 2])
+    prior = ms.stage2_prior(stage1[0], log_ref, np.zeros(4, int), u, v, beta=0.5, clip=4.0, temperature=1)
+    assert np.isfinite(prior).all() and ((prior >= 0) & (prior <= 1)).all()
+    np.testing.assert_allclose(prior.sum(axis=1), 1.0)
+    assert prior[0, 1] == 0.5 and prior[1, 1] < 0.5 < prior[2, 1] and prior[3, 1] < 0.5
+    np.testing.assert_allclose(prior[1], prior[2][::-1])  # the same pair in the other order

@@ -82,6 +82,27 @@ class TwoStageRelease(NamedTuple):
     from_prior: np.ndarray
 
 
+def stage2_prior(
+    stage1: np.ndarray, log_ref: np.ndarray, x, u, v, *, beta: float, clip: float | None, temperature: float
+) -> np.ndarray:
+    """(n, 2) prior [P(v preferred), P(u preferred)] of each pair from the stage-1 policy (contexts × actions): the
+    Bradley–Terry probability σ(h/T) of its χPO margin h (Ghazi et al. 2021 (label DP), §4)."""
+    # A stage-1 policy can underflow to exactly 0 on an action; log 0 = −inf on both sides of a margin
+    # would make it NaN, so floor at the smallest positive double (ℓ ≈ −708: the link's value is still finite).
+    log_pi = np.log(np.maximum(stage1, np.finfo(np.float64).tiny))
+    h = margins(
+        torch.as_tensor(log_pi[x, u]),
+        torch.as_tensor(log_pi[x, v]),
+        torch.as_tensor(log_ref[x, u]),
+        torch.as_tensor(log_ref[x, v]),
+        beta=beta,
+        link="chipo",
+        clip=clip,
+    ).numpy()
+    p_u = 1.0 / (1.0 + np.exp(-h / temperature))
+    return np.stack([1 - p_u, p_u], axis=1)
+
+
 def _stage2_release(
     part2: PreferenceData, stage1: np.ndarray, log_ref: np.ndarray, epsilon: float, rngs, *, beta, clip, temperature
 ):
@@ -92,20 +113,8 @@ def _stage2_release(
         swap = rng.random(len(x)) < 0.5
         u, v = np.where(swap, bad, good), np.where(swap, good, bad)
         label = (~swap).astype(np.int64)
-        # A stage-1 policy can underflow to exactly 0 on an action; log 0 = −inf on both sides of a margin
-        # would make it NaN, so floor at the smallest positive double (ℓ ≈ −708: the link's value is still finite).
-        log_pi = np.log(np.maximum(stage1[s], np.finfo(np.float64).tiny))
-        h = margins(
-            torch.as_tensor(log_pi[x, u]),
-            torch.as_tensor(log_pi[x, v]),
-            torch.as_tensor(log_ref[x, u]),
-            torch.as_tensor(log_ref[x, v]),
-            beta=beta,
-            link="chipo",
-            clip=clip,
-        ).numpy()
-        p_u = 1.0 / (1.0 + np.exp(-h / temperature))
-        released, from_prior = rr_with_prior(label, np.stack([1 - p_u, p_u], axis=1), epsilon, rng)
+        prior = stage2_prior(stage1[s], log_ref, x, u, v, beta=beta, clip=clip, temperature=temperature)
+        released, from_prior = rr_with_prior(label, prior, epsilon, rng)
         u_wins = released == 1
         yield np.where(u_wins, u, v), np.where(u_wins, v, u), from_prior
 
