@@ -25,6 +25,21 @@ def test_local_judge_reads_option_probabilities(judge, finance_splits):
         probs = json.loads(verdict.raw)
         assert set(probs) == {"P(A)", "P(B)"} and 0 < probs["P(A)"] + probs["P(B)"] <= 1 + 1e-6
         assert verdict.choice == int(probs["P(B)"] > probs["P(A)"])
+    # The probabilities are the model's next-token mass on the letters, read here without the judge's code: one
+    # unpadded conversation, a full softmax, and every vocabulary entry that decodes to "A" or " A" (or B).
+    import torch
+
+    tokenizer = judge.tokenizer
+    letters = {o: [i for i in range(len(tokenizer)) if tokenizer.decode([i]) in (o, " " + o)] for o in ("A", "B")}
+    for row, verdict in zip(test.select(range(2)), verdicts):
+        messages = FINANCE_TEMPLATE.messages(row["prompt"], row["chosen"], row["rejected"])
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            probs = torch.softmax(judge.model(input_ids=ids).logits[0, -1].double(), dim=-1)
+        reported = json.loads(verdict.raw)
+        for option, ids_of_letter in letters.items():
+            assert reported[f"P({option})"] == pytest.approx(probs[ids_of_letter].sum().item(), abs=1e-4)
     # Deterministic: the same inputs give the same verdicts, batched or not.
     again = [judge.verdicts([p], [c], [r])[0] for p, c, r in zip(test["prompt"], test["chosen"], test["rejected"])]
     assert [v.choice for v in again] == [v.choice for v in verdicts]
