@@ -125,7 +125,17 @@ def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "Win rate of" in out.stdout and "judge gold accuracy" in out.stdout and "(ties as ½" in out.stdout
+    # What it prints is what it wrote: the headline (ties as ½) over the 4 prompts, and the judge's accuracy on the
+    # 4 gold pairs, each recomputed from the rows of the files it wrote.
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / "eval" / "judgments.jsonl").read_text().splitlines()]
+    scores = {"win": 1.0, "tie": 0.5, "identical": 0.5, "loss": 0.0}
+    headline = sum(scores[r["outcome"]] for r in rows) / len(rows)
+    assert len(rows) == 4 and summary["overall"]["win_rate_half_ties"] == pytest.approx(headline)
+    assert f"win rate {headline:.1%}" in out.stdout and "over 4 prompts" in out.stdout
+    calibration = summary["calibration"]
+    assert calibration["n_pairs"] == len((tmp_path / "eval" / "calibration.jsonl").read_text().splitlines()) == 4
+    assert f"judge gold accuracy {calibration['rule_accuracy']:.1%}" in out.stdout
     agg = subprocess.run(
         [sys.executable, "eval/aggregate.py", "--out", str(tmp_path / "table"), str(tmp_path / "eval")],
         cwd=ROOT,
@@ -133,7 +143,32 @@ def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
         text=True,
         timeout=120,
     )
-    assert agg.returncode == 0 and "| all | policy |" not in agg.stdout and "policy" in agg.stdout
+    assert agg.returncode == 0, agg.stderr[-3000:]
+    # The table's cell is that run's headline, the same number, and the table file holds it.
+    assert f"| all | {100 * headline:.1f} ± 0.0 (n=1) |" in agg.stdout
+    assert json.loads((tmp_path / "table" / "table.json").read_text()) == {"all/policy": [headline]}
+
+
+def test_aggregate_is_the_mean_and_sd_of_each_runs_headline(tmp_path):
+    """eval/aggregate.py's Table 1 cell: mean ± sample SD over seeds of the ties-as-½ win rate, per setting and method;
+    the judge line averages each run's rule accuracy."""
+    from squarechipo.evaluation.report import aggregate_runs
+
+    runs = []
+    for seed, (win, strict, accuracy) in enumerate([(0.625, 0.5, 0.75), (0.5, 0.25, 0.5), (0.75, 0.75, 1.0)]):
+        run = tmp_path / f"seed{seed}"
+        run.mkdir()
+        summary = {
+            "policy": "out/square_chipo",
+            "label": {"setting": "CTL", "method": "square_chipo"},
+            "overall": {"win_rate_half_ties": win, "win_rate": strict},
+            "calibration": {"rule_accuracy": accuracy, "accuracy": 0.0},
+        }
+        (run / "summary.json").write_text(json.dumps(summary))
+        runs.append(run)
+    text = aggregate_runs(runs, tmp_path / "table")
+    assert "| CTL | 62.5 ± 12.5 (n=3) |" in text  # mean 62.5, sample SD of (62.5, 50, 75) is 12.5
+    assert "CTL/square_chipo 75.0%" in text
 
 
 def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_path):

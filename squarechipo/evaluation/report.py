@@ -225,8 +225,8 @@ def write_chart(summary: dict[str, Any], path: Path) -> None:
 
 
 def aggregate_runs(run_dirs: list[str | Path], out: str | Path) -> str:
-    """Mean ± std of the win rate over seeds, as Zhou et al. 2025 (Square-χPO)'s Table 1 (rows: setting, columns:
-    method).
+    """Mean ± std over seeds of each run's headline win rate (ties as ½), as Zhou et al. 2025 (Square-χPO)'s Table 1
+    (rows: setting, columns: method).
 
     Each run's ``summary.json`` carries ``label.setting`` and ``label.method`` (``eval/judge.py
     --setting CTL --method square_chipo``). Writes ``table.md`` and ``table.json``; returns the Markdown.
@@ -239,9 +239,11 @@ def aggregate_runs(run_dirs: list[str | Path], out: str | Path) -> str:
             summary["label"].get("setting", "all"),
             summary["label"].get("method", Path(str(summary["policy"])).name),
         )
-        groups[key].append(summary["overall"]["win_rate"])
+        # The headline win rate (ties and identical responses as ½) and the accuracy of the rule it was decided by,
+        # as each run printed them.
+        groups[key].append(summary["overall"]["win_rate_half_ties"])
         if summary.get("calibration"):
-            calibration[key].append(summary["calibration"]["accuracy"])
+            calibration[key].append(summary["calibration"]["rule_accuracy"])
     settings = sorted({s for s, _ in groups})
     methods = sorted({m for _, m in groups})
 
@@ -264,7 +266,7 @@ def aggregate_runs(run_dirs: list[str | Path], out: str | Path) -> str:
     )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    text = f"Win rate (%) against the baseline, mean ± std over seeds.\n\n{table}\n\n{judge_line}\n"
+    text = f"Win rate (%, ties as ½) against the baseline, mean ± std over seeds.\n\n{table}\n\n{judge_line}\n"
     (out / "table.md").write_text(text, encoding="utf-8")
     (out / "table.json").write_text(
         json.dumps({f"{s}/{m}": v for (s, m), v in groups.items()}, indent=2), encoding="utf-8"
