@@ -129,12 +129,19 @@ def test_cli_writes_every_dataset(tmp_path):
         check=True,
     )
     assert "finance_sft_conversational" in out.stdout
-    for name in ("finance_preference", "finance_preference_conversational"):
-        assert set(datasets.load_from_disk(str(tmp_path / name))) == {"train", "validation", "test", "judge"}
-        assert (tmp_path / "jsonl" / name / "judge.jsonl").exists()
-    for name in ("finance_sft", "finance_sft_conversational"):
-        assert set(datasets.load_from_disk(str(tmp_path / name))) == {"train", "validation"}
-        assert (tmp_path / "jsonl" / name / "train.jsonl").exists()
+    # Every dataset and split the command wrote holds exactly the rows build_datasets makes with those arguments, in
+    # the saved folder and in its JSONL copy.
+    import json
+
+    built = build_datasets(140, seed=3, sft_rows=40, judge_rows=20)
+    splits = {"preference": {"train", "validation", "test", "judge"}, "sft": {"train", "validation"}}
+    for name, expected in built.items():
+        saved = datasets.load_from_disk(str(tmp_path / name))
+        assert set(saved) == set(expected) == splits[name.split("_")[1]], name
+        for split in expected:
+            assert saved[split].to_list() == expected[split].to_list(), (name, split)
+            lines = (tmp_path / "jsonl" / name / f"{split}.jsonl").read_text().splitlines()
+            assert [json.loads(line) for line in lines] == expected[split].to_list(), (name, split)
 
 
 # --------------------------------------------------------------------------- loader
