@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# llama-cpp-python for the tests: it serves the embedded GGUF as a real OpenAI-compatible judge server
-# (tests/test_judge_server.py), and users can run it as a local judge server. The main job never uses it, so
-# only the test command installs it. It compiles llama.cpp (about 9 minutes on 2 cores), so the wheel is built
-# once and cached. SQUARECHIPO_SKIP_LLAMA_CPP=1 skips it (the server tests then skip too).
+# Optional: llama-cpp-python, a local OpenAI-compatible judge server for the embedded GGUF that also returns
+# log-probabilities (`--judge-logprobs`). Neither the main job nor the test command needs it (their server is
+# `transformers serve`, pure Python); where it is installed, tests/test_judge_server.py tests it too. It compiles
+# llama.cpp (4-9 minutes on 2 cores), so the wheel is built once and cached. SQUARECHIPO_SKIP_LLAMA_CPP=1 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${SQUARECHIPO_VENV:-.venv}

@@ -36,19 +36,24 @@ NOT_RUN = {
     r"--full": "the full grid takes hours",
     r"--scale paper(?!.*--dry-run)": "the paper's sizes need a GPU (the dry run below checks the plan)",
 }
+SMALL_DATA = ["--rows", "140", "--sft-rows", "40", "--judge-rows", "40"]
 #: Size flags shrunk for the test: pattern → replacement.
 SIZES = [
-    (r"((?:squarechipo data finance|-m data_gen\.finance) --out data)", r"\1 --rows 140 --sft-rows 40 --judge-rows 40"),
+    (r"((?:squarechipo data finance|-m data_gen\.finance) --out data)", r"\1 " + " ".join(SMALL_DATA)),
     (r"--samples \d+", "--samples 20000"),
     (r"--scale cpu", "--scale tiny_scale.yaml"),
     (r"(-m squarechipo\.sim)(?!.*--seeds)", r"\1 --seeds 2"),
     (r"(reproduce study (pilot|main|report))", r"\1 --design tiny_design.yaml"),
     (r"bench_privatize\.py", "bench_privatize.py --labels 100000 --rows 2000 --repeats 1"),
-    (r"bench_trainer\.py", "bench_trainer.py --models tiny --steps 1"),
-    (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge"),
+    (r"bench_trainer\.py", "bench_trainer.py --models tiny --steps 1 --checkpointing off"),
+    (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge --model tiny"),
+    # The small data's train split holds 119 rows: 16 training rows and 40 canaries after them.
+    (r"(-m squarechipo\.audit training)(?!.*--canaries)", r"\1 --canaries 40"),
 ]
 _MODEL_KEYS = ("model_name_or_path", "ref_model")
 _SMALL = {"max_train_samples": 16, "max_eval_samples": 4, "max_samples": 8, "max_length": 512, "num_train_epochs": 1}
+#: A training config (one with ``num_train_epochs``) trains this many steps at most.
+_MAX_STEPS = 2
 
 
 def commands(page: Path) -> list[str]:
@@ -78,6 +83,8 @@ def _shrink_config(path: Path, work: Path) -> None:
     for key, small in _SMALL.items():
         if key in config:
             config[key] = small if config[key] is None else min(config[key], small)
+    if "num_train_epochs" in config:
+        config["max_steps"] = min(config.get("max_steps") or _MAX_STEPS, _MAX_STEPS)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
@@ -99,11 +106,14 @@ def _argv(command: str, work: Path) -> list[str]:
     return argv
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory, tokenizer):
+#: Pages that use what an earlier page made (README's models in outputs/): run in this order, in one folder, on one
+#: test worker. Every other page needs only the data and runs on its own folder, so pages run in parallel.
+CHAIN = ("README.md", "docs/training.md", "docs/evaluation.md")
+
+
+def _make_work(folder: Path, tokenizer) -> Path:
     from conftest import make_tiny_classifier, make_tiny_model
 
-    folder = tmp_path_factory.mktemp("docs")
     for name in ("recipes", "benchmarks", "eval"):
         shutil.copytree(ROOT / name, folder / name)
     shutil.copy(ROOT / "README.md", folder / "README.md")
@@ -117,7 +127,10 @@ def work(tmp_path_factory, tokenizer):
     (folder / "tiny_scale.yaml").write_text("base: tiny\nbase_model: tiny\nlearning_rate: 1.0e-3\n")
     # Two pilot seeds and the pilot's two arms in the main run, with a budget that binds: the plan is then 2 seeds ×
     # 2 arms, every step of the protocol runs, and the page's commands take 8 tiny cells instead of about 40.
-    arms = [{"method": "dpo", "setting": "CTL", "epsilon": 0.5}, {"method": "square_chipo", "setting": "CTL", "epsilon": 0.5}]
+    arms = [
+        {"method": "dpo", "setting": "CTL", "epsilon": 0.5},
+        {"method": "square_chipo", "setting": "CTL", "epsilon": 0.5},
+    ]
     design = {
         "base_model": "tiny", "sft_rows": 8, "judge_rows": 16, "train_rows": 16, "bf16": False, "max_length": 96,
         "test_prompts": 3, "max_new_tokens": 6, "eval_dtype": "float32", "budget_hours": 0.001, "effect_points": 50.0,
@@ -127,8 +140,32 @@ def work(tmp_path_factory, tokenizer):
     return folder
 
 
+@pytest.fixture(scope="module")
+def chain_work(tmp_path_factory, tokenizer):
+    return _make_work(tmp_path_factory.mktemp("docs_chain"), tokenizer)
+
+
+@pytest.fixture
+def work(page, request, tmp_path_factory, tokenizer):
+    """The page's working folder: the chain's shared one, or a fresh one holding the README's data (made in this
+    process by the README's own generator, at the tests' small size)."""
+    if page in CHAIN:
+        return request.getfixturevalue("chain_work")
+    from squarechipo.data.finance import main as make_data
+
+    folder = _make_work(tmp_path_factory.mktemp("docs"), tokenizer)
+    make_data(["--out", str(folder / "data"), *SMALL_DATA])
+    return folder
+
+
+def _page(page: str):
+    marks = [pytest.mark.xdist_group("docs_chain")] if page in CHAIN else []
+    return pytest.param(page, marks=marks, id=page)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.integration
+@pytest.mark.parametrize("page", [_page(p) for p in PAGES])
 def test_every_command_of_the_page_runs(page, work):
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     ran = 0
