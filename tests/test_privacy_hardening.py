@@ -17,8 +17,8 @@ import datasets
 import numpy as np
 import pytest
 
+from squarechipo.data.integrity import KEY_ENV, MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
-from squarechipo.privacy.integrity import KEY_ENV, MARKER, IntegrityError
 from squarechipo.privacy.release import load_release, release_once
 
 
@@ -103,13 +103,20 @@ def test_an_edited_ledger_edited_labels_or_a_deleted_ledger_are_refused(tmp_path
             load_release(clean)
 
     # A forger who recomputes the digest still has to keep the release consistent with its own pipeline.
-    from squarechipo.privacy.integrity import seal
+    from squarechipo.data.integrity import seal
 
     def consistent_forgery(ledger):
         ledger["releases"][0]["mechanism"] = "none"
         ledger.update(seal(ledger))
 
     _edit_ledger(fresh(), consistent_forgery)
+    with pytest.raises(IntegrityError, match="the privacy ledger is not the one this release was saved with"):
+        load_release(clean)  # the marker names the original ledger's digest
+    marker = json.loads((clean / MARKER).read_text())
+    marker["ledger_digest"] = json.loads(
+        json.loads((clean / "dataset_info.json").read_text())["description"].split("\n", 1)[1]
+    )["digest"]
+    (clean / MARKER).write_text(json.dumps(seal(marker)))  # ... so the forger re-seals the marker too
     with pytest.raises(IntegrityError, match="disagrees with itself: mechanism 'none' for a pipeline of ε 0.5"):
         load_release(clean)
 
@@ -143,6 +150,86 @@ def test_a_keyed_ledger_is_checked_with_the_key(tmp_path, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
     with pytest.raises(IntegrityError, match=f"sealed with a secret key; set {KEY_ENV}"):
         get_ledger(released)
+    # The forger the key exists for: without the key, they edit the ledger and re-seal it with a plain digest. With
+    # the key set, a plain seal is refused, however well it matches.
+    from squarechipo.data import metadata
+    from squarechipo.data.integrity import seal
+
+    plain = release_dataset(_rows(), LabelPipeline(epsilon=1.0), seed=0)  # sealed with sha256 (no key now)
+    record = json.loads(metadata.read_block(plain))
+    record["releases"][0]["epsilon"] = record["releases"][0]["pipeline"]["epsilon"] = 8.0
+    forged = metadata.with_block(plain, json.dumps(seal(record)))
+    assert get_ledger(forged).total_epsilon == 8.0  # without a key, a re-sealed plain digest cannot be told apart
+    monkeypatch.setenv(KEY_ENV, "team-secret")
+    with pytest.raises(IntegrityError, match=f"{KEY_ENV} is set, but the privacy ledger carries a plain sha256"):
+        get_ledger(forged)
+
+
+@pytest.mark.parametrize("name", ["release", "release.jsonl", "release.parquet"])
+def test_every_saved_form_carries_and_checks_a_rows_digest(tmp_path, name):
+    """Folder, JSONL and Parquet alike: edited labels under the original ledger, a deleted marker (or a JSONL sidecar
+    holding the ledger alone, as before markers existed) are refused by every loader."""
+    from squarechipo.data import load_preference_dataset, metadata
+    from squarechipo.privacy import load_privatized, save_privatized
+
+    released = release_dataset(_rows(), LabelPipeline(epsilon=0.5), seed=0)
+    path = save_privatized(released, tmp_path / name)
+    for load in (load_privatized, load_preference_dataset):
+        assert load(path)["chosen"] == released["chosen"] and get_ledger(load(path)) == get_ledger(released)
+    # Edit one label (swap a pair) in the stored rows, keeping the ledger and the marker.
+    table = released.data.table.to_pydict()
+    table["chosen"][0], table["rejected"][0] = table["rejected"][0], table["chosen"][0]
+    edited = datasets.Dataset.from_dict(table)
+    if name.endswith(".jsonl"):
+        edited.to_json(str(path), lines=True, force_ascii=False)
+    elif name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(str(path))
+        pq.write_table(edited.data.table.replace_schema_metadata(schema.metadata), str(path))
+    else:
+        shutil.copy(path / MARKER, tmp_path / "marker")
+        shutil.copy(path / "dataset_info.json", tmp_path / "info")
+        shutil.rmtree(path)
+        edited.save_to_disk(str(path))
+        shutil.copy(tmp_path / "info", path / "dataset_info.json")
+        shutil.copy(tmp_path / "marker", path / MARKER)
+    for load in (load_privatized, load_preference_dataset):
+        with pytest.raises(IntegrityError, match="the released rows changed after the release was saved"):
+            load(path)
+    # Delete the marker (the ledger stays): refused, not skipped.
+    save_privatized(released, tmp_path / "again" / name)
+    again = tmp_path / "again" / name
+    if name.endswith(".jsonl"):
+        sidecar = Path(str(again) + metadata.SIDECAR_SUFFIX)
+        sidecar.write_text(json.dumps(json.loads(sidecar.read_text())["ledger"]))
+    elif name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(str(again))
+        stored = {k: v for k, v in table.schema.metadata.items() if k != metadata.PARQUET_MARKER_KEY}
+        pq.write_table(table.replace_schema_metadata(stored), str(again))
+    else:
+        (again / MARKER).unlink()
+    for load in (load_privatized, load_preference_dataset):
+        with pytest.raises(IntegrityError, match="carries a privacy ledger but no release marker"):
+            load(again)
+
+
+def test_a_dataset_dict_is_saved_with_one_marker_record_per_released_split(tmp_path):
+    from squarechipo.data import load_preference_dataset
+    from squarechipo.privacy import load_privatized, save_privatized
+
+    data = datasets.DatasetDict(
+        {"train": release_dataset(_rows(), LabelPipeline(epsilon=0.5), seed=0), "test": _rows(6)}
+    )
+    path = save_privatized(data, tmp_path / "dict")
+    assert set(json.loads((path / MARKER).read_text())["splits"]) == {"train"}
+    loaded = load_privatized(path)
+    assert loaded["train"]["chosen"] == data["train"]["chosen"] and get_ledger(loaded["test"]) is None
+    (path / MARKER).unlink()
+    with pytest.raises(IntegrityError, match=r"\[train\] carries a privacy ledger but no release marker"):
+        load_preference_dataset(path)
 
 
 def test_an_interrupted_release_is_completed_from_its_staged_copy_or_refused(tmp_path):
@@ -165,7 +252,7 @@ def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_
     the pipeline, the ledger and the folder's marker describe those rows, and a re-run (another seed) returns the
     same release without drawing noise or rewriting a byte of the folder."""
     from squarechipo.data.fingerprint import preference_fingerprint
-    from squarechipo.privacy.integrity import rows_digest
+    from squarechipo.data.integrity import rows_digest
     from squarechipo.privacy.mechanisms import ctl
 
     rows, folder = _rows(), tmp_path / "release"

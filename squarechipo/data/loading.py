@@ -8,7 +8,9 @@ Sources, in the order they are tried:
 3. a folder of such files (one file per split, e.g. ``train.jsonl``, ``test.jsonl``);
 4. anything else is a hub id for :func:`datasets.load_dataset` (needs a network).
 
-Every split is validated (:func:`~squarechipo.data.validation.validate_preference_dataset`).
+Every split that carries a privacy ledger is checked against its release marker first
+(:func:`~squarechipo.data.integrity.check_marker`: a missing marker is an error), then every split is validated
+(:func:`~squarechipo.data.validation.validate_preference_dataset`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data import metadata
+from squarechipo.data.integrity import check_marker
 from squarechipo.data.validation import validate_preference_dataset
 
-__all__ = ["load_preference_dataset"]
+__all__ = ["load_data_file", "load_preference_dataset", "load_saved_folder"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -66,14 +69,31 @@ def _read_rows(path: Path, builder: str) -> datasets.Dataset:
     return data
 
 
-def _load_file(path: Path) -> datasets.Dataset:
+def load_data_file(path: str | os.PathLike) -> datasets.Dataset:
+    """One ``.jsonl``/``.json``, ``.parquet`` or ``.csv`` file; a ledger it carries is checked against its marker."""
+    path = Path(path)
     builder = _FILE_BUILDERS.get(path.suffix.lower())
     if builder is None:
         raise ValueError(f"unsupported file type {path.suffix!r} for {path}: use .jsonl, .json, .parquet or .csv.")
     data = _read_rows(path, builder)
-    # The privacy ledger of a released file travels in its sidecar or Parquet metadata (squarechipo.data.metadata).
-    block = metadata.read_block_for_path(path) if builder in ("json", "parquet") else None
+    # The privacy ledger of a released file travels in its sidecar or Parquet metadata (squarechipo.data.metadata),
+    # with the marker that seals its rows.
+    block, marker = metadata.read_blocks_for_path(path) if builder in ("json", "parquet") else (None, None)
+    check_marker(marker, data, metadata.block_digest(block), str(path))
     return metadata.with_block(data, block) if block is not None else data
+
+
+def load_saved_folder(path: str | os.PathLike) -> datasets.Dataset | datasets.DatasetDict:
+    """A ``save_to_disk`` folder, each split that carries a ledger checked against the folder's release marker."""
+    data = datasets.load_from_disk(str(path))
+    marker = metadata.read_folder_marker(path)
+    if isinstance(data, datasets.Dataset):
+        check_marker(marker, data, metadata.block_digest(metadata.read_block(data)), str(path))
+        return data
+    splits = (marker or {}).get("splits", {})
+    for name, split in data.items():
+        check_marker(splits.get(name), split, metadata.block_digest(metadata.read_block(split)), f"{path} [{name}]")
+    return data
 
 
 def _load_folder_of_files(path: Path) -> datasets.DatasetDict:
@@ -82,7 +102,7 @@ def _load_folder_of_files(path: Path) -> datasets.DatasetDict:
         raise ValueError(
             f"{path} is a folder with no dataset: expected a save_to_disk folder or .jsonl/.parquet/.csv files."
         )
-    return datasets.DatasetDict({p.stem: _load_file(p) for p in files})
+    return datasets.DatasetDict({p.stem: load_data_file(p) for p in files})
 
 
 def _load_hub(name: str, config: str | None) -> datasets.DatasetDict | datasets.Dataset:
@@ -113,9 +133,9 @@ def load_preference_dataset(
     """
     path = Path(source).expanduser()
     if path.is_dir() and _is_saved_dataset(path):
-        data = datasets.load_from_disk(str(path))
+        data = load_saved_folder(path)
     elif path.is_file():
-        data = _load_file(path)
+        data = load_data_file(path)
     elif path.is_dir():
         data = _load_folder_of_files(path)
     elif path.suffix.lower() in _FILE_BUILDERS or str(source).startswith((".", "/", "~")):

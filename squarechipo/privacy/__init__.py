@@ -6,13 +6,7 @@ from squarechipo.privacy.calibration import (
     debias_factor_from_flip_rate,
     flip_probability,
 )
-from squarechipo.privacy.ledger import (
-    PrivacyLedger,
-    Release,
-    get_ledger,
-    load_privatized,
-    save_privatized,
-)
+from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger
 from squarechipo.privacy.measurements import KaryRR, LabelPipeline, RRWithPrior, SubsetMechanism
 from squarechipo.privacy.mechanisms import (
     ADVERSARIES,
@@ -21,7 +15,7 @@ from squarechipo.privacy.mechanisms import (
     ltc,
     randomized_response,
 )
-from squarechipo.privacy.release import release_dataset, release_once
+from squarechipo.privacy.release import load_privatized, release_dataset, release_once, save_privatized
 
 __all__ = [
     "ADVERSARIES",

@@ -2,7 +2,8 @@
 
 A privatized :class:`datasets.Dataset` carries a :class:`PrivacyLedger` as the JSON block of
 :mod:`squarechipo.data.metadata`, which keeps it with the data in memory, in ``save_to_disk`` folders,
-Parquet files and JSONL files (:func:`save_privatized` / :func:`load_privatized`).
+Parquet files and JSONL files (saved and loaded with their release marker by
+:func:`squarechipo.privacy.release.save_privatized` / :func:`~squarechipo.privacy.release.load_privatized`).
 
 What the ledger never holds: the seed, which rows were swapped, or anything else that is a
 function of the raw labels. Only public parameters of the release.
@@ -16,14 +17,13 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import datasets
 
 from squarechipo.data import metadata
+from squarechipo.data.integrity import IntegrityError, check_seal, seal
 from squarechipo.privacy.calibration import debias_factor, flip_probability
-from squarechipo.privacy.integrity import IntegrityError, check_seal, seal
 
 __all__ = [
     "IntegrityError",
@@ -34,8 +34,6 @@ __all__ = [
     "extend_ledger",
     "get_ledger",
     "with_ledger",
-    "save_privatized",
-    "load_privatized",
     "read_ledger_for_path",
 ]
 
@@ -346,7 +344,7 @@ class PrivacyLedger:
 
     @property
     def digest(self) -> str:
-        """The digest sealing this ledger's fields (:mod:`squarechipo.privacy.integrity`)."""
+        """The digest sealing this ledger's fields (:mod:`squarechipo.data.integrity`)."""
         return self.verified_digest or self.to_dict()["digest"]
 
     def to_json(self) -> str:
@@ -390,43 +388,7 @@ def with_ledger(dataset: datasets.Dataset, ledger: PrivacyLedger) -> datasets.Da
     return metadata.with_block(dataset, ledger.to_json())
 
 
-def save_privatized(dataset: datasets.Dataset | datasets.DatasetDict, path: str | os.PathLike) -> Path:
-    """Write a privatized dataset so its ledger travels with it (see :mod:`squarechipo.data.metadata`)."""
-    path = Path(path)
-    if metadata.file_kind(path) == "dir":
-        dataset.save_to_disk(str(path))
-        return path
-    if isinstance(dataset, datasets.DatasetDict):
-        raise ValueError("a DatasetDict can only be saved to a folder; pick a split for .jsonl/.parquet.")
-    ledger = get_ledger(dataset)
-    if ledger is None:
-        raise ValueError("dataset has no privacy ledger; privatize it first (squarechipo.privacy.release).")
-    return metadata.write_with_block(dataset, path, ledger.to_json())
-
-
 def read_ledger_for_path(path: str | os.PathLike) -> PrivacyLedger | None:
     """The ledger stored with a JSONL/Parquet file (sidecar or metadata), or None."""
     block = metadata.read_block_for_path(path)
     return PrivacyLedger.from_json(block) if block else None
-
-
-def load_privatized(path: str | os.PathLike) -> datasets.Dataset | datasets.DatasetDict:
-    """Load what :func:`save_privatized` wrote, with its ledger attached.
-
-    Raises:
-        ValueError: when the file carries no ledger (load public data with the generic loader).
-    """
-    path = Path(path)
-    kind = metadata.file_kind(path)
-    if kind == "dir":
-        loaded = datasets.load_from_disk(str(path))
-        splits = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
-        if not any(get_ledger(split) is not None for split in splits):
-            raise ValueError(f"{path} carries no privacy ledger: it was not privatized by squarechipo.")
-        return loaded
-    ledger = read_ledger_for_path(path)
-    if ledger is None:
-        where = f"{path}{metadata.SIDECAR_SUFFIX}" if kind == "jsonl" else f"the Parquet metadata of {path}"
-        raise ValueError(f"no privacy ledger found in {where}; was the file written by save_privatized?")
-    loader = datasets.Dataset.from_json if kind == "jsonl" else datasets.Dataset.from_parquet
-    return with_ledger(loader(str(path)), ledger)

@@ -37,10 +37,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from squarechipo.data import metadata
 from squarechipo.data.fingerprint import fingerprint_and_repeats, preference_fingerprint
+from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.kary import validate_kary
+from squarechipo.data.loading import load_data_file, load_saved_folder
 from squarechipo.data.validation import validate_preference_dataset
-from squarechipo.privacy.integrity import MARKER, check_marker, write_marker
 from squarechipo.privacy.ledger import PrivacyLedger, extend_ledger, get_ledger, with_ledger
 from squarechipo.privacy.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 
@@ -49,9 +51,11 @@ __all__ = [
     "canonical_first_is_chosen",
     "canonical_pairs",
     "combine_parts",
+    "load_privatized",
     "load_release",
     "release_dataset",
     "release_once",
+    "save_privatized",
     "save_release",
 ]
 
@@ -391,16 +395,53 @@ def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
     ledger = get_ledger(released, str(folder))
     if ledger is None:
         raise ValueError("only a released dataset (with its privacy ledger) is saved as a release.")
-    return _write(released, Path(folder), ledger.digest)
+    return _write(released, Path(folder), marker_record(released, ledger.digest))
 
 
-def _write(released: datasets.Dataset, folder: Path, ledger_digest: str) -> Path:
+def _write(data: datasets.Dataset | datasets.DatasetDict, folder: Path, marker: dict) -> Path:
     staging = _staging(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    released.save_to_disk(str(staging))
-    write_marker(staging, released, ledger_digest)
+    data.save_to_disk(str(staging))
+    metadata.write_folder_marker(staging, marker)
     os.replace(staging, folder)
     return folder
+
+
+def save_privatized(data: datasets.Dataset | datasets.DatasetDict, path: str | os.PathLike) -> Path:
+    """Save a privatized dataset to a folder, ``.jsonl`` or ``.parquet``: the ledger travels with it, and so does the
+    release marker that every loader checks (:mod:`squarechipo.data.integrity`). A ``DatasetDict`` goes to a folder,
+    with one marker record per split that carries a ledger."""
+    path = Path(path)
+    if isinstance(data, datasets.DatasetDict):
+        if metadata.file_kind(path) != "dir":
+            raise ValueError("a DatasetDict can only be saved to a folder; pick a split for .jsonl/.parquet.")
+        ledgers = {name: get_ledger(split, f"{path} [{name}]") for name, split in data.items()}
+        if all(ledger is None for ledger in ledgers.values()):
+            raise ValueError("no split has a privacy ledger; privatize one first (squarechipo.privacy.release).")
+        splits = {n: marker_record(data[n], ledger.digest) for n, ledger in ledgers.items() if ledger is not None}
+        return _write(data, path, {"splits": splits})
+    ledger = get_ledger(data, str(path))
+    if ledger is None:
+        raise ValueError("dataset has no privacy ledger; privatize it first (squarechipo.privacy.release).")
+    if metadata.file_kind(path) == "dir":
+        return save_release(data, path)
+    return metadata.write_with_block(data, path, ledger.to_json(), marker_record(data, ledger.digest))
+
+
+def load_privatized(path: str | os.PathLike) -> datasets.Dataset | datasets.DatasetDict:
+    """Load what :func:`save_privatized` wrote, after checking its ledger's seal and its rows against the marker.
+
+    Raises:
+        ValueError: when the data carries no ledger (load public data with the generic loader).
+        IntegrityError: when its rows, ledger or marker were changed or removed.
+    """
+    path = Path(path)
+    data = load_saved_folder(path) if metadata.file_kind(path) == "dir" else load_data_file(path)
+    splits = data.values() if isinstance(data, datasets.DatasetDict) else [data]
+    if not any(get_ledger(split, str(path)) is not None for split in splits):
+        sidecar = f"{path}{metadata.SIDECAR_SUFFIX}" if metadata.file_kind(path) == "jsonl" else str(path)
+        raise ValueError(f"no privacy ledger found in {sidecar}: it was not saved by save_privatized.")
+    return data
 
 
 def load_release(folder: str | os.PathLike) -> datasets.Dataset:
@@ -409,10 +450,8 @@ def load_release(folder: str | os.PathLike) -> datasets.Dataset:
 
 
 def _load(folder: Path) -> tuple[datasets.Dataset, PrivacyLedger | None]:
-    released = datasets.load_from_disk(str(folder))
-    ledger = get_ledger(released, str(folder))
-    check_marker(folder, released, None if ledger is None else ledger.digest)
-    return released, ledger
+    released = load_saved_folder(folder)
+    return released, get_ledger(released, str(folder))
 
 
 def _refuse_foreign(folder: Path) -> None:
@@ -458,7 +497,7 @@ def release_once(
                 released, digest = _release(
                     dataset, pipeline, seed=seed, compose=False, part=part, public_columns=public_columns
                 )
-                _write(released, folder, digest)
+                _write(released, folder, marker_record(released, digest))
                 logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
     if state is not None:
         state.wait_for_everyone()

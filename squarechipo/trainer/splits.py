@@ -15,8 +15,7 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data import load_preference_dataset
-from squarechipo.privacy.integrity import MARKER
-from squarechipo.privacy.release import load_release, release_once
+from squarechipo.privacy.release import release_once
 from squarechipo.trainer.script_args import TrainScriptArguments
 
 __all__ = ["labels_digest", "load_training_splits", "skip_eval_when_absent"]
@@ -26,10 +25,8 @@ logger = logging.getLogger("squarechipo")
 
 def _splits(args: TrainScriptArguments) -> datasets.DatasetDict:
     """The named dataset as splits; a single data file is the ``train`` split, as in TRL's scripts."""
-    if (Path(args.dataset_name) / MARKER).is_file():  # a saved release: its ledger and rows are checked first
-        data = load_release(args.dataset_name)
-    else:
-        data = load_preference_dataset(args.dataset_name, config=args.dataset_config)
+    # A saved release (folder or file) is checked against its marker by the loader before anything reads it.
+    data = load_preference_dataset(args.dataset_name, config=args.dataset_config)
     if isinstance(data, datasets.Dataset):
         data = datasets.DatasetDict({"train": data})
     if args.dataset_train_split not in data:

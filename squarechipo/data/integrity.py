@@ -1,0 +1,152 @@
+"""Tamper evidence for saved releases: a seal over the ledger's fields, and a marker over the saved rows.
+
+Every way a release is saved (a ``save_to_disk`` folder, a JSONL file, a Parquet file) writes, beside its ledger, a
+sealed **marker**: the ledger's digest, the rows' digest and their count. Every loader checks it. A saved dataset that
+carries a ledger but no marker, or whose marker does not match its rows or its ledger, is refused: a deleted
+marker, edited labels, a swapped ledger or rows added or removed cannot pass as the original release.
+
+What it does not detect: a forger who edits the labels or the ledger and recomputes the digests with this code.
+Against that, set a secret key in ``SQUARECHIPO_LEDGER_KEY``: seals become HMAC-SHA256 under the key, which only its
+holders can recompute. With the key set, only keyed seals are accepted (a plain digest is what a forger without the
+key would write); a keyed seal is refused where the key is not set.
+
+The data layer owns this because it is about stored rows; :mod:`squarechipo.privacy.ledger` says what a ledger means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from typing import Any
+
+import datasets
+
+from squarechipo.data.metadata import FOLDER_MARKER
+
+__all__ = [
+    "KEY_ENV",
+    "MARKER",
+    "IntegrityError",
+    "check_marker",
+    "check_seal",
+    "marker_record",
+    "rows_digest",
+    "seal",
+]
+
+#: The environment variable holding the team's secret key for HMAC digests (optional).
+KEY_ENV = "SQUARECHIPO_LEDGER_KEY"
+#: The marker's file name in a release folder (written last).
+MARKER = FOLDER_MARKER
+_SEPARATOR = "\x1f"
+_KEYED = "hmac-sha256:"
+
+
+class IntegrityError(ValueError):
+    """A release or a ledger does not match its digest: it was changed after it was written."""
+
+
+def _key() -> bytes | None:
+    value = os.environ.get(KEY_ENV)
+    return value.encode("utf-8") if value else None
+
+
+def _digest(payload: bytes, key: bytes | None) -> str:
+    if key is None:
+        return "sha256:" + hashlib.sha256(payload).hexdigest()
+    return _KEYED + hmac.new(key, payload, hashlib.sha256).hexdigest()
+
+
+def _canonical(record: dict[str, Any]) -> bytes:
+    body = {k: v for k, v in record.items() if k != "digest"}
+    return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def seal(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with a ``digest`` of its other fields (HMAC when ``SQUARECHIPO_LEDGER_KEY`` is set)."""
+    return {**record, "digest": _digest(_canonical(record), _key())}
+
+
+def check_seal(record: dict[str, Any], where: str, what: str = "privacy ledger") -> None:
+    """Raise :class:`IntegrityError` unless ``record``'s digest matches its fields under this machine's key setting.
+
+    With ``SQUARECHIPO_LEDGER_KEY`` set only a keyed seal is accepted; without it a keyed seal cannot be checked.
+    """
+    stated = record.get("digest")
+    if not stated:
+        raise IntegrityError(
+            f"{where}: the {what} has no digest, so an edit to it cannot be ruled out (it was written by "
+            "squarechipo < 0.2, or edited). Release the raw rows again with this version."
+        )
+    keyed, key = stated.startswith(_KEYED), _key()
+    if keyed and key is None:
+        raise IntegrityError(
+            f"{where}: the {what} was sealed with a secret key; set {KEY_ENV} to that key to check it."
+        )
+    if key is not None and not keyed:
+        raise IntegrityError(
+            f"{where}: {KEY_ENV} is set, but the {what} carries a plain sha256 digest, which anyone can recompute "
+            "after an edit: only a seal under the key is accepted. Restore the original, or release the raw rows "
+            "again with the key set."
+        )
+    if not hmac.compare_digest(stated, _digest(_canonical(record), key)):
+        raise IntegrityError(
+            f"{where}: the {what} does not match its digest: it was changed after it was written, so what it states "
+            "cannot be trusted. Restore the original release, or release the raw rows again."
+        )
+
+
+def _column_text(column) -> str:
+    values = column.to_pylist()
+    if all(isinstance(v, str) for v in values):
+        return _SEPARATOR.join(values)
+    return _SEPARATOR.join(json.dumps(v, sort_keys=True, ensure_ascii=False) for v in values)
+
+
+def rows_digest(dataset: datasets.Dataset) -> str:
+    """sha256 over the stored rows in order, every column by name (released labels included)."""
+    table = dataset.with_format("arrow")[:]
+    digest = hashlib.sha256()
+    for name in sorted(table.column_names):
+        digest.update(name.encode("utf-8") + b"\0" + _column_text(table.column(name)).encode("utf-8") + b"\0")
+    return "sha256:" + digest.hexdigest()
+
+
+def marker_record(dataset: datasets.Dataset, ledger_digest: str) -> dict[str, Any]:
+    """The sealed marker of a saved release: its ledger's digest and its rows' digest and count."""
+    return seal({"ledger_digest": ledger_digest, "rows_digest": rows_digest(dataset), "n_rows": len(dataset)})
+
+
+def check_marker(
+    marker: dict[str, Any] | None, dataset: datasets.Dataset, ledger_digest: str | None, where: str
+) -> None:
+    """Raise :class:`IntegrityError` unless a saved release's rows and ledger are those its marker seals.
+
+    ``marker`` None (no marker found) with a ledger present is an error: every save writes one, so its absence means
+    it was deleted, or the data was saved by other means (save releases with ``save_release`` or
+    ``save_privatized``). ``ledger_digest`` None with a marker present means the ledger was deleted.
+    """
+    if marker is None:
+        if ledger_digest is None:
+            return  # no ledger, no marker: not a release
+        raise IntegrityError(
+            f"{where} carries a privacy ledger but no release marker (the digest of its rows), so edited labels "
+            "could pass under the ledger: the marker was deleted, or the data was saved without squarechipo. "
+            "Restore the release as saved, or save it with squarechipo.privacy.save_release / save_privatized."
+        )
+    check_seal(marker, where, "release marker")
+    if ledger_digest is None:
+        raise IntegrityError(
+            f"{where} holds released labels (its {MARKER} says so) but no privacy ledger: the ledger was deleted, so "
+            "nothing says how the labels were released. Restore the release folder, or release the raw rows again."
+        )
+    if ledger_digest != marker["ledger_digest"]:
+        raise IntegrityError(f"{where}: the privacy ledger is not the one this release was saved with.")
+    if len(dataset) != marker["n_rows"] or rows_digest(dataset) != marker["rows_digest"]:
+        raise IntegrityError(
+            f"{where}: the released rows changed after the release was saved ({len(dataset)} rows now, "
+            f"{marker['n_rows']} then, or their labels or text differ). Restore the release, or release the raw "
+            "rows again."
+        )
