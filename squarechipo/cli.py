@@ -90,11 +90,22 @@ def _train(name: str, argv: list[str]) -> int:
     return 0
 
 
+#: ``squarechipo data --help``: the generators (each takes ``--help`` of its own).
+_DATA_HELP = """usage: squarechipo data GENERATOR [options]
+
+generators:
+  finance   finance_preference (Zhou et al. 2025 (Square-χPO), App. E/F): preference pairs, SFT rows and public
+            gold pairs, e.g. squarechipo data finance --out data (squarechipo data finance --help for options)"""
+
+
 def _tool(name: str, argv: list[str]) -> int:
     module = importlib.import_module(TOOLS[name][0])
     if name == "data":
-        if not argv or argv[0] != "finance":
-            raise SystemExit("squarechipo data: the generator to run, e.g. squarechipo data finance --out data")
+        if argv[:1] in (["-h"], ["--help"]):
+            print(_DATA_HELP)
+            return 0
+        if argv[:1] != ["finance"]:
+            raise SystemExit(f"squarechipo data: name a generator.\n{_DATA_HELP}")
         argv = argv[1:]
     if name == "study":
         argv = ["study", *argv]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import datasets
 import pytest
 
@@ -51,10 +48,12 @@ def test_resume_from_checkpoint_true_means_the_last_checkpoint_or_a_clear_error(
         SquareChiPOConfig(output_dir=str(out), resume_from_checkpoint=str(out / "checkpoint-99"))
 
 
-def test_audit_sizes_must_be_positive():
-    command = [sys.executable, "-m", "squarechipo.audit", "mechanisms", "--samples", "0"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "--samples must be a positive number (got 0)" in done.stderr
+def test_audit_sizes_must_be_positive(capsys):
+    from squarechipo.audit.__main__ import main  # in process: an argument error needs no fresh interpreter
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["mechanisms", "--samples", "0"])
+    assert stopped.value.code == 2 and "--samples must be a positive number (got 0)" in capsys.readouterr().err
 
 
 def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):
@@ -68,3 +67,13 @@ def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_pa
     with pytest.raises(ValueError, match=r"looks like raw data, not a release\. privatized_dir is the folder"):
         release_once(rows, LabelPipeline(epsilon=1.0), raw, seed=0)
     assert sorted((p.name, p.stat().st_mtime_ns) for p in raw.iterdir()) == before
+
+
+def test_data_help_lists_the_generators_and_a_missing_generator_is_named(capsys):
+    from squarechipo.cli import main
+
+    assert main(["data", "--help"]) == 0
+    assert "finance" in capsys.readouterr().out.split("generators:", 1)[1]
+    with pytest.raises(SystemExit, match="name a generator") as refused:
+        main(["data"])
+    assert "finance" in str(refused.value)

@@ -64,6 +64,40 @@ def test_duplicated_rows_are_refused_with_their_count_and_the_helper_drops_them(
     assert dropped == 2 and clean["prompt"] == rows["prompt"]
 
 
+#: Ways to retype a text without changing it: by accident (spaces, a line break, case, a copy from a web page with a
+#: no-break space or a BOM) and on purpose (zero-width characters, full-width letters, a soft hyphen, bidi marks).
+_RETYPED = {
+    "trailing space": lambda t: t + " ",
+    "double spaces and a line break": lambda t: t.replace(" ", "  ", 1).replace(" ", "\n", 1),
+    "upper case": str.upper,
+    "no-break space": lambda t: t.replace(" ", "\u00a0"),
+    "byte-order mark": lambda t: "\ufeff" + t,
+    "zero-width space and joiners": lambda t: "\u200b".join(t[:5]) + "\u200d" + t[5:],
+    "full-width letters": lambda t: "".join(chr(ord(c) + 0xFEE0) if "a" <= c <= "z" else c for c in t),
+    "soft hyphen and bidi marks": lambda t: "\u00ad\u200e" + t + "\u200f",
+}
+
+
+@pytest.mark.parametrize("name", list(_RETYPED))
+def test_near_duplicates_are_duplicates(name):
+    """Released together, k retyped copies of a row get k independent RR draws, whose majority is the raw label:
+    each variant counts as a copy of its row, in the release's refusal and in drop_duplicate_rows."""
+    from squarechipo.data.validation import drop_duplicate_rows
+
+    rows = _rows(10)
+    retype = _RETYPED[name]
+    variants = rows.select(range(4)).map(lambda r: {k: retype(v) for k, v in r.items()})
+    assert variants["prompt"] != rows["prompt"][:4]  # the bytes differ
+    both = datasets.concatenate_datasets([rows, variants])
+    with pytest.raises(ValueError, match=r"4 of 14 rows repeat another row's prompt and responses"):
+        release_dataset(both, LabelPipeline(epsilon=0.5), seed=0)
+    clean, dropped = drop_duplicate_rows(both)
+    assert dropped == 4 and clean["prompt"] == rows["prompt"]
+    # A changed word is another row.
+    other = rows.select(range(4)).map(lambda r: {"prompt": r["prompt"] + " Now."})
+    assert len(release_dataset(datasets.concatenate_datasets([rows, other]), LabelPipeline(epsilon=0.5), seed=0)) == 14
+
+
 def _edit_ledger(folder: Path, change) -> None:
     """Edit the ledger inside a saved release as a hand with a text editor would (``change`` mutates its JSON)."""
     from squarechipo.data.metadata import BLOCK_MARKER

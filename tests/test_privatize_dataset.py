@@ -216,15 +216,21 @@ def test_fingerprint_ignores_labels_and_order_not_content(make):
     assert preference_fingerprint(data.shuffle(seed=1)) == fingerprint
     assert get_ledger(released).releases[0].data_fingerprint == fingerprint
     assert preference_fingerprint(data.select(range(299))) != fingerprint
-    edited = data.map(
-        lambda r, i: (
-            {"prompt": r["prompt"] + (" " if i == 0 else "")}
-            if isinstance(r["prompt"], str)
-            else {"prompt": [{"role": "user", "content": r["prompt"][0]["content"] + ("!" if i == 0 else "")}]}
-        ),
-        with_indices=True,
-    )
-    assert preference_fingerprint(edited) != fingerprint
+
+    def edit_first_prompt(change):
+        def edit(row, index):
+            if index:
+                return {"prompt": row["prompt"]}
+            if isinstance(row["prompt"], str):
+                return {"prompt": change(row["prompt"])}
+            return {"prompt": [{"role": "user", "content": change(row["prompt"][0]["content"])}]}
+
+        return data.map(edit, with_indices=True)
+
+    # Content, not bytes: how a text is typed does not change it; a changed word does.
+    for typed in (lambda t: t + " ", lambda t: t.replace(" ", "  \u200b"), str.upper, lambda t: "\ufeff" + t):
+        assert preference_fingerprint(edit_first_prompt(typed)) == fingerprint
+    assert preference_fingerprint(edit_first_prompt(lambda t: t + "!")) != fingerprint
 
 
 def test_ledger_answers_how_to_debias_each_part():

@@ -539,3 +539,27 @@ def test_reference_cache_is_shared_across_releases_and_holds_no_pair(
     assert [v for _, v in from_ctl] == pytest.approx([v for _, v in from_ltc], abs=1e-4)
     with pytest.raises(ValueError, match="reference_logps_cache works with precompute_ref_log_probs"):
         make_config(tmp_path, reference_logps_cache=str(shared))
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_csv_and_large_string_parquet_files_release_and_train(suffix, tiny_model_factory, tokenizer, tmp_path):
+    """A CSV file, and a Parquet file whose text columns are large_string (as pandas and polars write them), load,
+    release and train one step: the fingerprint once failed on large_string with a bare Arrow error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from squarechipo.data import load_preference_dataset
+
+    data = _separable(8)
+    path = tmp_path / f"pairs{suffix}"
+    if suffix == ".csv":
+        data.to_csv(str(path), index=False)
+    else:
+        table = data.data.table
+        pq.write_table(table.cast(pa.schema([pa.field(n, pa.large_string()) for n in table.column_names])), path)
+    loaded = load_preference_dataset(path, split="train")
+    assert loaded["chosen"] == data["chosen"]
+    released = release_rows(loaded, LabelPipeline(epsilon=1.0), seed=0)
+    trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, max_steps=1), released)
+    trainer.train()
+    assert trainer.state.global_step == 1 and trainer.privacy.source == "ledger"

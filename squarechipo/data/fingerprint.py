@@ -1,4 +1,11 @@
-"""A content fingerprint of preference data that ignores labels and row order.
+"""A content fingerprint of preference data that ignores labels, row order and how the text is typed.
+
+Rows are compared by content, not bytes: before hashing, every text is put in one canonical form
+(:func:`canonical_text`: invisible and zero-width characters removed, Unicode NFKC, lower case, runs of whitespace
+as one space, trimmed). A copy of a row with an extra space, a zero-width character, full-width letters or other
+case is the same row. That is what the duplicate check, the fingerprint and the release registry need: randomized
+response draws independent noise per copy, so near-copies released together or apart reveal the label. Lower case
+can merge two rows that differ only in case; such rows are near-copies for this purpose too.
 
 Two datasets with the same (prompt, {response, response}) rows get the same fingerprint whether
 or not their labels were privatized, corrupted or shuffled. The central-DP selector uses it to
@@ -17,12 +24,15 @@ import hashlib
 import json
 
 import datasets
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
     "PROMPT_HASH_CHARS",
     "canonical_rows",
+    "canonical_text",
+    "row_hashes",
     "fingerprint_and_repeats",
     "preference_fingerprint",
     "prompt_hashes",
@@ -39,41 +49,109 @@ def _dump(value) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+#: Characters that render as nothing: Unicode format characters (zero-width space and joiners, word joiner, BOM,
+#: soft hyphen, bidi marks, ...) and other invisible fillers (combining grapheme joiner, Hangul and Braille blanks,
+#: variation selectors). RE2 syntax, as pyarrow's regex kernels take.
+_INVISIBLE = (
+    r"[\p{Cf}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{180B}-\x{180D}\x{2800}\x{3164}\x{FE00}-\x{FE0F}"
+    r"\x{FFA0}\x{E0100}-\x{E01EF}]"
+)
+#: Any run of whitespace (ASCII, Unicode spaces, line and paragraph separators, the C0 separators).
+_WHITESPACE = r"[\s\x{0B}\x{1C}-\x{1F}\x{85}\p{Z}]+"
+
+
+def canonical_text(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The canonical form of each string: invisible characters removed, NFKC, lower case, whitespace runs as one
+    space, trimmed (nulls stay null). Vectorised (pyarrow), for ``string`` and ``large_string`` alike."""
+    text = pc.cast(values, pa.large_string())
+    text = pc.replace_substring_regex(text, _INVISIBLE, "")
+    text = pc.utf8_normalize(pc.utf8_lower(pc.utf8_normalize(text, "NFKC")), "NFKC")
+    return pc.utf8_trim_whitespace(pc.replace_substring_regex(text, _WHITESPACE, " "))
+
+
+def _is_text(column: pa.ChunkedArray) -> bool:
+    return pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+
+
+def _is_conversation(column: pa.ChunkedArray) -> bool:
+    kind = column.type
+    return (
+        (pa.types.is_list(kind) or pa.types.is_large_list(kind))
+        and pa.types.is_struct(kind.value_type)
+        and {"role", "content"} <= {kind.value_type.field(i).name for i in range(kind.value_type.num_fields)}
+    )
+
+
+def _canonical_column(column: pa.ChunkedArray) -> pa.Array | None:
+    """One canonical string per row of a text or conversation column (turns as ``role: content``); None for any
+    other type."""
+    if _is_text(column):
+        return canonical_text(column).combine_chunks()
+    if not _is_conversation(column):
+        return None
+    lists = column.combine_chunks()
+    turns = pc.list_flatten(lists)
+    text = pc.binary_join_element_wise(
+        pc.cast(turns.field("role"), pa.large_string()), canonical_text(turns.field("content")),
+        pa.scalar(": ", pa.large_string()),
+        null_handling="replace",
+    )  # fmt: skip
+    offsets = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False).cumsum()
+    rebuilt = pa.LargeListArray.from_arrays(pa.array([0, *offsets.tolist()], pa.int64()), text)
+    return pc.binary_join(rebuilt, pa.scalar(_SEPARATOR, pa.large_string()))
+
+
+def _dumped(column: pa.ChunkedArray) -> pa.Array:
+    return pa.array([_dump(v) for v in column.to_pylist()], pa.large_string())
+
+
 def canonical_rows(table: pa.Table) -> list:
-    """One canonical value per row: prompt, then the responses in sorted order (2, or K for best-of-K rows)."""
-    prompt = table["prompt"] if "prompt" in table.column_names else None
-    prompts = prompt.to_pylist() if prompt is not None else [None] * table.num_rows
+    """One canonical value per row: prompt, then the responses in sorted order (2, or K for best-of-K rows), each text
+    in its canonical form (:func:`canonical_text`)."""
+    prompt = pa.array([""] * table.num_rows, pa.large_string())
+    if "prompt" in table.column_names:
+        prompt = _canonical_column(table["prompt"])
+        prompt = prompt if prompt is not None else _dumped(table["prompt"])
     if "chosen" not in table.column_names and "responses" in table.column_names:
         # Best-of-K rows: the order of `responses` carries the label (`best`), so sort it away.
+        flat = pc.list_flatten(table["responses"].combine_chunks())
+        texts = _canonical_column(pa.chunked_array([flat]))
+        texts = texts.to_pylist() if texts is not None else [_dump(r) for r in flat.to_pylist()]
+        lengths = pc.list_value_length(table["responses"]).to_numpy(zero_copy_only=False)
+        starts = np.concatenate([[0], lengths.cumsum()])
         return [
-            _dump([p, sorted(_dump(r) for r in responses)])
-            for p, responses in zip(prompts, table["responses"].to_pylist())
+            _SEPARATOR.join([p, *sorted(texts[a:b])]) for p, a, b in zip(prompt.to_pylist(), starts[:-1], starts[1:])
         ]
-    chosen, rejected = table["chosen"], table["rejected"]
-    strings = all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in (chosen, rejected))
-    if strings and (prompt is None or pa.types.is_string(prompt.type) or pa.types.is_large_string(prompt.type)):
-        first = pc.less_equal(chosen, rejected)
-        low, high = pc.if_else(first, chosen, rejected), pc.if_else(first, rejected, chosen)
-        prompt = prompt if prompt is not None else pa.array([""] * table.num_rows, pa.string())
-        return pc.binary_join_element_wise(prompt, low, high, _SEPARATOR).to_pylist()
-    return [
-        _dump([p, sorted([_dump(c), _dump(r)])]) for p, c, r in zip(prompts, chosen.to_pylist(), rejected.to_pylist())
-    ]
+    pair = [_canonical_column(table[name]) for name in ("chosen", "rejected")]
+    if any(column is None for column in pair):
+        pair = [
+            pa.array([_dump(v) for v in table[name].to_pylist()], pa.large_string()) for name in ("chosen", "rejected")
+        ]
+    chosen, rejected = pair
+    first = pc.less_equal(chosen, rejected)
+    low, high = pc.if_else(first, chosen, rejected), pc.if_else(first, rejected, chosen)
+    separator = pa.scalar(_SEPARATOR, pa.large_string())
+    return pc.binary_join_element_wise(prompt, low, high, separator, null_handling="replace").to_pylist()
+
+
+def row_hashes(dataset: datasets.Dataset) -> list[bytes]:
+    """sha256 of each row's canonical form (:func:`canonical_rows`): equal for near-copies, label-free."""
+    table = dataset.with_format("arrow")[:]
+    return [hashlib.sha256(row.encode("utf-8")).digest() for row in canonical_rows(table)]
 
 
 def preference_fingerprint(dataset: datasets.Dataset) -> str:
     """``sha256:<hex>`` over the sorted per-row hashes of (prompt, sorted(chosen, rejected)), or of
-    (prompt, sorted(responses)) for best-of-K rows."""
+    (prompt, sorted(responses)) for best-of-K rows, each text in canonical form."""
     return fingerprint_and_repeats(dataset)[0]
 
 
 def fingerprint_and_repeats(dataset: datasets.Dataset) -> tuple[str, int]:
-    """(:func:`preference_fingerprint`, how many rows repeat an earlier row's prompt and responses), from one pass
-    over the canonical rows: a release needs both and computes them here, once."""
-    table = dataset.with_format("arrow")[:]
-    row_hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in canonical_rows(table)]
-    repeats = len(row_hashes) - len(set(row_hashes))
-    return "sha256:" + hashlib.sha256(b"".join(sorted(row_hashes))).hexdigest(), repeats
+    """(:func:`preference_fingerprint`, how many rows repeat an earlier row's prompt and responses, near-copies
+    included), from one pass over the canonical rows: a release needs both and computes them here, once."""
+    hashes = row_hashes(dataset)
+    repeats = len(hashes) - len(set(hashes))
+    return "sha256:" + hashlib.sha256(b"".join(sorted(hashes))).hexdigest(), repeats
 
 
 def _prompts(dataset: datasets.Dataset) -> list | None:
@@ -85,16 +163,14 @@ def _prompts(dataset: datasets.Dataset) -> list | None:
 
 
 def prompt_hashes(dataset: datasets.Dataset) -> set[str] | None:
-    """Truncated sha256 of each prompt (a conversation as the text of its turns); None without a prompt."""
+    """Truncated sha256 of each prompt's canonical text (:func:`canonical_text`; a conversation as the text of its
+    turns, so a standard and a conversational copy of a prompt match); None without a prompt."""
     prompts = _prompts(dataset)
     if prompts is None:
         return None
-
-    # A conversation counts as the text of its turns, so a standard and a conversational copy of a prompt match.
-    def canon(p):
-        return p if isinstance(p, str) else _SEPARATOR.join(str(m.get("content", "")) for m in p)
-
-    return {hashlib.sha256(canon(p).encode("utf-8")).hexdigest()[:PROMPT_HASH_CHARS] for p in prompts}
+    texts = [p if isinstance(p, str) else _SEPARATOR.join(str(m.get("content", "")) for m in p) for p in prompts]
+    canonical = canonical_text(pa.array(texts, pa.large_string())).to_pylist()
+    return {hashlib.sha256(text.encode("utf-8")).hexdigest()[:PROMPT_HASH_CHARS] for text in canonical}
 
 
 def prompt_sketch(dataset: datasets.Dataset, k: int = 64) -> list[str] | None:
