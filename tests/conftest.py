@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 
 import pytest
 
@@ -21,6 +22,15 @@ def binomial_se(p: float, n: int) -> float:
 # is the trainer, not the model); a few integration tests use the embedded model itself.
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# This machine's registry of releases (squarechipo.privacy.registry) refuses a second release of the same rows. The
+# tests release the same finance rows in many tests, so each test, and each test session (module fixtures, the
+# processes tests start), gets a registry of its own instead of the user's.
+os.environ["SQUARECHIPO_RELEASE_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-registry-"), "r.sqlite")
+
+
+@pytest.fixture(autouse=True)
+def _own_release_registry(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("SQUARECHIPO_RELEASE_REGISTRY", str(tmp_path_factory.mktemp("registry") / "releases.sqlite"))
 
 
 @pytest.fixture(scope="session")

@@ -453,3 +453,45 @@ def test_training_on_a_release_folder_whose_ledger_was_deleted_is_refused(tmp_pa
     (folder / "dataset_info.json").write_text(json.dumps(info))
     with pytest.raises(IntegrityError, match="but no privacy ledger: the ledger was deleted"):
         load_training_splits(args, str(tmp_path / "out"), _State(), with_eval=False)
+
+
+def test_a_second_release_of_the_same_rows_is_refused_or_composed(tmp_path):
+    """The attack: the same rows released again into new folders, each with fresh noise and each card saying ε 0.5;
+    a majority over the releases recovers the raw labels. This machine's registry refuses the second release (retyped
+    or reordered copies and a superset of the rows included); opting in composes: the ledger states the summed ε,
+    and the flip rate the loss debiases for stays the release's own."""
+    from squarechipo.privacy.calibration import flip_probability
+
+    rows = _rows(60)
+    first = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "one")
+    assert get_ledger(first).total_epsilon == 0.5
+    again = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "one")  # the same folder: reused, no new noise
+    assert again["chosen"] == first["chosen"]
+    retyped = rows.map(lambda r: {"prompt": r["prompt"].upper() + " "}).shuffle(seed=0)
+    superset = datasets.concatenate_datasets([_rows(70).select(range(60, 70)), rows])
+    for other in (rows, retyped, superset):
+        with pytest.raises(ValueError, match=r"60 row\(s\) were released before \(ε 0.5 at .*rerelease=True"):
+            release_once(other, LabelPipeline(epsilon=0.5), tmp_path / "two")
+        with pytest.raises(ValueError, match=r"60 row\(s\) were released before"):
+            release_dataset(other, LabelPipeline(epsilon=1.0))
+    assert not (tmp_path / "two").exists()
+    second = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "two", rerelease=True)
+    ledger = get_ledger(second)
+    (release,) = ledger.releases
+    assert (release.earlier_epsilon, release.earlier_releases) == (0.5, 1)
+    assert ledger.total_epsilon == 1.0 and ledger.own_epsilon == 0.5
+    assert ledger.rr_flip_rate == pytest.approx(flip_probability(0.5))  # debiasing follows this release's own noise
+    third = release_dataset(superset, LabelPipeline(epsilon=1.0), rerelease=True)
+    assert get_ledger(third).total_epsilon == 2.0  # the worst row: 0.5 + 0.5 before, 1.0 now
+    # Seeded releases are simulations (their cards say not private): neither counted nor refused.
+    fresh = _rows(5).map(lambda r: {"prompt": "Another question: " + r["prompt"]})
+    for seed in (1, 2):
+        assert get_ledger(release_dataset(fresh, LabelPipeline(epsilon=0.5), seed=seed)).total_epsilon == 0.5
+    assert get_ledger(release_dataset(fresh, LabelPipeline(epsilon=0.5))).total_epsilon == 0.5
+    # The card states the composed ε and says what it composes.
+    from squarechipo.privacy.record import PrivacyRecord
+
+    record = PrivacyRecord.build({"stage": "preference_optimization", "epsilon": 1.0, "ledger": ledger.to_dict()})
+    assert "| ε (local DP, total over releases) | 1.0: basic composition of this data's own release(s) and " in (
+        record.card_section()
+    )

@@ -30,6 +30,7 @@ from squarechipo.audit.canaries import (
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+from squarechipo.privacy.ledger import PrivacyLedger
 from squarechipo.scripts.launch import run_script
 
 __all__ = ["audit_training_run"]
@@ -94,6 +95,13 @@ def _scores(trained: Path, start: str, source: datasets.Dataset) -> np.ndarray:
     return _preference(trained, rows, collator) - _preference(start, rows, collator)
 
 
+def _own_epsilon(record: dict[str, Any]) -> float | None:
+    """The ε this run's release claims for its labels (earlier releases of the same rows, which the record's total
+    adds, are other runs' noise)."""
+    ledger = record.get("ledger")
+    return PrivacyLedger.from_dict(ledger).own_epsilon if ledger else record.get("epsilon")
+
+
 def audit_training_run(
     config_path: str | Path,
     out: str | Path,
@@ -120,11 +128,13 @@ def audit_training_run(
     datasets.DatasetDict({"train": combined}).save_to_disk(str(out / "data"))
     run = {**config, "dataset_name": str(out / "data"), "dataset_train_split": "train", "max_train_samples": None}
     run.update(output_dir=str(out / "model"), privatized_dir=str(out / "model" / "released_train"), eval_strategy="no")
-    run.update(save_strategy="no", report_to="none")
+    # An audit trains on rows the user's own runs may have released already: this run's release composes with them
+    # (its ledger states the sum), and the audit measures this run's own ε below.
+    run.update(save_strategy="no", report_to="none", label_rerelease=True)
     if leak == "sft":
         run.update(model_name_or_path=_leaky_sft(config, canary_rows, out), override_lineage_guard=True)
     run_script("train", run, out)
     counts = guess_counts(_scores(out / "model", config["model_name_or_path"], source), labels)
-    claimed = json.loads((out / "model" / "squarechipo_privacy.json").read_text()).get("epsilon")
+    claimed = _own_epsilon(json.loads((out / "model" / "squarechipo_privacy.json").read_text()))
     correct, guesses = (tuple(column) for column in zip(*counts))
     return CanaryAudit(canaries, guesses, correct, claimed, alpha)

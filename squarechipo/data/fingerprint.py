@@ -34,6 +34,7 @@ __all__ = [
     "canonical_text",
     "row_hashes",
     "fingerprint_and_repeats",
+    "fingerprint_of",
     "preference_fingerprint",
     "prompt_hashes",
     "prompt_sketch",
@@ -148,10 +149,14 @@ def preference_fingerprint(dataset: datasets.Dataset) -> str:
 
 def fingerprint_and_repeats(dataset: datasets.Dataset) -> tuple[str, int]:
     """(:func:`preference_fingerprint`, how many rows repeat an earlier row's prompt and responses, near-copies
-    included), from one pass over the canonical rows: a release needs both and computes them here, once."""
-    hashes = row_hashes(dataset)
-    repeats = len(hashes) - len(set(hashes))
-    return "sha256:" + hashlib.sha256(b"".join(sorted(hashes))).hexdigest(), repeats
+    included), from one pass over the canonical rows."""
+    return fingerprint_of(row_hashes(dataset))
+
+
+def fingerprint_of(hashes: list[bytes]) -> tuple[str, int]:
+    """(the fingerprint, the number of repeated rows) of rows given by their :func:`row_hashes`: a release needs
+    the hashes, the fingerprint and the repeats, and computes the canonical rows once."""
+    return "sha256:" + hashlib.sha256(b"".join(sorted(hashes))).hexdigest(), len(hashes) - len(set(hashes))
 
 
 def _prompts(dataset: datasets.Dataset) -> list | None:

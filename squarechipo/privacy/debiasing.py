@@ -110,10 +110,10 @@ def resolve_privacy(
             raise ValueError(
                 f"flip_rate does not apply to these labels (the ledger says {answer.describe()}); remove it."
             )
-        if epsilon is not None and abs(epsilon - (ledger.total_epsilon or 0.0)) > _TOLERANCE and not override:
+        if epsilon is not None and abs(epsilon - (ledger.own_epsilon or 0.0)) > _TOLERANCE and not override:
             raise ValueError(
-                f"config debias_epsilon={epsilon} disagrees with the dataset's privacy ledger (total epsilon "
-                f"{ledger.total_epsilon}). Remove it to use the ledger."
+                f"config debias_epsilon={epsilon} disagrees with the dataset's privacy ledger (epsilon "
+                f"{ledger.own_epsilon}). Remove it to use the ledger."
             )
         return PrivacySettings(0.0, ledger.total_epsilon, "ledger", ledger, answer)
     ledger_rate = answer.flip_rate

@@ -102,6 +102,11 @@ class Release:
     #: it dropped (name → why).
     public_columns: list[str] = field(default_factory=list)
     dropped_columns: dict[str, str] = field(default_factory=dict)
+    #: Earlier releases of these rows on this machine, into other datasets (:mod:`squarechipo.privacy.registry`),
+    #: which the caller chose to compose with (``rerelease=True``): their composed ε (basic composition, the largest
+    #: sum over one row) and how many there were. 0 for a first release.
+    earlier_epsilon: float = 0.0
+    earlier_releases: int = 0
 
     @property
     def num_labels(self) -> int:
@@ -160,6 +165,8 @@ class Release:
         part: str | None = None,
         public_columns: list[str] | None = None,
         dropped_columns: dict[str, str] | None = None,
+        earlier_epsilon: float = 0.0,
+        earlier_releases: int = 0,
     ) -> Release:
         """A release made now by this library version (``randomness`` from ``fixed_seed``)."""
         return cls(
@@ -177,6 +184,8 @@ class Release:
             part=part,
             public_columns=list(public_columns or []),
             dropped_columns=dict(dropped_columns or {}),
+            earlier_epsilon=float(earlier_epsilon),
+            earlier_releases=int(earlier_releases),
         )
 
 
@@ -223,13 +232,24 @@ class PrivacyLedger:
 
     @property
     def total_epsilon(self) -> float | None:
-        """Total ε per label: basic composition (sum) over the releases a row went through, and the
-        maximum over disjoint parts (parallel composition); None if nothing was private.
+        """Total ε per label: basic composition (sum) over the releases a row went through, the earlier releases
+        of the same rows on this machine included (``earlier_epsilon``), and the maximum over disjoint parts
+        (parallel composition); None if nothing was private.
 
         The sum is valid for any sequence of releases. It is loose for a re-release of labels that
         were already released (``release_dataset(..., compose=True)``): that is post-processing of
         the first release, so the raw labels keep the first release's ε, and the stored labels alone
         satisfy :attr:`stored_labels_epsilon`, which is below every ε_k."""
+        if not any(r.epsilon is not None for r in self.releases):
+            return None
+        return float(
+            max(self._per_part(lambda rs: sum(r.epsilon + r.earlier_epsilon for r in rs if r.epsilon is not None)))
+        )
+
+    @property
+    def own_epsilon(self) -> float | None:
+        """:attr:`total_epsilon` without earlier releases into other datasets: the ε of this dataset's own
+        releases, which its labels' noise (and so their debiasing) follows."""
         if not any(r.epsilon is not None for r in self.releases):
             return None
         return float(max(self._per_part(lambda rs: sum(r.epsilon for r in rs if r.epsilon is not None))))

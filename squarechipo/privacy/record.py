@@ -141,6 +141,12 @@ class PrivacyRecord:
 
     def _label_rows(self) -> list[tuple[str, Any]]:
         epsilon = self.epsilon if self.epsilon is not None else "none (no privacy)"
+        earlier = max((r.get("earlier_epsilon", 0.0) for r in (self.ledger or {}).get("releases") or []), default=0)
+        if earlier:
+            epsilon = (
+                f"{epsilon}: basic composition of this data's own release(s) and earlier releases of the same rows "
+                f"on the releasing machine (ε {earlier:g})"
+            )
         if self.epsilon is not None and self.ledger is None:
             epsilon = f"{epsilon}: asserted by the config, not backed by a ledger"
         elif self.seeded:

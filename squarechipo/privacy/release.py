@@ -38,13 +38,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from squarechipo.data import metadata
-from squarechipo.data.fingerprint import fingerprint_and_repeats, preference_fingerprint
+from squarechipo.data.fingerprint import fingerprint_of, preference_fingerprint, row_hashes
 from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.kary import validate_kary
 from squarechipo.data.loading import load_data_file, load_saved_folder
 from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.ledger import PrivacyLedger, extend_ledger, get_ledger, with_ledger
 from squarechipo.privacy.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
+from squarechipo.privacy.registry import EarlierReleases, earlier_releases, record_release
 
 __all__ = [
     "FROM_PRIOR_COLUMN",
@@ -261,6 +262,7 @@ def release_dataset(
     compose: bool = False,
     part: str | None = None,
     public_columns: list[str] | tuple[str, ...] = (),
+    rerelease: bool = False,
 ) -> datasets.Dataset:
     """Release a dataset's labels through ``mechanism`` once, and record it in the ledger.
 
@@ -281,16 +283,36 @@ def release_dataset(
             Ghazi et al. 2021 (label DP)); releases on disjoint parts compose in parallel in the ledger.
         public_columns: (pairs) columns besides prompt/chosen/rejected that do not depend on the label (an id, a
             category): kept. Label-carrying columns are dropped and named in the ledger; any other column raises.
+        rerelease: raw rows released before on this machine (:mod:`squarechipo.privacy.registry`) are refused
+            unless this is True; then the ledger adds the earlier releases' ε (basic composition) to its total.
 
     Returns:
         A new dataset with the kept columns and the ledger attached. Rows that repeat another row's prompt and
-        responses raise (see :func:`squarechipo.data.validation.duplicate_rows`).
+        responses, retyped copies included, raise (see :func:`squarechipo.data.validation.duplicate_rows`).
     """
-    return _release(dataset, mechanism, seed=seed, compose=compose, part=part, public_columns=public_columns)[0]
+    released, _, register = _release(
+        dataset, mechanism, seed=seed, compose=compose, part=part, public_columns=public_columns, rerelease=rerelease
+    )
+    register()
+    return released
 
 
-def _release(dataset, mechanism, *, seed, compose, part, public_columns) -> tuple[datasets.Dataset, str]:
-    """(the released dataset, its ledger's digest): check the input, draw the noise once, build the ledger once."""
+def _earlier(hashes: list[bytes], mechanism: Measurement, rerelease: bool) -> EarlierReleases:
+    """The composed ε of earlier releases of these rows (0 for none); refuses them unless ``rerelease``."""
+    earlier = earlier_releases(hashes)
+    if earlier.rows and not rerelease:
+        raise ValueError(
+            f"{earlier.describe()} on this machine. Releasing the same rows again draws fresh noise, and the "
+            f"copies together reveal the labels. Reuse the earlier release (its folder or file), or pass "
+            f"rerelease=True (label_rerelease: true in a config): the ledger and the card then state ε "
+            f"{earlier.epsilon + mechanism.epsilon:g}, the basic composition of all releases of these rows."
+        )
+    return earlier
+
+
+def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelease=False):
+    """(the released dataset, its ledger's digest, a callable that enters it into this machine's registry of
+    releases): check the input, draw the noise once, build the ledger once."""
     if isinstance(dataset, datasets.DatasetDict):
         raise ValueError(
             "got a DatasetDict; release the split you train on, e.g. release_dataset(ds['train'], mechanism)."
@@ -302,20 +324,32 @@ def _release(dataset, mechanism, *, seed, compose, part, public_columns) -> tupl
         )
     existing = get_ledger(dataset)
     _check_not_released(existing, mechanism, compose)
-    fingerprint, repeats = fingerprint_and_repeats(dataset)
+    hashes = row_hashes(dataset)
+    fingerprint, repeats = fingerprint_of(hashes)
     _refuse_duplicates(repeats, len(dataset))
+    # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).
+    counted = existing is None and seed is None and mechanism.epsilon is not None
+    earlier = _earlier(hashes, mechanism, rerelease) if counted else None
     rng = np.random.default_rng(seed)
     best_of_k = "responses" in dataset.column_names or "best" in dataset.column_names
     release_rows = _release_best_of_k if best_of_k else _release_pairs
     table, num_labels, outcome = release_rows(dataset, mechanism, rng, public_columns)
     del rng
     fields = _release_fields(mechanism, len(dataset), num_labels, outcome, fixed_seed=seed is not None)
+    if earlier is not None:
+        fields.update(earlier_epsilon=earlier.epsilon, earlier_releases=len(earlier.releases))
     info, digest = extend_ledger(dataset.info, existing, **fields, data_fingerprint=fingerprint, part=part)
     # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
     info.features = datasets.Features.from_arrow_schema(table.schema)
     released = datasets.Dataset(table, info=info, split=dataset.split)
     logger.info("released %d rows through %s", len(released), mechanism.to_dict())
-    return released, digest
+    made = get_ledger(released).releases[-1].created_at
+
+    def register() -> None:
+        if counted:
+            record_release(digest, hashes, mechanism.epsilon, made)
+
+    return released, digest, register
 
 
 def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets.Dataset:
@@ -398,11 +432,14 @@ def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
     return _write(released, Path(folder), marker_record(released, ledger.digest))
 
 
-def _write(data: datasets.Dataset | datasets.DatasetDict, folder: Path, marker: dict) -> Path:
+def _write(data: datasets.Dataset | datasets.DatasetDict, folder: Path, marker: dict, before_rename=None) -> Path:
     staging = _staging(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     data.save_to_disk(str(staging))
     metadata.write_folder_marker(staging, marker)
+    if before_rename is not None:
+        # A staged copy with its marker is completed by the next run (_finish_interrupted): it counts from here.
+        before_rename()
     os.replace(staging, folder)
     return folder
 
@@ -471,6 +508,7 @@ def release_once(
     state=None,
     part: str | None = None,
     public_columns: list[str] | tuple[str, ...] = (),
+    rerelease: bool = False,
 ) -> datasets.Dataset:
     """Return the released version of ``dataset``: privatize and save it the first time, load it after.
 
@@ -483,6 +521,7 @@ def release_once(
             others wait, then load. ``None`` = a single process.
         part: the disjoint part these rows are (multi-stage training; see ``release_dataset``).
         public_columns: columns kept beside the released labels (see ``release_dataset``).
+        rerelease: allow rows released before into another folder or file (see ``release_dataset``).
 
     One release at a time per folder (a file lock): a second run waits, then reuses it. An interrupted release is
     completed from its staged copy or refused (:func:`_finish_interrupted`); never silently drawn again.
@@ -494,10 +533,16 @@ def release_once(
             _finish_interrupted(folder)
             if not (folder / "dataset_info.json").exists():
                 _refuse_foreign(folder)
-                released, digest = _release(
-                    dataset, pipeline, seed=seed, compose=False, part=part, public_columns=public_columns
+                released, digest, register = _release(
+                    dataset,
+                    pipeline,
+                    seed=seed,
+                    compose=False,
+                    part=part,
+                    public_columns=public_columns,
+                    rerelease=rerelease,
                 )
-                _write(released, folder, marker_record(released, digest))
+                _write(released, folder, marker_record(released, digest), before_rename=register)
                 logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
     if state is not None:
         state.wait_for_everyone()

@@ -45,6 +45,14 @@ class TrainScriptArguments(ScriptArguments):
             "category). Label-carrying columns (scores, ratings, messages) are dropped; any other column is refused."
         },
     )
+    label_rerelease: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow releasing rows that were released before on this machine (into another folder). Fresh "
+            "noise on the same rows adds up: the ledger and the card then state the composed epsilon of all "
+            "releases of those rows. Off by default: a second release is refused."
+        },
+    )
     public_splits: list[str] | None = field(
         default=None,
         metadata={

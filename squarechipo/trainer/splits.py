@@ -48,7 +48,13 @@ def _release(args: TrainScriptArguments, rows, split: str, output_dir: str, stat
     seed = None if args.label_seed is None else args.label_seed + offset
     folder = _release_folder(args, output_dir, split)
     released = release_once(
-        rows, args.label_pipeline(), folder, seed=seed, state=state, public_columns=args.label_public_columns or ()
+        rows,
+        args.label_pipeline(),
+        folder,
+        seed=seed,
+        state=state,
+        public_columns=args.label_public_columns or (),
+        rerelease=args.label_rerelease,
     )
     logger.info(
         "rank %d/%d %s %d released rows from %s (labels digest %s)",
