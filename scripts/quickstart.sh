@@ -52,7 +52,7 @@ echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/q
 "$PY" eval/judge.py --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
   --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 16 --max-new-tokens 64 \
   --judge reward-model --judge-model outputs/quickstart/gold_judge --judge-batch-size 16 \
-  --calibration-pairs 64 --setting CTL --method square_chipo --out outputs/quickstart/eval
+  --calibration-pairs 64 --public_splits test --setting CTL --method square_chipo --out outputs/quickstart/eval
 
 echo "== [7/7] central DP selection (epsilon = 1) among base, SFT and Square-chiPO -> outputs/quickstart/selected"
 if [ ! -f outputs/quickstart/selected/squarechipo_privacy.json ]; then

@@ -118,6 +118,8 @@ def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
             str(tmp_path / "eval"),
             "--seed",
             "1",
+            "--public_splits",
+            "test",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -201,6 +203,8 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
             "0.0",
             "--out",
             str(tmp_path / "eval"),
+            "--public_splits",
+            "test",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -216,27 +220,16 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
         if row["policy_first"] is not None:
             assert row["policy_first"]["log_odds"] == -row["baseline_first"]["log_odds"]
             assert row["outcome"] == row["hard_outcome"]
-    missing = subprocess.run(
-        [
-            sys.executable,
-            "eval/judge.py",
-            "--policy",
-            "p",
-            "--baseline",
-            "b",
-            "--dataset",
-            str(tmp_path / "data"),
-            "--judge",
-            "reward-model",
-            "--out",
-            str(tmp_path / "x"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert missing.returncode != 0 and "--judge reward-model needs --judge-model" in missing.stderr
+    # Argument errors and refusals, in process (the script's main; the runs above start it as users do).
+    from squarechipo.scripts.judge import main as judge_main
+
+    common = ["--policy", "p", "--baseline", "b", "--dataset", str(tmp_path / "data"), "--out", str(tmp_path / "r")]
+    with pytest.raises(ValueError, match="--judge reward-model needs --judge-model"):
+        judge_main([*common, "--judge", "reward-model"])
+    # Calibration reads the test split's labels: a raw split not declared public is refused before anything runs.
+    with pytest.raises(ValueError, match=r"reads the labels of the split 'test', but it holds raw labels.*--public_"):
+        judge_main(common)
+    assert not (tmp_path / "r").exists()
 
 
 def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenizer, tmp_path):
@@ -250,7 +243,7 @@ def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenize
     config = tmp_path / "accuracy.yaml"
     config.write_text(
         f"dataset: {tmp_path / 'data'}\nmax_pairs: 3\nlocal: {models / 'judge'}\n"
-        f"reward_model: {tmp_path / 'rm'}\nout: {tmp_path / 'ignored'}\n"
+        f"reward_model: {tmp_path / 'rm'}\nout: {tmp_path / 'ignored'}\npublic_splits: [test]\n"
     )
     command = [sys.executable, "eval/judge_accuracy.py", "--config", str(config), "--out", str(tmp_path / "acc")]
     out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -261,14 +254,12 @@ def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenize
     assert all(r["n_pairs"] == 3 for r in results)
     assert results[1]["hard_accuracy"] == results[1]["soft_accuracy"]
     assert "Gold accuracy on 3 pairs" in out.stdout
-    bad = subprocess.run(
-        [sys.executable, "eval/judge_accuracy.py", "--dataset", str(tmp_path / "data")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert bad.returncode != 0 and "name at least one judge" in bad.stderr
+    from squarechipo.scripts.judge_accuracy import main as accuracy_main
+
+    with pytest.raises(ValueError, match="name at least one judge"):
+        accuracy_main(["--dataset", str(tmp_path / "data")])
+    with pytest.raises(ValueError, match=r"judge accuracy on gold pairs reads the labels of the split 'test'"):
+        accuracy_main(["--dataset", str(tmp_path / "data"), "--local", str(models / "judge")])
 
 
 def test_cli_judges_the_prompts_of_a_single_jsonl_file(models, finance_splits, tmp_path):
@@ -280,7 +271,15 @@ def test_cli_judges_the_prompts_of_a_single_jsonl_file(models, finance_splits, t
             handle.write(json.dumps({k: row[k] for k in ("prompt", "chosen", "rejected")}) + "\n")
     command = [sys.executable, "eval/judge.py", "--policy", str(models / "policy"), "--baseline"]
     command += [str(models / "baseline"), "--dataset", str(path), "--max-new-tokens", "4", "--calibration-pairs"]
-    command += ["2", "--judge-model", str(models / "judge"), "--out", str(tmp_path / "eval")]
+    command += [
+        "2",
+        "--judge-model",
+        str(models / "judge"),
+        "--out",
+        str(tmp_path / "eval"),
+        "--public_splits",
+        "test",
+    ]
     out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())

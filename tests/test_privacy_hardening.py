@@ -346,7 +346,7 @@ def test_evaluation_splits_are_released_or_declared_public_and_raw_ones_are_refu
     args.public_splits = ["validation"]
     _, public = load_training_splits(args, str(tmp_path / "out2"), _State(), with_eval=True)
     assert get_ledger(public) is None and public["chosen"] == data["validation"]["chosen"]
-    with pytest.raises(ValueError, match=r"evaluation data \['eval'\] holds raw labels"):
+    with pytest.raises(ValueError, match=r"reads the labels of the split 'eval', but it holds raw labels"):
         check_eval_labels(train, public, public=False, trainer="SquareChiPOTrainer")
     check_eval_labels(train, public, public=True, trainer="SquareChiPOTrainer")
 
@@ -403,6 +403,9 @@ def test_what_a_run_saves_gives_back_the_released_eval_labels_at_best_never_the_
     best = min(itertools.product([1, -1], repeat=8), key=lambda signs: abs(float(np.mean(margins * signs)) - saved))
     guessed_raw_chosen_preferred = np.array(best) == 1
     assert np.array_equal(guessed_raw_chosen_preferred, ~flipped)
+    # The same attack on raw labels, through evaluate(eval_dataset=...) after construction: refused, naming the fix.
+    with pytest.raises(ValueError, match=r"reads the labels of the split 'eval', but it holds raw labels.*public"):
+        trainer.evaluate(eval_dataset=raw_validation)
 
 
 def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory, tokenizer):

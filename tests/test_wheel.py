@@ -105,7 +105,8 @@ def test_the_installed_wheel_runs_every_job_outside_the_checkout(installed, toke
     make_tiny_classifier(tokenizer).save_pretrained(judge)
     tokenizer.save_pretrained(judge)
     judge_args = (
-        "--split test --max-prompts 2 --max-new-tokens 4 --judge reward-model --calibration-pairs 2 --out eval"
+        "--split test --max-prompts 2 --max-new-tokens 4 --judge reward-model --calibration-pairs 2 --out eval "
+        "--public_splits test"
     )
     data = "d/finance_preference_conversational"
     command_line = [str(command), "judge", "--policy", "out", "--baseline", "tiny", "--dataset", data]

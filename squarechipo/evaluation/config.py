@@ -29,6 +29,16 @@ def _check_positive(config, names: tuple[str, ...]) -> None:
             raise ValueError(f"{name} must be at least 1 (got {value}).")
 
 
+def _public_splits():
+    return field(
+        default=None,
+        metadata=_help(
+            "splits whose labels are public (gold pairs written for evaluation); a split read for its labels must be "
+            "released or listed here"
+        ),
+    )
+
+
 @dataclass
 class WinRateConfig:
     """LLM-as-judge win rate of ``policy`` against ``baseline`` on a split's prompts (Zhou et al. 2025 (Square-χPO),
@@ -84,6 +94,7 @@ class WinRateConfig:
         default=None, metadata=_help("YAML with name, system, user ({prompt}, {response_a}, {response_b})")
     )
     calibration_pairs: int = field(default=64, metadata=_help("gold pairs to score the judge on (0 = skip)"))
+    public_splits: list[str] | None = _public_splits()
     # Labels for aggregation
     setting: str = field(default="all", metadata=_help("e.g. CTL or LTC"))
     method: str | None = field(default=None, metadata=_help("e.g. square_chipo (default: the policy folder name)"))
@@ -115,6 +126,7 @@ class JudgeAccuracyConfig:
     )
     dataset_test_split: str = field(default="test", metadata=_help("the split whose gold pairs are judged"))
     max_eval_samples: int | None = field(default=None, metadata=_help("the first N gold pairs (default: all)"))
+    public_splits: list[str] | None = _public_splits()
     dataset: str | None = deprecated("dataset_name")
     split: str | None = deprecated("dataset_test_split")
     max_pairs: int | None = deprecated("max_eval_samples")

@@ -27,12 +27,13 @@ from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import robust_log_loss, square_loss
 from squarechipo.models.card import fix_model_card
 from squarechipo.privacy.calibration import debias_factor_from_flip_rate
-from squarechipo.privacy.debiasing import PrivacySettings, check_eval_labels, resolve_privacy
+from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, check_lineage
 from squarechipo.privacy.record import PrivacyRecord, write_privacy_record
 from squarechipo.reward.config import PrivateRewardConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
+from squarechipo.trainer.eval_guard import EvalLabelGuardMixin
 
 __all__ = ["PrivateRewardTrainer", "reward_loss"]
 
@@ -50,7 +51,7 @@ def reward_loss(margin: torch.Tensor, loss: str, flip_rate: float, max_margin: f
     raise ValueError(f"loss must be debiased_bt or square (got {loss!r}).")
 
 
-class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
+class PrivateRewardTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, RewardTrainer):
     """Reward or pairwise preference model on privatized labels; ε from the dataset's ledger."""
 
     _tag_names = ["trl", "reward-trainer", "squarechipo"]
@@ -78,9 +79,7 @@ class PrivateRewardTrainer(CountDroppedRowsMixin, RewardTrainer):
             type(self).__name__,
             "BestOfKRewardTrainer trains on K-ary analyzer weights; pairwise reward models on binary labels.",
         )
-        check_eval_labels(
-            train_dataset, kwargs.get("eval_dataset"), public=args.eval_labels_public, trainer=type(self).__name__
-        )
+        self._guard_evaluation(train_dataset, kwargs.get("eval_dataset"), args)
         self.training_data = training_data_record(train_dataset)
         self.lineage = None
         if isinstance(train_dataset, datasets.Dataset):

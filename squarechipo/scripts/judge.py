@@ -36,6 +36,7 @@ from squarechipo.evaluation.config import WinRateConfig
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.evaluation.report import format_line
 from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate
+from squarechipo.privacy.debiasing import require_released_or_public
 
 
 def _template(args, test) -> JudgeTemplate:
@@ -82,6 +83,15 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     (args,) = make_parser().parse_args_and_config(argv)
     test = load_preference_dataset(args.dataset_name, split=args.dataset_test_split)
+    if args.calibration_pairs != 0:  # calibration reads the split's labels and writes them to calibration.jsonl
+        split = args.dataset_test_split
+        require_released_or_public(
+            test,
+            split=split,
+            public=split in (args.public_splits or ()),
+            reader="the judge's calibration (calibration.jsonl)",
+            declare=f"--public_splits {split} (or --calibration-pairs 0 to skip calibration)",
+        )
     template = _template(args, test)
     judge = build_judge(args, template)
     generation = GenerationSettings(

@@ -21,6 +21,7 @@ from squarechipo.evaluation.config import JudgeAccuracyConfig
 from squarechipo.evaluation.pipeline import calibrate_judge
 from squarechipo.evaluation.report import format_interval, format_percent
 from squarechipo.judge.templates import TEMPLATES
+from squarechipo.privacy.debiasing import require_released_or_public
 
 
 def _judges(args):
@@ -51,6 +52,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     """Flags or ``--config x.yaml`` (the fields of :class:`JudgeAccuracyConfig`)."""
     (args,) = TrlParser((JudgeAccuracyConfig,)).parse_args_and_config(argv)
     gold = load_preference_dataset(args.dataset_name, split=args.dataset_test_split)
+    split = args.dataset_test_split
+    require_released_or_public(
+        gold,
+        split=split,
+        public=split in (args.public_splits or ()),
+        reader="judge accuracy on gold pairs",
+        declare=f"--public_splits {split}",
+    )
     results = []
     for judge in _judges(args):
         cal = calibrate_judge(judge, gold, args.max_eval_samples, tie_band=args.tie_band)

@@ -28,13 +28,14 @@ from squarechipo.losses import preference_loss
 from squarechipo.models.card import fix_model_card
 from squarechipo.models.lm_head import add_lean_lm_head
 from squarechipo.models.reference_cache import ReferenceLogpCache
-from squarechipo.privacy.debiasing import PrivacySettings, check_eval_labels, resolve_privacy
+from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
 from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, write_privacy_record
 from squarechipo.privacy.release import FROM_PRIOR_COLUMN
 from squarechipo.trainer.config import SquareChiPOConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
+from squarechipo.trainer.eval_guard import EvalLabelGuardMixin
 
 __all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE"]
 
@@ -101,7 +102,7 @@ class ColumnsCollator:
 _PAPER_TITLE = "Square-χPO: Differentially Private and Robust χ²-Preference Optimization in Offline Direct Alignment"
 
 
-class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
+class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer):
     """Align a causal LM with χPO / Square-χPO / DPO / rDPO on privatized or corrupted labels.
 
     The training dataset is a preference dataset in any TRL format; when it carries a
@@ -141,9 +142,7 @@ class SquareChiPOTrainer(CountDroppedRowsMixin, DPOTrainer):
             type(self).__name__,
             "Its losses debias binary labels; train a reward model on K-ary labels with BestOfKRewardTrainer.",
         )
-        check_eval_labels(
-            train_dataset, kwargs.get("eval_dataset"), public=args.eval_labels_public, trainer=type(self).__name__
-        )
+        self._guard_evaluation(train_dataset, kwargs.get("eval_dataset"), args)
         self.training_data = training_data_record(train_dataset)
         self.lineage: LineageReport | None = self._check_lineage(model, ref_model, train_dataset, args)
         self.lean_lm_head = False
