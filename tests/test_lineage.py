@@ -11,6 +11,7 @@ import datasets
 import pytest
 
 from squarechipo.data.fingerprint import training_data_record
+from squarechipo.data.integrity import seal
 from squarechipo.privacy import LabelPipeline
 from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage
 from squarechipo.privacy.record import PrivacyRecord
@@ -40,7 +41,7 @@ def save_model(folder, tokenizer, record: dict | None, seed: int = 0, classifier
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     if record is not None:
-        (folder / PRIVACY_FILE).write_text(json.dumps(record))
+        (folder / PRIVACY_FILE).write_text(json.dumps(seal(record)))  # as squarechipo writes it: sealed
     return folder
 
 
@@ -234,7 +235,7 @@ def test_an_adapter_is_checked_by_its_own_record_when_marked(models, private, to
     base = AutoModelForCausalLM.from_pretrained(models["bare"])
     adapter_dir = tmp_path / "adapter"
     get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(adapter_dir)
-    (adapter_dir / PRIVACY_FILE).write_text(json.dumps(training_data_record(private["raw"])))
+    (adapter_dir / PRIVACY_FILE).write_text(json.dumps(seal(training_data_record(private["raw"]))))
     loaded = AutoModelForCausalLM.from_pretrained(adapter_dir)
     assert ModelLineage.of_model(loaded).name == str(models["bare"])  # what transformers reports: the base
     marked = mark_source(loaded, adapter_dir)

@@ -425,6 +425,38 @@ def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory,
     assert "weights are those of a recorded model" in lineage.name and lineage.recorded
     with pytest.raises(ValueError, match="labels of these rows are private"):
         check_lineage([("policy", lineage)], train, private=True, override=False, override_field="x", context="t")
+    # Copies that are not bit-equal: cast to bf16 (and back), or nudged by 1e-6. Both are recognised by their weights'
+    # projection on the run's update; the public model the run started from is not.
+    import torch
+
+    cast = AutoModelForCausalLM.from_pretrained(copy).to(torch.bfloat16)
+    nudged = AutoModelForCausalLM.from_pretrained(copy)
+    with torch.no_grad():
+        for parameter in nudged.parameters():
+            parameter.add_(1e-6)
+    for changed in (cast, cast.to(torch.float32), nudged):
+        found = ModelLineage.of_model(changed)
+        assert "a cast or perturbed copy of a recorded model's weights" in found.name and found.recorded
+        with pytest.raises(ValueError, match="labels of these rows are private"):
+            check_lineage([("policy", found)], train, private=True, override=False, override_field="x", context="t")
+    assert not ModelLineage.of_model(tiny_model_factory()).recorded  # the starting model: public, unrecorded
+    # A record whose fields were blanked (to pass as an unrecorded, public model) no longer matches its seal.
+    from squarechipo.data.integrity import IntegrityError
+    from squarechipo.privacy.record import read_privacy_record
+
+    saved = tmp_path / "run"
+    trainer.save_model()
+    record = json.loads((saved / PRIVACY_FILE).read_text())
+    record["dataset_fingerprint"], record["prompt_sketch"], record["upstream"] = None, None, []
+    (saved / PRIVACY_FILE).write_text(json.dumps(record))
+    with pytest.raises(IntegrityError, match="privacy record does not match its digest"):
+        read_privacy_record(saved)
+    with pytest.raises(IntegrityError, match="privacy record does not match its digest"):
+        ModelLineage.of_model(str(saved))
+    del record["digest"]
+    (saved / PRIVACY_FILE).write_text(json.dumps(record))
+    with pytest.raises(IntegrityError, match="privacy record has no digest"):
+        ModelLineage.of_model(str(saved))
 
 
 def test_a_seeded_release_is_called_seeded_and_is_not_pushed(tmp_path, tiny_model_factory, tokenizer):

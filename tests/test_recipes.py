@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from squarechipo.data.finance import build_datasets
+from squarechipo.data.integrity import seal
 from squarechipo.privacy import get_ledger
 from tests.conftest import make_tiny_model
 
@@ -340,7 +341,7 @@ def test_lp2st_refuses_a_prior_whose_model_saw_the_part2_rows(workspace, tokeniz
     make_tiny_model(tokenizer, seed=0).save_pretrained(leaky)
     tokenizer.save_pretrained(leaky)
     part2 = datasets.load_from_disk(str(workspace / "data"))["train"].select(range(6, 12))
-    (leaky / "squarechipo_privacy.json").write_text(json.dumps(training_data_record(part2)))
+    (leaky / "squarechipo_privacy.json").write_text(json.dumps(seal(training_data_record(part2))))
     config = write_config(
         workspace,
         "lp2st_leaky",

@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from squarechipo.data.fingerprint import training_data_record
+from squarechipo.data.integrity import seal
 from squarechipo.losses import margins as policy_margins
 from squarechipo.models.logprobs import tokenize_preferences
 from squarechipo.select import select_policy
@@ -76,7 +77,7 @@ def pool(tmp_path_factory, tokenizer):
     ref = root / "ref"
     make_tiny_model(tokenizer, 0).save_pretrained(ref)
     tokenizer.save_pretrained(ref)
-    (ref / PRIVACY_FILE).write_text(json.dumps({"stage": "init", **training_data_record(public)}))
+    (ref / PRIVACY_FILE).write_text(json.dumps(seal({"stage": "init", **training_data_record(public)})))
     good = _train(tokenizer, root / "good", public)
     bad = _train(tokenizer, root / "bad", separable(48, reverse=True))
     private = separable(32, offset=1000)
@@ -193,7 +194,7 @@ def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_onl
 def test_guard_refuses_a_candidate_trained_on_the_private_data(pool, tokenizer, tmp_path):
     leaked = tmp_path / "leaked"
     make_tiny_model(tokenizer, 1).save_pretrained(leaked)
-    (leaked / PRIVACY_FILE).write_text(json.dumps(training_data_record(pool["private"])))
+    (leaked / PRIVACY_FILE).write_text(json.dumps(seal(training_data_record(pool["private"]))))
     names = [str(pool["ref"]), str(leaked)]
     with pytest.raises(ValueError, match="trained on the private dataset"):
         select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0)
@@ -205,7 +206,7 @@ def test_guard_refuses_a_candidate_trained_on_the_private_data(pool, tokenizer, 
 
     # Trained on a superset of the private prompts: caught by the prompt sketch.
     superset = datasets.concatenate_datasets([separable(200, offset=5000), pool["private"]])
-    (leaked / PRIVACY_FILE).write_text(json.dumps(training_data_record(superset)))
+    (leaked / PRIVACY_FILE).write_text(json.dumps(seal(training_data_record(superset))))
     with pytest.raises(ValueError, match="prompts that occur in the private dataset"):
         select_policy(names, str(pool["ref"]), pool["private"], epsilon=1.0)
 
@@ -249,7 +250,7 @@ def test_guard_refuses_a_reference_trained_on_the_private_data(pool, tokenizer, 
     make_tiny_model(tokenizer, 0).save_pretrained(leaked_ref)
     tokenizer.save_pretrained(leaked_ref)
     sft = datasets.Dataset.from_dict({"prompt": pool["private"]["prompt"], "completion": pool["private"]["chosen"]})
-    (leaked_ref / PRIVACY_FILE).write_text(json.dumps(training_data_record(sft)))
+    (leaked_ref / PRIVACY_FILE).write_text(json.dumps(seal(training_data_record(sft))))
     names = [str(pool["ref"]), str(pool["good"])]
     with pytest.raises(
         ValueError, match=r"(?s)the reference model .*leaked_ref was trained on prompts .*override_reference_guard"

@@ -69,16 +69,22 @@ def seal(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "digest": _digest(_canonical(record), _key())}
 
 
-def check_seal(record: dict[str, Any], where: str, what: str = "privacy ledger") -> None:
+def check_seal(
+    record: dict[str, Any],
+    where: str,
+    what: str = "privacy ledger",
+    fix: str = "Release the raw rows again with this version.",
+) -> None:
     """Raise :class:`IntegrityError` unless ``record``'s digest matches its fields under this machine's key setting.
 
     With ``SQUARECHIPO_LEDGER_KEY`` set only a keyed seal is accepted; without it a keyed seal cannot be checked.
+    ``fix`` says what to do about a record without a seal.
     """
     stated = record.get("digest")
     if not stated:
         raise IntegrityError(
-            f"{where}: the {what} has no digest, so an edit to it cannot be ruled out (it was written by "
-            "squarechipo < 0.2, or edited). Release the raw rows again with this version."
+            f"{where}: the {what} has no digest, so an edit to it cannot be ruled out (it was written by an older "
+            f"squarechipo, or edited). {fix}"
         )
     keyed, key = stated.startswith(_KEYED), _key()
     if keyed and key is None:

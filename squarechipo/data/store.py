@@ -17,7 +17,7 @@ from typing import Any
 
 __all__ = ["SqliteMap", "cache_root"]
 
-_TYPES = {"text": "TEXT", "real": "REAL"}
+_TYPES = {"text": "TEXT", "real": "REAL", "blob": "BLOB"}
 
 
 def cache_root() -> Path:
@@ -26,7 +26,8 @@ def cache_root() -> Path:
 
 
 class SqliteMap:
-    """``table`` in the SQLite file ``path``: string keys to ``kind`` values (``text`` or ``real``) in ``column``."""
+    """``table`` in the SQLite file ``path``: string keys to ``kind`` values (``text``, ``real`` or ``blob``) in
+    ``column``."""
 
     def __init__(
         self,
@@ -74,9 +75,11 @@ class SqliteMap:
             self._db.executemany(f"INSERT OR REPLACE INTO {self.table} VALUES (?, ?)", list(items))
             self._db.commit()
 
-    def items(self) -> list[tuple[str, Any]]:
+    def items(self, prefix: str = "") -> list[tuple[str, Any]]:
+        """Every (key, value), in key order; only keys starting with ``prefix`` when one is given."""
+        query = f"SELECT key, {self.column} FROM {self.table} WHERE substr(key, 1, ?) = ? ORDER BY key"
         with self._lock:
-            return self._db.execute(f"SELECT key, {self.column} FROM {self.table} ORDER BY key").fetchall()
+            return self._db.execute(query, (len(prefix), prefix)).fetchall()
 
     def __len__(self) -> int:
         with self._lock:

@@ -109,7 +109,12 @@ class ModelLineage:
             # A copy saved without its record (save_pretrained, a checkpoint copied away) is found by its weights.
             found = recorded_by_weights(model)
             if found is not None:
-                return cls(name=f"{lineage.name} (its weights are those of a recorded model)", record=found.to_dict())
+                how = (
+                    "a cast or perturbed copy of a recorded model's weights"
+                    if found.get("matched_by_sketch") is not None
+                    else "those of a recorded model"
+                )
+                return cls(name=f"{lineage.name} (its weights are {how})", record=found.to_dict())
         return lineage
 
     @property

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from squarechipo.data.integrity import check_seal, seal
 from squarechipo.privacy.ledger import library_version as _library_version
 
 __all__ = [
@@ -32,8 +33,11 @@ __all__ = [
     "UNRECORDED",
     "PrivacyRecord",
     "read_privacy_record",
+    "SKETCH_SIZE",
+    "start_sketch",
     "recorded_by_weights",
     "weights_fingerprint",
+    "weights_sketch",
     "write_privacy_record",
 ]
 
@@ -253,10 +257,94 @@ def _registry():
     return SqliteMap(cache_root() / "records.sqlite", "records")
 
 
+def _sketches():
+    from squarechipo.data.store import SqliteMap, cache_root
+
+    return SqliteMap(cache_root() / "records.sqlite", "weight_sketches", "blob")
+
+
+#: Weights sampled per model for :func:`weights_sketch`: the projection below then has a relative error of about
+#: (cast noise / training update) / 256 per coordinate of the update.
+SKETCH_SIZE = 65_536
+#: A copy is matched when its weights project onto a recorded run's update (start → trained) at t in this range ...
+_COPY_RANGE = (0.5, 1.5)
+#: ... and lie this close to the trained weights (relative L2 distance): a bf16 cast is about 0.2% away, another
+#: model of the same architecture trained from another start about 100%.
+_COPY_DISTANCE = 0.02
+
+
+def _floating(model) -> list:
+    import torch
+
+    state = model.state_dict()
+    return [state[name] for name in sorted(state) if torch.is_floating_point(state[name])]
+
+
+def weights_sketch(model, size: int = SKETCH_SIZE) -> tuple[int, object]:
+    """(the number of floating-point weights, their values at ``size`` positions fixed by that number), float64.
+
+    The positions run over the tensors in the order of their names, as :func:`weights_fingerprint` does; the same
+    architecture always samples the same positions, so sketches of two models of one architecture compare
+    element by element."""
+    import numpy as np
+    import torch
+
+    tensors = _floating(model)
+    total = sum(t.numel() for t in tensors)
+    positions = np.sort(np.random.default_rng(total).choice(total, size=min(size, total), replace=False))
+    values, start = [], 0
+    for tensor in tensors:
+        end = start + tensor.numel()
+        local = positions[(positions >= start) & (positions < end)] - start
+        if local.size:
+            flat = tensor.detach().reshape(-1).to(device="cpu")
+            values.append(flat[torch.from_numpy(local)].to(torch.float64).numpy())
+        start = end
+    return total, np.concatenate(values) if values else np.zeros(0)
+
+
+def start_sketch(model, private: bool) -> tuple[int, object] | None:
+    """The :func:`weights_sketch` of the model a private run starts from (None for a public run or a model given
+    by name), kept until the trained model's record is written."""
+    import torch
+
+    return weights_sketch(model) if private and isinstance(model, torch.nn.Module) else None
+
+
+def _copy_projection(sketch, trained, start) -> float | None:
+    """t such that ``sketch`` − start ≈ t·(trained − start) (least squares), or None where training moved nothing.
+
+    A cast (bf16, fp16) or a small perturbation of the trained weights adds noise that is independent of the
+    update, so t stays near 1; the starting model itself gives 0, a model trained elsewhere from the same start a
+    value set by how much its own update resembles this one."""
+
+    update = trained - start
+    norm = float(update @ update)
+    return None if norm == 0.0 else float((sketch - start) @ update / norm)
+
+
 def recorded_by_weights(model) -> PrivacyRecord | None:
-    """The record of a model squarechipo saved on this machine whose weights equal ``model``'s, or None."""
+    """The record of a model squarechipo saved on this machine whose weights ``model`` holds, or None.
+
+    Exact copies are found by their fingerprint. A copy cast to another dtype or perturbed is found by its sketch:
+    for each recorded private run of the same architecture (its trained weights and its starting weights,
+    sketched), the copy's weights lie within 2% of the trained ones and project onto that run's update at t ≈ 1
+    (:func:`_copy_projection`; the starting model, as close, projects at 0)."""
+    import numpy as np
+
     found = _registry().get(weights_fingerprint(model))
-    return PrivacyRecord.from_dict(json.loads(found)) if found else None
+    if found:
+        return PrivacyRecord.from_dict(json.loads(found))
+    total, sketch = weights_sketch(model)
+    for key, blob in _sketches().items(prefix=f"{total}:"):
+        trained, start = np.frombuffer(blob, dtype=np.float64).reshape(2, -1)
+        near = np.linalg.norm(sketch - trained) <= _COPY_DISTANCE * np.linalg.norm(trained)
+        t = _copy_projection(sketch, trained, start) if near else None
+        if t is not None and _COPY_RANGE[0] <= t <= _COPY_RANGE[1]:
+            record = _registry().get(key.split(":", 1)[1])
+            if record:
+                return PrivacyRecord.from_dict({**json.loads(record), "matched_by_sketch": round(t, 4)})
+    return None
 
 
 def write_privacy_record(
@@ -266,21 +354,31 @@ def write_privacy_record(
     intro: str | None = None,
     card_header: str | None = None,
     model=None,
+    start_sketch: tuple[int, object] | None = None,
 ) -> Path:
-    """Write ``squarechipo_privacy.json`` and the card's privacy section (replacing an older section).
+    """Write ``squarechipo_privacy.json`` (sealed, as ledgers are) and the card's privacy section (replacing an older
+    section).
 
     ``card_header`` starts a new card (front matter and title) for folders that have none from TRL (the
     central selector's copy of a candidate); otherwise the section is appended to the existing card. With the
     saved ``model``, the record carries its weights' fingerprint and enters this machine's registry of records,
-    so a copy of the weights saved without this file is recognised by the lineage guard.
+    so a copy of the weights saved without this file is recognised by the lineage guard; with ``start_sketch`` (the
+    :func:`weights_sketch` of the model training started from) a cast or perturbed copy is recognised too.
     """
     if model is not None:
         record = dataclasses.replace(record, weights_fingerprint=weights_fingerprint(model))
         _registry().put(record.weights_fingerprint, json.dumps(record.to_dict()))
+        if start_sketch is not None:
+            total, trained = weights_sketch(model)
+            if total == start_sketch[0]:
+                import numpy as np
+
+                sketches = np.stack([trained, start_sketch[1]]).astype(np.float64).tobytes()
+                _sketches().put(f"{total}:{record.weights_fingerprint}", sketches)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / PRIVACY_FILE
-    path.write_text(json.dumps(record.to_dict(), indent=2, sort_keys=True), encoding="utf-8")
+    path.write_text(json.dumps(seal(record.to_dict()), indent=2, sort_keys=True), encoding="utf-8")
     readme = folder / "README.md"
     text = card_header if card_header is not None else (readme.read_text(encoding="utf-8") if readme.exists() else "")
     text = text.split("\n" + _CARD_HEADING)[0].rstrip()
@@ -289,7 +387,9 @@ def write_privacy_record(
 
 
 def read_privacy_record(folder: str | os.PathLike) -> PrivacyRecord | None:
-    """The record saved in a model (or adapter) folder; None where there is none (a Hub id, a public base)."""
+    """The record saved in a model (or adapter) folder, its seal checked; None where there is none (a Hub id, a
+    public base). A record whose seal is missing or does not match its fields is refused: blanking what a model
+    was trained on must not turn it into an unrecorded, public-looking model."""
     path = Path(folder) / PRIVACY_FILE
     if not path.is_file():
         return None
@@ -299,4 +399,7 @@ def read_privacy_record(folder: str | os.PathLike) -> PrivacyRecord | None:
         raise ValueError(f"{path} is not valid JSON ({error}); restore it or delete the folder's model.") from error
     if not isinstance(values, dict):
         raise ValueError(f"{path} must hold a JSON object (a squarechipo privacy record).")
-    return PrivacyRecord.from_dict(values)
+    check_seal(
+        values, str(path), "privacy record", "Restore the folder as squarechipo saved it, or train the model again."
+    )
+    return PrivacyRecord.from_dict({k: v for k, v in values.items() if k != "digest"})

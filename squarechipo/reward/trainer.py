@@ -30,7 +30,7 @@ from squarechipo.privacy.calibration import debias_factor_from_flip_rate
 from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, check_lineage
-from squarechipo.privacy.record import PrivacyRecord, write_privacy_record
+from squarechipo.privacy.record import PrivacyRecord, start_sketch, write_privacy_record
 from squarechipo.reward.config import PrivateRewardConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
 from squarechipo.trainer.eval_guard import EvalLabelGuardMixin
@@ -81,6 +81,7 @@ class PrivateRewardTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, RewardTra
         )
         self._guard_evaluation(train_dataset, kwargs.get("eval_dataset"), args)
         self.training_data = training_data_record(train_dataset)
+        self._start_sketch = start_sketch(model, self.privacy.epsilon is not None)
         self.lineage = None
         if isinstance(train_dataset, datasets.Dataset):
             self.lineage = check_lineage(
@@ -151,4 +152,5 @@ class PrivateRewardTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, RewardTra
                 self.privacy_record(),
                 intro=f"This is {kind} trained with squarechipo on labels released through the mechanism below.",
                 model=self.accelerator.unwrap_model(self.model),
+                start_sketch=self._start_sketch,
             )

@@ -31,7 +31,7 @@ from squarechipo.models.reference_cache import ReferenceLogpCache
 from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
-from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, write_privacy_record
+from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, start_sketch, write_privacy_record
 from squarechipo.privacy.release import FROM_PRIOR_COLUMN
 from squarechipo.trainer.config import SquareChiPOConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
@@ -145,6 +145,8 @@ class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer)
         self._guard_evaluation(train_dataset, kwargs.get("eval_dataset"), args)
         self.training_data = training_data_record(train_dataset)
         self.lineage: LineageReport | None = self._check_lineage(model, ref_model, train_dataset, args)
+        #: The starting weights, sketched, so a cast or perturbed copy of the trained model is recognised later.
+        self._start_sketch = start_sketch(model, self.privacy.epsilon is not None)
         self.lean_lm_head = False
         #: Whether the lean head runs each prompt once (decided with the head, see ``_share_prompt``).
         self.shares_prompt = False
@@ -403,14 +405,19 @@ class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer)
         if self.is_world_process_zero():
             base = getattr(self.model.config, "_name_or_path", None)
             fix_model_card(self.args.output_dir, base_model=base, dataset_name=dataset_name, model_name=model_name)
-            write_privacy_record(self.args.output_dir, self.privacy_record(), model=self._saved_model())
+            write_privacy_record(
+                self.args.output_dir, self.privacy_record(), model=self._saved_model(), start_sketch=self._start_sketch
+            )
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """TRL's save, then the privacy record beside the weights: in the output folder, in every checkpoint-N
         folder (``_save_checkpoint`` saves through here) and in any folder a user saves to."""
         super().save_model(output_dir, _internal_call=_internal_call)
         if self.is_world_process_zero():
-            write_privacy_record(output_dir or self.args.output_dir, self.privacy_record(), model=self._saved_model())
+            folder = output_dir or self.args.output_dir
+            write_privacy_record(
+                folder, self.privacy_record(), model=self._saved_model(), start_sketch=self._start_sketch
+            )
 
     def _saved_model(self):
         """The model whose weights were saved (unwrapped); None under FSDP/DeepSpeed, where they are sharded."""
