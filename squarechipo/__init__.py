@@ -13,7 +13,7 @@ from squarechipo.losses import METHODS, PreferenceLossOutput, preference_loss
 from squarechipo.privacy.calibration import debias_factor, flip_probability
 from squarechipo.privacy.measurements import LabelPipeline
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "__version__",
