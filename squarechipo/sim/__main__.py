@@ -1,8 +1,9 @@
-"""python -m squarechipo.sim [bandit|bt|general|labeldp|all] [--full] [--seeds N] [--out DIR]
+"""python -m squarechipo.sim [bandit|overopt|bt|general|labeldp|all] [--smoke | --full] [--seeds N] [--out DIR]
 
-Runs the default reduced grid (minutes on 2 CPU cores) or ``--full`` (hours; resumable: a re-run
-skips finished grid points), writes ``<out>/<experiment>.csv`` and PNG plots, and prints every
-claim's figures with 95% confidence intervals.
+Runs the default reduced grid (minutes on 2 CPU cores), ``--smoke`` (seconds: every study at its smallest, to check
+an install) or ``--full`` (hours; resumable: a re-run skips finished grid points), writes
+``<out>/<experiment>.csv`` and PNG plots, and prints every claim as the papers make it, its conditions, its figures
+with 95% confidence intervals and a verdict.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from squarechipo.sim.report import (
     kary_report,
     load_rows,
     multistage_report,
+    overopt_report,
 )
 
 
@@ -29,6 +31,15 @@ def _labeldp_report(rows, out):
 #: name → (CSV, grid, runner, columns, default seeds, rows per seed, report)
 EXPERIMENTS = {
     "bandit": ("bandit.csv", ex.bandit_grid, ex.run_bandit_point, ex.BANDIT_COLUMNS, 20, 1, bandit_report),
+    "overopt": (
+        "overopt.csv",
+        ex.overopt_grid,
+        ex.run_overopt_point,
+        ex.OVEROPT_COLUMNS,
+        20,
+        ex.overopt_rows_per_seed,
+        overopt_report,
+    ),
     "bt": ("bt.csv", ex.bt_grid, ex.run_bt_point, ex.BT_COLUMNS, 100, len(ex.BT_NS), bt_report),
     "general": (
         "general.csv",
@@ -36,7 +47,7 @@ EXPERIMENTS = {
         ex.run_general_point,
         ex.GENERAL_COLUMNS,
         20,
-        len(ex.GENERAL_ITERATIONS),
+        ex.general_rows_per_seed,
         general_report,
     ),
     "labeldp": (
@@ -56,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m squarechipo.sim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("experiment", nargs="?", default="all", choices=["all", *EXPERIMENTS])
-    parser.add_argument("--full", action="store_true", help="the full grid (hours; resumable)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_true", help="the full grid (hours; resumable)")
+    size.add_argument("--smoke", action="store_true", help="every study at its smallest (seconds; checks an install)")
     parser.add_argument(
         "--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt)"
     )
@@ -65,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds is not None and args.seeds < 2:
         parser.error("--seeds must be at least 2 (confidence intervals need two seeds)")
-    out = Path(args.out) / ("full" if args.full else "default")
+    scale = "full" if args.full else "smoke" if args.smoke else "default"
+    out = Path(args.out) / scale
     out.mkdir(parents=True, exist_ok=True)
     lines = []
     for name, (csv_name, grid, runner, columns, default_seeds, rows_per_seed, report) in EXPERIMENTS.items():
@@ -74,11 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         path = out / csv_name
         ran = ex.run_grid(
-            grid(args.full),
+            grid(scale),
             runner,
             columns,
             path,
-            list(range(args.seeds or default_seeds)),
+            list(range(args.seeds or (2 if args.smoke else default_seeds))),
             rows_per_seed=rows_per_seed,
             base_seed=args.base_seed,
             desc=name,

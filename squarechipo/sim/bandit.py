@@ -14,6 +14,7 @@ the method's own population target π*_β (the KL-regularised optimum for the DP
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,12 +79,17 @@ class PreferenceData:
 
 
 def sample_preferences(
-    bandit: Bandit, n: int, pipeline: LabelPipeline | None, rngs: list[np.random.Generator]
+    bandit: Bandit,
+    n: int,
+    pipeline: LabelPipeline | None,
+    rngs: list[np.random.Generator],
+    adversary_prefers: np.ndarray | None = None,
 ) -> PreferenceData:
-    """Draw n pairs per seed from π_ref, true BT labels, then the label pipeline (None = clean)."""
+    """Draw n pairs per seed from π_ref, true BT labels, then the label pipeline (None = clean); the ``fixed``
+    adversary writes ``adversary_prefers`` (see :func:`sample_pairs`)."""
     r = bandit.reward
     prefer = 1.0 / (1.0 + np.exp(-(r[:, :, None] - r[:, None, :])))
-    return sample_pairs(prefer, bandit.ref_policy, n, pipeline, rngs)
+    return sample_pairs(prefer, bandit.ref_policy, n, pipeline, rngs, adversary_prefers)
 
 
 def sample_pairs(
@@ -126,35 +132,63 @@ def _gather(log_policy: torch.Tensor, data: PreferenceData) -> tuple[torch.Tenso
     return log_policy[seeds, x, torch.as_tensor(data.chosen)], log_policy[seeds, x, torch.as_tensor(data.rejected)]
 
 
-def fit_tabular(log_ref: torch.Tensor, theta: torch.Tensor, row_losses, max_iter: int = 300) -> np.ndarray:
+#: A fit has converged when the largest entry of the loss gradient is below this (float64, per seed and entry).
+GRAD_TOLERANCE = 1e-7
+
+
+def fit_tabular(
+    log_ref: torch.Tensor,
+    theta: torch.Tensor,
+    row_losses,
+    max_iter: int = 300,
+    *,
+    rounds: int = 1,
+    tolerance: float = GRAD_TOLERANCE,
+    return_gradient: bool = False,
+):
     """Minimise Σ_seeds mean(row_losses(log π_θ)) over tabular θ (L-BFGS, float64), from ``theta``.
 
     log π_θ = log_softmax(log π_ref + θ); ``row_losses`` maps (S, X, A) log-policies to (S, rows)
-    losses. Returns the fitted policies (S, X, A); raises if the fit produced a non-finite policy.
+    losses. L-BFGS runs ``max_iter`` iterations at a time, restarted (up to ``rounds`` times) until the largest
+    gradient entry is at most ``tolerance``; the bandit studies (:func:`fit_policies`) restart up to 20 times and
+    report how far each fit is from stationary instead of stopping at a fixed count. Returns the fitted policies
+    (S, X, A), and with ``return_gradient`` also that largest gradient entry; raises if the fit produced a
+    non-finite policy.
     """
     theta = theta.detach().clone().requires_grad_(True)
-    optimizer = torch.optim.LBFGS(
-        [theta],
-        lr=1.0,
-        max_iter=max_iter,
-        tolerance_grad=1e-10,
-        tolerance_change=1e-14,
-        history_size=20,
-        line_search_fn="strong_wolfe",
-    )
 
-    def closure():
-        optimizer.zero_grad()
-        loss = row_losses(torch.log_softmax(log_ref + theta, dim=-1)).mean(dim=1).sum()
-        loss.backward()
-        return loss
+    def objective():
+        return row_losses(torch.log_softmax(log_ref + theta, dim=-1)).mean(dim=1).sum()
 
-    optimizer.step(closure)
+    gradient = math.inf
+    for _ in range(rounds):
+        optimizer = torch.optim.LBFGS(
+            [theta],
+            lr=1.0,
+            max_iter=max_iter,
+            tolerance_grad=tolerance,
+            tolerance_change=1e-15,
+            history_size=20,
+            line_search_fn="strong_wolfe",
+        )
+
+        def closure(optimizer=optimizer):
+            optimizer.zero_grad()
+            loss = objective()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        theta.grad = None
+        objective().backward()
+        gradient = float(theta.grad.abs().max())
+        if not math.isfinite(gradient) or gradient <= tolerance:
+            break
     with torch.no_grad():
         policies = torch.softmax(log_ref + theta, dim=-1).numpy()
     if not np.isfinite(policies).all():
         raise FloatingPointError("the fit diverged (non-finite policy); losses unbounded below need a clip.")
-    return policies
+    return (policies, gradient) if return_gradient else policies
 
 
 def fit_policies(
@@ -166,8 +200,10 @@ def fit_policies(
     clip: float | None,
     epsilon: float | None,
     max_iter: int = 300,
-) -> np.ndarray:
-    """Minimise the method's mean loss per seed (L-BFGS, float64); returns policies (S, X, A).
+    return_gradient: bool = False,
+):
+    """Minimise the method's mean loss per seed (L-BFGS to a gradient tolerance, float64); returns policies
+    (S, X, A), and with ``return_gradient`` the largest gradient entry at the end (:func:`fit_tabular`).
 
     The learner knows ε (public) and debiases with c(ε) (square losses) or the RR flip rate (robust
     log losses); it does not know the corruption rate α.
@@ -186,7 +222,12 @@ def fit_policies(
 
     try:
         return fit_tabular(
-            log_ref, torch.zeros((seeds, *bandit.reward.shape), dtype=torch.float64), row_losses, max_iter
+            log_ref,
+            torch.zeros((seeds, *bandit.reward.shape), dtype=torch.float64),
+            row_losses,
+            max_iter,
+            rounds=20,
+            return_gradient=return_gradient,
         )
     except FloatingPointError as error:
         raise FloatingPointError(

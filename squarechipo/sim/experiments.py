@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
-from squarechipo.sim import bt
+from squarechipo.sim import bt, overopt
 from squarechipo.sim import general as gp
 from squarechipo.sim import multistage as ms
 
@@ -34,6 +34,13 @@ __all__ = [
     "general_grid",
     "multistage_grid",
     "run_multistage_point",
+    "run_overopt_point",
+    "general_rows_per_seed",
+    "overopt_rows_per_seed",
+    "overopt_grid",
+    "OVEROPT_COLUMNS",
+    "OVEROPT_INSTANCE",
+    "SCALES",
     "MULTISTAGE_COLUMNS",
     "point_key",
     "run_bandit_point",
@@ -45,10 +52,37 @@ __all__ = [
 
 #: The default instance: 8 contexts, 6 actions, rewards in [0, 4], β = 0.5, margins clipped to ±2R_max.
 INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "beta": 0.5, "instance_seed": 0, "num_candidates": 16}
+#: The over-optimisation instance (fixed before its first run): as INSTANCE, with π_ref(a*|x) = 1/2 and a rare
+#: worst action of mass 0.002 (:func:`squarechipo.sim.overopt.make_overopt_bandit`).
+OVEROPT_INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "instance_seed": 0, "rare_mass": 0.002}
 
 #: The label-pipeline columns every alignment study shares (the bandit and the general-preference lab).
 _PIPELINE_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary"]
-BANDIT_COLUMNS = [*_PIPELINE_COLUMNS, "coverage", "seed", "gap_best", "gap_target", "value", "concentrability", "key"]
+BANDIT_COLUMNS = [
+    *_PIPELINE_COLUMNS,
+    "coverage",
+    "beta",
+    "seed",
+    "gap_best",
+    "gap_target",
+    "value",
+    "concentrability",
+    "grad_norm",
+    "key",
+]
+OVEROPT_COLUMNS = [
+    "study",
+    "method",
+    "n",
+    "beta",
+    "policy_class",
+    "step",
+    "seed",
+    "value",
+    "overopt",
+    "rare_loss",
+    "key",
+]
 BT_COLUMNS = ["study", "estimator", "n", "epsilon", "d", "seed", "error", "key"]
 GENERAL_COLUMNS = [*_PIPELINE_COLUMNS, "seed", "iterations", "dg_mixture", "dg_last", "model_error", "key"]
 
@@ -94,6 +128,17 @@ def _rngs(base_seed: int, key: str, seeds: Iterable[int]) -> list[np.random.Gene
     return [np.random.default_rng([base_seed, zlib.crc32(key.encode()), s]) for s in seeds]
 
 
+#: Parameters that do not change a study's data, only what is done with it: every value of them sees the same draws
+#: for a seed, so comparisons across them are paired by seed (the robust study: methods, α and adversaries share the
+#: clean pairs and labels, the corruption's own draws come after; the over-optimisation study: methods share data).
+_PAIRED = {"robust": ("method", "alpha", "adversary"), "overopt": ("method",)}
+
+
+def _data_key(point: dict) -> str:
+    shared = _PAIRED.get(point["study"], ())
+    return point_key({k: v for k, v in point.items() if k not in shared})
+
+
 def _eps(value) -> float | None:
     return None if value is None or math.isinf(value) else float(value)
 
@@ -108,35 +153,50 @@ def _point_bandit(point: dict) -> bd.Bandit:
 # ----------------------------------------------------------------------------- grids
 
 
-def bandit_grid(full: bool = False) -> list[dict]:
-    """The bandit studies (Zhou et al. 2025 (Square-χPO)). Default: the reduced grid (minutes); ``full``: the issue's
-    sweep (hours)."""
+#: Grid sizes: ``smoke`` (seconds: every study at its smallest, to check an install), ``default`` (minutes) and
+#: ``full`` (hours).
+SCALES = ("smoke", "default", "full")
+#: n of the rate studies: large enough that the fixed-β fit's 1/n bias is small next to its n^-1/2 error.
+RATE_NS = {"smoke": [2000, 8000], "default": [2000, 4000, 8000, 16000, 32000, 64000]}
+#: β of the β ∝ n^-1/2 rate study at the smallest n (Zhou et al. 2025 (Square-χPO), Thm 3.5 chooses β this way).
+RATE_BETA0 = 0.5
+
+
+def _pick(scale: str, smoke, default, full):
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES} (got {scale!r}).")
+    return {"smoke": smoke, "default": default, "full": full}[scale]
+
+
+def bandit_grid(scale: str = "default") -> list[dict]:
+    """The bandit studies (Zhou et al. 2025 (Square-χPO)) at a scale of :data:`SCALES`."""
     inf = math.inf
-    ns = [250, 500, 1000, 2000, 4000, 8000, 16000]
     base = {"alpha": 0.0, "order": "ctl", "adversary": "flip", "coverage": 0.2, "n": 2000, "epsilon": inf}
     points = []
 
     def add(study, **kw):
         return points.append({**base, "study": study, **kw})
 
+    ns = RATE_NS["smoke" if scale == "smoke" else "default"]
     for n in ns:
         add("rate", method="square_chipo", n=n)
-    for eps in [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, inf] if full else [0.1, 0.5, 1.0, 2.0, inf]:
+        add("rate_beta", method="square_chipo", n=n, beta=RATE_BETA0 * math.sqrt(ns[0] / n))
+    for eps in _pick(scale, [0.5, inf], [0.1, 0.5, 1.0, 2.0, inf], [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, inf]):
         add("privacy", method="square_chipo", epsilon=eps)
-    for eps in [0.25, 0.5, 1.0, 2.0, 5.0] if full else [0.5, 1.0, 2.0]:
+    for eps in _pick(scale, [1.0], [0.5, 1.0, 2.0], [0.25, 0.5, 1.0, 2.0, 5.0]):
         for order in ("ctl", "ltc"):
             add("order", method="square_chipo", epsilon=eps, alpha=0.2, order=order)
-    for alpha in [0.0, 0.1, 0.2, 0.3, 0.4] if full else [0.0, 0.2]:
-        for method in ("square_chipo", "chipo", "dpo", "square_dpo", "rdpo"):
-            for adversary in ["flip", "random"] if full else ["flip"]:
+    methods = ("square_chipo", "chipo", "dpo")
+    for method in methods:  # the α = 0 reference each method's loss is measured against
+        add("robust", method=method, adversary="none")
+    for alpha in _pick(scale, [0.2], [0.1, 0.2, 0.4], [0.1, 0.2, 0.3, 0.4]):
+        for adversary in _pick(scale, ["flip"], ["flip", "fixed"], ["flip", "fixed", "random"]):
+            for method in methods:
                 add("robust", method=method, alpha=alpha, adversary=adversary)
-    for coverage in [0.5, 0.2, 0.05, 0.02] if full else [0.5, 0.02]:
-        for method in ("dpo", "chipo", "square_chipo"):
-            add("coverage", method=method, coverage=coverage)
-    for eps in [0.25, 0.5, 1.0, 2.0] if full else [0.5, 1.0]:
+    for eps in _pick(scale, [1.0], [0.5, 1.0], [0.25, 0.5, 1.0, 2.0]):
         for method in ("central", "square_chipo"):
             add("central", method=method, epsilon=eps, alpha=0.1)
-    if full:
+    if scale == "full":
         for n in ns:
             for eps in (0.5, 1.0, inf):
                 for alpha in (0.0, 0.2):
@@ -144,19 +204,35 @@ def bandit_grid(full: bool = False) -> list[dict]:
     return points
 
 
-def bt_grid(full: bool = False) -> list[dict]:
+def overopt_grid(scale: str = "default") -> list[dict]:
+    """Over-optimisation as Huang et al. 2024 pose it (:mod:`squarechipo.sim.overopt`): methods × β × n × policy
+    class, each measured along optimisation steps."""
+    points = []
+    for n in _pick(scale, [500], [500], [500, 2000]):
+        for beta in _pick(scale, [0.2], [0.05, 0.2], [0.02, 0.05, 0.2, 0.5]):
+            for policy_class in overopt.CLASSES:
+                for method in ("dpo", "chipo", "square_chipo"):
+                    point = {"study": "overopt", "method": method, "n": n, "beta": beta, "policy_class": policy_class}
+                    point["rare_mass"] = OVEROPT_INSTANCE["rare_mass"]
+                    if scale == "smoke":
+                        point["max_step"] = 100  # the plumbing only: over-optimisation shows after ~300 steps
+                    points.append(point)
+    return points
+
+
+def bt_grid(scale: str = "default") -> list[dict]:
     """Chowdhury et al. 2024 (private reward estimation), Figure 1: d = 5 (default), plus d = 3 and 10 in the full
     grid; every estimator and ε."""
     points = []
-    for d in [3, 5, 10] if full else [5]:
+    for d in _pick(scale, [5], [5], [3, 5, 10]):
         points.append({"study": "bt", "estimator": "mle", "epsilon": math.inf, "d": d})
-        for eps in (0.1, 0.5, 1.0):
+        for eps in _pick(scale, (1.0,), (0.1, 0.5, 1.0), (0.1, 0.5, 1.0)):
             for estimator in ("objective_perturbation", "rr_mle", "sgd_rr", "sgd_rr_averaged"):
                 points.append({"study": "bt", "estimator": estimator, "epsilon": eps, "d": d})
     return points
 
 
-def general_grid(full: bool = False) -> list[dict]:
+def general_grid(scale: str = "default") -> list[dict]:
     """Zhou et al. 2025 (Square-χPO), §4 / Thm 4.4: the duality gap in T and n (ε = ∞, α = 0), and CTL / LTC / central
     at ε, α."""
     inf = math.inf
@@ -169,9 +245,12 @@ def general_grid(full: bool = False) -> list[dict]:
         "adversary": "fixed",
         "n": 4000,
     }
-    points = [{**base, "n": n} for n in ([250, 1000, 4000, 16000, 64000] if full else [250, 2000, 16000])]
-    for eps in [0.5, 1.0, 2.0] if full else [1.0]:
-        for adversary in ["fixed", "flip"] if full else ["fixed"]:
+    ns = _pick(scale, [250, 2000], [250, 2000, 16000], [250, 1000, 4000, 16000, 64000])
+    if scale == "smoke":
+        base["max_iterations"] = 4  # the plumbing only
+    points = [{**base, "n": n} for n in ns]
+    for eps in _pick(scale, [1.0], [1.0], [0.5, 1.0, 2.0]):
+        for adversary in _pick(scale, ["fixed"], ["fixed"], ["fixed", "flip"]):
             for method, order in (("local", "ctl"), ("local", "ltc"), ("central", "ctl")):
                 points.append(
                     {
@@ -187,11 +266,11 @@ def general_grid(full: bool = False) -> list[dict]:
     return points
 
 
-def multistage_grid(full: bool = False) -> list[dict]:
+def multistage_grid(scale: str = "default") -> list[dict]:
     """LP-2ST vs LP-1ST (Ghazi et al. 2021 (label DP)) on the bandit of :data:`INSTANCE` (coverage 0.2, n = 2000)
     across ε."""
-    eps = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0] if full else [0.1, 0.5, 1.0, 2.0]
-    splits = [0.3, 0.5, 0.7] if full else [0.5]
+    eps = _pick(scale, [0.5, 2.0], [0.1, 0.5, 1.0, 2.0], [0.1, 0.25, 0.5, 1.0, 2.0, 4.0])
+    splits = _pick(scale, [0.5], [0.5], [0.3, 0.5, 0.7])
     return [
         {"study": "multistage", "n": 2000, "epsilon": e, "split": sp, "coverage": 0.2, "temperature": 1.0}
         for e in eps
@@ -211,14 +290,18 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
     key = point_key(point)
     inst = INSTANCE
     bandit = _point_bandit(point)
-    rngs = _rngs(base_seed, key, seeds)
+    rngs = _rngs(base_seed, _data_key(point), seeds)
     epsilon = _eps(point["epsilon"])
     clip = 2.0 * inst["r_max"]
-    beta = inst["beta"]
+    beta = point.get("beta", inst["beta"])
+    adversary = "flip" if point["adversary"] == "none" else point["adversary"]  # "none": α = 0, no adversary
+    # The fixed adversary always writes the worse action as preferred: the worst case for the value.
+    worst = bandit.reward[:, :, None] < bandit.reward[:, None, :] if adversary == "fixed" else None
+    gradient = math.nan
     if point["method"] == "central":
         # The central curator sees the (possibly corrupted) raw labels: corruption only, no RR.
-        corrupt = LabelPipeline(epsilon=None, corruption_rate=point["alpha"], adversary=point["adversary"])
-        data = bd.sample_preferences(bandit, point["n"], corrupt, rngs)
+        corrupt = LabelPipeline(epsilon=None, corruption_rate=point["alpha"], adversary=adversary)
+        data = bd.sample_preferences(bandit, point["n"], corrupt, rngs, adversary_prefers=worst)
         # The class is public: drawn from the instance seed, never from the private data.
         candidates = bd.candidate_class(
             bandit, beta, inst["num_candidates"], np.random.default_rng([inst["instance_seed"], 1])
@@ -229,25 +312,41 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
         link = "chipo"
     else:
         pipeline = LabelPipeline(
-            epsilon=epsilon, corruption_rate=point["alpha"], adversary=point["adversary"], order=point["order"]
+            epsilon=epsilon, corruption_rate=point["alpha"], adversary=adversary, order=point["order"]
         )
-        data = bd.sample_preferences(bandit, point["n"], pipeline, rngs)
-        policies = bd.fit_policies(bandit, data, point["method"], beta=beta, clip=clip, epsilon=epsilon)
+        data = bd.sample_preferences(bandit, point["n"], pipeline, rngs, adversary_prefers=worst)
+        policies, gradient = bd.fit_policies(
+            bandit, data, point["method"], beta=beta, clip=clip, epsilon=epsilon, return_gradient=True
+        )
         link = "dpo" if point["method"] in ("dpo", "square_dpo", "rdpo") else "chipo"
     values = bd.value(bandit, policies)
     target = bd.value(bandit, bd.target_policy(bandit, beta, link))
     return [
         {
             **point,
+            "beta": beta,
             "seed": s,
             "gap_best": bandit.best_value - v,
             "gap_target": abs(target - v),
             "value": v,
             "concentrability": bandit.concentrability,
+            "grad_norm": gradient,
             "key": key,
         }
         for s, v in zip(seeds, values)
     ]
+
+
+def overopt_rows_per_seed(point: dict) -> int:
+    """How many checkpoints one seed of an over-optimisation point writes."""
+    return sum(t <= point.get("max_step", overopt.CHECKPOINTS[-1]) for t in overopt.CHECKPOINTS)
+
+
+def run_overopt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict]:
+    """Every seed and checkpoint of one over-optimisation point (:func:`squarechipo.sim.overopt.run_point`)."""
+    key = point_key(point)
+    rows = overopt.run_point(point, _rngs(base_seed, _data_key(point), seeds), OVEROPT_INSTANCE)
+    return [{**point, **row, "seed": seeds[row["seed"]], "key": key} for row in rows]
 
 
 def run_bt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict]:
@@ -316,14 +415,14 @@ def run_general_point(point: dict, seeds: list[int], base_seed: int = 0) -> list
         model,
         instance.ref_policy,
         inst["num_unlabelled"],
-        max(GENERAL_ITERATIONS),
+        max(_general_iterations(point)),
         beta=inst["beta"],
         eta=inst["eta"],
         rngs=rngs,
     )
     model_error = np.abs(model - instance.preference).mean(axis=(1, 2, 3))
     rows = []
-    for t in GENERAL_ITERATIONS:
+    for t in _general_iterations(point):
         mixture = gp.duality_gap(instance.preference, result.iterates[:t].mean(axis=0))
         last = gp.duality_gap(instance.preference, result.iterates[t])
         rows += [
@@ -331,6 +430,15 @@ def run_general_point(point: dict, seeds: list[int], base_seed: int = 0) -> list
             for s, dm, dl, e in zip(seeds, mixture, last, model_error)
         ]
     return rows
+
+
+def _general_iterations(point: dict) -> list[int]:
+    return [t for t in GENERAL_ITERATIONS if t <= point.get("max_iterations", GENERAL_ITERATIONS[-1])]
+
+
+def general_rows_per_seed(point: dict) -> int:
+    """How many T one seed of a general-preference point is scored at."""
+    return len(_general_iterations(point))
 
 
 def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict]:
@@ -399,12 +507,15 @@ def run_grid(
     columns: list[str],
     path: Path,
     seeds: list[int],
-    rows_per_seed: int = 1,
+    rows_per_seed=1,
     base_seed: int = 0,
     desc: str = "grid",
 ) -> int:
-    """Run the points not yet in ``path`` (CSV), appending each point's rows as soon as it finishes."""
-    expected = {point_key(p): len(seeds) * rows_per_seed for p in points}
+    """Run the points not yet in ``path`` (CSV), appending each point's rows as soon as it finishes.
+
+    ``rows_per_seed``: the rows one seed of a point writes (a number, or a function of the point)."""
+    per_seed = rows_per_seed if callable(rows_per_seed) else (lambda point: rows_per_seed)
+    expected = {point_key(p): len(seeds) * per_seed(p) for p in points}
     done = _done_keys(path, columns, expected)
     todo = [p for p in points if point_key(p) not in done]
     path.parent.mkdir(parents=True, exist_ok=True)
