@@ -42,7 +42,7 @@ SIZES = [
     (r"((?:squarechipo data finance|-m data_gen\.finance) --out data)", r"\1 " + " ".join(SMALL_DATA)),
     (r"--samples \d+", "--samples 20000"),
     (r"--scale cpu", "--scale tiny_scale.yaml"),
-    (r"(-m squarechipo\.sim)(?!.*--seeds)", r"\1 --seeds 2"),
+    (r"(-m squarechipo\.sim)(?!.*--(smoke|full))", r"\1 --smoke"),
     (r"(reproduce study (pilot|main|report))", r"\1 --design tiny_design.yaml"),
     (r"bench_privatize\.py", "bench_privatize.py --labels 100000 --rows 2000 --repeats 1"),
     (r"bench_trainer\.py", "bench_trainer.py --models tiny --steps 1 --checkpointing off"),
