@@ -7,9 +7,12 @@ subprocess so its peak memory (max RSS on CPU, max allocated on CUDA) is its own
     .venv/bin/python benchmarks/bench_trainer.py                       # tiny model and SmolLM2-135M
     .venv/bin/python benchmarks/bench_trainer.py --models tiny --steps 5 --checkpointing off
     .venv/bin/python benchmarks/bench_trainer.py --models smollm2 --max-length 2048 --fill --batch 1 --steps 1
+    .venv/bin/python benchmarks/bench_trainer.py --models smollm2 --dtype fp32 bf16   # both dtypes, side by side
 
 Both checkpointing settings run by default (TRL's default is on), and the last lines compare each of ours, at its
-faster setting, with TRL at its faster setting.
+faster setting, with TRL at its faster setting. ``--dtype``: ``fp32``; ``bf16`` is mixed precision as users train
+(``bf16=True``: autocast to bfloat16 with float32 master weights and optimizer state, for both trainers);
+``bf16-weights`` loads both models in bfloat16 (weights, gradients and optimizer state in bfloat16).
 
 Targets (issue 17): our step time at most 0.4x TRL's on SmolLM2-135M on a CPU, with checkpointing off, on, and
 against TRL's faster setting; losses equal to TRL's within 1e-5; peak memory at most TRL's at max_length 2048
@@ -124,10 +127,12 @@ def _worker(args: argparse.Namespace) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_path())
 
+    weights = torch.bfloat16 if args.dtype == "bf16-weights" else torch.float32
+
     def load():
         if args.model == "tiny":
-            return make_tiny_model(tokenizer, seed=0)
-        return AutoModelForCausalLM.from_pretrained(embedded_model_path(), dtype=torch.float32)
+            return make_tiny_model(tokenizer, seed=0, dtype=weights)
+        return AutoModelForCausalLM.from_pretrained(embedded_model_path(), dtype=weights)
 
     n_rows = args.batch * (args.steps + 1)
     source = build_datasets(max(140, 2 * n_rows), seed=0)["finance_preference_conversational"]["train"]
@@ -149,7 +154,7 @@ def _worker(args: argparse.Namespace) -> None:
         gradient_checkpointing=args.gradient_checkpointing,
         seed=0,
         disable_tqdm=True,
-        bf16=False,
+        bf16=args.dtype == "bf16",
         use_cpu=not torch.cuda.is_available(),
     )
     if args.runner == "trl_sigmoid":
@@ -200,8 +205,9 @@ def _worker(args: argparse.Namespace) -> None:
     print("BENCH " + json.dumps(record))
 
 
-def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool) -> dict:
+def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool, dtype: str) -> dict:
     command = [sys.executable, __file__, "--worker", runner, "--model", model, "--steps", str(args.steps)]
+    command += ["--dtype", dtype]
     command += ["--batch", str(args.batch), "--max-length", str(args.max_length), "--tmp", args.tmp]
     if checkpointing:
         command.append("--gradient-checkpointing")
@@ -223,12 +229,13 @@ def _median_step(result: dict) -> float:
     return statistics.median(result["times"][1:])
 
 
-def _report(model: str, results: dict[tuple[str, bool], dict]) -> None:
-    """One table per checkpointing setting, then ours against TRL's fastest setting (the issue 17 target)."""
+def _report(model: str, results: dict[tuple[str, bool], dict], dtype: str) -> None:
+    """One table per checkpointing setting, then ours against TRL's fastest setting, at one dtype."""
     settings = sorted({on for _, on in results})
     for on in settings:
         base = _median_step(results["trl_sigmoid", on])
-        print(f"\n{model} ({results['trl_sigmoid', on]['device']}), gradient checkpointing {'on' if on else 'off'}:")
+        device = results["trl_sigmoid", on]["device"]
+        print(f"\n{model} ({device}, {dtype}), gradient checkpointing {'on' if on else 'off'}:")
         print(f"  {'trainer':<22}{'median step (s)':>16}{'x TRL':>8}{'peak memory (MiB)':>19}")
         for runner in RUNNERS:
             result = results[runner, on]
@@ -246,7 +253,8 @@ def _report(model: str, results: dict[tuple[str, bool], dict]) -> None:
                 print(f"  {'':<42}{runner:<20}" + "".join(f"{part[p]:>19.2f}" for p in parts))
     fastest = min(settings, key=lambda on: _median_step(results["trl_sigmoid", on]))
     base = _median_step(results["trl_sigmoid", fastest])
-    print(f"\n{model}: against TRL's fastest setting (checkpointing {'on' if fastest else 'off'}, {base:.2f} s/step):")
+    where = f"checkpointing {'on' if fastest else 'off'}, {base:.2f} s/step"
+    print(f"\n{model}, {dtype}: against TRL's fastest setting ({where}):")
     for runner in RUNNERS[1:]:
         on = min(settings, key=lambda o: _median_step(results[runner, o]))
         step = _median_step(results[runner, on])
@@ -273,13 +281,20 @@ def main() -> None:
         action="store_true",
         help="also time the parts of a step (reference forward, policy forward, backward, optimizer step)",
     )
+    parser.add_argument(
+        "--dtype",
+        nargs="+",
+        default=["fp32"],
+        choices=["fp32", "bf16", "bf16-weights"],
+        help="fp32; bf16 (mixed precision: autocast, float32 master weights); bf16-weights (bfloat16 weights)",
+    )
     parser.add_argument("--gradient-checkpointing", action="store_true", help=argparse.SUPPRESS)  # the worker's flag
     parser.add_argument("--worker", choices=RUNNERS, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--tmp", default="/tmp/squarechipo-bench", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        _worker(argparse.Namespace(**{**vars(args), "runner": args.worker}))
+        _worker(argparse.Namespace(**{**vars(args), "runner": args.worker, "dtype": args.dtype[0]}))
         return
     settings = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]
     print(
@@ -288,8 +303,9 @@ def main() -> None:
         f"{args.steps} timed steps after 1 warm-up; every configuration in its own process"
     )
     for model in args.models:
-        results = {(runner, on): _run(model, runner, args, on) for on in settings for runner in RUNNERS}
-        _report(model, results)
+        for dtype in args.dtype:
+            results = {(runner, on): _run(model, runner, args, on, dtype) for on in settings for runner in RUNNERS}
+            _report(model, results, dtype)
 
 
 if __name__ == "__main__":
