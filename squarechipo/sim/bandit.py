@@ -150,8 +150,9 @@ def fit_tabular(
 
     log π_θ = log_softmax(log π_ref + θ); ``row_losses`` maps (S, X, A) log-policies to (S, rows)
     losses. L-BFGS runs ``max_iter`` iterations at a time, restarted (up to ``rounds`` times) until the largest
-    gradient entry is at most ``tolerance``; the bandit studies (:func:`fit_policies`) restart up to 20 times and
-    report how far each fit is from stationary instead of stopping at a fixed count. Returns the fitted policies
+    gradient entry is at most ``tolerance`` (a restart loses L-BFGS's history, so prefer one long run: the bandit
+    studies' :func:`fit_policies` runs up to 5000 iterations, once more if needed, and reports how far each fit is
+    from stationary instead of stopping at a fixed count). Returns the fitted policies
     (S, X, A), and with ``return_gradient`` also that largest gradient entry; raises if the fit produced a
     non-finite policy.
     """
@@ -199,7 +200,7 @@ def fit_policies(
     beta: float,
     clip: float | None,
     epsilon: float | None,
-    max_iter: int = 300,
+    max_iter: int = 5000,
     return_gradient: bool = False,
 ):
     """Minimise the method's mean loss per seed (L-BFGS to a gradient tolerance, float64); returns policies
@@ -226,7 +227,7 @@ def fit_policies(
             torch.zeros((seeds, *bandit.reward.shape), dtype=torch.float64),
             row_losses,
             max_iter,
-            rounds=20,
+            rounds=2,
             return_gradient=return_gradient,
         )
     except FloatingPointError as error:
