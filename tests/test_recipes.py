@@ -112,9 +112,8 @@ def test_accelerate_launch_trains_and_rerun_reuses_the_release(workspace):
     assert get_ledger(datasets.load_from_disk(str(out / "released_train"))) == ledger
 
     changed = write_config(workspace, "single", label_epsilon=2.0)
-    third = run([sys.executable, "recipes/train.py", "--config", str(changed)])
-    assert third.returncode != 0
-    assert "was released with pipeline" in third.stderr and "another folder" in third.stderr
+    with pytest.raises(ValueError, match=r"(?s)was released with pipeline.*another folder"):
+        train_in_process(changed)
 
 
 def test_a_single_jsonl_file_is_the_train_split(workspace):
@@ -140,14 +139,28 @@ def test_a_single_jsonl_file_is_the_train_split(workspace):
     base = f"the local model `{workspace / 'model'}`"
     assert f"fine-tuned version of {base} on the local dataset `my_pairs.jsonl`" in card
     named = write_config(workspace, "own_file_split", dataset_name=str(path), dataset_train_split="training")
-    refused = run([sys.executable, "recipes/train.py", "--config", str(named)])
-    assert refused.returncode != 0 and "has no split 'training' (splits: ['train'])" in refused.stderr
+    with pytest.raises(ValueError, match=r"has no split 'training' \(splits: \['train'\]\)"):
+        train_in_process(named)  # a refusal needs no fresh interpreter; the run above is the subprocess path
+
+
+def train_in_process(config: Path):
+    """recipes/train.py's main in this process (for refusals: what they check needs no fresh interpreter)."""
+    from squarechipo.scripts.train import main, make_parser
+
+    return main(*make_parser().parse_args_and_config(args=["--config", str(config)]))
+
+
+@pytest.fixture(scope="module")
+def ddp(workspace):
+    """One two-process (gloo) run with a seeded release, shared by the DDP and the FSDP-on-CPU tests."""
+    config = write_config(workspace, "ddp", label_seed=7)
+    return run([str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/train.py", "--config", str(config)])
 
 
 @pytest.mark.slow
-def test_two_cpu_processes_train_on_identical_privatized_labels(workspace):
-    config = write_config(workspace, "ddp")
-    result = run([str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/train.py", "--config", str(config)])
+@pytest.mark.xdist_group("ddp")  # the shared run is built once, on one worker
+def test_two_cpu_processes_train_on_identical_privatized_labels(workspace, ddp):
+    result = ddp
     assert result.returncode == 0, result.stderr[-4000:]
     seen = digests(result.stderr)
     assert set(seen) == {0, 1}, result.stderr[-3000:]
@@ -195,13 +208,10 @@ def _losses(stdout: str) -> list[float]:
 
 
 @pytest.mark.slow
-def test_fsdp_on_cpu_processes_runs_as_ddp_and_says_so(workspace):
+@pytest.mark.xdist_group("ddp")
+def test_fsdp_on_cpu_processes_runs_as_ddp_and_says_so(workspace, ddp):
     """Accelerate selects FSDP only on accelerators: two CPU processes asked for FSDP2 run data parallel. The
     trainer warns, and the losses are the DDP run's exactly (same released labels, same seed)."""
-    ddp = run(
-        [str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/train.py", "--config"]
-        + [str(write_config(workspace, "as_ddp", label_seed=7))]
-    )
     fsdp_env = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"}
     os.environ.update(fsdp_env)
     try:
