@@ -5,6 +5,7 @@ Pure functions of the privacy parameters; every other module gets these numbers 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 
@@ -126,14 +127,20 @@ def debias_factor(epsilon: float | None) -> float:
         return 1.0
     factor = 1.0 / math.tanh(value / 2.0)
     if factor > LARGE_DEBIAS_FACTOR:
-        logger.warning(
-            "epsilon=%g gives c(ε) = %.3g: the debiased targets are %.3g times the released labels and their variance "
-            "grows as c(ε)², so training is slow and noisy at this budget.",
-            value,
-            factor,
-            factor,
-        )
+        _warn_large_factor(value, factor)
     return factor
+
+
+@functools.cache
+def _warn_large_factor(epsilon: float, factor: float) -> None:
+    """Once per ε: a loss calls :func:`debias_factor` at every step."""
+    logger.warning(
+        "epsilon=%g gives c(ε) = %.3g: the debiased targets are %.3g times the released labels and their variance "
+        "grows as c(ε)², so training is slow and noisy at this budget.",
+        epsilon,
+        factor,
+        factor,
+    )
 
 
 def debias_factor_from_flip_rate(flip_rate: float) -> float:
