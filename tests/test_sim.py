@@ -472,6 +472,11 @@ def test_robust_points_share_their_clean_data_so_losses_are_paired():
     np.testing.assert_array_equal(*pairs)
     flipped = (a.chosen != b.chosen).mean()
     assert abs(flipped - 0.2 * (a.chosen != a.rejected).mean()) < 4 * math.sqrt(0.2 * 0.8 / 4000), flipped
+    # The worst-case fixed adversary (always the worse action) costs each method value against its own clean fit.
+    small = {**base, "n": 500}
+    clean_value = ex.run_bandit_point({**small, "alpha": 0.0, "adversary": "none"}, [0, 1])
+    fixed_value = ex.run_bandit_point({**small, "alpha": 0.3, "adversary": "fixed"}, [0, 1])
+    assert all(f["value"] < c["value"] for f, c in zip(fixed_value, clean_value))
 
 
 def test_dpo_over_optimises_a_rarely_seen_action_where_the_chi_links_do_not_and_a_bounded_class_prevents_it():

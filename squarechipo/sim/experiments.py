@@ -300,7 +300,12 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
     gradient = math.nan
     if point["method"] == "central":
         # The central curator sees the (possibly corrupted) raw labels: corruption only, no RR.
-        corrupt = LabelPipeline(epsilon=None, corruption_rate=point["alpha"], adversary=adversary)
+        corrupt = LabelPipeline(
+            epsilon=None,
+            corruption_rate=point["alpha"],
+            adversary=adversary,
+            fixed_preference="worse_action" if adversary == "fixed" else None,
+        )
         data = bd.sample_preferences(bandit, point["n"], corrupt, rngs, adversary_prefers=worst)
         # The class is public: drawn from the instance seed, never from the private data.
         candidates = bd.candidate_class(
@@ -312,7 +317,11 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
         link = "chipo"
     else:
         pipeline = LabelPipeline(
-            epsilon=epsilon, corruption_rate=point["alpha"], adversary=adversary, order=point["order"]
+            epsilon=epsilon,
+            corruption_rate=point["alpha"],
+            adversary=adversary,
+            order=point["order"],
+            fixed_preference="worse_action" if adversary == "fixed" else None,
         )
         data = bd.sample_preferences(bandit, point["n"], pipeline, rngs, adversary_prefers=worst)
         policies, gradient = bd.fit_policies(
