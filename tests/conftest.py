@@ -28,6 +28,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["SQUARECHIPO_RELEASE_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-registry-"), "r.sqlite")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every ``integration`` test (it starts a process or server, or loads the embedded 135M model) is ``slow``: the
+    quick tier, ``-m "not slow"``, runs neither."""
+    for item in items:
+        if item.get_closest_marker("integration") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _own_release_registry(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("SQUARECHIPO_RELEASE_REGISTRY", str(tmp_path_factory.mktemp("registry") / "releases.sqlite"))

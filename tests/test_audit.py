@@ -44,6 +44,7 @@ def test_every_mechanism_stays_within_its_claim_and_the_planted_bug_is_caught(ep
     assert results["binary RR"].lower_bound > 0.9 * epsilon
 
 
+@pytest.mark.integration
 def test_audit_command_writes_its_report(tmp_path):
     command = [sys.executable, "-m", "squarechipo.audit", "mechanisms", "--samples", "100000", "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -121,6 +122,7 @@ def test_abstaining_guesses_keep_the_most_confident_and_the_bound_is_bonferroni_
     assert refuted.verdict.startswith("REFUTED")
 
 
+@pytest.mark.integration
 def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer, finance_splits, tmp_path):
     """A real (tiny) run: canaries planted after the training rows, released through the config's pipeline,
     trained by recipes/train.py, guessed from the trained model. The leaky variant fine-tunes the starting model on

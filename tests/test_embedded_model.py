@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from squarechipo.models import EMBEDDED_MODEL_ALIASES, embedded_model_path, resolve_model_path
 
 
+@pytest.mark.integration
 def test_cached_model_loads_and_generates(embedded_path, tokenizer):
     model = AutoModelForCausalLM.from_pretrained(embedded_path)
     assert type(model).__name__ == "LlamaForCausalLM"

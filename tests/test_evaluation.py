@@ -94,6 +94,7 @@ def test_generation_is_seeded(models, finance_splits):
     assert a == b and a != c
 
 
+@pytest.mark.integration
 def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
     finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
     out = subprocess.run(
@@ -173,6 +174,7 @@ def test_aggregate_is_the_mean_and_sd_of_each_runs_headline(tmp_path):
     assert "CTL/square_chipo 75.0%" in text
 
 
+@pytest.mark.integration
 def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_path):
     from tests.conftest import make_tiny_classifier
 
@@ -232,6 +234,7 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.integration
 def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenizer, tmp_path):
     """eval/judge_accuracy.py takes its run configuration as YAML (TrlParser), flags override it, and it scores
     each named judge on the same gold pairs; the reward model is position-free (hard = soft)."""
@@ -262,6 +265,7 @@ def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenize
         accuracy_main(["--dataset", str(tmp_path / "data"), "--local", str(models / "judge")])
 
 
+@pytest.mark.integration
 def test_cli_judges_the_prompts_of_a_single_jsonl_file(models, finance_splits, tmp_path):
     """A user's own file of pairs is the evaluation's test split (as TRL's scripts read one file)."""
     rows = finance_splits["finance_preference_conversational"]["test"].select(range(3))

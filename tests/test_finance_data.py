@@ -107,6 +107,7 @@ def test_preference_rows_do_not_depend_on_the_other_pools():
     assert len(large["judge"]) == 30
 
 
+@pytest.mark.integration
 def test_cli_writes_every_dataset(tmp_path):
     out = subprocess.run(
         [

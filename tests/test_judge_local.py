@@ -11,6 +11,9 @@ import pytest
 from squarechipo.judge.local import TransformersJudge
 from squarechipo.judge.templates import FINANCE_TEMPLATE
 
+#: Every test here starts a process or loads the embedded 135M model.
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def judge(embedded_path):

@@ -180,6 +180,7 @@ def test_gold_judge_recipe_beats_chance_on_held_out_gold_pairs(finance_splits, t
     assert judge.model.config.num_labels == 1
 
 
+@pytest.mark.integration
 def test_gold_judge_recipe_refuses_released_labels(finance_splits, tmp_path):
     from squarechipo.privacy import LabelPipeline, save_privatized
 

@@ -314,6 +314,7 @@ def _release_in_process(folder: str, seed: int, queue) -> None:
     queue.put(released["chosen"])
 
 
+@pytest.mark.integration
 def test_two_runs_racing_on_one_fresh_folder_release_once_and_share_it(tmp_path):
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()

@@ -18,6 +18,9 @@ from squarechipo.data.integrity import seal
 from squarechipo.privacy import get_ledger
 from tests.conftest import make_tiny_model
 
+#: Every test here starts a process or loads the embedded 135M model.
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 

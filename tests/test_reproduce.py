@@ -95,6 +95,7 @@ def test_plans_pair_the_methods_on_shared_labels_and_scales_load_from_yaml(tmp_p
         load_scale("laptop")
 
 
+@pytest.mark.integration
 def test_table1_runs_end_to_end_and_resumes(tokenizer, finance_splits, tmp_path):
     """Two seeds × {χPO, Square-χPO} under CTL on tiny models: real recipes in their own processes, real release,
     generation, gold reward-model judge and local judge. A re-run does nothing; a cut-off cell is redone on its
