@@ -36,7 +36,7 @@ EXPERIMENTS = {
         ex.overopt_grid,
         ex.run_overopt_point,
         ex.OVEROPT_COLUMNS,
-        20,
+        ex.OVEROPT_SEEDS,
         ex.overopt_rows_per_seed,
         overopt_report,
     ),
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--full", action="store_true", help="the full grid (hours; resumable)")
     size.add_argument("--smoke", action="store_true", help="every study at its smallest (seconds; checks an install)")
     parser.add_argument(
-        "--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt)"
+        "--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt and overopt)"
     )
     parser.add_argument("--out", default="outputs/sim", help="results folder (CSV + PNG)")
     parser.add_argument("--base-seed", type=int, default=0)
