@@ -193,7 +193,8 @@ def _privacy_lines(rows: list[dict], out: Path) -> list[str]:
         order = np.argsort(c)
         monotone = bool(np.all(np.diff(means[order]) >= -np.array([_mean_ci(groups[i])[1] for i in order[1:]])))
         lines.append(
-            f"[privacy] square_chipo at n = 2000: gap grows with c(ε): {_verdict(monotone)} "
+            "[privacy] Zhou et al. 2025 (Square-χPO), Thm 3.5: the error grows with c(ε) (the privacy cost). "
+            f"Conditions: Square-χPO, CTL, α = 0, β = 0.5, n = 2000: gap grows with c(ε): {_verdict(monotone)} "
             f"(non-decreasing in c(ε) within the 95% half-widths; corr(log c, gap) = "
             f"{np.corrcoef(np.log(c), means)[0, 1]:.3f})"
         )
@@ -220,7 +221,8 @@ def _order_lines(rows: list[dict], out: Path) -> list[str]:
             d, half = _difference(ltc, ctl)
             diffs.append(d)
             lines.append(
-                f"[order] α = 0.2 flip, ε = {e}: CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, LTC − CTL = {d:.4f} ± {half:.4f}: "
+                f"[order] Zhou et al. 2025, Thm 3.5 (LTC's √(α·c(ε)) against CTL's √α), α = 0.2 flip, ε = {e}: "
+                f"CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, LTC − CTL = {d:.4f} ± {half:.4f}: "
                 f"LTC above CTL {_verdict(d - half > 0)}"
             )
         shrinking = all(a >= b for a, b in zip(diffs, diffs[1:]))
@@ -315,7 +317,8 @@ def _central_lines(rows: list[dict], out: Path) -> list[str]:
             cen, loc = central[(e, "central")], central[(e, "square_chipo")]
             d, half = _difference(loc, cen)
             lines.append(
-                f"[central] ε = {e}, α = 0.1, n = 2000: central selection {_fmt(cen)} vs local square_chipo "
+                f"[central] Zhou et al. 2025, Thm 3.7 (central (1 + 1/√ε) against local c(ε)), ε = {e}, α = 0.1, "
+                f"n = 2000, |Π| = 16: central selection {_fmt(cen)} vs local square_chipo "
                 f"{_fmt(loc)}; local − central = {d:.4f} ± {half:.4f}: central better {_verdict(d - half > 0)}"
             )
         labels = {"central": "central (exp. mechanism, |Π| = 16)", "square_chipo": "local (square_chipo, CTL)"}
@@ -515,7 +518,8 @@ def multistage_report(rows: list[dict], out: Path) -> list[str]:
                 f"{method} {_fmt(gaps[(eps, split, method)])} (LP-1ST − it = {mean:+.4f} ± {half:.4f}: {verdict})"
             )
         lines.append(
-            f"[multistage] ε = {eps}, split {split}, n = 2000: LP-1ST {_fmt(one)}; "
+            f"[multistage] Ghazi et al. 2021 (label DP), LP-2ST vs LP-1ST, ε = {eps}, split {split}, n = 2000: "
+            f"LP-1ST {_fmt(one)}; "
             + "; ".join(parts)
             + f"; part-2 rows released from the prior: {shares[(eps, split, 'lp2st')].mean():.1%}"
         )
