@@ -22,6 +22,11 @@ def binomial_se(p: float, n: int) -> float:
 # is the trainer, not the model); a few integration tests use the embedded model itself.
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist every worker, and every process a test starts, gets one thread: two workers then use the two
+# cores without oversubscribing them (two threads each made compute-bound tests several times slower).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
 # This machine's registry of releases (squarechipo.privacy.registry) refuses a second release of the same rows. The
 # tests release the same finance rows in many tests, so each test, and each test session (module fixtures, the
 # processes tests start), gets a registry of its own instead of the user's.

@@ -106,8 +106,8 @@ def _argv(command: str, work: Path) -> list[str]:
     return argv
 
 
-#: Pages that use what an earlier page made (README's models in outputs/): run in this order, in one folder, on one
-#: test worker. Every other page needs only the data and runs on its own folder, so pages run in parallel.
+#: Pages that use what an earlier page made (README's models in outputs/): one test runs them in this order, in one
+#: folder. Every other page needs only the data and runs on its own folder, so those pages run in parallel.
 CHAIN = ("README.md", "docs/training.md", "docs/evaluation.md")
 
 
@@ -140,17 +140,10 @@ def _make_work(folder: Path, tokenizer) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def chain_work(tmp_path_factory, tokenizer):
-    return _make_work(tmp_path_factory.mktemp("docs_chain"), tokenizer)
-
-
 @pytest.fixture
-def work(page, request, tmp_path_factory, tokenizer):
-    """The page's working folder: the chain's shared one, or a fresh one holding the README's data (made in this
-    process by the README's own generator, at the tests' small size)."""
-    if page in CHAIN:
-        return request.getfixturevalue("chain_work")
+def work(tmp_path_factory, tokenizer):
+    """A fresh working folder holding the README's data, made in this process by the README's own generator at the
+    tests' small size."""
     from squarechipo.data.finance import main as make_data
 
     folder = _make_work(tmp_path_factory.mktemp("docs"), tokenizer)
@@ -158,15 +151,7 @@ def work(page, request, tmp_path_factory, tokenizer):
     return folder
 
 
-def _page(page: str):
-    marks = [pytest.mark.xdist_group("docs_chain")] if page in CHAIN else []
-    return pytest.param(page, marks=marks, id=page)
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-@pytest.mark.parametrize("page", [_page(p) for p in PAGES])
-def test_every_command_of_the_page_runs(page, work):
+def _run_page(page: str, work: Path) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     ran = 0
     for command in commands(ROOT / page):
@@ -181,3 +166,20 @@ def test_every_command_of_the_page_runs(page, work):
         assert done.returncode == 0, f"{page}: `{command}` failed:\n{done.stdout[-2500:]}\n{done.stderr[-2500:]}"
         ran += 1
     assert ran, f"{page}: no command ran"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("page", [p for p in PAGES if p not in CHAIN])
+def test_every_command_of_the_page_runs(page, work):
+    _run_page(page, work)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_every_command_of_the_chained_pages_runs_in_reading_order(tmp_path_factory, tokenizer):
+    """README, then docs/training.md, then docs/evaluation.md, in one folder: each uses what the one before made
+    (the README's data and models). One test, so no scheduler can run them apart or out of order."""
+    work = _make_work(tmp_path_factory.mktemp("docs_chain"), tokenizer)
+    for page in CHAIN:
+        _run_page(page, work)

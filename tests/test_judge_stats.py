@@ -180,8 +180,8 @@ def test_aggregate_in_the_form_of_table_1(tmp_path):
             summary = {
                 "policy": method,
                 "label": {"setting": setting, "method": method},
-                "overall": {"win_rate": rate},
-                "calibration": {"accuracy": 0.9},
+                "overall": {"win_rate_half_ties": rate},
+                "calibration": {"rule_accuracy": 0.9},
             }
             (folder / "summary.json").write_text(json.dumps(summary))
             runs.append(folder)
