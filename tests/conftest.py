@@ -31,6 +31,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # tests release the same finance rows in many tests, so each test, and each test session (module fixtures, the
 # processes tests start), gets a registry of its own instead of the user's.
 os.environ["SQUARECHIPO_RELEASE_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-registry-"), "r.sqlite")
+# Likewise the store of privacy records and weight sketches (squarechipo.privacy.record), which the lineage guard
+# matches models to: a session never sees the records of earlier sessions or of the user's own runs.
+os.environ["SQUARECHIPO_RECORD_STORE"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-records-"), "r.sqlite")
 
 
 def pytest_collection_modifyitems(config, items):
