@@ -202,6 +202,8 @@ def test_loader_errors_are_clear(small, tmp_path, monkeypatch):
     datasets.Dataset.from_dict({"prompt": ["p"], "answer": ["a"]}).to_json(str(tmp_path / "bad.jsonl"))
     with pytest.raises(ValueError, match=r"bad.jsonl \[data\]: dataset has no 'chosen', 'rejected' column"):
         load_preference_dataset(tmp_path / "bad.jsonl")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # Offline, as this machine is: datasets reads HF_HUB_OFFLINE when imported, so the setting itself is switched (an
+    # environment variable set now made it wait about 20 s for a network that is not there).
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="not a local path, and loading it from the Hugging Face Hub failed"):
         load_preference_dataset("nobody/no-such-preference-dataset")

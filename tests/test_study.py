@@ -338,6 +338,18 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert {row["arm"] for row in summary["arms"]} == set(plan["arms"])
     assert summary["progress"].startswith(f"Main run: {len(cells)} of {len(cells)} pre-registered cells done")
     assert (results / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The report's README block (docs/study.md's `study report --readme README.md`, run here on a copy): only the text
+    # between the markers changes, and it is the report of these records.
+    from squarechipo.reproduce.study_report import README_BEGIN, README_END
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# head\n\n{README_BEGIN}\nold block\n{README_END}\n\ntail\n")
+    step = ["--design", str(design), "--out", str(out), "--results", str(results)]
+    main(["study", "report", *step, "--readme", str(readme)])
+    head, rest = readme.read_text().split(README_BEGIN)
+    block, tail = rest.split(README_END)
+    assert head == "# head\n\n" and tail == "\n\ntail\n" and "old block" not in block
+    assert summary["progress"] in block and "![Reward–KL frontier](results/frontier.png)" in block
 
     # A resumed run redoes nothing: every record and the pre-registration stay as they were.
     stamps = {p: p.stat().st_mtime_ns for p in [*cells, *results.glob("pilot/*.json"), results / "sft.json"]}
