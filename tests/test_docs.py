@@ -37,6 +37,8 @@ NOT_RUN = {
     # Run elsewhere through the same entry point, with stronger checks (merged there to save their minutes):
     r"reproduce study (pilot|main|report)": "tests/test_study.py runs pilot, main and report --readme in order",
     r"audit training .*--leak sft": "tests/test_audit.py runs the training audit with and without the SFT leak",
+    r"reproduce table1 --scale cpu(?!.*--dry-run)": "tests/test_reproduce.py runs table1 end to end, then resumes it",
+    r"-m squarechipo\.sim --smoke$": "the lab's first command above already runs at --smoke in this test",
 }
 SMALL_DATA = ["--rows", "140", "--sft-rows", "40", "--judge-rows", "40"]
 #: Size flags shrunk for the test: pattern → replacement.

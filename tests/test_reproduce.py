@@ -118,9 +118,12 @@ def test_table1_runs_end_to_end_and_resumes(tokenizer, finance_splits, tmp_path)
         "max_length: 128\nlearning_rate: 1.0e-3\n"
     )
     out = tmp_path / "table1"
-    run = Table1Run(load_scale(str(spec)), out)
-    records = run.run()
-    assert [r["name"] for r in records] == [c.name for c in plan_cells(run.scale)]
+    from squarechipo.reproduce.__main__ import main
+
+    main(["table1", "--scale", str(spec), "--out", str(out)])  # docs/reproduction.md's command, at a tiny scale
+    cells = plan_cells(load_scale(str(spec)))
+    records = [json.loads((out / "cells" / c.name / CELL_RECORD).read_text()) for c in cells]
+    assert [r["name"] for r in records] == [c.name for c in cells]
     assert sorted(p.name for p in (out / "releases").iterdir() if not p.name.startswith(".")) == [
         "ctl_eps0.5_alpha0.1_seed0",
     ]  # the two methods of a seed trained on one release

@@ -249,7 +249,7 @@ def _tiny_study(tmp_path, tokenizer, finance_splits, **overrides):
         "test_prompts": 3,
         "max_new_tokens": 6,
         "eval_dtype": "float32",
-        "pilot_seeds": [1000, 1001, 1002],
+        "pilot_seeds": [1000, 1001],  # two: the fewest that give the power step a between-seed SD
         "pilot_arms": arms[:2],
         "main_arms": arms,
         "effect_points": 50.0,
@@ -307,7 +307,7 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     prereg = json.loads((results / "preregistration.json").read_text())
     pilot = prereg["pilot"]
     assert sorted(p.stem for p in (results / "pilot").glob("*.json")) == sorted(
-        f"ctl_eps0.5_{m}_seed{s}" for m in ("square_chipo", "dpo") for s in (1000, 1001, 1002)
+        f"ctl_eps0.5_{m}_seed{s}" for m in ("square_chipo", "dpo") for s in (1000, 1001)
     )
     difference = next(iter(pilot["differences"].values()))
     sd = float(np.std(difference["differences_points"], ddof=1))
@@ -320,7 +320,7 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert len(plan["arms"]) == 2 and len(plan["cut_arms"]) == 2 and not set(plan["arms"]) & set(plan["cut_arms"])
     # The two methods of a seed trained on one release of the same labels.
     releases = sorted(p.name for p in (out / "releases").iterdir() if not p.name.startswith("."))
-    assert releases == [f"ctl_eps0.5_alpha0.1_seed{s}" for s in (1000, 1001, 1002)]
+    assert releases == [f"ctl_eps0.5_alpha0.1_seed{s}" for s in (1000, 1001)]
     record = json.loads((results / "pilot" / "ctl_eps0.5_dpo_seed1000.json").read_text())
     assert len(record["per_prompt"]["expected_win"]) == 3
     assert 0.0 <= record["summary"]["expected_win"]["mean"] <= 1.0
