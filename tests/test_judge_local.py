@@ -11,15 +11,13 @@ import pytest
 from squarechipo.judge.local import TransformersJudge
 from squarechipo.judge.templates import FINANCE_TEMPLATE
 
-#: Every test here starts a process or loads the embedded 135M model.
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def judge(embedded_path):
     return TransformersJudge("embedded", FINANCE_TEMPLATE, batch_size=4)
 
 
+@pytest.mark.integration  # the embedded 135M model
 def test_local_judge_reads_option_probabilities(judge, finance_splits):
     test = finance_splits["finance_preference"]["test"].select(range(6))
     verdicts = judge.verdicts(test["prompt"], test["chosen"], test["rejected"])
@@ -48,13 +46,28 @@ def test_local_judge_reads_option_probabilities(judge, finance_splits):
     assert [v.choice for v in again] == [v.choice for v in verdicts]
 
 
-def test_trl_style_judge_maps_shuffled_orders_back(judge, finance_splits):
+@pytest.fixture
+def tiny_judge(tokenizer, tmp_path):
+    """The same judge class on the tiny test model: its verdicts are arbitrary but deterministic, which is all the
+    bookkeeping of shuffled orders needs (the 135M model took about 30 s for these 24 judgments)."""
+    from conftest import make_tiny_model
+
+    make_tiny_model(tokenizer, seed=3).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    return TransformersJudge(str(tmp_path / "tiny"), FINANCE_TEMPLATE, batch_size=4)
+
+
+def test_trl_style_judge_maps_shuffled_orders_back(tiny_judge, finance_splits):
+    judge = tiny_judge
     test = finance_splits["finance_preference"]["test"].select(range(8))
     prompts, chosen, rejected = test["prompt"], test["chosen"], test["rejected"]
     as_given = [v.choice for v in judge.verdicts(prompts, chosen, rejected)]
     swapped = [v.choice for v in judge.verdicts(prompts, rejected, chosen)]
     seed = 5
     order = np.random.default_rng(seed).random(len(prompts)) < 0.5
+    # Some rows are shown swapped and some not: mapping none of them back, or all of them, then fails even for a
+    # judge that always picks the same position (as the random tiny model does), since its swapped rows flip.
+    assert order.any() and not order.all()
     picks = judge.judge(prompts, [[c, r] for c, r in zip(chosen, rejected)], shuffle_order=True, seed=seed)
     for pick, swap, direct, reverse in zip(picks, order, as_given, swapped):
         assert pick == (1 - reverse if swap else direct)
