@@ -244,6 +244,7 @@ def _tiny_study(tmp_path, tokenizer, finance_splits, **overrides):
         "judge_rows": 16,
         "train_rows": 16,
         "learning_rate": 1.0e-3,
+        "sft_lora_r": 4,  # the set-up is committed: a LoRA SFT adapter and the gold judge's head
         "max_length": 96,
         "bf16": False,
         "test_prompts": 3,
@@ -358,29 +359,95 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.loads((results / "preregistration.json").read_text()) == prereg
 
-    # A fresh work folder beside the records (another machine): the set-up is rebuilt, checked against sft.json,
-    # and the missing cell comes out as it was; nothing else is redone.
+    # A fresh work folder beside the committed files (another machine): the set-up is rebuilt from the committed
+    # adapter and gold head (nothing retrained), its digests match setup.json, the seeds' labels come from their
+    # committed files, and the missing cell comes out as it was; nothing else is redone.
+    committed = sorted(p for p in (results / "setup").rglob("*") if p.is_file()) + sorted(results.glob("labels/*"))
+    assert {p.parent.name for p in committed} == {"sft_adapter", "gold_head", "labels"}
+    committed += [results / "setup.json", results / "sft_samples.json"]
+    stamps.update({p: p.stat().st_mtime_ns for p in committed})
     redo, others = cells[-1], {p: t for p, t in stamps.items() if p != cells[-1]}
     before = json.loads(redo.read_text())
     redo.unlink()
     shutil.rmtree(out)
     main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])
     after = json.loads(redo.read_text())
+    assert after["setup_digests"] == json.loads((results / "setup.json").read_text())["digests"]
+    assert not json.loads((out / "sft" / "done.json").read_text())["trained"]
     for record in (before, after):  # the tiny policy's samples tie SFT's up to float noise: a sign flips a tie
         del record["summary"]["hard_win"]
     texts, numbers = _leaves(after)
     assert (texts, numbers) == (_leaves(before)[0], pytest.approx(_leaves(before)[1], rel=1e-4, abs=1e-6, nan_ok=True))
     assert {p: p.stat().st_mtime_ns for p in others} == others
 
-    # A rebuilt set-up that does not reproduce sft.json is refused before any cell trains on it.
-    sft = json.loads((results / "sft.json").read_text())
-    sft["record"]["words"][0][0] += 1
-    (results / "sft.json").write_text(json.dumps(sft))
-    (out / "sft_samples.json").unlink()
+    # Weights that are not the committed set-up's are refused before any cell trains on them: here a work folder
+    # rebuilt from an edited adapter (one LoRA weight changed).
+    from safetensors.torch import load_file, save_file
+
+    adapter = results / "setup" / "sft_adapter" / "adapter_model.safetensors"
+    tensors = load_file(str(adapter))
+    name = sorted(k for k in tensors if "lora_B" in k)[0]
+    tensors[name][0, 0] += 0.5
+    save_file(tensors, str(adapter))
+    shutil.rmtree(out / "sft")
     redo.unlink()
     trained = {p: p.stat().st_mtime_ns for p in (out / "cells" / redo.stem).rglob("*")}
     assert trained  # the cell's folder from the rebuild above: a refusal must leave it alone
-    with pytest.raises(RuntimeError, match=r"sft\.json: the work folder .* do not reproduce this record \(words: "):
+    refusal = r"setup\.json: the work folder's models are not the committed set-up \(sft: "
+    with pytest.raises(RuntimeError, match=refusal):
         main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])
     assert not redo.exists()
     assert {p: p.stat().st_mtime_ns for p in (out / "cells" / redo.stem).rglob("*")} == trained
+
+
+def test_a_study_whose_set_up_was_not_committed_is_not_resumed_on_a_fresh_work_folder(tmp_path):
+    """Without sft_lora_r the set-up lived only in the work folder: beside committed records, a fresh one is refused
+    before anything is trained (a retrained SFT policy would be other weights, and cells would not be paired)."""
+    from squarechipo.reproduce.study import Study
+    from squarechipo.reproduce.study_design import StudyDesign
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "sft.json").write_text("{}")
+    study = Study(StudyDesign(data_dir=str(tmp_path / "no-data")), tmp_path / "out", results)
+    with pytest.raises(RuntimeError, match=r"sft\.json was measured with a set-up that lived only in its work folder"):
+        study.setup()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "no-data").exists()
+
+
+def test_the_sft_adapter_merges_to_the_float64_sum_of_its_rank_updates(tokenizer, tmp_path):
+    """merge_adapter's result is W + s·B·A computed in float64 and rounded once (the same on every processor), within
+    float32 rounding of PEFT's own merge, and its digest is the saved model's."""
+    import torch
+    from conftest import make_tiny_model
+    from peft import LoraConfig, get_peft_model
+
+    from squarechipo.reproduce.study_setup import merge_adapter, model_digest
+
+    make_tiny_model(tokenizer).save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    lora = get_peft_model(make_tiny_model(tokenizer), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, weight in lora.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    lora.save_pretrained(tmp_path / "adapter")
+    tokenizer.save_pretrained(tmp_path / "adapter")
+    digest = merge_adapter(tmp_path / "base", tmp_path / "adapter", tmp_path / "merged")
+    assert digest == model_digest(tmp_path / "merged")
+    from peft.tuners.lora import LoraLayer
+
+    expected = {}  # the float64 product B·A (matrix multiplication here), added to W, rounded once
+    for name, module in lora.named_modules():
+        if isinstance(module, LoraLayer):
+            a, b = module.lora_A["default"].weight.double(), module.lora_B["default"].weight.double()
+            weight = module.get_base_layer().weight
+            key = name.removeprefix("base_model.model.") + ".weight"
+            expected[key] = (weight.double() + module.scaling["default"] * (b @ a)).float()
+    assert len(expected) == 2 * 7  # q, k, v, o, gate, up and down of both blocks
+    merged = type(lora.get_base_model()).from_pretrained(tmp_path / "merged").state_dict()
+    peft_merged = lora.merge_and_unload().state_dict()
+    assert set(expected) < set(merged)
+    for key, weight in merged.items():
+        assert torch.equal(weight, expected[key]) if key in expected else torch.equal(weight, peft_merged[key])
+        torch.testing.assert_close(weight, peft_merged[key], rtol=0, atol=1e-6)

@@ -9,9 +9,11 @@ with ``recipes/train.py`` in its own process, and the gold evaluation against th
 (:mod:`squarechipo.evaluation.policy`).
 
 Resuming: a cell is done when its record is in the results folder; a cut-off cell is cleared and redone on the
-saved release, so no fresh noise is drawn. The weights of a cell are deleted once it is measured. On a fresh work
-folder beside committed records (another machine, a deleted ``out``) the set-up is rebuilt and its SFT samples are
-used only if they reproduce the committed ``sft.json``, against which every cell is paired.
+saved release, so no fresh noise is drawn. The weights of a cell are deleted once it is measured. With
+``sft_lora_r`` set, the set-up is committed (the SFT adapter, the gold head, the SFT samples, the seeds' simulated
+labels and the weights' digests, :mod:`squarechipo.reproduce.study_setup`), so a fresh work folder (another
+machine, a deleted ``out``) is rebuilt from those files exactly and every cell checks the digests before it
+trains. Without it, a study continues only in the work folder that wrote its records.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ import numpy as np
 import torch
 
 from squarechipo.data import load_preference_dataset
-from squarechipo.evaluation.gold import label_with_gold
+from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reproduce.study_design import Arm, StudyDesign
 from squarechipo.scripts.launch import run_script
 
-__all__ = ["Study", "cell_name", "library_versions", "reproduction_differences"]
+__all__ = ["Study", "cell_name", "library_versions"]
 
 logger = logging.getLogger("squarechipo")
 DONE = "done.json"
@@ -83,8 +85,19 @@ class Study:
                 [self.python, "-m", "squarechipo.data.finance", "--out", str(self.data), "--seed", "0"], check=True
             )
 
+    @property
+    def portable(self) -> bool:
+        """Whether the set-up is committed (a LoRA SFT policy and the gold head) and checked by digest."""
+        return self.design.sft_lora_r is not None
+
     def _sft(self) -> dict[str, Any]:
-        d, folder = self.design, self.out / "sft"
+        folder = self.out / "sft"
+        if self.portable:
+            return _once(folder, self._portable_sft)
+        return _once(folder, lambda: _timed(lambda: run_script("sft", self._sft_config(folder), folder, self.python)))
+
+    def _sft_config(self, folder: Path) -> dict[str, Any]:
+        d = self.design
         config = {
             "model_name_or_path": d.base_model,
             "dataset_name": str(self.data / d.sft_data),
@@ -103,7 +116,30 @@ class Study:
             "gradient_checkpointing": False,
             "seed": 0,
         }
-        return _once(folder, lambda: _timed(lambda: run_script("sft", config, folder, self.python)))
+        if self.portable:
+            config.update(use_peft=True, lora_r=d.sft_lora_r, lora_alpha=2 * d.sft_lora_r)
+            config.update(lora_target_modules="all-linear", lora_dropout=0.0)
+        return config
+
+    def _portable_sft(self) -> dict[str, Any]:
+        """The SFT policy from the committed adapter (results/setup/sft_adapter), trained once if there is none."""
+        from squarechipo.models import resolve_model_path
+        from squarechipo.reproduce.study_setup import merge_adapter
+
+        adapter, start = self.results / "setup" / "sft_adapter", time.time()
+        trained = not adapter.is_dir()
+        if trained:
+            work = self.out / "sft_adapter"
+            if work.exists():
+                shutil.rmtree(work)
+            work.mkdir(parents=True)
+            run_script("sft", self._sft_config(work), work, self.python)
+            keep = [f for f in work.iterdir() if f.is_file() and f.suffix != ".log" and f.name != "sft.yaml"]
+            adapter.mkdir(parents=True)
+            for file in keep:
+                shutil.copy2(file, adapter / file.name)
+        digest = merge_adapter(resolve_model_path(self.design.base_model), adapter, self.out / "sft")
+        return {"seconds": round(time.time() - start, 1), "trained": trained, "digest": digest}
 
     def _gold(self) -> dict[str, Any]:
         folder = self.out / "gold_judge"
@@ -116,12 +152,46 @@ class Study:
             "output_dir": str(folder),
         }
         build = lambda: _timed(lambda: run_script("gold_judge", config, folder, self.python))  # noqa: E731
+        if self.portable:
+            build = lambda: self._portable_gold(config, folder)  # noqa: E731
         return _once(folder, build)
+
+    def _portable_gold(self, config: dict[str, Any], folder: Path) -> dict[str, Any]:
+        """The gold judge from the committed head (results/setup/gold_head), fitted once if there is none."""
+        from squarechipo.models import resolve_model_path
+        from squarechipo.reproduce.study_setup import rebuild_gold_judge, save_gold_head
+
+        head, start = self.results / "setup" / "gold_head", time.time()
+        trained = not head.is_dir()
+        if trained:
+            work = self.out / "gold_fit"
+            if work.exists():
+                shutil.rmtree(work)
+            work.mkdir(parents=True)
+            run_script("gold_judge", {**config, "output_dir": str(work)}, work, self.python)
+            save_gold_head(work, head)
+            shutil.rmtree(work)
+        digest = rebuild_gold_judge(resolve_model_path(self.design.base_model), head, folder)
+        return {"seconds": round(time.time() - start, 1), "trained": trained, "digest": digest}
 
     def setup(self) -> dict[str, Any]:
         """Data, SFT, the gold judge and the SFT policy's record; each done once."""
+        self._refuse_a_lost_setup()
         self._ensure_data()
-        return {"sft": self._sft(), "gold_judge": self._gold(), "sft_record": self.sft_record()["seconds"]}
+        done = {"sft": self._sft(), "gold_judge": self._gold()}
+        if self.portable:
+            self._check_setup()
+        return {**done, "sft_record": self.sft_record()["seconds"]}
+
+    def _check_setup(self) -> dict[str, str]:
+        """The work folder's set-up digests, checked against results/setup.json (written by the first set-up)."""
+        from squarechipo.reproduce.study_setup import SETUP_FILE, check_setup, model_digest, write_setup
+
+        found = {"sft": model_digest(self.out / "sft"), "gold_judge": model_digest(self.out / "gold_judge", "reward")}
+        if not (self.results / SETUP_FILE).exists():
+            write_setup(self.results, {"digests": found, "base_model": self.design.base_model})
+        check_setup(self.results, found)
+        return found
 
     def _load(self, path: Path):
         from transformers import AutoModelForCausalLM
@@ -150,7 +220,7 @@ class Study:
         start = time.time()
         evaluator = self.evaluator()
         samples = evaluator.sample(evaluator.reference)
-        (self.out / "sft_samples.json").write_text(json.dumps(samples))
+        self._samples_path().write_text(json.dumps(samples))
         record = evaluator.measure_samples(evaluator.reference, samples)
         result = {
             "record": record,
@@ -163,32 +233,31 @@ class Study:
         return result
 
     def sft_samples(self) -> list[list[str]]:
-        """The SFT policy's samples: the extra candidates of every pool (``out/sft_samples.json``)."""
+        """The SFT policy's samples: the extra candidates of every pool, written with ``sft.json``."""
         if self._sft_samples is None:
-            path = self.out / "sft_samples.json"
-            committed = self.sft_record()  # on a first run this also writes the samples
-            if not path.exists():
-                self._restore_sft_samples(committed, path)
-            self._sft_samples = json.loads(path.read_text())
+            self.sft_record()  # on a first run this also writes the samples
+            self._sft_samples = json.loads(self._samples_path().read_text())
         return self._sft_samples
 
-    def _restore_sft_samples(self, committed: dict[str, Any], path: Path) -> None:
-        """Regenerate the SFT samples of a rebuilt work folder with their fixed seeds, and keep them only if they
-        reproduce the committed record: a retrained SFT policy need not be bit-exact on another processor or
-        library version, and a cell measured against other SFT samples would not be paired with the others."""
-        evaluator = self.evaluator()
-        samples = evaluator.sample(evaluator.reference)
-        rebuilt = evaluator.measure_samples(evaluator.reference, samples)
-        differs = reproduction_differences(rebuilt, committed["record"])
-        if differs:
+    def _samples_path(self) -> Path:
+        """Where the SFT samples live: committed beside the records for a portable set-up, else the work folder."""
+        if self.portable:
+            self.results.mkdir(parents=True, exist_ok=True)
+            return self.results / "sft_samples.json"
+        return self.out / "sft_samples.json"
+
+    def _refuse_a_lost_setup(self) -> None:
+        """A study without a committed set-up (``sft_lora_r`` unset) can continue only in the work folder that made
+        its records: a retrained SFT policy and gold judge are other weights on another machine or library version,
+        and a cell measured against them would not be paired with the committed ones."""
+        if not self.portable and (self.results / "sft.json").exists() and not (self.out / "sft" / DONE).exists():
             raise RuntimeError(
-                f"{self.results / 'sft.json'}: the work folder {self.out} was rebuilt, and its SFT policy and gold "
-                f"judge do not reproduce this record ({'; '.join(differs)}), so new cells would not be paired with "
-                f"the committed ones. Libraries then: {committed.get('versions', 'not recorded')}; now: "
-                f"{library_versions()}. Restore {self.out} from the machine that wrote the records, rebuild it with "
-                "the libraries it used, or start the study afresh in another --results folder."
+                f"{self.results / 'sft.json'} was measured with a set-up that lived only in its work folder, and "
+                f"{self.out / 'sft'} is not that folder's, so new cells would not be paired with the committed ones "
+                "(retraining gives other weights elsewhere; a rebuild was tried and did not reproduce the record). "
+                f"Restore {self.out} from the machine that wrote the records, or start afresh in another --results "
+                "folder with sft_lora_r set, whose set-up is committed and rebuilt exactly."
             )
-        path.write_text(json.dumps(samples))
 
     # ------------------------------------------------------------------ labels and cells
 
@@ -199,9 +268,19 @@ class Study:
         def build() -> dict[str, Any]:
             d, start = self.design, time.time()
             train = load_preference_dataset(str(self.data / _PREFERENCE), split="train")
-            rng = np.random.default_rng([seed, 28])
-            rows = train.select(np.sort(rng.permutation(len(train))[: d.train_rows]).tolist())
-            labelled, summary = label_with_gold(rows, self.evaluator().gold, d.label_source, rng)
+            committed = self.results / "labels" / f"seed{seed}.json"
+            if self.portable and committed.exists():
+                kept = json.loads(committed.read_text())
+                labelled, summary = relabel(train.select(kept["rows"]), kept["keep"]), kept["summary"]
+            else:
+                rng = np.random.default_rng([seed, 28])
+                rows = np.sort(rng.permutation(len(train))[: d.train_rows]).tolist()
+                labelled, summary = label_with_gold(train.select(rows), self.evaluator().gold, d.label_source, rng)
+                if self.portable:  # simulated labels, drawn from the committed r* and the seed: kept so that a
+                    # rebuilt work folder trains on the same ones (r* in bf16 rounds differently elsewhere)
+                    keep = [a == b for a, b in zip(labelled["chosen"], train.select(rows)["chosen"])]
+                    committed.parent.mkdir(parents=True, exist_ok=True)
+                    committed.write_text(json.dumps({"rows": rows, "keep": keep, "summary": summary}))
             datasets.DatasetDict({"train": labelled}).save_to_disk(str(folder / "data"))
             return {**summary, "seconds": round(time.time() - start, 1)}
 
@@ -252,7 +331,9 @@ class Study:
         record_path = self.results / stage / f"{cell_name(arm, seed)}.json"
         if record_path.exists():
             return json.loads(record_path.read_text())
-        self.sft_samples()  # a rebuilt set-up is checked before a cell trains on it
+        self._refuse_a_lost_setup()
+        self.sft_samples()
+        digests = self._check_setup() if self.portable else None
         folder = self.out / "cells" / cell_name(arm, seed)
         if folder.exists():
             shutil.rmtree(folder)  # cut off before its record was written
@@ -272,6 +353,7 @@ class Study:
             "train_loss": train.get("train_loss"),
             "train_seconds": round(trained - start, 1),
             "eval_seconds": round(time.time() - trained, 1),
+            **({"setup_digests": digests} if digests else {}),
             **record,
         }
         record_path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,21 +387,6 @@ def library_versions() -> dict[str, str]:
     from importlib.metadata import version
 
     return {name: version(name) for name in ("torch", "transformers", "trl", "accelerate", "datasets")}
-
-
-def reproduction_differences(rebuilt: dict, committed: dict) -> list[str]:
-    """How a rebuilt SFT record differs from the committed one: the samples' lengths and loops must match exactly
-    (the same texts), their gold rewards and log-probs to 0.1% (a bf16 step of r* is more). Empty when it
-    reproduces."""
-    differs = []
-    for key in ("words", "loop", "reward", "logp"):
-        new, old = np.asarray(rebuilt[key], dtype=float), np.asarray(committed[key], dtype=float)
-        if new.shape != old.shape:
-            differs.append(f"{key}: shape {new.shape} against {old.shape}")
-        elif not np.allclose(new, old, rtol=1e-3 if key in ("reward", "logp") else 0.0, atol=0.0):
-            share = float(np.mean(~np.isclose(new, old, rtol=1e-3, atol=0.0)))
-            differs.append(f"{key}: {100 * share:.0f}% of samples differ, by up to {np.max(np.abs(new - old)):.3g}")
-    return differs
 
 
 def compare_per_prompt(policy: dict, sft: dict) -> dict[str, list[float]]:

@@ -124,6 +124,10 @@ class StudyDesign:
     sft_rows: int | None = 512
     sft_epochs: float = 1.0
     sft_learning_rate: float = 5e-5
+    # LoRA rank of the SFT policy (alpha = 2·rank, every linear layer). None: full fine-tuning, as in the first
+    # study, whose set-up lived only in its work folder. With a rank, the set-up is committed as the adapter and the
+    # gold judge's head, and every cell checks the rebuilt weights' digests (squarechipo.reproduce.study_setup).
+    sft_lora_r: int | None = None
     # The gold reward r*: the gold judge fitted on this many public `judge` rows.
     judge_rows: int | None = None
     label_source: str = "bt"
