@@ -300,6 +300,37 @@ def test_observed_label_accuracy_rises_on_separable_data(tiny_model_factory, tok
     assert after >= 0.9, (before, after)
 
 
+def test_checkpoint_epochs_save_at_those_epochs_only_and_each_checkpoint_is_that_steps_model(
+    tiny_model_factory, tokenizer, finance_splits, tmp_path
+):
+    """4 rows at batch 2: 2 steps an epoch. checkpoint_epochs [1, 3] over 3 epochs saves checkpoint-2 and checkpoint-6
+    (with save_strategy "no"), each the policy after that step, with its privacy record."""
+    from transformers import TrainerCallback
+
+    train = release_rows(rows(finance_splits, 4), LabelPipeline(epsilon=1.0), seed=0)
+    args = make_config(
+        tmp_path, max_steps=-1, num_train_epochs=3, per_device_train_batch_size=2, checkpoint_epochs=[3, 1]
+    )
+    args.save_only_model = True
+    seen = {}
+
+    class Snapshot(TrainerCallback):  # the policy's weights after each step, for comparison with the checkpoints
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            seen[state.global_step] = flat_params(model).clone()
+
+    trainer = build(tiny_model_factory, tokenizer, args, train, callbacks=[Snapshot()])
+    trainer.train()
+    saved = sorted((tmp_path / "out").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in saved] == ["checkpoint-2", "checkpoint-6"]
+    for folder in saved:
+        step = int(folder.name.split("-")[1])
+        torch.testing.assert_close(flat_params(AutoModelForCausalLM.from_pretrained(folder)), seen[step])
+        assert json.loads((folder / PRIVACY_FILE).read_text())["epsilon"] == 1.0
+        assert not (folder / "optimizer.pt").exists()  # save_only_model
+    with pytest.raises(ValueError, match="checkpoint_epochs must be a list of positive epochs"):
+        make_config(tmp_path, checkpoint_epochs=[0])
+
+
 def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits, tmp_path):
     train = release_rows(rows(finance_splits, 8), LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=0)
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, r_max=2.0), train)

@@ -324,6 +324,10 @@ class Study:
         }
         if not arm.debias:  # Square-χPO with c = 1 on private labels: the ablation of the c(ε) debiasing
             config.update(flip_rate=0.0, privacy_override=True)
+        if d.checkpoints is not None:  # measured along training: a checkpoint (weights only) at each of these epochs
+            config.update(checkpoint_epochs=list(d.checkpoints), save_only_model=True)
+        if d.lr_scheduler_type is not None:
+            config["lr_scheduler_type"] = d.lr_scheduler_type
         return config
 
     def cell(self, arm: Arm, seed: int, stage: str) -> dict[str, Any]:
@@ -341,9 +345,12 @@ class Study:
         start = time.time()
         run_script("train", self._cell_config(arm, seed, folder), folder, self.python)
         trained = time.time()
-        record = self._measure(folder / "model")
+        if self.design.checkpoints is None:
+            record = self._measure(folder / "model")
+        else:
+            record = self._measure_checkpoints(folder / "model")
         train = json.loads((folder / "model" / "train_results.json").read_text())
-        for weights in (folder / "model").glob("*.safetensors"):
+        for weights in (folder / "model").rglob("*.safetensors"):
             weights.unlink()  # the card, privacy record and metrics stay
         result = {
             "cell": cell_name(arm, seed),
@@ -366,6 +373,21 @@ class Study:
         summary = compare(policy, sft["record"], sft["constants"])
         per_prompt = compare_per_prompt(policy, sft["record"])
         return {"summary": summary, "per_prompt": per_prompt, "examples": policy["examples"]}
+
+    def _measure_checkpoints(self, model_dir: Path) -> dict[str, Any]:
+        """Each checkpoint measured like a final model, in the order of training; the last is the cell's result."""
+        folders = sorted(model_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        epochs = list(self.design.checkpoints)
+        if len(folders) != len(epochs):
+            raise RuntimeError(f"{model_dir}: {len(folders)} checkpoints, expected one at each of epochs {epochs}.")
+        series = []
+        for epoch, folder in zip(epochs, folders):
+            measured = self._measure(folder)
+            series.append({"epoch": epoch, "step": int(folder.name.split("-")[1]), **measured})
+            for weights in folder.glob("*.safetensors"):
+                weights.unlink()  # as each is measured: a cell never holds more than one extra copy for long
+        last = {k: series[-1][k] for k in ("summary", "per_prompt", "examples")}
+        return {**last, "checkpoints": [{k: v for k, v in c.items() if k != "examples"} for c in series]}
 
     def run_cells(self, arms, seeds, stage: str, *, progress=print) -> list[dict[str, Any]]:
         """Every (arm, seed) cell, seed by seed, so that an interrupted run holds whole seeds."""

@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["Arm", "Claim", "CLAIMS", "MAIN_ARMS", "PILOT_ARMS", "StudyDesign", "load_design"]
 
-_NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
+METHOD_NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
 
 
 def _eps_name(epsilon: float | None) -> str:
@@ -43,7 +43,7 @@ class Arm:
 
     @property
     def label(self) -> str:
-        name = _NAMES.get(self.method, self.method) + ("" if self.debias else " (c = 1)")
+        name = METHOD_NAMES.get(self.method, self.method) + ("" if self.debias else " (c = 1)")
         where = "clean" if self.setting == "clean" else f"{self.setting} ε={_eps_name(self.epsilon)}"
         return f"{name}, {where}"
 
@@ -53,13 +53,36 @@ class Arm:
         return f"{self.setting.lower()}_eps{_eps_name(self.epsilon)}_alpha{alpha:g}_seed{seed}"
 
 
+#: What a claim compares, per seed (``squarechipo.reproduce.study_claims``): two arms at the end of training; one
+#: arm's fall from its reference epoch to the end (over-optimisation); or two arms' falls.
+CLAIM_KINDS = ("arms", "drop", "drop_difference")
+
+
 @dataclass(frozen=True)
 class Claim:
-    """``first`` beats ``second`` on the primary metric, paired by seed."""
+    """A pre-registered claim, paired by seed, on ``metric`` (a summary metric of the cells).
+
+    - ``arms``: ``first`` beats ``second`` at the end of training;
+    - ``drop``: ``first``'s metric at its reference epoch (the checkpoint before the last where the pilot's mean was
+      largest, fixed in the pre-registration) is above its metric at the end: it over-optimises;
+    - ``drop_difference``: ``second`` falls more than ``first`` from their reference epochs to the end.
+    """
 
     name: str
     first: str  # Arm.key
-    second: str
+    second: str = ""
+    metric: str = "expected_win"
+    kind: str = "arms"
+
+    def __post_init__(self) -> None:
+        if self.kind not in CLAIM_KINDS:
+            raise ValueError(f"claim {self.name!r}: kind must be one of {CLAIM_KINDS} (got {self.kind!r}).")
+        if self.kind != "drop" and not self.second:
+            raise ValueError(f"claim {self.name!r}: a {self.kind} claim compares two arms; give `second`.")
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        return (self.first,) if self.kind == "drop" else (self.first, self.second)
 
 
 def _arm(method: str, setting: str, epsilon: float | None, debias: bool = True, tier: int = 1) -> Arm:
@@ -141,6 +164,10 @@ class StudyDesign:
     r_max: float = 5.0
     max_length: int = 256
     bf16: bool = True
+    # Training length studies: the epochs at which each cell is also measured (the last one is ``epochs``), and the
+    # learning-rate schedule (None: TRL's linear decay). None: measured at the end only.
+    checkpoints: tuple[float, ...] | None = None
+    lr_scheduler_type: str | None = None
     # Evaluation.
     test_prompts: int = 128
     samples_per_prompt: int = 2
@@ -150,7 +177,9 @@ class StudyDesign:
     pilot_seeds: tuple[int, ...] = (1000, 1001, 1002)
     pilot_arms: tuple[Arm, ...] = PILOT_ARMS
     main_arms: tuple[Arm, ...] = MAIN_ARMS
-    effect_points: float = 2.0  # gold expected win rate, points
+    effect_points: float = 2.0  # the effect the power step is sized for, in the claims' metric (win: points)
+    # The claims (None: the first study's CLAIMS); each names arms of main_arms.
+    claims: tuple[Claim, ...] | None = None
     power: float = 0.8
     alpha: float = 0.05
     budget_hours: float = 7.5
@@ -161,12 +190,29 @@ class StudyDesign:
             raise ValueError(f"label_source must be dataset, argmax or bt (got {self.label_source!r}).")
         if self.samples_per_prompt < 1 or self.test_prompts < 2:
             raise ValueError("samples_per_prompt must be ≥ 1 and test_prompts ≥ 2.")
+        keys = {a.key for a in self.main_arms}
+        unknown = sorted({arm for c in self.claims or () for arm in c.arms} - keys)
+        if unknown:
+            raise ValueError(f"claims name arms that are not in main_arms: {unknown} (the arms are {sorted(keys)}).")
+        if any(c.kind != "arms" for c in self.claims or ()) and self.checkpoints is None:
+            raise ValueError("drop claims compare epochs of training: give the design checkpoints.")
+        marks = None if self.checkpoints is None else list(self.checkpoints)
+        if marks is not None and (marks != sorted(set(marks)) or marks[-1] != self.epochs):
+            raise ValueError(f"checkpoints must be increasing epochs ending at epochs={self.epochs:g} (got {marks}).")
+
+    @property
+    def all_claims(self) -> tuple[Claim, ...]:
+        return CLAIMS if self.claims is None else self.claims
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for key in ("pilot_arms", "main_arms"):
             out[key] = [asdict(a) for a in getattr(self, key)]
+        if self.claims is not None:
+            out["claims"] = [asdict(c) for c in self.claims]
         out["pilot_seeds"] = list(self.pilot_seeds)
+        if self.checkpoints is not None:
+            out["checkpoints"] = list(self.checkpoints)
         return out
 
     @classmethod
@@ -179,8 +225,11 @@ class StudyDesign:
         for key in ("pilot_arms", "main_arms"):
             if key in data:
                 data[key] = tuple(Arm(**a) if isinstance(a, dict) else a for a in data[key])
-        if "pilot_seeds" in data:
-            data["pilot_seeds"] = tuple(data["pilot_seeds"])
+        if data.get("claims") is not None:
+            data["claims"] = tuple(Claim(**c) if isinstance(c, dict) else c for c in data["claims"])
+        for key in ("pilot_seeds", "checkpoints"):
+            if data.get(key) is not None:
+                data[key] = tuple(data[key])
         return cls(**data)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from scipy import stats
 
 from squarechipo.evaluation.paired import mde, seeds_for_power
+from squarechipo.reproduce.study_claims import claim_values, reference_epochs
 from squarechipo.reproduce.study_design import StudyDesign
 
 __all__ = ["PREREGISTRATION", "analyse_pilot", "check_preregistration", "plan_main", "preregister"]
@@ -50,28 +51,66 @@ def upper_sd(sd: float, n: int, confidence: float = 0.8) -> float:
     return float(sd * math.sqrt((n - 1) / stats.chi2.ppf(1 - confidence, n - 1)))
 
 
+def _spread(by_seed: dict[int, float]) -> dict[str, Any]:
+    values = list(by_seed.values())
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+    return {
+        "seeds": sorted(by_seed),
+        "differences_points": values,
+        "mean": float(np.mean(values)),
+        "sd": sd,
+        "sd_upper80": upper_sd(sd, len(values)),
+    }
+
+
+def _pilot_arm(records: list[dict], arm: str) -> str | None:
+    """The pilot arm that stands in for ``arm``: itself, or the pilot arm of the same method."""
+    arms = {r["arm"] for r in records}
+    if arm in arms:
+        return arm
+    return next((a for a in sorted(arms) if a.split("_", 2)[2] == arm.split("_", 2)[2]), None)
+
+
+def _pilot_differences(records: list[dict], design: StudyDesign) -> tuple[dict[str, dict], dict[str, float]]:
+    """(per quantity, its paired values over the pilot's seeds; the reference epochs of drop claims).
+
+    The first study compares every pair of pilot arms on the expected win. A design with its own claims takes each
+    claim the pilot can stand in for: its arms, or the pilot arms of the same methods (the pilot may run one label
+    setting of several)."""
+    if design.claims is None:
+        wins = _by_arm(records)
+        return {
+            f"{a} − {b}": _spread({s: wins[a][s] - wins[b][s] for s in sorted(set(wins[a]) & set(wins[b]))})
+            for a, b in combinations(sorted(wins), 2)
+        }, {}
+    reference = reference_epochs(records, design.claims, design.checkpoints or ())
+    found = {}
+    for claim in design.claims:
+        stand_in = {arm: _pilot_arm(records, arm) for arm in claim.arms}
+        if None in stand_in.values() or len(set(stand_in.values())) < len(stand_in):
+            continue
+        renamed = {pilot: arm for arm, pilot in stand_in.items()}
+        pilot = [{**r, "arm": renamed[r["arm"]]} for r in records if r["arm"] in renamed]
+        values = claim_values(pilot, claim, reference)
+        if len(values) > 1:
+            found[claim.name] = _spread(values)
+    return found, reference
+
+
 def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
     """Between-seed SDs of the paired differences, the seeds for power, and the measured cost of a cell."""
+    differences, reference = _pilot_differences(records, design)
+    if not differences:
+        raise ValueError("the pilot gives no paired difference: it needs two seeds of the arms a claim compares.")
     wins = _by_arm(records)
-    differences = {}
-    for a, b in combinations(sorted(wins), 2):
-        seeds = sorted(set(wins[a]) & set(wins[b]))
-        values = [wins[a][s] - wins[b][s] for s in seeds]
-        sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
-        differences[f"{a} − {b}"] = {
-            "seeds": seeds,
-            "differences_points": values,
-            "mean": float(np.mean(values)),
-            "sd": sd,
-            "sd_upper80": upper_sd(sd, len(values)),
-        }
     sd_plan = max(d["sd_upper80"] for d in differences.values())
     needed = seeds_for_power(design.effect_points, sd_plan, target=design.power, alpha=design.alpha)
     cell_minutes = float(np.mean([(r["train_seconds"] + r["eval_seconds"]) / 60 for r in records]))
     return {
-        "primary_metric": "gold expected win rate vs SFT (points)",
+        "primary_metric": "gold expected win rate vs SFT (points)" if design.claims is None else "the claims' metrics",
         "arms": {arm: {"seeds": sorted(v), "win_points": [v[s] for s in sorted(v)]} for arm, v in wins.items()},
         "differences": differences,
+        **({"reference_epochs": reference} if reference else {}),
         "sd_for_power": sd_plan,
         "seeds_needed": needed,
         "cell_minutes": cell_minutes,
@@ -96,6 +135,7 @@ def plan_main(design: StudyDesign, analysis: dict[str, Any], seed_minutes: float
         binds = True
     sd = analysis["sd_for_power"]
     return {
+        **({"reference_epochs": analysis["reference_epochs"]} if "reference_epochs" in analysis else {}),
         "seeds": list(range(seeds)),
         "arms": [a.key for a in arms],
         "cut_arms": [a.key for a in design.main_arms if a not in arms],

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from squarechipo.evaluation.paired import holm, mde, paired_test, ratio_interval, verdict
-from squarechipo.reproduce.study_design import CLAIMS, StudyDesign
+from squarechipo.privacy.measurements import LabelPipeline
+from squarechipo.reproduce.study_claims import claim_values
+from squarechipo.reproduce.study_design import METHOD_NAMES, Arm, StudyDesign
 
 __all__ = [
     "DEVIATIONS",
@@ -35,12 +37,6 @@ _METRICS = {
     "gold_gain": ("gold gain (r*)", 1.0),
     "kl": ("KL(π‖π_ref) (nats)", 1.0),
     "pool_gain": ("pool-value gain (r*)", 1.0),
-}
-#: The headline: the share of the clean gain that each method keeps on private labels.
-_HEADLINE = {
-    "Square-χPO": ("clean_epsinf_square_chipo", ("ctl_eps1_square_chipo", "ctl_eps0.5_square_chipo")),
-    "DPO": ("clean_epsinf_dpo", ("ctl_eps1_dpo", "ctl_eps0.5_dpo")),
-    "rDPO": ("clean_epsinf_dpo", ("ctl_eps1_rdpo", "ctl_eps0.5_rdpo")),
 }
 
 
@@ -77,25 +73,26 @@ def arm_rows(records, design: StudyDesign) -> list[dict[str, Any]]:
     return rows
 
 
-def claims(records, design: StudyDesign, planned: list[str] | None = None) -> list[dict[str, Any]]:
-    """Each claim's paired difference (points of expected win), Holm-adjusted p and verdict. ``planned``: the
-    pre-registered arms; a claim on an arm cut from the plan says so."""
+def claims(records, design: StudyDesign, planned: list[str] | None = None, reference=None) -> list[dict[str, Any]]:
+    """Each claim's paired value (in its metric's units), Holm-adjusted p and verdict. ``planned``: the pre-registered
+    arms (a claim on an arm cut from the plan says so); ``reference``: the pre-registered reference epochs of drop
+    claims."""
     found, untested = [], []
-    for claim in CLAIMS:
-        first, second = _values(records, claim.first), _values(records, claim.second)
-        seeds = sorted(set(first) & set(second))
-        if len(seeds) < 2:  # no t interval from fewer than 2 paired seeds: listed, not tested
+    for claim in design.all_claims:
+        values = claim_values(records, claim, reference)
+        if len(values) < 2:  # no t interval from fewer than 2 paired seeds: listed, not tested
             nan = math.nan
-            row = {"claim": claim.name, "seeds": len(seeds), "mean": nan, "low": nan, "high": nan, "p_holm": nan}
-            cut = planned is not None and not {claim.first, claim.second} <= set(planned)
-            why = "an arm was cut from the pre-registered plan" if cut else f"{len(seeds)} paired seed(s) done"
-            untested.append({**row, "verdict": f"not tested: {why}"})
+            row = {"claim": claim.name, "seeds": len(values), "mean": nan, "low": nan, "high": nan, "p_holm": nan}
+            cut = planned is not None and not set(claim.arms) <= set(planned)
+            why = "an arm was cut from the pre-registered plan" if cut else f"{len(values)} paired seed(s) done"
+            untested.append({**row, "metric": claim.metric, "verdict": f"not tested: {why}"})
             continue
-        test = paired_test([first[s] - second[s] for s in seeds])
-        found.append({"claim": claim.name, "seeds": len(seeds), **test.to_dict()})
+        test = paired_test(list(values.values()))
+        found.append({"claim": claim.name, "seeds": len(values), "metric": claim.metric, **test.to_dict()})
     for row, adjusted in zip(found, holm([c["p_value"] for c in found])):
         detectable = mde(row["n"], row["sd"], target=design.power, alpha=design.alpha)
-        row.update(p_holm=adjusted, mde=detectable, verdict=verdict_of(row, adjusted, detectable, design.alpha))
+        unit = " points" if row["metric"].endswith("win") else f" ({_METRICS[row['metric']][0]})"
+        row.update(p_holm=adjusted, mde=detectable, verdict=verdict_of(row, adjusted, detectable, design.alpha, unit))
     return found + untested
 
 
@@ -127,6 +124,10 @@ def _plan(prereg: dict | None) -> tuple[list[int], list[str]]:
     return plan.get("seeds", []), [a["key"] if isinstance(a, dict) else a for a in plan.get("arms", [])]
 
 
+def _plan_field(prereg: dict | None, name: str):
+    return ((prereg or {}).get("plan") or {}).get(name)
+
+
 def _planned_cells(prereg: dict | None) -> list[str]:
     seeds, keys = _plan(prereg)
     return [f"{k}_seed{s}" for s in seeds for k in keys]
@@ -153,25 +154,37 @@ def progress(records, prereg: dict | None, deviations: list[dict] | None = None)
     )
 
 
-def verdict_of(row: dict, adjusted: float, detectable: float, alpha: float) -> str:
+def verdict_of(row: dict, adjusted: float, detectable: float, alpha: float, unit: str = " points") -> str:
     from squarechipo.evaluation.paired import PairedTest
 
     test = PairedTest(**{k: row[k] for k in ("mean", "low", "high", "p_value", "sd", "n")})
-    return verdict(test, adjusted, detectable, alpha, unit=" points")
+    return verdict(test, adjusted, detectable, alpha, unit=unit)
 
 
-def headline(records) -> list[dict[str, Any]]:
-    """Share of the clean gold gain kept at ε = 1 and 0.5 (CTL), Fieller interval over seeds."""
+def _clean_reference(arm: Arm) -> str:
+    """The clean arm a private arm's gain is a share of (rDPO with flip rate 0 is DPO)."""
+    return f"clean_epsinf_{'dpo' if arm.method == 'rdpo' else arm.method}"
+
+
+def headline(records, design: StudyDesign) -> list[dict[str, Any]]:
+    """Share of the clean gold gain each method keeps at each ε (CTL, debiased), paired by seed, with Fieller's
+    interval, beside what the labels were worth: n labels each wrong with probability ρ carry about n(1 − 2ρ)²
+    clean labels' information (ρ the pipeline's expected wrong-label rate)."""
+    keys = {a.key for a in design.main_arms}
+    private = [a for a in design.main_arms if a.setting == "CTL" and a.debias and _clean_reference(a) in keys]
+    methods = list(dict.fromkeys(a.method for a in private))
     rows = []
-    for method, (clean_arm, private_arms) in _HEADLINE.items():
-        clean = _values(records, clean_arm, "gold_gain")
-        for arm in private_arms:
-            gains = _values(records, arm, "gold_gain")
-            seeds = sorted(set(gains) & set(clean))
-            if len(seeds) < 2:
-                continue
-            ratio = ratio_interval([gains[s] for s in seeds], [clean[s] for s in seeds])
-            rows.append({"method": method, "arm": arm, "epsilon": arm.split("_")[1][3:], **ratio})
+    for arm in sorted(private, key=lambda a: (methods.index(a.method), a.epsilon)):
+        clean, gains = _values(records, _clean_reference(arm), "gold_gain"), _values(records, arm.key, "gold_gain")
+        seeds = sorted(set(gains) & set(clean))
+        if len(seeds) < 2:
+            continue
+        ratio = ratio_interval([gains[s] for s in seeds], [clean[s] for s in seeds])
+        wrong = LabelPipeline(arm.epsilon, design.corruption_rate, "flip", "ctl").expected_flip_rate()
+        rows.append({
+            "method": METHOD_NAMES.get(arm.method, arm.method), "arm": arm.key, "epsilon": f"{arm.epsilon:g}", **ratio,
+            "wrong_label_rate": wrong, "clean_equivalent_share": (1 - 2 * wrong) ** 2,
+        })  # fmt: skip
     return rows
 
 
@@ -192,8 +205,8 @@ def metric_noise(records) -> dict[str, float]:
 def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=None) -> dict[str, Any]:
     return {
         "arms": arm_rows(records, design),
-        "claims": claims(records, design, ((prereg or {}).get("plan") or {}).get("arms")),
-        "headline": headline(records),
+        "claims": claims(records, design, _plan(prereg)[1] or None, _plan_field(prereg, "reference_epochs")),
+        "headline": headline(records, design),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
         "progress": progress(records, prereg, deviations),
@@ -224,15 +237,16 @@ def _arm_table(summary: dict) -> list[str]:
 
 def _claim_table(summary: dict) -> list[str]:
     lines = [
-        "| claim | seeds | mean paired difference (points) | 95% t interval | p (Holm) | verdict |",
-        "|---|---|---|---|---|---|",
+        "| claim | metric | seeds | mean paired difference | 95% t interval | p (Holm) | verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for c in summary["claims"]:
+        metric = _METRICS[c.get("metric", "expected_win")][0]
         lines.append(
-            f"| {c['claim']} | {c['seeds']} | {c['mean']:+.2f} | [{c['low']:+.2f}, {c['high']:+.2f}] | "
+            f"| {c['claim']} | {metric} | {c['seeds']} | {c['mean']:+.2f} | [{c['low']:+.2f}, {c['high']:+.2f}] | "
             f"{c['p_holm']:.3g} | **{c['verdict']}** |"
             if not math.isnan(c["mean"])
-            else f"| {c['claim']} | {c['seeds']} | — | — | — | {c['verdict']} |"
+            else f"| {c['claim']} | {metric} | {c['seeds']} | — | — | — | {c['verdict']} |"
         )
     return lines
 
@@ -252,14 +266,18 @@ def in_short(summary: dict) -> str:
     return f"In short: of {len(verdicts)} claims, {said}.{kept}"
 
 
-def _headline_table(summary: dict) -> list[str]:
+def _headline_table(summary: dict, design: StudyDesign) -> list[str]:
     lines = [
-        "| method | ε (CTL, α = 0.1) | share of the clean gold gain kept | 95% Fieller interval |",
-        "|---|---|---|---|",
+        f"| method | ε (CTL, α = {design.corruption_rate:g}) | share of the clean gold gain kept "
+        "| 95% Fieller interval | labels wrong (ρ) | clean-label equivalent (1 − 2ρ)² |",
+        "|---|---|---|---|---|---|",
     ]
     for h in summary["headline"]:
         interval = "unbounded" if math.isinf(h["high"]) else f"[{100 * h['low']:.0f}%, {100 * h['high']:.0f}%]"
-        lines.append(f"| {h['method']} | {h['epsilon']} | {100 * h['ratio']:.0f}% | {interval} |")
+        lines.append(
+            f"| {h['method']} | {h['epsilon']} | {100 * h['ratio']:.0f}% | {interval} | "
+            f"{h['wrong_label_rate']:.3f} | {100 * h['clean_equivalent_share']:.0f}% |"
+        )
     return lines
 
 
@@ -293,7 +311,7 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             "",
             "Share of the clean gain kept (gold gain on private labels ÷ gold gain on clean labels, paired by seed):",
             "",
-            *_headline_table(summary),
+            *_headline_table(summary, design),
             "",
             f"Signal-to-noise of each metric in one cell (mean |gain| ÷ its standard error over prompts): {noise}.",
         ]

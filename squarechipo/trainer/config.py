@@ -86,6 +86,14 @@ class SquareChiPOConfig(DPOConfig):
             "FSDP/DeepSpeed and under gradient checkpointing."
         },
     )
+    checkpoint_epochs: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Also save a checkpoint (checkpoint-<step>) when training reaches each of these epochs, whatever "
+            "save_strategy says: e.g. [1, 2, 4, 8, 16] for log-spaced checkpoints of a long run. save_only_model "
+            "keeps them small."
+        },
+    )
     reference_logps_cache: str | None = field(
         default=None,
         metadata={
@@ -112,6 +120,11 @@ class SquareChiPOConfig(DPOConfig):
             self.flip_rate = check_flip_rate(self.flip_rate)
         if not (math.isfinite(self.prior_row_weight) and self.prior_row_weight >= 0):
             raise ValueError(f"prior_row_weight must be ≥ 0 (got {self.prior_row_weight!r}); 0 drops the prior rows.")
+        if self.checkpoint_epochs is not None:
+            self.checkpoint_epochs = [float(e) for e in self.checkpoint_epochs]
+            if not self.checkpoint_epochs or any(not (math.isfinite(e) and e > 0) for e in self.checkpoint_epochs):
+                got = self.checkpoint_epochs
+                raise ValueError(f"checkpoint_epochs must be a list of positive epochs, e.g. [1, 2, 4] (got {got!r}).")
         if self.reference_logps_cache is not None and not self.precompute_ref_log_probs:
             raise ValueError(
                 "reference_logps_cache works with precompute_ref_log_probs: true (the reference log-probs are "

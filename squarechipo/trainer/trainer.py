@@ -33,6 +33,7 @@ from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
 from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, start_sketch, write_privacy_record
 from squarechipo.privacy.release import FROM_PRIOR_COLUMN
+from squarechipo.trainer.checkpoints import EpochCheckpoints
 from squarechipo.trainer.config import SquareChiPOConfig
 from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
 from squarechipo.trainer.eval_guard import EvalLabelGuardMixin
@@ -158,6 +159,8 @@ class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer)
         super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset, **kwargs)
         if self._extra_columns:
             self.data_collator = ColumnsCollator(self.data_collator, self._extra_columns)
+        if args.checkpoint_epochs:
+            self.add_callback(EpochCheckpoints(args.checkpoint_epochs))
         self._tag_names = list(self._tag_names) + [args.method]
         self._warn_if_fsdp_fell_back(args)
         self._install_lean_lm_head()

@@ -1,0 +1,66 @@
+"""A claim's value per seed, from the cell records: the one definition the power step and the report share.
+
+A cell's metric is its summary's mean (expected and hard win in points, the rest in their units), at the end of
+training or at a checkpoint epoch. A ``drop`` claim compares an arm's metric at its reference epoch, fixed in the
+pre-registration from the pilot (:func:`reference_epochs`), with its metric at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from squarechipo.reproduce.study_design import Claim
+
+__all__ = ["METRIC_SCALE", "claim_values", "metric_at", "reference_epochs"]
+
+#: Summary metrics and the factor that puts them in the report's units (win rates in points).
+METRIC_SCALE = {"expected_win": 100.0, "hard_win": 100.0, "gold_gain": 1.0, "kl": 1.0, "pool_gain": 1.0}
+
+
+def metric_at(record: dict[str, Any], metric: str, epoch: float | None = None) -> float:
+    """A cell's ``metric`` at the end of training (``epoch`` None) or at a checkpoint epoch."""
+    summary = record["summary"]
+    if epoch is not None:
+        summary = next(c["summary"] for c in record["checkpoints"] if c["epoch"] == epoch)
+    return METRIC_SCALE[metric] * summary[metric]["mean"]
+
+
+def _by_seed(records, arm: str, metric: str, epoch: float | None = None) -> dict[int, float]:
+    return {r["seed"]: metric_at(r, metric, epoch) for r in records if r["arm"] == arm}
+
+
+def reference_epochs(records, claims: tuple[Claim, ...], checkpoints: tuple[float, ...]) -> dict[str, float]:
+    """For each arm whose drop a claim measures: the checkpoint before the last whose mean metric over the pilot's
+    seeds is largest. Arms without pilot cells take the reference epoch of the pilot arm with the same method (the
+    pilot runs one label setting)."""
+    out: dict[str, float] = {}
+    for claim in claims:
+        for arm in claim.arms if claim.kind != "arms" else ():
+            method = arm.split("_", 2)[2]
+            source = arm if any(r["arm"] == arm for r in records) else next(
+                (r["arm"] for r in records if r["arm"].split("_", 2)[2] == method), None
+            )  # fmt: skip
+            if source is None:
+                continue
+            means = {e: np.mean(list(_by_seed(records, source, claim.metric, e).values())) for e in checkpoints[:-1]}
+            out[arm] = float(max(means, key=means.get))
+    return out
+
+
+def claim_values(records, claim: Claim, reference: dict[str, float] | None = None) -> dict[int, float]:
+    """The claim's paired value per seed (seeds where every cell it needs has a record)."""
+
+    def drop(arm: str) -> dict[int, float]:
+        before = _by_seed(records, arm, claim.metric, (reference or {})[arm])
+        after = _by_seed(records, arm, claim.metric)
+        return {s: before[s] - after[s] for s in set(before) & set(after)}
+
+    if claim.kind == "arms":
+        first, second = _by_seed(records, claim.first, claim.metric), _by_seed(records, claim.second, claim.metric)
+    elif claim.kind == "drop":
+        return dict(sorted(drop(claim.first).items()))
+    else:  # drop_difference: the second arm falls more than the first
+        first, second = drop(claim.second), drop(claim.first)
+    return {s: first[s] - second[s] for s in sorted(set(first) & set(second))}
