@@ -451,3 +451,95 @@ def test_the_sft_adapter_merges_to_the_float64_sum_of_its_rank_updates(tokenizer
     for key, weight in merged.items():
         assert torch.equal(weight, expected[key]) if key in expected else torch.equal(weight, peft_merged[key])
         torch.testing.assert_close(weight, peft_merged[key], rtol=0, atol=1e-6)
+
+
+def _cell(arm: str, seed: int, gains: dict[float, float], kl: float = 1.0) -> dict:
+    """A hand-made cell record measured at checkpoint epochs: gold gain per epoch, the rest fixed."""
+
+    def summary(gain: float) -> dict:
+        metric = {"mean": gain, "n": 4, "sd": 0.1, "low": gain - 0.1, "high": gain + 0.1, "p_value": 0.5}
+        win = {**metric, "mean": 0.5 + gain / 10}
+        extras = {"implicit_accuracy": 0.6, "loop_rate": 0.0, "words": 50.0, "length_regression": {"share": 0.0}}
+        return {"gold_gain": metric, "pool_gain": metric, "expected_win": win, "hard_win": win,
+                "kl": {**metric, "mean": kl}, **extras}  # fmt: skip
+
+    checkpoints = [{"epoch": e, "summary": summary(g)} for e, g in gains.items()]
+    record = {"arm": arm, "seed": seed, "summary": checkpoints[-1]["summary"], "checkpoints": checkpoints}
+    return {**record, "train_seconds": 60.0, "eval_seconds": 30.0}
+
+
+def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_path):
+    """drop: gain at the reference epoch minus gain at the end, per seed; drop_difference: the second arm's fall
+    minus the first's; the reference epoch is the pilot's argmax of the mean gain before the last checkpoint, and a
+    method's pilot arm stands in for its arm in another label setting. The report tabulates every epoch, draws the
+    curves, and the power step sizes the main run from the claims' pilot SDs."""
+    from squarechipo.reproduce import study_report as sr
+    from squarechipo.reproduce.study_claims import claim_values, reference_epochs
+    from squarechipo.reproduce.study_design import load_design
+    from squarechipo.reproduce.study_power import analyse_pilot
+
+    design = load_design(str(ROOT / "recipes" / "studies" / "overoptimisation.yaml"))
+    epochs = design.checkpoints
+    rise_fall = {0: [0.2, 0.6, 0.5, 0.1, -0.2], 1: [0.3, 0.5, 0.4, 0.2, 0.0]}  # DPO: peaks at epoch 2 on average
+    steady = {0: [0.2, 0.3, 0.4, 0.4, 0.4], 1: [0.1, 0.3, 0.3, 0.5, 0.45]}  # χPO: its largest mean is at epoch 8
+    pilot = [_cell("clean_epsinf_dpo", s, dict(zip(epochs, g)), kl=10.0) for s, g in rise_fall.items()]
+    pilot += [_cell("clean_epsinf_chipo", s, dict(zip(epochs, g))) for s, g in steady.items()]
+    claims = {c.name: c for c in design.claims}
+    reference = reference_epochs(pilot, design.claims, epochs)
+    assert reference["clean_epsinf_dpo"] == 2 and reference["clean_epsinf_chipo"] == 8
+    assert reference["ctl_eps1_dpo"] == 2  # no private pilot arm: the clean DPO pilot arm stands in
+    dpo_drop = claim_values(pilot, claims["DPO over-optimises (clean)"], reference)
+    assert dpo_drop == pytest.approx({0: 0.6 - (-0.2), 1: 0.5 - 0.0})
+    less = claim_values(pilot, claims["χPO over-optimises less than DPO (clean)"], reference)
+    assert less == pytest.approx({0: 0.8 - (0.4 - 0.4), 1: 0.5 - (0.5 - 0.45)})
+    ends = claim_values(pilot, claims["χPO ends above DPO (clean, epoch 16)"], reference)
+    assert ends == pytest.approx({0: 0.4 + 0.2, 1: 0.45 - 0.0})
+
+    analysis = analyse_pilot(pilot, design)
+    assert analysis["reference_epochs"] == reference
+    measured = analysis["differences"]
+    assert measured["DPO over-optimises (clean)"]["sd"] == pytest.approx(np.std([0.8, 0.5], ddof=1))
+    # The private DPO drop is sized through the clean DPO pilot arm; a comparison of two arms needs both arms.
+    assert "DPO over-optimises (CTL, ε = 1)" in measured
+    assert "χPO ends above DPO (CTL, ε = 1, epoch 16)" not in measured
+
+    prereg = {"plan": {"seeds": [0, 1], "arms": [a.key for a in design.main_arms], "reference_epochs": reference}}
+    summary = sr.study_summary(pilot, design, prereg)
+    verdicts = {c["claim"]: c for c in summary["claims"]}
+    assert verdicts["DPO over-optimises (clean)"]["mean"] == pytest.approx(0.65)
+    assert verdicts["DPO over-optimises (CTL, ε = 1)"]["verdict"] == "not tested: 0 paired seed(s) done"
+    assert verdicts["Square-χPO over-optimises less than DPO (clean)"]["verdict"] == (
+        "not tested: no reference epoch was pre-registered for clean_epsinf_square_chipo"
+    )  # the hand-made pilot has no Square-χPO arm
+    table = "\n".join(sr._along_training_table(summary, design))
+    assert "| DPO, clean | 2 | 0.25 [" in table and table.count("KL 10.0") == len(epochs)
+    sr.write_training_plot(pilot, design, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_share_kept_is_tabulated_at_every_epsilon_beside_the_labels_clean_equivalent(tmp_path):
+    from squarechipo.privacy.measurements import LabelPipeline
+    from squarechipo.reproduce import study_report as sr
+    from squarechipo.reproduce.study_design import load_design
+
+    design = load_design(str(ROOT / "recipes" / "studies" / "privacy_cost.yaml"))
+    gains = {"clean_epsinf_square_chipo": 1.0, "clean_epsinf_dpo": 1.2, "ctl_eps1_square_chipo": 0.5}
+    gains |= {"ctl_eps4_square_chipo": 0.8, "ctl_eps1_rdpo": 0.3}
+    records = [
+        {"arm": arm, "seed": seed, "summary": {"gold_gain": {"mean": gain * (1 + 0.1 * seed)}}}
+        for arm, gain in gains.items()
+        for seed in range(3)
+    ]
+    rows = sr.headline(records, design)
+    assert [(r["method"], r["epsilon"]) for r in rows] == [("Square-χPO", "1"), ("Square-χPO", "4"), ("rDPO", "1")]
+    assert rows[0]["ratio"] == pytest.approx(0.5) and rows[2]["ratio"] == pytest.approx(0.3 / 1.2)  # rDPO: DPO clean
+    wrong = LabelPipeline(4.0, 0.1, "flip", "ctl").expected_flip_rate()
+    assert rows[1]["wrong_label_rate"] == wrong and rows[1]["clean_equivalent_share"] == (1 - 2 * wrong) ** 2
+    sr.write_privacy_plot(rows, tmp_path / "cost.png")
+    assert (tmp_path / "cost.png").read_bytes()[:4] == b"\x89PNG"
+    # Each study has its own README block; the first study keeps its markers.
+    readme = tmp_path / "README.md"
+    begin, end = sr.readme_markers("privacy_cost")
+    readme.write_text(f"{sr.README_BEGIN}\nfirst\n{sr.README_END}\n{begin}\nold\n{end}\n")
+    sr.update_readme(readme, "new", "privacy_cost")
+    assert readme.read_text() == f"{sr.README_BEGIN}\nfirst\n{sr.README_END}\n{begin}\nnew\n{end}\n"

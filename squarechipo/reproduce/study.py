@@ -35,7 +35,7 @@ from squarechipo.data import load_preference_dataset
 from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
-from squarechipo.reproduce.study_design import Arm, StudyDesign
+from squarechipo.reproduce.study_design import SETUP_FIELDS, Arm, StudyDesign
 from squarechipo.scripts.launch import run_script
 
 __all__ = ["Study", "cell_name", "library_versions"]
@@ -73,6 +73,8 @@ class Study:
 
     def __init__(self, design: StudyDesign, out: str | Path, results: str | Path, *, python=sys.executable):
         self.design, self.out, self.results = design, Path(out), Path(results)
+        #: Where the committed set-up lives: this study's results, or those of the study it shares a set-up with.
+        self.setup_dir = Path(design.setup_from) if design.setup_from else self.results
         self.python, self.data = python, Path(design.data_dir)
         self._evaluator: GoldEvaluator | None = None
         self._sft_samples: list[list[str]] | None = None
@@ -126,7 +128,7 @@ class Study:
         from squarechipo.models import resolve_model_path
         from squarechipo.reproduce.study_setup import merge_adapter
 
-        adapter, start = self.results / "setup" / "sft_adapter", time.time()
+        adapter, start = self.setup_dir / "setup" / "sft_adapter", time.time()
         trained = not adapter.is_dir()
         if trained:
             work = self.out / "sft_adapter"
@@ -161,7 +163,7 @@ class Study:
         from squarechipo.models import resolve_model_path
         from squarechipo.reproduce.study_setup import rebuild_gold_judge, save_gold_head
 
-        head, start = self.results / "setup" / "gold_head", time.time()
+        head, start = self.setup_dir / "setup" / "gold_head", time.time()
         trained = not head.is_dir()
         if trained:
             work = self.out / "gold_fit"
@@ -177,6 +179,11 @@ class Study:
     def setup(self) -> dict[str, Any]:
         """Data, SFT, the gold judge and the SFT policy's record; each done once."""
         self._refuse_a_lost_setup()
+        if self.design.setup_from and not (self.setup_dir / "setup.json").exists():
+            raise FileNotFoundError(
+                f"setup_from: {self.setup_dir} holds no committed set-up (setup.json); run that study's pilot first, "
+                "or drop setup_from to make this study's own."
+            )
         self._ensure_data()
         done = {"sft": self._sft(), "gold_judge": self._gold()}
         if self.portable:
@@ -188,9 +195,10 @@ class Study:
         from squarechipo.reproduce.study_setup import SETUP_FILE, check_setup, model_digest, write_setup
 
         found = {"sft": model_digest(self.out / "sft"), "gold_judge": model_digest(self.out / "gold_judge", "reward")}
-        if not (self.results / SETUP_FILE).exists():
-            write_setup(self.results, {"digests": found, "base_model": self.design.base_model})
-        check_setup(self.results, found)
+        if not (self.setup_dir / SETUP_FILE).exists():
+            fields = {k: getattr(self.design, k) for k in SETUP_FIELDS}
+            write_setup(self.setup_dir, {"digests": found, "design": fields})
+        check_setup(self.setup_dir, found, {k: getattr(self.design, k) for k in SETUP_FIELDS})
         return found
 
     def _load(self, path: Path):
@@ -214,7 +222,7 @@ class Study:
 
     def sft_record(self) -> dict[str, Any]:
         """The SFT policy's per-prompt record and the constants every comparison shares (results/sft.json)."""
-        path = self.results / "sft.json"
+        path = self.setup_dir / "sft.json"
         if path.exists():
             return json.loads(path.read_text())
         start = time.time()
@@ -228,7 +236,7 @@ class Study:
             "seconds": round(time.time() - start, 1),
             "versions": library_versions(),
         }
-        self.results.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result))
         return result
 
@@ -242,8 +250,8 @@ class Study:
     def _samples_path(self) -> Path:
         """Where the SFT samples live: committed beside the records for a portable set-up, else the work folder."""
         if self.portable:
-            self.results.mkdir(parents=True, exist_ok=True)
-            return self.results / "sft_samples.json"
+            self.setup_dir.mkdir(parents=True, exist_ok=True)
+            return self.setup_dir / "sft_samples.json"
         return self.out / "sft_samples.json"
 
     def _refuse_a_lost_setup(self) -> None:

@@ -53,7 +53,9 @@ def claim_values(records, claim: Claim, reference: dict[str, float] | None = Non
     """The claim's paired value per seed (seeds where every cell it needs has a record)."""
 
     def drop(arm: str) -> dict[int, float]:
-        before = _by_seed(records, arm, claim.metric, (reference or {})[arm])
+        if arm not in (reference or {}):  # no reference epoch was pre-registered for it: nothing to compare
+            return {}
+        before = _by_seed(records, arm, claim.metric, reference[arm])
         after = _by_seed(records, arm, claim.metric)
         return {s: before[s] - after[s] for s in set(before) & set(after)}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from squarechipo.reproduce.study import Study
 from squarechipo.reproduce.study_design import StudyDesign, load_design
 from squarechipo.reproduce.study_power import analyse_pilot, check_preregistration, plan_main, preregister
-from squarechipo.reproduce.study_report import markdown, update_readme, write_report
+from squarechipo.reproduce.study_report import PRIVACY_PLOT, TRAINING_PLOT, markdown, update_readme, write_report
 
 __all__ = ["pilot", "main_run", "report", "run_step"]
 
@@ -72,8 +72,14 @@ def report(study: Study, readme: str | None = None) -> dict:
     summary = write_report(study.results, study.design, prereg)
     print((study.results / "report.md").read_text())
     if readme:
-        plot = os.path.relpath(study.results / "frontier.png", Path(readme).resolve().parent)
-        update_readme(Path(readme), markdown(summary, study.design) + f"\n\n![Reward–KL frontier]({plot})")
+        plots = [("Reward–KL frontier", "frontier.png")]
+        if study.design.checkpoints:
+            plots = [("Gold gain against KL along training", TRAINING_PLOT)]
+        if len({h["epsilon"] for h in summary["headline"]}) > 1:
+            plots.append(("Share of the clean gain kept against ε", PRIVACY_PLOT))
+        where = Path(readme).resolve().parent
+        links = "".join(f"\n\n![{title}]({os.path.relpath(study.results / f, where)})" for title, f in plots)
+        update_readme(Path(readme), markdown(summary, study.design) + links, study.design.name)
     return summary
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Arm", "Claim", "CLAIMS", "MAIN_ARMS", "PILOT_ARMS", "StudyDesign", "load_design"]
+__all__ = ["Arm", "Claim", "CLAIMS", "MAIN_ARMS", "PILOT_ARMS", "SETUP_FIELDS", "StudyDesign", "load_design"]
 
 METHOD_NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
 
@@ -151,6 +151,9 @@ class StudyDesign:
     # study, whose set-up lived only in its work folder. With a rank, the set-up is committed as the adapter and the
     # gold judge's head, and every cell checks the rebuilt weights' digests (squarechipo.reproduce.study_setup).
     sft_lora_r: int | None = None
+    # Another study's results folder whose committed set-up (SFT adapter, gold head, SFT samples and record) this
+    # study shares: its set-up fields (SETUP_FIELDS) must be this design's.
+    setup_from: str | None = None
     # The gold reward r*: the gold judge fitted on this many public `judge` rows.
     judge_rows: int | None = None
     label_source: str = "bt"
@@ -231,6 +234,13 @@ class StudyDesign:
             if data.get(key) is not None:
                 data[key] = tuple(data[key])
         return cls(**data)
+
+
+#: The fields that make a set-up (SFT policy, gold judge, the SFT policy's samples): studies sharing one agree on them.
+SETUP_FIELDS = (
+    "base_model", "sft_data", "sft_rows", "sft_epochs", "sft_learning_rate", "sft_lora_r", "judge_rows",
+    "batch_size", "max_length", "bf16", "test_prompts", "samples_per_prompt", "max_new_tokens", "eval_dtype",
+)  # fmt: skip
 
 
 def load_design(path: str | None) -> StudyDesign:

@@ -63,11 +63,11 @@ def _spread(by_seed: dict[int, float]) -> dict[str, Any]:
     }
 
 
-def _pilot_arm(records: list[dict], arm: str) -> str | None:
-    """The pilot arm that stands in for ``arm``: itself, or the pilot arm of the same method."""
+def _pilot_arm(records: list[dict], arm: str, by_method: bool) -> str | None:
+    """The pilot arm that stands in for ``arm``: itself, or (``by_method``) the pilot arm of the same method."""
     arms = {r["arm"] for r in records}
-    if arm in arms:
-        return arm
+    if arm in arms or not by_method:
+        return arm if arm in arms else None
     return next((a for a in sorted(arms) if a.split("_", 2)[2] == arm.split("_", 2)[2]), None)
 
 
@@ -75,8 +75,8 @@ def _pilot_differences(records: list[dict], design: StudyDesign) -> tuple[dict[s
     """(per quantity, its paired values over the pilot's seeds; the reference epochs of drop claims).
 
     The first study compares every pair of pilot arms on the expected win. A design with its own claims takes each
-    claim the pilot can stand in for: its arms, or the pilot arms of the same methods (the pilot may run one label
-    setting of several)."""
+    claim whose arms the pilot ran; for a drop claim, the pilot arm of the same method stands in (the pilot may run
+    one label setting of several: how much a method's own curve falls is its behaviour, not a comparison)."""
     if design.claims is None:
         wins = _by_arm(records)
         return {
@@ -86,7 +86,7 @@ def _pilot_differences(records: list[dict], design: StudyDesign) -> tuple[dict[s
     reference = reference_epochs(records, design.claims, design.checkpoints or ())
     found = {}
     for claim in design.claims:
-        stand_in = {arm: _pilot_arm(records, arm) for arm in claim.arms}
+        stand_in = {arm: _pilot_arm(records, arm, claim.kind != "arms") for arm in claim.arms}
         if None in stand_in.values() or len(set(stand_in.values())) < len(stand_in):
             continue
         renamed = {pilot: arm for arm, pilot in stand_in.items()}

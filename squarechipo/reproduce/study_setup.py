@@ -128,10 +128,19 @@ def write_setup(results: Path, record: dict[str, Any]) -> None:
     (results / SETUP_FILE).write_text(json.dumps(record, indent=2))
 
 
-def check_setup(results: Path, found: dict[str, str]) -> None:
-    """Refuse a work folder whose models are not the committed set-up's (``found``: name → digest)."""
+def check_setup(results: Path, found: dict[str, str], design: dict[str, Any] | None = None) -> None:
+    """Refuse a work folder whose models are not the committed set-up's (``found``: name → digest), or a design whose
+    set-up fields differ from those the set-up was made with (a study sharing another's set-up)."""
     path = results / SETUP_FILE
-    expected = json.loads(path.read_text())["digests"]
+    committed = json.loads(path.read_text())
+    made_with = committed.get("design") or {}
+    changed = sorted(k for k in design or {} if k in made_with and json.dumps(made_with[k]) != json.dumps(design[k]))
+    if changed:
+        raise ValueError(
+            f"{path}: the set-up was made with other values of {changed} ({ {k: made_with[k] for k in changed} }); "
+            "use the set-up's values, or a set-up of this study's own (drop setup_from)."
+        )
+    expected = committed["digests"]
     differs = [f"{name}: {found.get(name)} (committed: {digest})" for name, digest in expected.items()
                if found.get(name) != digest]  # fmt: skip
     if differs:
