@@ -341,14 +341,15 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert (results / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The report's README block (docs/study.md's `study report --readme README.md`, run here on a copy): only the text
     # between the markers changes, and it is the report of these records.
-    from squarechipo.reproduce.study_report import README_BEGIN, README_END
+    from squarechipo.reproduce.study_report import readme_markers
 
+    begin, end = readme_markers("design")  # a design file's study is named after the file
     readme = tmp_path / "README.md"
-    readme.write_text(f"# head\n\n{README_BEGIN}\nold block\n{README_END}\n\ntail\n")
+    readme.write_text(f"# head\n\n{begin}\nold block\n{end}\n\ntail\n")
     step = ["--design", str(design), "--out", str(out), "--results", str(results)]
     main(["study", "report", *step, "--readme", str(readme)])
-    head, rest = readme.read_text().split(README_BEGIN)
-    block, tail = rest.split(README_END)
+    head, rest = readme.read_text().split(begin)
+    block, tail = rest.split(end)
     assert head == "# head\n\n" and tail == "\n\ntail\n" and "old block" not in block
     assert summary["progress"] in block and "![Reward–KL frontier](results/frontier.png)" in block
 
@@ -543,3 +544,21 @@ def test_the_share_kept_is_tabulated_at_every_epsilon_beside_the_labels_clean_eq
     readme.write_text(f"{sr.README_BEGIN}\nfirst\n{sr.README_END}\n{begin}\nold\n{end}\n")
     sr.update_readme(readme, "new", "privacy_cost")
     assert readme.read_text() == f"{sr.README_BEGIN}\nfirst\n{sr.README_END}\n{begin}\nnew\n{end}\n"
+
+
+def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_batches(tmp_path):
+    """Sampling batch b is seeded seed + b: the first 64 prompts of a 128-prompt set-up, in batches of 64, are paired
+    with its SFT samples, and the SFT record is cut to them; 48 prompts (part of a batch) or another sampling size
+    are refused, naming the fields."""
+    from squarechipo.reproduce.study import _first_prompts
+    from squarechipo.reproduce.study_setup import check_setup, write_setup
+
+    fields = {"test_prompts": 128, "generation_batch_size": 64, "samples_per_prompt": 2}
+    write_setup(tmp_path, {"digests": {"sft": "a"}, "design": fields})
+    check_setup(tmp_path, {"sft": "a"}, {**fields, "test_prompts": 64})
+    for changed, named in (({"test_prompts": 48}, "test_prompts"), ({"samples_per_prompt": 1}, "samples_per_prompt")):
+        with pytest.raises(ValueError, match=rf"the set-up was made with other values of \['{named}'\]"):
+            check_setup(tmp_path, {"sft": "a"}, {**fields, **changed})
+    record = {"record": {"reward": [[1, 2, 3, 4]] * 2, "examples": ["a", "b"]}, "constants": {"pool": [[5, 6, 7, 8]]}}
+    cut = _first_prompts(record, 2)
+    assert cut["record"] == {"reward": [[1, 2]] * 2, "examples": ["a", "b"]} and cut["constants"] == {"pool": [[5, 6]]}

@@ -115,8 +115,9 @@ class GoldEvaluator:
         test_logps = self.logps(model, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
         record = {
             "reward": np.stack([gold_rewards(self.gold, self.prompts, s) for s in samples]),
-            "logp": self._sample_logps(model, samples),
-            "logp_ref": self._sample_logps(self.reference, samples),
+            "logp": (logp := self._sample_logps(model, samples)),
+            # The reference's own record: the same pass (its log-probs are the reference's).
+            "logp_ref": logp if model is self.reference else self._sample_logps(self.reference, samples),
             "words": np.array([[len(r.split()) for r in s] for s in samples], dtype=float),
             "loop": np.array([[has_loop(r) for r in s] for s in samples], dtype=float),
             "test_logp": test_logps,

@@ -215,7 +215,8 @@ class Study:
             test = load_preference_dataset(str(self.data / _PREFERENCE), split="test")
             test = test.select(range(min(d.test_prompts, len(test))))
             gold = RewardModelJudge(str(self.out / "gold_judge"), batch_size=32, dtype=getattr(torch, d.eval_dtype))
-            settings = SamplingSettings(samples_per_prompt=d.samples_per_prompt, max_new_tokens=d.max_new_tokens)
+            sizes = {"samples_per_prompt": d.samples_per_prompt, "max_new_tokens": d.max_new_tokens}
+            settings = SamplingSettings(**sizes, batch_size=d.generation_batch_size)
             tokenizer = AutoTokenizer.from_pretrained(self.out / "sft")
             self._evaluator = GoldEvaluator(self._load(self.out / "sft"), tokenizer, gold, test, settings)
         return self._evaluator
@@ -224,7 +225,7 @@ class Study:
         """The SFT policy's per-prompt record and the constants every comparison shares (results/sft.json)."""
         path = self.setup_dir / "sft.json"
         if path.exists():
-            return json.loads(path.read_text())
+            return _first_prompts(json.loads(path.read_text()), self.design.test_prompts)
         start = time.time()
         evaluator = self.evaluator()
         samples = evaluator.sample(evaluator.reference)
@@ -244,7 +245,8 @@ class Study:
         """The SFT policy's samples: the extra candidates of every pool, written with ``sft.json``."""
         if self._sft_samples is None:
             self.sft_record()  # on a first run this also writes the samples
-            self._sft_samples = json.loads(self._samples_path().read_text())
+            samples = json.loads(self._samples_path().read_text())
+            self._sft_samples = [k[: self.design.test_prompts] for k in samples]
         return self._sft_samples
 
     def _samples_path(self) -> Path:
@@ -410,6 +412,22 @@ class Study:
                     f"{record['train_seconds'] + record['eval_seconds']:.0f} s"
                 )
         return records
+
+
+def _first_prompts(record: dict[str, Any], n: int) -> dict[str, Any]:
+    """The SFT record on the first ``n`` test prompts (a study measured on a prefix of a shared set-up's prompts):
+    every per-prompt list is cut; the examples and the rest are kept."""
+
+    def cut(value):
+        if isinstance(value, list) and value and isinstance(value[0], list):
+            return [row[:n] for row in value]
+        return value
+
+    return {
+        **record,
+        "record": {k: cut(v) for k, v in record["record"].items()},
+        "constants": {k: cut(v) for k, v in record["constants"].items()},
+    }
 
 
 def library_versions() -> dict[str, str]:

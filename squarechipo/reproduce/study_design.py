@@ -176,6 +176,9 @@ class StudyDesign:
     samples_per_prompt: int = 2
     max_new_tokens: int = 128
     eval_dtype: str = "bfloat16"
+    # Prompts generated together; batch b is seeded seed + b, so a study measured on the first test prompts of a
+    # shared set-up is paired with its SFT samples when its prompts fill whole batches.
+    generation_batch_size: int = 32
     # Pilot, power and budget.
     pilot_seeds: tuple[int, ...] = (1000, 1001, 1002)
     pilot_arms: tuple[Arm, ...] = PILOT_ARMS
@@ -240,6 +243,7 @@ class StudyDesign:
 SETUP_FIELDS = (
     "base_model", "sft_data", "sft_rows", "sft_epochs", "sft_learning_rate", "sft_lora_r", "judge_rows",
     "batch_size", "max_length", "bf16", "test_prompts", "samples_per_prompt", "max_new_tokens", "eval_dtype",
+    "generation_batch_size",
 )  # fmt: skip
 
 

@@ -128,6 +128,11 @@ def write_setup(results: Path, record: dict[str, Any]) -> None:
     (results / SETUP_FILE).write_text(json.dumps(record, indent=2))
 
 
+def _a_prefix(design: dict[str, Any], made_with: dict[str, Any]) -> bool:
+    n, batch = design["test_prompts"], design.get("generation_batch_size") or 1
+    return n < made_with["test_prompts"] and n % batch == 0
+
+
 def check_setup(results: Path, found: dict[str, str], design: dict[str, Any] | None = None) -> None:
     """Refuse a work folder whose models are not the committed set-up's (``found``: name → digest), or a design whose
     set-up fields differ from those the set-up was made with (a study sharing another's set-up)."""
@@ -135,6 +140,8 @@ def check_setup(results: Path, found: dict[str, str], design: dict[str, Any] | N
     committed = json.loads(path.read_text())
     made_with = committed.get("design") or {}
     changed = sorted(k for k in design or {} if k in made_with and json.dumps(made_with[k]) != json.dumps(design[k]))
+    if changed == ["test_prompts"] and _a_prefix(design, made_with):
+        changed = []  # the first prompts of the set-up's, in whole generation batches: still paired
     if changed:
         raise ValueError(
             f"{path}: the set-up was made with other values of {changed} ({ {k: made_with[k] for k in changed} }); "
