@@ -54,6 +54,38 @@ SIZES = [
     # The small data's train split holds 119 rows: 16 training rows and 40 canaries after them.
     (r"(-m squarechipo\.audit training)(?!.*--canaries)", r"\1 --canaries 40"),
 ]
+#: What a page promises a command makes, checked after it runs: a pattern of the command → files (globs, relative to
+#: the working folder) that must exist, and patterns its standard output must match.
+PROMISES = {
+    r"finance --out data": (["data/finance_preference_conversational/dataset_dict.json", "data/jsonl/*/train.jsonl"],
+                            []),
+    r"sft(\.py)? --config recipes/configs/sft\.yaml": (["outputs/sft/model.safetensors",
+                                                      "outputs/sft/squarechipo_privacy.json"], []),
+    r"train(\.py)? --config recipes/configs/square_chipo\.yaml": (
+        ["outputs/square_chipo/model.safetensors", "outputs/square_chipo/squarechipo_privacy.json",
+         "outputs/square_chipo/released_train/squarechipo_release.json"], []),
+    r"gold[-_]judge(\.py)? --config": (["outputs/gold_judge/gold_judge.json", "outputs/gold_judge/model.safetensors"],
+                                      []),
+    r"gold-report": ([], [r"gold reward gain over SFT: [+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]",
+                          r"gold expected win rate vs SFT: \d+\.\d% \[", r"\nreading: \w"]),
+    r"preference_model\.yaml": (["outputs/general/preference_model/squarechipo_privacy.json"], []),
+    r"self_play\.yaml": (["outputs/general/self_play/mixture.json",
+                          "outputs/general/self_play/iterate_2/*.safetensors"], []),
+    r"eval/judge\.py --policy": (["outputs/eval/square_chipo_ctl/seed0/summary.json",
+                                  "outputs/eval/square_chipo_ctl/seed0/judgments.jsonl"], [r"win rate"]),
+    r"eval/aggregate\.py": ([], [r"square_chipo"]),
+    r"select_policy\.yaml": (["outputs/quickstart/selected/squarechipo_privacy.json"], []),
+    r"table1 --scale cpu --dry-run": ([], [r"\d+ cells \(\d+ to run\); expected about \d+ min"]),
+    r"study --help": ([], [r"pilot"]),
+    r"audit mechanisms": (["outputs/audit/mechanisms.md"], []),
+    r"audit training": (["outputs/audit_s3_none/training_audit.json", "outputs/audit_s3_none/training_audit.md"], []),
+    r"-m squarechipo\.sim$": (["outputs/sim/smoke/bandit.csv", "outputs/sim/smoke/*.png"], []),
+    r"bench_privatize\.py": ([], [r"randomized_response, [\d,]+ labels: \d+\.\d+ s",
+                                  r"release_dataset .*rows: \d+\.\d+ s"]),
+    r"bench_trainer\.py": ([], [r"trl_sigmoid\s+\d+\.\d+", r"ours_square_chipo\s+\d+\.\d+",
+                                r"max \|loss\(ours dpo\) - loss\(TRL sigmoid\)\|"]),
+    r"bench_judge\.py": ([], [r"judgments/s"]),
+}  # fmt: skip
 _MODEL_KEYS = ("model_name_or_path", "ref_model")
 _SMALL = {"max_train_samples": 16, "max_eval_samples": 4, "max_samples": 8, "max_length": 512, "num_train_epochs": 1}
 #: A training config (one with ``num_train_epochs``) trains this many steps at most.
@@ -143,6 +175,15 @@ def work(tmp_path_factory, tokenizer):
     return folder
 
 
+def _check_promises(page: str, command: str, work: Path, stdout: str) -> None:
+    for pattern, (files, printed) in PROMISES.items():
+        if re.search(pattern, command):
+            missing = [f for f in files if not list(work.glob(f))]
+            assert not missing, f"{page}: `{command}` ran but did not make {missing}"
+            absent = [p for p in printed if not re.search(p, stdout)]
+            assert not absent, f"{page}: `{command}` did not print {absent}:\n{stdout[-2500:]}"
+
+
 def _run_page(page: str, work: Path) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     ran = 0
@@ -156,6 +197,7 @@ def _run_page(page: str, work: Path) -> None:
             continue
         done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, f"{page}: `{command}` failed:\n{done.stdout[-2500:]}\n{done.stderr[-2500:]}"
+        _check_promises(page, command, work, done.stdout)
         ran += 1
     assert ran, f"{page}: no command ran"
 

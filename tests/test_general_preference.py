@@ -13,7 +13,7 @@ from conftest import make_tiny_classifier, make_tiny_model
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 from squarechipo.losses import self_play_loss, self_play_margin
-from squarechipo.models.generation import generate_responses, mixture_members
+from squarechipo.models.generation import MIXTURE_FILE, generate_responses, mixture_members
 from squarechipo.models.logprobs import model_logps, tokenize_preferences
 from squarechipo.privacy import LabelPipeline, release_dataset
 from squarechipo.privacy.ledger import get_ledger
@@ -225,10 +225,44 @@ def test_iterative_driver_writes_a_mixture_that_generates_and_carries_the_privac
     first = AutoModelForCausalLM.from_pretrained(reference_dir).model.embed_tokens.weight
     second = AutoModelForCausalLM.from_pretrained(out / "iterate_2").model.embed_tokens.weight
     assert not torch.equal(first, second)
-    answers = generate_responses(str(out), [f"Prompt {i}" for i in range(5)], max_new_tokens=4, seed=3)
-    assert len(answers) == 5
+    third = AutoModelForCausalLM.from_pretrained(out / "iterate_3").model.embed_tokens.weight
+    assert not torch.equal(second, third)  # the second round trained on from the first round's iterate
+    assert len(generate_responses(str(out), [f"Prompt {i}" for i in range(5)], max_new_tokens=4, seed=3)) == 5
     with pytest.raises(FileExistsError):
         iterative_square_chipo(policy, tokenizer, ["Q?"], preference, args, reference_name=str(reference_dir))
+
+
+def _saying(tokenizer, words: tuple[str, str], folder):
+    """A tiny model that only ever says one of two words: its output head (untied from the input embeddings) is zero
+    except for the two words' rows, which are opposite, so one of them wins each step."""
+    model = make_tiny_model(tokenizer, seed=len(words[0]))
+    model.config.tie_word_embeddings = False
+    head = torch.zeros_like(model.lm_head.weight)
+    direction = torch.randn(head.shape[1], generator=torch.Generator().manual_seed(0)) * 10
+    for word, sign in zip(words, (1, -1)):
+        head[tokenizer.encode(" " + word, add_special_tokens=False)[0]] = sign * direction
+    model.lm_head.weight = torch.nn.Parameter(head)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_a_mixture_answers_each_prompt_with_a_member_drawn_by_the_seed(tokenizer, tmp_path):
+    """A saved mixture (what the iterative driver writes) answers each prompt with one member, every member answers
+    some prompts, and the seed fixes which: three members that each say only their own two words, 24 prompts (a member
+    is absent with probability 3·(2/3)^24 ≈ 2e-4 under a uniform draw)."""
+    vocabulary = {("red", "blue"), ("cat", "dog"), ("sun", "moon")}
+    members = {_saying(tokenizer, words, tmp_path / words[0]): set(words) for words in vocabulary}
+    (tmp_path / "mix").mkdir()
+    (tmp_path / "mix" / MIXTURE_FILE).write_text(json.dumps({"members": sorted(members)}))
+    prompts = [f"Prompt {i}: what should I do with {100 * i} dollars?" for i in range(24)]
+
+    def answered_by(seed: int) -> list[str]:
+        answers = generate_responses(str(tmp_path / "mix"), prompts, max_new_tokens=3, seed=seed)
+        return [next(m for m, words in members.items() if set(a.split()) <= words) for a in answers]
+
+    who = answered_by(3)
+    assert set(who) == set(members) and answered_by(3) == who and answered_by(4) != who
 
 
 def test_central_preference_model_selection_picks_the_trained_candidate(tokenizer, tmp_path):

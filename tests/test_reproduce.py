@@ -127,8 +127,15 @@ def test_table1_runs_end_to_end_and_resumes(tokenizer, finance_splits, tmp_path)
     assert sorted(p.name for p in (out / "releases").iterdir() if not p.name.startswith(".")) == [
         "ctl_eps0.5_alpha0.1_seed0",
     ]  # the two methods of a seed trained on one release
+    scores = {"win": 1.0, "tie": 0.5, "identical": 0.5, "loss": 0.0}
     for record in records:
-        assert set(record["win"]) == {"gold", "local"} and 0.0 <= record["win"]["gold"]["win_rate_half_ties"] <= 1.0
+        assert set(record["win"]) == {"gold", "local"}
+        for judge, win in record["win"].items():  # each judge's headline is its judgments' (ties as ½), per cell
+            lines = (out / "cells" / record["name"] / f"eval_{judge}" / "judgments.jsonl").read_text().splitlines()
+            outcomes = [json.loads(line)["outcome"] for line in lines]
+            assert len(outcomes) == 3 and win["n_valid"] == sum(o != "invalid" for o in outcomes)
+            valid = [scores[o] for o in outcomes if o != "invalid"]
+            assert win["win_rate_half_ties"] == pytest.approx(sum(valid) / len(valid))
         privacy = json.loads((out / "cells" / record["name"] / "model" / "squarechipo_privacy.json").read_text())
         assert privacy["epsilon"] == 0.5 and privacy["method"] == record["method"]
         assert not list((out / "cells" / record["name"] / "model").glob("*.safetensors"))  # keep_models: false

@@ -100,6 +100,19 @@ def test_the_installed_wheel_runs_every_job_outside_the_checkout(installed, toke
     _run([str(command), "train", "--config", "train.yaml", "--num_processes", "1"], work, env)
     record = json.loads((work / "out" / "squarechipo_privacy.json").read_text())
     assert record["epsilon"] == 1.0 and record["library_version"]
+    # The installed package released and trained on exactly the file's 16 rows (their label-free fingerprint, computed
+    # here by the checkout's code) and the saved policy is a trained one, not the starting model.
+    import datasets
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from squarechipo.data.fingerprint import preference_fingerprint
+
+    rows = datasets.load_dataset("json", data_files=str(work / "pairs.jsonl"), split="train")
+    assert len(rows) == 16 and record["dataset_fingerprint"] == preference_fingerprint(rows)
+    assert record["ledger"]["releases"][0]["n_rows"] == 16
+    trained, start = (AutoModelForCausalLM.from_pretrained(work / name) for name in ("out", "tiny"))
+    assert not torch.equal(trained.model.embed_tokens.weight, start.model.embed_tokens.weight)
 
     judge = work / "judge_model"
     make_tiny_classifier(tokenizer).save_pretrained(judge)
@@ -113,8 +126,10 @@ def test_the_installed_wheel_runs_every_job_outside_the_checkout(installed, toke
     _run([*command_line, *judge_args.split(), "--judge-model", str(judge)], work, env)
     assert json.loads((work / "eval" / "summary.json").read_text())["overall"]["n_valid"] == 2
     _run([str(command), "audit", "mechanisms", "--samples", "2000", "--out", "audit"], work, env)
-    assert (work / "audit" / "mechanisms.md").exists()
+    audited = [r for r in json.loads((work / "audit" / "mechanisms.json").read_text()) if not r["planted_bug"]]
+    assert "binary RR" in {r["name"] for r in audited}  # every real mechanism within its claimed ε
+    assert all(r["lower_bound"] <= r["claimed_epsilon"] for r in audited)
     scale = work / "tiny_scale.yaml"
     scale.write_text(f"base: tiny\ndata_dir: d\nbase_model: {work / 'tiny'}\nlearning_rate: 1.0e-3\n")
     _run([str(command), "reproduce", "--scale", str(scale), "--out", "table1"], work, env)
-    assert (work / "table1" / "table1.md").exists()
+    assert "Square-χPO ≥ χPO under CTL" in (work / "table1" / "table1.md").read_text()

@@ -136,7 +136,8 @@ class Study:
                 shutil.rmtree(work)
             work.mkdir(parents=True)
             run_script("sft", self._sft_config(work), work, self.python)
-            keep = [f for f in work.iterdir() if f.is_file() and f.suffix != ".log" and f.name != "sft.yaml"]
+            # The adapter, its config, the tokenizer, card and privacy record: not the log, config or pickled args.
+            keep = [f for f in work.iterdir() if f.is_file() and f.suffix not in (".log", ".yaml", ".bin")]
             adapter.mkdir(parents=True)
             for file in keep:
                 shutil.copy2(file, adapter / file.name)
