@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 import yaml
 
@@ -271,6 +272,19 @@ def test_preference_model_then_self_play_recipes(workspace):
     )
     first = run([sys.executable, "recipes/reward_model.py", "--config", str(pm)])
     assert first.returncode == 0, first.stderr[-4000:]
+    # What ℓ̂ learned: on the released rows it trained on (through the library's loader, which checks the release's
+    # marker), it is antisymmetric, ℓ̂(x, a, b) = −ℓ̂(x, b, a), and prefers each row's released chosen response on
+    # average (eq. (10) pulls ℓ̂ towards c(ε)·z > 0 there), which the untrained classifier does not.
+    from squarechipo.data import load_preference_dataset
+    from squarechipo.models.preference import PreferenceModel
+
+    released = load_preference_dataset(str(workspace / "pm" / "released_train"))
+    assert len(released) == 8
+    rows = (released["prompt"], released["chosen"], released["rejected"])
+    fitted = PreferenceModel.from_pretrained(str(workspace / "pm"))
+    ell = fitted.preference(*rows)
+    np.testing.assert_allclose(fitted.preference(rows[0], rows[2], rows[1]), -ell, atol=1e-6)
+    assert ell.mean() > 0
     sp = _yaml(
         workspace,
         "sp",
