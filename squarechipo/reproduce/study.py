@@ -123,6 +123,15 @@ class Study:
             config.update(lora_target_modules="all-linear", lora_dropout=0.0)
         return config
 
+    def _fit(self, script: str, config: dict[str, Any]) -> Path:
+        """Run ``script`` into a fresh ``config["output_dir"]`` (a committed set-up's first fit) and return it."""
+        work = Path(config["output_dir"])
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        run_script(script, config, work, self.python)
+        return work
+
     def _portable_sft(self) -> dict[str, Any]:
         """The SFT policy from the committed adapter (results/setup/sft_adapter), trained once if there is none."""
         from squarechipo.models import resolve_model_path
@@ -131,11 +140,7 @@ class Study:
         adapter, start = self.setup_dir / "setup" / "sft_adapter", time.time()
         trained = not adapter.is_dir()
         if trained:
-            work = self.out / "sft_adapter"
-            if work.exists():
-                shutil.rmtree(work)
-            work.mkdir(parents=True)
-            run_script("sft", self._sft_config(work), work, self.python)
+            work = self._fit("sft", self._sft_config(self.out / "sft_adapter"))
             # The adapter, its config, the tokenizer, card and privacy record: not the log, config or pickled args.
             keep = [f for f in work.iterdir() if f.is_file() and f.suffix not in (".log", ".yaml", ".bin")]
             adapter.mkdir(parents=True)
@@ -167,11 +172,7 @@ class Study:
         head, start = self.setup_dir / "setup" / "gold_head", time.time()
         trained = not head.is_dir()
         if trained:
-            work = self.out / "gold_fit"
-            if work.exists():
-                shutil.rmtree(work)
-            work.mkdir(parents=True)
-            run_script("gold_judge", {**config, "output_dir": str(work)}, work, self.python)
+            work = self._fit("gold_judge", {**config, "output_dir": str(self.out / "gold_fit")})
             save_gold_head(work, head)
             shutil.rmtree(work)
         digest = rebuild_gold_judge(resolve_model_path(self.design.base_model), head, folder)
