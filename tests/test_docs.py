@@ -73,7 +73,7 @@ PROMISES = {
                           "outputs/general/self_play/iterate_2/*.safetensors"], []),
     r"eval/judge\.py --policy": (["outputs/eval/square_chipo_ctl/seed0/summary.json",
                                   "outputs/eval/square_chipo_ctl/seed0/judgments.jsonl"], [r"win rate"]),
-    r"eval/aggregate\.py": ([], [r"square_chipo"]),
+    r"eval/aggregate\.py": (["outputs/eval/table/table.md", "outputs/eval/table/table.json"], [r"CTL"]),
     r"select_policy\.yaml": (["outputs/quickstart/selected/squarechipo_privacy.json"], []),
     r"table1 --scale cpu --dry-run": ([], [r"\d+ cells \(\d+ to run\); expected about \d+ min"]),
     r"study --help": ([], [r"pilot"]),

@@ -381,6 +381,19 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert (texts, numbers) == (_leaves(before)[0], pytest.approx(_leaves(before)[1], rel=1e-4, abs=1e-6, nan_ok=True))
     assert {p: p.stat().st_mtime_ns for p in others} == others
 
+    # A design measured along training (its own study, on this set-up): every checkpoint epoch is measured and the
+    # last is the cell's result; no weights are kept.
+    from dataclasses import replace
+
+    from squarechipo.reproduce.study import Study
+    from squarechipo.reproduce.study_design import load_design
+
+    along = replace(load_design(str(design)), epochs=2.0, checkpoints=(1.0, 2.0), lr_scheduler_type="constant")
+    record = Study(along, out, results).cell(along.main_arms[0], 0, "along")
+    assert [(c["epoch"], c["step"]) for c in record["checkpoints"]] == [(1.0, 2), (2.0, 4)]  # 16 rows, batches of 8
+    assert record["summary"] == record["checkpoints"][-1]["summary"] != record["checkpoints"][0]["summary"]
+    assert not list((out / "cells" / record["cell"]).rglob("*.safetensors"))
+
     # Weights that are not the committed set-up's are refused before any cell trains on them: here a work folder
     # rebuilt from an edited adapter (one LoRA weight changed).
     from safetensors.torch import load_file, save_file
