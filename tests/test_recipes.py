@@ -262,6 +262,7 @@ def test_preference_model_then_self_play_recipes(workspace):
             "dataset_name": str(workspace / "data"),
             "output_dir": str(workspace / "pm"),
             "max_train_samples": 8,
+            "max_steps": 12,  # three passes over the 8 rows: enough for ℓ̂ to learn their labels (asserted below)
             "model_type": "preference",
             "loss": "square",
             "max_margin": None,
@@ -274,7 +275,11 @@ def test_preference_model_then_self_play_recipes(workspace):
     assert first.returncode == 0, first.stderr[-4000:]
     # What ℓ̂ learned: on the released rows it trained on (through the library's loader, which checks the release's
     # marker), it is antisymmetric, ℓ̂(x, a, b) = −ℓ̂(x, b, a), and prefers each row's released chosen response on
-    # average (eq. (10) pulls ℓ̂ towards c(ε)·z > 0 there), which the untrained classifier does not.
+    # average (eq. (10) pulls ℓ̂ towards c(ε)·z > 0 there), more than the classifier it started from (the same
+    # base with a seeded random head) does.
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
     from squarechipo.data import load_preference_dataset
     from squarechipo.models.preference import PreferenceModel
 
@@ -284,7 +289,11 @@ def test_preference_model_then_self_play_recipes(workspace):
     fitted = PreferenceModel.from_pretrained(str(workspace / "pm"))
     ell = fitted.preference(*rows)
     np.testing.assert_allclose(fitted.preference(rows[0], rows[2], rows[1]), -ell, atol=1e-6)
-    assert ell.mean() > 0
+    torch.manual_seed(0)
+    start = AutoModelForSequenceClassification.from_pretrained(str(workspace / "model"), num_labels=1)
+    before = PreferenceModel(start, AutoTokenizer.from_pretrained(str(workspace / "model"))).preference(*rows)
+    print(f"mean l-hat on the released rows: {ell.mean():+.4f} trained, {before.mean():+.4f} at the start")
+    assert ell.mean() > max(before.mean(), 0)
     sp = _yaml(
         workspace,
         "sp",

@@ -30,7 +30,7 @@ def pilot(study: Study) -> dict:
         )
     )
     prereg = preregister(study.results, d, analysis, plan)
-    _print_plan(analysis, prereg["plan"])
+    _print_plan(analysis, prereg["plan"], d.effect_points)
     return prereg
 
 
@@ -41,14 +41,15 @@ def _label_minutes(study: Study, seeds) -> float:
     return sum(seconds) / len(seconds) / 60
 
 
-def _print_plan(analysis: dict, plan: dict) -> None:
+def _print_plan(analysis: dict, plan: dict, effect: float) -> None:
     for name, diff in analysis["differences"].items():
         print(
             f"pilot: {name}: differences {[round(v, 2) for v in diff['differences_points']]} points, "
             f"SD {diff['sd']:.2f} (80% upper limit {diff['sd_upper80']:.2f})"
         )
     print(
-        f"power: {analysis['seeds_needed']} seeds for 80% power against 2 points (SD {analysis['sd_for_power']:.2f}); "
+        f"power: {analysis['seeds_needed']} seeds for 80% power against {effect:g} points "
+        f"(SD {analysis['sd_for_power']:.2f}); "
         f"a cell takes {analysis['cell_minutes']:.1f} min"
     )
     print(
