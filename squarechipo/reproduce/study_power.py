@@ -7,7 +7,8 @@ The rule, fixed before any pilot was run:
    freedom, so the power calculation uses its one-sided 80% upper confidence limit (Browne 1995,
    *On the use of a pilot sample for sample size determination*), SD·√((n − 1)/χ²_{0.2, n−1}).
 2. The seeds needed: the fewest n whose two-sided paired t-test at α = 0.05 has 80% power against the design's
-   effect (``effect_points``; 2 points in the first study), from the noncentral t (:func:`squarechipo.evaluation.paired.seeds_for_power`).
+   effect (``effect_points``; 2 points in the first study), from the noncentral t
+   (:func:`squarechipo.evaluation.paired.seeds_for_power`).
 3. The budget: the pilot's mean minutes per cell (training and evaluation) and per seed (its labels) give the
    hours of a plan. Arms are cut by tier (tier 3, then tier 2), never seeds; if tier 1 alone does not fit, the
    seeds are as many as fit, and the MDE at that size is stated.
