@@ -531,6 +531,46 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_main_run(tmp_path):
+    """A plan is amended with a reason, on the same pilot records, in the fields that do not change what the pilot
+    measured, before any main cell; the first plan stays in the file and the report names what it replaced."""
+    from dataclasses import replace
+
+    from squarechipo.reproduce import study_report as sr
+    from squarechipo.reproduce.study_design import load_design
+    from squarechipo.reproduce.study_power import amend, analyse_pilot, check_preregistration, plan_main, preregister
+
+    design = load_design(str(ROOT / "recipes" / "studies" / "privacy_cost.yaml"))
+    pilot = [
+        _cell(arm.key, seed, {1.0: 1.0 - 0.2 * i + 0.1 * ((seed + i) % 3)})
+        for seed in design.pilot_seeds
+        for i, arm in enumerate(design.pilot_arms)
+    ]
+    first = plan_main(design, analyse_pilot(pilot, design), seed_minutes=1.0)
+    preregister(tmp_path, design, analyse_pilot(pilot, design), first)
+    narrower = replace(design, main_arms=design.pilot_arms, claims=design.claims[:2], budget_hours=5.0)
+    with pytest.raises(ValueError, match="differ"):
+        check_preregistration(tmp_path, narrower)
+    with pytest.raises(ValueError, match="--reason"):
+        amend(tmp_path, narrower, pilot, "  ")
+    with pytest.raises(ValueError, match=r"\['train_rows'\]"):
+        amend(tmp_path, replace(narrower, train_rows=256), pilot, "more rows")
+    reason = "the first plan's seeds decide nothing"
+    in_force = amend(tmp_path, narrower, pilot, reason)
+    assert in_force["plan"] == plan_main(narrower, analyse_pilot(pilot, narrower), seed_minutes=1.0) != first
+    assert check_preregistration(tmp_path, narrower)["plan"] == in_force["plan"]
+    with pytest.raises(ValueError, match="differ"):
+        check_preregistration(tmp_path, design)  # the first design is no longer in force
+    stored = json.loads((tmp_path / "preregistration.json").read_text())
+    assert stored["plan"] == first and stored["amendments"][0]["changed"] == ["budget_hours", "claims", "main_arms"]
+    text = sr.markdown(sr.study_summary(pilot, narrower, in_force), narrower)
+    assert reason in text and f"{len(first['seeds'])} seeds x {len(first['arms'])} arms" in text
+    (tmp_path / "main").mkdir()
+    (tmp_path / "main" / "clean_epsinf_square_chipo_seed0.json").write_text("{}")
+    with pytest.raises(ValueError, match="main cells"):
+        amend(tmp_path, replace(narrower, budget_hours=6.0), pilot, "more budget")
+
+
 def test_the_share_kept_is_tabulated_at_every_epsilon_beside_the_labels_clean_equivalent(tmp_path):
     from squarechipo.privacy.measurements import LabelPipeline
     from squarechipo.reproduce import study_report as sr

@@ -4,6 +4,7 @@
 controlled, powered study of the methods on private and corrupted labels under a gold reward:
 
     python -m squarechipo.reproduce study pilot   # set-up, the pilot cells, the power step -> preregistration.json
+    python -m squarechipo.reproduce study amend   # before the main run: new arms, claims or budget, with --reason
     python -m squarechipo.reproduce study main    # the pre-registered main run (resumable; refuses changed sizes)
     python -m squarechipo.reproduce study report  # tables, verdicts and the frontier plot from the records
 
@@ -64,11 +65,14 @@ def main(argv: list[str] | None = None) -> None:
         description=STUDY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    study.add_argument("step", choices=["pilot", "main", "report"])
+    study.add_argument("step", choices=["pilot", "amend", "main", "report"])
     study.add_argument("--design", default=None, help="YAML file of StudyDesign fields (default: the built-in design)")
     study.add_argument("--out", default="outputs/study", help="work folder: models, releases, samples (not committed)")
     study.add_argument("--results", default="results/study", help="small records to commit (default results/study)")
     study.add_argument("--readme", default=None, help="with report: rewrite this file's study block")
+    study.add_argument(
+        "--reason", default=None, help="with amend: why the plan changes (kept in the pre-registration)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.experiment == "table1":

@@ -7,12 +7,12 @@ import os
 import time
 from pathlib import Path
 
-from squarechipo.reproduce.study import Study
+from squarechipo.reproduce.study import Study, cell_name
 from squarechipo.reproduce.study_design import StudyDesign, load_design
-from squarechipo.reproduce.study_power import analyse_pilot, check_preregistration, plan_main, preregister
+from squarechipo.reproduce.study_power import amend, analyse_pilot, check_preregistration, plan_main, preregister
 from squarechipo.reproduce.study_report import PRIVACY_PLOT, TRAINING_PLOT, markdown, update_readme, write_report
 
-__all__ = ["pilot", "main_run", "report", "run_step"]
+__all__ = ["amend_plan", "pilot", "main_run", "report", "run_step"]
 
 
 def pilot(study: Study) -> dict:
@@ -35,9 +35,9 @@ def pilot(study: Study) -> dict:
 
 
 def _label_minutes(study: Study, seeds) -> float:
-    seconds = [
-        json.loads((study.out / "labels" / f"seed{s}" / "done.json").read_text()).get("seconds", 60) for s in seeds
-    ]
+    """Minutes a seed's labels took in the pilot (1 where the work folder no longer holds their records)."""
+    done = [study.out / "labels" / f"seed{s}" / "done.json" for s in seeds]
+    seconds = [json.loads(p.read_text()).get("seconds", 60) for p in done if p.exists()] or [60]
     return sum(seconds) / len(seconds) / 60
 
 
@@ -57,6 +57,19 @@ def _print_plan(analysis: dict, plan: dict, effect: float) -> None:
         f"MDE {plan['mde_points']:.2f} points; cut: {plan['cut_arms'] or 'nothing'}"
         + (" (the budget binds the seeds)" if plan["budget_binds_seeds"] else "")
     )
+
+
+def amend_plan(study: Study, reason: str) -> dict:
+    """The power step again on the committed pilot records, for an amended design (before any main cell)."""
+    d = study.design
+    records = [
+        json.loads((study.results / "pilot" / f"{cell_name(arm, seed)}.json").read_text())
+        for seed in d.pilot_seeds
+        for arm in d.pilot_arms
+    ]
+    prereg = amend(study.results, d, records, reason, seed_minutes=_label_minutes(study, d.pilot_seeds))
+    _print_plan(prereg["pilot"], prereg["plan"], d.effect_points)
+    return prereg
 
 
 def main_run(study: Study) -> dict:
@@ -89,6 +102,8 @@ def run_step(args) -> None:
     study = Study(design, args.out, args.results)
     if args.step == "pilot":
         pilot(study)
+    elif args.step == "amend":
+        amend_plan(study, args.reason or "")
     elif args.step == "main":
         main_run(study)
     else:

@@ -14,6 +14,10 @@ The rule, fixed before any pilot was run:
    seeds are as many as fit, and the MDE at that size is stated.
 4. The plan, the sizes and the MDE are written to ``preregistration.json`` before the main run starts. The main
    run reads them from there and refuses a design that differs.
+5. An amendment (``study amend --reason ...``) may change what the main run spends, never what the pilot
+   measured: only the fields in :data:`AMENDABLE`, and only before any main cell exists. It is appended to the
+   pre-registration with its reason, its time and commit, the power step redone on the same pilot records; the
+   original plan stays in the file and in the report.
 """
 
 from __future__ import annotations
@@ -34,10 +38,21 @@ from squarechipo.evaluation.paired import mde, seeds_for_power
 from squarechipo.reproduce.study_claims import claim_values, reference_epochs
 from squarechipo.reproduce.study_design import StudyDesign
 
-__all__ = ["PREREGISTRATION", "analyse_pilot", "check_preregistration", "plan_main", "preregister"]
+__all__ = [
+    "AMENDABLE",
+    "PREREGISTRATION",
+    "amend",
+    "analyse_pilot",
+    "check_preregistration",
+    "plan_main",
+    "preregister",
+]
 
 PREREGISTRATION = "preregistration.json"
 _SETUP_HOURS = 0.0  # the set-up (SFT, gold judge, SFT record) is done by the pilot and shared by the main run
+#: What an amendment may change: what the main run spends (its arms and tiers, claims, effect and budget). Every
+#: other field decides what a pilot cell measures, so changing it needs a new study with its own pilot.
+AMENDABLE = ("main_arms", "claims", "effect_points", "budget_hours")
 
 
 def _by_arm(records: list[dict]) -> dict[str, dict[int, float]]:
@@ -176,20 +191,81 @@ def preregister(results: Path, design: StudyDesign, analysis: dict, plan: dict) 
     return record
 
 
-def check_preregistration(results: Path, design: StudyDesign) -> dict[str, Any]:
-    """The pre-registration in ``results``; raises if there is none or if ``design`` differs from it."""
+def _differing(recorded: dict, design: StudyDesign) -> list[str]:
+    current = json.loads(json.dumps(design.to_dict()))
+    return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
+
+
+def _in_force(record: dict[str, Any]) -> dict[str, Any]:
+    """The pre-registration with its last amendment's design, pilot analysis and plan in force."""
+    if not record.get("amendments"):
+        return record
+    last = record["amendments"][-1]
+    return {
+        **record,
+        "design": last["design"],
+        "pilot": last["pilot"],
+        "plan": last["plan"],
+        "first_plan": record["plan"],
+    }
+
+
+def _read(results: Path) -> dict[str, Any]:
     path = results / PREREGISTRATION
     if not path.exists():
         raise FileNotFoundError(
             f"{path} not found: run the pilot first (python -m squarechipo.reproduce study pilot), which writes the "
             "pre-registered sizes the main run uses."
         )
-    record = json.loads(path.read_text())
-    current = json.loads(json.dumps(design.to_dict()))
-    changed = sorted(k for k in set(record["design"]) | set(current) if record["design"].get(k) != current.get(k))
+    return json.loads(path.read_text())
+
+
+def check_preregistration(results: Path, design: StudyDesign) -> dict[str, Any]:
+    """The pre-registration in force in ``results``; raises if there is none or if ``design`` differs from it."""
+    record = _in_force(_read(results))
+    changed = _differing(record["design"], design)
     if changed:
         raise ValueError(
-            f"{path} pre-registered another design (fields {changed} differ). The main run keeps the pre-registered "
-            "sizes: drop the changes, or use a new --results folder for a new study (with its own pilot)."
+            f"{results / PREREGISTRATION} pre-registered another design (fields {changed} differ). The main run keeps "
+            "the pre-registered sizes: drop the changes, amend the plan before the main run (study amend --reason, "
+            f"fields {list(AMENDABLE)} only), or use a new --results folder for a new study (with its own pilot)."
         )
     return record
+
+
+def amend(
+    results: Path, design: StudyDesign, records: list[dict], reason: str, seed_minutes: float = 1.0
+) -> dict[str, Any]:
+    """Append an amendment (rule 5): ``design`` differs from the one in force only in :data:`AMENDABLE` fields, no
+    main cell exists yet, and ``reason`` says why. The power step is redone on the pilot ``records``."""
+    record = _read(results)
+    if not reason.strip():
+        raise ValueError("an amendment needs --reason: why the plan changes, written before any main cell runs.")
+    done = sorted(p.stem for p in (results / "main").glob("*.json"))
+    if done:
+        raise ValueError(
+            f"{results / 'main'} already holds main cells ({len(done)}, e.g. {done[0]}): a plan cannot be amended "
+            "after main results exist. Finish the pre-registered plan, or start a new study in a new --results folder."
+        )
+    changed = _differing(_in_force(record)["design"], design)
+    if not changed:
+        raise ValueError("the design is the one in force: there is nothing to amend.")
+    fixed = [k for k in changed if k not in AMENDABLE]
+    if fixed:
+        raise ValueError(
+            f"fields {fixed} change what the pilot measured; an amendment may change only {list(AMENDABLE)}. "
+            "Run a new study (new --results folder) with its own pilot."
+        )
+    analysis = analyse_pilot(records, design)
+    entry = {
+        "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _commit(),
+        "reason": reason.strip(),
+        "changed": changed,
+        "design": design.to_dict(),
+        "pilot": analysis,
+        "plan": plan_main(design, analysis, seed_minutes=seed_minutes),
+    }
+    record.setdefault("amendments", []).append(entry)
+    (results / PREREGISTRATION).write_text(json.dumps(record, indent=2, ensure_ascii=False))
+    return _in_force(record)

@@ -279,9 +279,27 @@ def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=
         "along_training": along_training(records, design),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
+        "amendments": _amendments(prereg),
         "progress": progress(records, prereg, deviations),
         "deviations": deviations or [],
     }
+
+
+def _amendments(prereg: dict | None) -> list[dict[str, Any]]:
+    """Each amendment with the plan it replaced (the first is the pilot's own plan)."""
+    entries = (prereg or {}).get("amendments") or []
+    plans = [(prereg or {}).get("first_plan") or {}] + [e["plan"] for e in entries]
+    return [
+        {"written": e["written"], "reason": e["reason"], "changed": e["changed"], "replaced": _sizes(plans[i])}
+        for i, e in enumerate(entries)
+    ]
+
+
+def _sizes(plan: dict) -> str:
+    return (
+        f"{len(plan.get('seeds', []))} seeds x {len(plan.get('arms', []))} arms, "
+        f"MDE {plan.get('mde_points', math.nan):.2f} points"
+    )
 
 
 def _fmt(test: dict, scale: float = 1.0, digits: int = 1) -> str:
@@ -360,6 +378,11 @@ def markdown(summary: dict, design: StudyDesign) -> str:
         if plan
         else "No pre-registration found."
     )
+    for a in summary.get("amendments") or []:
+        sizes += (
+            f" Amended {a['written'][:10]}, before the main run ({', '.join(a['changed'])}; it replaced "
+            f"{a['replaced']}): {a['reason']}"
+        )
     noise = ", ".join(f"{k} {v:.1f}" for k, v in summary["metric_noise"].items())
     return "\n".join(
         [
