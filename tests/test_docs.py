@@ -36,6 +36,7 @@ NOT_RUN = {
     r"--scale paper(?!.*--dry-run)": "the paper's sizes need a GPU (the dry run below checks the plan)",
     # Run elsewhere through the same entry point, with stronger checks (merged there to save their minutes):
     r"reproduce study (pilot|main|report)": "tests/test_study.py runs pilot, main and report --readme in order",
+    r"reproduce study amend": "tests/test_study.py amends a hand-made pilot's plan through this command",
     r"audit training .*--leak sft": "tests/test_audit.py runs the training audit with and without the SFT leak",
     r"reproduce table1 --scale cpu(?!.*--dry-run)": "tests/test_reproduce.py runs table1 end to end, then resumes it",
     r"-m squarechipo\.sim --smoke$": "the lab's first command above already runs at --smoke in this test",

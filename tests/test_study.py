@@ -536,7 +536,10 @@ def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_
     measured, before any main cell; the first plan stays in the file and the report names what it replaced."""
     from dataclasses import replace
 
+    import yaml
+
     from squarechipo.reproduce import study_report as sr
+    from squarechipo.reproduce.__main__ import main as reproduce_main
     from squarechipo.reproduce.study_design import load_design
     from squarechipo.reproduce.study_power import amend, analyse_pilot, check_preregistration, plan_main, preregister
 
@@ -556,14 +559,21 @@ def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_
     with pytest.raises(ValueError, match=r"\['train_rows'\]"):
         amend(tmp_path, replace(narrower, train_rows=256), pilot, "more rows")
     reason = "the first plan's seeds decide nothing"
-    in_force = amend(tmp_path, narrower, pilot, reason)
+    for record in pilot:  # the CLI reads the committed pilot records
+        (tmp_path / "pilot").mkdir(exist_ok=True)
+        (tmp_path / "pilot" / f"{record['arm']}_seed{record['seed']}.json").write_text(json.dumps(record))
+    amended = tmp_path / "privacy_cost.yaml"
+    amended.write_text(yaml.safe_dump(narrower.to_dict(), allow_unicode=True))
+    cli = ["study", "amend", "--design", str(amended), "--results", str(tmp_path), "--out", str(tmp_path / "out")]
+    reproduce_main([*cli, "--reason", reason])
+    in_force = json.loads((tmp_path / "preregistration.json").read_text())["amendments"][-1]
     assert in_force["plan"] == plan_main(narrower, analyse_pilot(pilot, narrower), seed_minutes=1.0) != first
     assert check_preregistration(tmp_path, narrower)["plan"] == in_force["plan"]
     with pytest.raises(ValueError, match="differ"):
         check_preregistration(tmp_path, design)  # the first design is no longer in force
     stored = json.loads((tmp_path / "preregistration.json").read_text())
     assert stored["plan"] == first and stored["amendments"][0]["changed"] == ["budget_hours", "claims", "main_arms"]
-    text = sr.markdown(sr.study_summary(pilot, narrower, in_force), narrower)
+    text = sr.markdown(sr.study_summary(pilot, narrower, check_preregistration(tmp_path, narrower)), narrower)
     assert reason in text and f"{len(first['seeds'])} seeds x {len(first['arms'])} arms" in text
     (tmp_path / "main").mkdir()
     (tmp_path / "main" / "clean_epsinf_square_chipo_seed0.json").write_text("{}")
