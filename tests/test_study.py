@@ -467,17 +467,19 @@ def test_the_sft_adapter_merges_to_the_float64_sum_of_its_rank_updates(tokenizer
         torch.testing.assert_close(weight, peft_merged[key], rtol=0, atol=1e-6)
 
 
-def _cell(arm: str, seed: int, gains: dict[float, float], kl: float = 1.0) -> dict:
-    """A hand-made cell record measured at checkpoint epochs: gold gain per epoch, the rest fixed."""
+def _cell(arm: str, seed: int, gains: dict[float, float], kl: float | dict[float, float] = 1.0) -> dict:
+    """A hand-made cell record measured at checkpoint epochs: gold gain (and KL, if given) per epoch, the rest
+    fixed."""
+    kls = kl if isinstance(kl, dict) else dict.fromkeys(gains, kl)
 
-    def summary(gain: float) -> dict:
+    def summary(gain: float, kl: float) -> dict:
         metric = {"mean": gain, "n": 4, "sd": 0.1, "low": gain - 0.1, "high": gain + 0.1, "p_value": 0.5}
         win = {**metric, "mean": 0.5 + gain / 10}
         extras = {"implicit_accuracy": 0.6, "loop_rate": 0.0, "words": 50.0, "length_regression": {"share": 0.0}}
         return {"gold_gain": metric, "pool_gain": metric, "expected_win": win, "hard_win": win,
                 "kl": {**metric, "mean": kl}, **extras}  # fmt: skip
 
-    checkpoints = [{"epoch": e, "summary": summary(g)} for e, g in gains.items()]
+    checkpoints = [{"epoch": e, "summary": summary(g, kls[e])} for e, g in gains.items()]
     record = {"arm": arm, "seed": seed, "summary": checkpoints[-1]["summary"], "checkpoints": checkpoints}
     return {**record, "train_seconds": 60.0, "eval_seconds": 30.0}
 
@@ -529,6 +531,26 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     assert "| DPO, clean | 2 | 0.25 [" in table and table.count("KL 10.0") == len(epochs)
     sr.write_training_plot(pilot, design, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_matched_kl_claim_compares_gold_gains_at_the_largest_kl_both_arms_reached():
+    """Per seed: KL* = the smaller of the two arms' largest KL; each gain is read off its curve through the SFT
+    policy's (0, 0) and its checkpoints, linearly; the claim's value is the difference (hand-computed here)."""
+    from squarechipo.reproduce.study_claims import claim_values, gain_at_kl
+    from squarechipo.reproduce.study_design import Claim
+
+    epochs = (1, 2, 4, 8, 16)
+    dpo = _cell(
+        "clean_epsinf_dpo", 0, dict(zip(epochs, [0.2, 0.4, 0.3, 0.0, -0.2])), dict(zip(epochs, [1, 2, 4, 8, 16]))
+    )
+    chipo = _cell("clean_epsinf_chipo", 0, dict(zip(epochs, [0.1, 0.25, 0.35, 0.4, 0.45])),
+                  dict(zip(epochs, [0.5, 1.0, 1.5, 2.0, 3.0])))  # fmt: skip
+    claim = Claim("χPO ≥ DPO at matched KL", "clean_epsinf_chipo", "clean_epsinf_dpo", "gold_gain", "matched_kl")
+    # KL* = min(16, 3) = 3: DPO between (2, 0.4) and (4, 0.3) gives 0.35; χPO's last point gives 0.45.
+    assert claim_values([dpo, chipo], claim) == pytest.approx({0: 0.45 - 0.35})
+    assert gain_at_kl(dpo, 0.5) == pytest.approx(0.1)  # between the SFT policy (0, 0) and epoch 1 (1, 0.2)
+    with pytest.raises(ValueError, match="gold_gain"):
+        Claim("wins at matched KL", "clean_epsinf_chipo", "clean_epsinf_dpo", "expected_win", "matched_kl")
 
 
 def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_main_run(tmp_path):

@@ -2,7 +2,10 @@
 
 A cell's metric is its summary's mean (expected and hard win in points, the rest in their units), at the end of
 training or at a checkpoint epoch. A ``drop`` claim compares an arm's metric at its reference epoch, fixed in the
-pre-registration from the pilot (:func:`reference_epochs`), with its metric at the end.
+pre-registration from the pilot (:func:`reference_epochs`), with its metric at the end. A ``matched_kl`` claim
+compares two arms' gold gain at the same KL, as Huang et al. 2024 (*Correcting the mythos of KL-regularization*)
+compare methods along their reward–KL curves: at the largest KL both reached in the seed, each gain linearly
+interpolated between its checkpoints (and the SFT policy, KL 0 and gain 0).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import numpy as np
 
 from squarechipo.reproduce.study_design import Claim
 
-__all__ = ["METRIC_SCALE", "claim_values", "metric_at", "reference_epochs"]
+__all__ = ["METRIC_SCALE", "claim_values", "gain_at_kl", "metric_at", "reference_epochs"]
 
 #: Summary metrics and the factor that puts them in the report's units (win rates in points).
 METRIC_SCALE = {"expected_win": 100.0, "hard_win": 100.0, "gold_gain": 1.0, "kl": 1.0, "pool_gain": 1.0}
@@ -31,13 +34,35 @@ def _by_seed(records, arm: str, metric: str, epoch: float | None = None) -> dict
     return {r["seed"]: metric_at(r, metric, epoch) for r in records if r["arm"] == arm}
 
 
+def _curve(record: dict[str, Any], metric: str) -> tuple[list[float], list[float]]:
+    """(KL, metric) through the SFT policy's (0, 0) and the cell's checkpoints, in increasing KL."""
+    points = sorted((c["summary"]["kl"]["mean"], metric_at(record, metric, c["epoch"])) for c in record["checkpoints"])
+    kls, values = zip(*[(0.0, 0.0), *points])
+    return list(kls), list(values)
+
+
+def gain_at_kl(record: dict[str, Any], kl: float, metric: str = "gold_gain") -> float:
+    """A cell's ``metric`` at KL = ``kl``, linear between its checkpoints (beyond the last: the last)."""
+    return float(np.interp(kl, *_curve(record, metric)))
+
+
+def _matched_kl(records, claim: Claim) -> dict[int, float]:
+    first = {r["seed"]: r for r in records if r["arm"] == claim.first}
+    second = {r["seed"]: r for r in records if r["arm"] == claim.second}
+    out = {}
+    for seed in sorted(set(first) & set(second)):
+        kl = min(max(_curve(first[seed], claim.metric)[0]), max(_curve(second[seed], claim.metric)[0]))
+        out[seed] = gain_at_kl(first[seed], kl, claim.metric) - gain_at_kl(second[seed], kl, claim.metric)
+    return out
+
+
 def reference_epochs(records, claims: tuple[Claim, ...], checkpoints: tuple[float, ...]) -> dict[str, float]:
     """For each arm whose drop a claim measures: the checkpoint before the last whose mean metric over the pilot's
     seeds is largest. Arms without pilot cells take the reference epoch of the pilot arm with the same method (the
     pilot runs one label setting)."""
     out: dict[str, float] = {}
     for claim in claims:
-        for arm in claim.arms if claim.kind != "arms" else ():
+        for arm in claim.arms if claim.measures_a_drop else ():
             method = arm.split("_", 2)[2]
             source = arm if any(r["arm"] == arm for r in records) else next(
                 (r["arm"] for r in records if r["arm"].split("_", 2)[2] == method), None
@@ -59,6 +84,8 @@ def claim_values(records, claim: Claim, reference: dict[str, float] | None = Non
         after = _by_seed(records, arm, claim.metric)
         return {s: before[s] - after[s] for s in set(before) & set(after)}
 
+    if claim.kind == "matched_kl":
+        return _matched_kl(records, claim)
     if claim.kind == "arms":
         first, second = _by_seed(records, claim.first, claim.metric), _by_seed(records, claim.second, claim.metric)
     elif claim.kind == "drop":

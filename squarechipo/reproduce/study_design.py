@@ -54,8 +54,9 @@ class Arm:
 
 
 #: What a claim compares, per seed (``squarechipo.reproduce.study_claims``): two arms at the end of training; one
-#: arm's fall from its reference epoch to the end (over-optimisation); or two arms' falls.
-CLAIM_KINDS = ("arms", "drop", "drop_difference")
+#: arm's fall from its reference epoch to the end (over-optimisation); two arms' falls; or two arms' gold gain at
+#: the same KL from the SFT policy.
+CLAIM_KINDS = ("arms", "drop", "drop_difference", "matched_kl")
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ class Claim:
     - ``arms``: ``first`` beats ``second`` at the end of training;
     - ``drop``: ``first``'s metric at its reference epoch (the checkpoint before the last where the pilot's mean was
       largest, fixed in the pre-registration) is above its metric at the end: it over-optimises;
-    - ``drop_difference``: ``second`` falls more than ``first`` from their reference epochs to the end.
+    - ``drop_difference``: ``second`` falls more than ``first`` from their reference epochs to the end;
+    - ``matched_kl``: ``first``'s gold gain is above ``second``'s at the same KL(π‖π_SFT), the largest KL both
+      reached in that seed (each gain read off its curve through its checkpoints and the SFT policy's (0, 0)).
     """
 
     name: str
@@ -79,6 +82,16 @@ class Claim:
             raise ValueError(f"claim {self.name!r}: kind must be one of {CLAIM_KINDS} (got {self.kind!r}).")
         if self.kind != "drop" and not self.second:
             raise ValueError(f"claim {self.name!r}: a {self.kind} claim compares two arms; give `second`.")
+        if self.kind == "matched_kl" and self.metric != "gold_gain":
+            raise ValueError(
+                f"claim {self.name!r}: a matched_kl claim reads gold_gain along KL (the SFT policy is its origin, "
+                f"KL 0 and gain 0); got metric {self.metric!r}."
+            )
+
+    @property
+    def measures_a_drop(self) -> bool:
+        """A fall from a pre-registered reference epoch (its arms need one; a pilot arm of the method stands in)."""
+        return self.kind in ("drop", "drop_difference")
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -201,7 +214,9 @@ class StudyDesign:
         if unknown:
             raise ValueError(f"claims name arms that are not in main_arms: {unknown} (the arms are {sorted(keys)}).")
         if any(c.kind != "arms" for c in self.claims or ()) and self.checkpoints is None:
-            raise ValueError("drop claims compare epochs of training: give the design checkpoints.")
+            raise ValueError(
+                "drop and matched_kl claims read checkpoints along training: give the design checkpoints."
+            )
         marks = None if self.checkpoints is None else list(self.checkpoints)
         if marks is not None and (marks != sorted(set(marks)) or marks[-1] != self.epochs):
             raise ValueError(f"checkpoints must be increasing epochs ending at epochs={self.epochs:g} (got {marks}).")

@@ -102,7 +102,7 @@ def _pilot_differences(records: list[dict], design: StudyDesign) -> tuple[dict[s
     reference = reference_epochs(records, design.claims, design.checkpoints or ())
     found = {}
     for claim in design.claims:
-        stand_in = {arm: _pilot_arm(records, arm, claim.kind != "arms") for arm in claim.arms}
+        stand_in = {arm: _pilot_arm(records, arm, claim.measures_a_drop) for arm in claim.arms}
         if None in stand_in.values() or len(set(stand_in.values())) < len(stand_in):
             continue
         renamed = {pilot: arm for arm, pilot in stand_in.items()}

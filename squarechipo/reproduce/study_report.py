@@ -89,7 +89,7 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
             row = {"claim": claim.name, "seeds": len(values), "mean": nan, "low": nan, "high": nan, "p_holm": nan}
             cut = planned is not None and not set(claim.arms) <= set(planned)
             why = "an arm was cut from the pre-registered plan" if cut else f"{len(values)} paired seed(s) done"
-            unreferenced = [a for a in claim.arms if claim.kind != "arms" and a not in (reference or {})]
+            unreferenced = [a for a in claim.arms if claim.measures_a_drop and a not in (reference or {})]
             if unreferenced and not cut:
                 why = f"no reference epoch was pre-registered for {', '.join(unreferenced)}"
             untested.append({**row, "metric": claim.metric, "verdict": f"not tested: {why}"})
