@@ -47,12 +47,15 @@ def gain_at_kl(record: dict[str, Any], kl: float, metric: str = "gold_gain") -> 
 
 
 def _matched_kl(records, claim: Claim) -> dict[int, float]:
-    first = {r["seed"]: r for r in records if r["arm"] == claim.first}
-    second = {r["seed"]: r for r in records if r["arm"] == claim.second}
+    curves = {
+        arm: {r["seed"]: _curve(r, claim.metric) for r in records if r["arm"] == arm}
+        for arm in (claim.first, claim.second)
+    }
+    first, second = curves[claim.first], curves[claim.second]
     out = {}
     for seed in sorted(set(first) & set(second)):
-        kl = min(max(_curve(first[seed], claim.metric)[0]), max(_curve(second[seed], claim.metric)[0]))
-        out[seed] = gain_at_kl(first[seed], kl, claim.metric) - gain_at_kl(second[seed], kl, claim.metric)
+        kl = min(first[seed][0][-1], second[seed][0][-1])  # each curve's KLs are sorted: the last is its largest
+        out[seed] = float(np.interp(kl, *first[seed]) - np.interp(kl, *second[seed]))
     return out
 
 
