@@ -30,16 +30,20 @@ from squarechipo.models.logprobs import completion_logps, model_logps, preferenc
 def by_length(model, rows, collator, batch_size: int) -> torch.Tensor:
     """(2, n) log-probs in the rows' order, scored in batches of rows of similar length (longest first)."""
     lean, out = add_lean_lm_head(model, share_prompt=True), torch.zeros(2, len(rows), dtype=torch.float64)
-    order = sorted(range(len(rows)), key=lambda i: -padded_tokens([rows[i]], [0], 1))
+    order = sorted(range(len(rows)), key=lambda i: -row_length(rows[i]))
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
         out[:, indices] = torch.stack(completion_logps(model, collator([rows[i] for i in indices]), lean))
     return out
 
 
+def row_length(row: dict) -> int:
+    """The length a row pads to: the collator stacks its chosen and rejected sequences together."""
+    return len(row["prompt_ids"]) + max(len(row["chosen_ids"]), len(row["rejected_ids"]))
+
+
 def padded_tokens(rows, order, batch_size: int) -> int:
-    lengths = [len(r["prompt_ids"]) + max(len(r["chosen_ids"]), len(r["rejected_ids"])) for r in rows]
-    ordered = [lengths[i] for i in order]
+    ordered = [row_length(rows[i]) for i in order]
     return sum(
         2 * len(ordered[i : i + batch_size]) * max(ordered[i : i + batch_size])
         for i in range(0, len(ordered), batch_size)
@@ -69,7 +73,7 @@ def main() -> None:
         tokenizer,
     )
     collator, n = preference_collator(tokenizer), args.batch_size
-    length_order = sorted(range(len(rows)), key=lambda i: -padded_tokens([rows[i]], [0], 1))
+    length_order = sorted(range(len(rows)), key=lambda i: -row_length(rows[i]))
     print(
         f"{len(rows)} rows, batch {n}: padded tokens in row order {padded_tokens(rows, range(len(rows)), n)}, "
         f"by length {padded_tokens(rows, length_order, n)}"
