@@ -44,3 +44,6 @@ if state.is_main_process:
         )
     )
 state.wait_for_everyone()
+# Tear gloo down before the interpreter does: a live group at exit can abort a rank ("terminate called without an
+# active exception", SIGABRT), which failed this helper once in CI after both ranks had finished.
+state.destroy_process_group()
