@@ -30,7 +30,7 @@ def pilot(study: Study) -> dict:
         )
     )
     prereg = preregister(study.results, d, analysis, plan)
-    _print_plan(analysis, prereg["plan"], d.effect_points)
+    _print_plan(analysis, prereg["plan"], d.effect_points, _unit(d))
     return prereg
 
 
@@ -41,20 +41,26 @@ def _label_minutes(study: Study, seeds) -> float:
     return sum(seconds) / len(seconds) / 60
 
 
-def _print_plan(analysis: dict, plan: dict, effect: float) -> None:
+def _unit(design) -> str:
+    """The unit of the design's effect and differences: win-rate points, or r* when every claim is on a gain."""
+    metrics = {c.metric for c in design.claims or ()}
+    return "r*" if metrics and not any(m.endswith("win") for m in metrics) else "points"
+
+
+def _print_plan(analysis: dict, plan: dict, effect: float, unit: str = "points") -> None:
     for name, diff in analysis["differences"].items():
         print(
-            f"pilot: {name}: differences {[round(v, 2) for v in diff['differences_points']]} points, "
+            f"pilot: {name}: differences {[round(v, 2) for v in diff['differences_points']]} {unit}, "
             f"SD {diff['sd']:.2f} (80% upper limit {diff['sd_upper80']:.2f})"
         )
     print(
-        f"power: {analysis['seeds_needed']} seeds for 80% power against {effect:g} points "
+        f"power: {analysis['seeds_needed']} seeds for 80% power against {effect:g} {unit} "
         f"(SD {analysis['sd_for_power']:.2f}); "
         f"a cell takes {analysis['cell_minutes']:.1f} min"
     )
     print(
         f"plan: {len(plan['seeds'])} seeds x {len(plan['arms'])} arms, about {plan['expected_hours']} h; "
-        f"MDE {plan['mde_points']:.2f} points; cut: {plan['cut_arms'] or 'nothing'}"
+        f"MDE {plan['mde_points']:.2f} {unit}; cut: {plan['cut_arms'] or 'nothing'}"
         + (" (the budget binds the seeds)" if plan["budget_binds_seeds"] else "")
     )
 
@@ -68,7 +74,7 @@ def amend_plan(study: Study, reason: str) -> dict:
         for arm in d.pilot_arms
     ]
     prereg = amend(study.results, d, records, reason, seed_minutes=_label_minutes(study, d.pilot_seeds))
-    _print_plan(prereg["pilot"], prereg["plan"], d.effect_points)
+    _print_plan(prereg["pilot"], prereg["plan"], d.effect_points, _unit(d))
     return prereg
 
 
