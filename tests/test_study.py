@@ -484,6 +484,22 @@ def _cell(arm: str, seed: int, gains: dict[float, float], kl: float | dict[float
     return {**record, "train_seconds": 60.0, "eval_seconds": 30.0}
 
 
+def _overoptimisation_with_private_arms():
+    """The shipped over-optimisation design with CTL (ε = 1) arms and two of their claims, as it held them before its
+    amendment cut them: a claim on an arm that no pilot ran is sized through another label setting's pilot arm."""
+    from dataclasses import replace
+
+    from squarechipo.reproduce.study_design import Arm, Claim, load_design
+
+    design = load_design(str(ROOT / "recipes" / "studies" / "overoptimisation.yaml"))
+    private = tuple(Arm(method, "CTL", 1.0, tier=2) for method in ("dpo", "chipo", "square_chipo"))
+    claims = (
+        Claim("DPO over-optimises (CTL, ε = 1)", "ctl_eps1_dpo", metric="gold_gain", kind="drop"),
+        Claim("χPO ends above DPO (CTL, ε = 1, epoch 16)", "ctl_eps1_chipo", "ctl_eps1_dpo", "gold_gain"),
+    )
+    return replace(design, main_arms=design.main_arms + private, claims=design.claims + claims)
+
+
 def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_path):
     """drop: gain at the reference epoch minus gain at the end, per seed; drop_difference: the second arm's fall
     minus the first's; the reference epoch is the pilot's argmax of the mean gain before the last checkpoint, and a
@@ -491,10 +507,9 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     curves, and the power step sizes the main run from the claims' pilot SDs."""
     from squarechipo.reproduce import study_report as sr
     from squarechipo.reproduce.study_claims import claim_values, reference_epochs
-    from squarechipo.reproduce.study_design import load_design
     from squarechipo.reproduce.study_power import analyse_pilot
 
-    design = load_design(str(ROOT / "recipes" / "studies" / "overoptimisation.yaml"))
+    design = _overoptimisation_with_private_arms()
     epochs = design.checkpoints
     rise_fall = {0: [0.2, 0.6, 0.5, 0.1, -0.2], 1: [0.3, 0.5, 0.4, 0.2, 0.0]}  # DPO: peaks at epoch 2 on average
     steady = {0: [0.2, 0.3, 0.4, 0.4, 0.4], 1: [0.1, 0.3, 0.3, 0.5, 0.45]}  # χPO: its largest mean is at epoch 8
