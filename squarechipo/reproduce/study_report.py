@@ -460,7 +460,8 @@ def write_report(results: Path, design: StudyDesign, prereg: dict | None, stage:
     deviations = load_deviations(results, records, prereg) if stage == "main" else []
     summary = study_summary(records, design, prereg, deviations)
     (results / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False))
-    (results / "report.md").write_text("# The controlled study\n\n" + markdown(summary, design) + "\n")
+    title = "The controlled study" if design.name == StudyDesign.name else f"Study: {design.name}"
+    (results / "report.md").write_text(f"# {title}\n\n" + markdown(summary, design) + "\n")
     write_plot(records, design, results / "frontier.png")
     if design.checkpoints:
         write_training_plot(records, design, results / TRAINING_PLOT)
