@@ -155,12 +155,14 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
     path.write_text(yaml.safe_dump(config))
     for leak in (None, "sft"):
         out = tmp_path / f"audit-{leak}"
+        # At confidence 1 - 1e-4 an honest run is refuted with at most that chance: the test cannot flake on it.
         command = [sys.executable, "-m", "squarechipo.audit", "training", "--config", str(path), "--canaries", "12"]
-        command += ["--out", str(out)] + (["--leak", leak] if leak else [])
+        command += ["--alpha", "1e-4", "--out", str(out)] + (["--leak", leak] if leak else [])
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         record = json.loads((out / "training_audit.json").read_text())
         assert record["canaries"] == 12 and record["guesses"][-1] <= 12 and record["claimed_epsilon"] == 0.5
+        assert record["alpha"] == 1e-4
         assert record["canary_text"] == "random"
         planted = datasets.load_from_disk(str(out / "data"))["train"]
         assert len(planted) == 16 + 12 and planted["prompt"][16:] == source_prompts  # the rows after the 16 used
@@ -170,7 +172,8 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
         bounds = [canary_epsilon_bound(c, g, level) for c, g in zip(record["correct"], record["guesses"])]
         assert record["bounds"] == bounds and record["lower_bound"] == max(bounds)
         report = (out / "training_audit.md").read_text()
-        assert f"bound {max(bounds):.3f} at confidence 0.95" in report and f"| 2 | {record['correct'][0]} |" in report
+        assert f"bound {max(bounds):.3f} at confidence 0.9999" in report
+        assert f"| 2 | {record['correct'][0]} |" in report
         privacy = json.loads((out / "model" / "squarechipo_privacy.json").read_text())
         assert privacy["ledger"]["releases"][0]["n_rows"] == 16 + 12  # the canaries were released with the rows
         # The leaky start is seen by the lineage guard and recorded as an exposure (the audit overrides the guard).

@@ -6,7 +6,8 @@ before a command runs, the YAML configs it names are shrunk in the copy (the emb
 that does not exist, becomes ``tiny``; rows, lengths and steps become small), so the commands run exactly as written. A
 few flags that only set sizes are shrunk too (``SIZES``). Commands that need what a test machine lacks (GPUs,
 an LLM server, hours) are listed in ``NOT_RUN`` with the reason; each of those is still checked to name files
-that exist.
+that exist. The training audit is run at confidence 1 − 1e-4 (``SIZES``): its verdict is a random draw, and the
+page's test checks that the command runs and reports, not a draw.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ SIZES = [
     (r"bench_trainer\.py", "bench_trainer.py --models tiny --steps 1 --checkpointing off"),
     (r"(squarechipo gold-report .*)", r"\1 --max_eval_samples 4"),
     (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge --model tiny"),
-    # The small data's train split holds 119 rows: 16 training rows and 40 canaries after them.
-    (r"(-m squarechipo\.audit training)(?!.*--canaries)", r"\1 --canaries 40"),
+    # The small data's train split holds 119 rows: 16 training rows and 40 canaries after them. The release draws
+    # fresh noise each run, so at the page's 95% an honest run is refuted with a chance of up to 5% (a CI run got
+    # 10 of its 10 most confident guesses right): the test audits at 1 - 1e-4, which no honest run fails.
+    (r"(-m squarechipo\.audit training)(?!.*--canaries)", r"\1 --canaries 40 --alpha 1e-4"),
 ]
 #: What a page promises a command makes, checked after it runs: a pattern of the command → files (globs, relative to
 #: the working folder) that must exist, and patterns its standard output must match.

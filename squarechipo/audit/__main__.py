@@ -1,11 +1,12 @@
 """python -m squarechipo.audit mechanisms [--epsilon 1.0] [--samples 10000000] [--out DIR] [--seed N]
 python -m squarechipo.audit training --config TRAIN.yaml [--canaries 300] [--leak sft]
-    [--canary-text random|rows] [--out DIR] [--seed N]
+    [--canary-text random|rows] [--alpha 0.05] [--out DIR] [--seed N]
 
 ``mechanisms``: every label mechanism and the exponential-mechanism selector on worst-case neighbouring inputs;
 ε is bounded from below with Clopper–Pearson intervals at confidence 1 − 1e-6 and reported beside the claimed ε
 (Markdown and JSON in ``--out``). A planted broken mechanism must be caught.
-``training``: canaries with random labels planted in a training run (:mod:`squarechipo.audit.canaries`).
+``training``: canaries with random labels planted in a training run (:mod:`squarechipo.audit.canaries`); the
+bound holds at confidence 1 − ``--alpha``, so an honest run is refuted with probability at most ``--alpha``.
 Exit status 1 if any verdict fails.
 """
 
@@ -45,7 +46,13 @@ def _training(args) -> int:
     from squarechipo.audit.training import audit_training_run
 
     audit = audit_training_run(
-        args.config, args.out, canaries=args.canaries, leak=args.leak, canary_text=args.canary_text, seed=args.seed
+        args.config,
+        args.out,
+        canaries=args.canaries,
+        leak=args.leak,
+        canary_text=args.canary_text,
+        seed=args.seed,
+        alpha=args.alpha,
     )
     record = {**asdict(audit), "guess_fractions": GUESS_FRACTIONS, "bounds": audit.bounds()}
     record.update(lower_bound=audit.lower_bound, verdict=audit.verdict, leak=args.leak, canary_text=args.canary_text)
@@ -80,12 +87,20 @@ def main(argv: list[str] | None = None) -> int:
         help="training: random word strings as the canaries' responses (the easiest to detect), or the rows' own",
     )
     parser.add_argument("--leak", choices=["sft"], default=None, help="training: reproduce the SFT leak")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="training: the bound holds at confidence 1 - alpha; an honest run is refuted with at most this chance",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/audit")
     args = parser.parse_args(argv)
     for name in ("samples", "canaries"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be a positive number (got {getattr(args, name)}); e.g. --{name} 1000")
+    if not 0 < args.alpha < 1:
+        parser.error(f"--alpha must be in (0, 1) (got {args.alpha}); e.g. --alpha 0.05 for a bound at 95%")
     if args.audit == "training":
         if not args.config:
             parser.error("training needs --config, a recipes/train.py YAML config")
