@@ -535,7 +535,10 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     assert "χPO ends above DPO (CTL, ε = 1, epoch 16)" not in measured
 
     prereg = {"plan": {"seeds": [0, 1], "arms": [a.key for a in design.main_arms], "reference_epochs": reference}}
+    prereg["plan"]["mde_points"] = 0.96
     summary = sr.study_summary(pilot, design, prereg)
+    # Every claim here is on the gold gain, so the plan's MDE is in r*, not in points of expected win.
+    assert design.effect_unit == "r*" and "MDE 0.96 r* (the claims' gold gain)" in sr.markdown(summary, design)
     verdicts = {c["claim"]: c for c in summary["claims"]}
     assert verdicts["DPO over-optimises (clean)"]["mean"] == pytest.approx(0.65)
     assert verdicts["DPO over-optimises (CTL, ε = 1)"]["verdict"] == "not tested: 0 paired seed(s) done"

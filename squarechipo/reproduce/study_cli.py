@@ -30,7 +30,7 @@ def pilot(study: Study) -> dict:
         )
     )
     prereg = preregister(study.results, d, analysis, plan)
-    _print_plan(analysis, prereg["plan"], d.effect_points, _unit(d))
+    _print_plan(analysis, prereg["plan"], d.effect_points, d.effect_unit)
     return prereg
 
 
@@ -39,12 +39,6 @@ def _label_minutes(study: Study, seeds) -> float:
     done = [study.out / "labels" / f"seed{s}" / "done.json" for s in seeds]
     seconds = [json.loads(p.read_text()).get("seconds", 60) for p in done if p.exists()] or [60]
     return sum(seconds) / len(seconds) / 60
-
-
-def _unit(design) -> str:
-    """The unit of the design's effect and differences: win-rate points, or r* when every claim is on a gain."""
-    metrics = {c.metric for c in design.claims or ()}
-    return "r*" if metrics and not any(m.endswith("win") for m in metrics) else "points"
 
 
 def _print_plan(analysis: dict, plan: dict, effect: float, unit: str = "points") -> None:
@@ -74,7 +68,7 @@ def amend_plan(study: Study, reason: str) -> dict:
         for arm in d.pilot_arms
     ]
     prereg = amend(study.results, d, records, reason, seed_minutes=_label_minutes(study, d.pilot_seeds))
-    _print_plan(prereg["pilot"], prereg["plan"], d.effect_points, _unit(d))
+    _print_plan(prereg["pilot"], prereg["plan"], d.effect_points, d.effect_unit)
     return prereg
 
 

@@ -225,6 +225,11 @@ class StudyDesign:
     def all_claims(self) -> tuple[Claim, ...]:
         return CLAIMS if self.claims is None else self.claims
 
+    @property
+    def effect_unit(self) -> str:
+        """The unit of ``effect_points`` and of the plan's MDE: win-rate points, or r* when no claim is on a win."""
+        return "points" if any(c.metric.endswith("win") for c in self.all_claims) else "r*"
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for key in ("pilot_arms", "main_arms"):

@@ -279,26 +279,26 @@ def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=
         "along_training": along_training(records, design),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
-        "amendments": _amendments(prereg),
+        "amendments": _amendments(prereg, design.effect_unit),
         "progress": progress(records, prereg, deviations),
         "deviations": deviations or [],
     }
 
 
-def _amendments(prereg: dict | None) -> list[dict[str, Any]]:
+def _amendments(prereg: dict | None, unit: str) -> list[dict[str, Any]]:
     """Each amendment with the plan it replaced (the first is the pilot's own plan)."""
     entries = (prereg or {}).get("amendments") or []
     plans = [(prereg or {}).get("first_plan") or {}] + [e["plan"] for e in entries]
     return [
-        {"written": e["written"], "reason": e["reason"], "changed": e["changed"], "replaced": _sizes(plans[i])}
+        {"written": e["written"], "reason": e["reason"], "changed": e["changed"], "replaced": _sizes(plans[i], unit)}
         for i, e in enumerate(entries)
     ]
 
 
-def _sizes(plan: dict) -> str:
+def _sizes(plan: dict, unit: str) -> str:
     return (
         f"{len(plan.get('seeds', []))} seeds x {len(plan.get('arms', []))} arms, "
-        f"MDE {plan.get('mde_points', math.nan):.2f} points"
+        f"MDE {plan.get('mde_points', math.nan):.2f} {unit}"
     )
 
 
@@ -369,12 +369,16 @@ def _headline_table(summary: dict, design: StudyDesign) -> list[str]:
     return lines
 
 
+#: How the plan's MDE reads, by the design's effect unit.
+_EFFECT_TEXT = {"points": "points of expected win", "r*": "r* (the claims' gold gain)"}
+
+
 def markdown(summary: dict, design: StudyDesign) -> str:
     plan = summary["preregistration"] or {}
     sizes = (
         f"Pre-registered: {len(plan.get('seeds', []))} seeds, {len(plan.get('arms', []))} arms, "
-        f"MDE {plan.get('mde_points', math.nan):.2f} points of expected win at 80% power (α = 0.05, two-sided, "
-        f"paired); cut for the budget: {', '.join(plan.get('cut_arms', [])) or 'nothing'}."
+        f"MDE {plan.get('mde_points', math.nan):.2f} {_EFFECT_TEXT[design.effect_unit]} at 80% power (α = 0.05, "
+        f"two-sided, paired); cut for the budget: {', '.join(plan.get('cut_arms', [])) or 'nothing'}."
         if plan
         else "No pre-registration found."
     )
