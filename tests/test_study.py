@@ -551,11 +551,11 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_matched_kl_claim_compares_gold_gains_at_the_largest_kl_both_arms_reached():
+def test_a_matched_kl_claim_compares_gold_gains_at_the_largest_kl_both_arms_reached_in_one_unit():
     """Per seed: KL* = the smaller of the two arms' largest KL; each gain is read off its curve through the SFT
     policy's (0, 0) and its checkpoints, linearly; the claim's value is the difference (hand-computed here)."""
     from squarechipo.reproduce.study_claims import claim_values, gain_at_kl
-    from squarechipo.reproduce.study_design import Claim
+    from squarechipo.reproduce.study_design import Claim, StudyDesign
 
     epochs = (1, 2, 4, 8, 16)
     dpo = _cell(
@@ -569,6 +569,11 @@ def test_a_matched_kl_claim_compares_gold_gains_at_the_largest_kl_both_arms_reac
     assert gain_at_kl(dpo, 0.5) == pytest.approx(0.1)  # between the SFT policy (0, 0) and epoch 1 (1, 0.2)
     with pytest.raises(ValueError, match="gold_gain"):
         Claim("wins at matched KL", "clean_epsinf_chipo", "clean_epsinf_dpo", "expected_win", "matched_kl")
+    arms = (StudyDesign().main_arms[0].key, StudyDesign().main_arms[1].key)
+    mixed = (Claim("a", *arms, "expected_win"), Claim("b", *arms, "gold_gain"))
+    with pytest.raises(ValueError, match=r"claims mix win-rate and gain metrics \(\['expected_win', 'gold_gain'\]\)"):
+        StudyDesign(claims=mixed)
+    assert StudyDesign(claims=mixed[1:]).effect_unit == "r*"
 
 
 def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_main_run(tmp_path):

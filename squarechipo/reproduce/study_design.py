@@ -59,6 +59,11 @@ class Arm:
 CLAIM_KINDS = ("arms", "drop", "drop_difference", "matched_kl")
 
 
+def is_win_rate(metric: str) -> bool:
+    """A win rate (expected or hard win): reported in points around ½; the other metrics are gains in r* or nats."""
+    return metric.endswith("win")
+
+
 @dataclass(frozen=True)
 class Claim:
     """A pre-registered claim, paired by seed, on ``metric`` (a summary metric of the cells).
@@ -213,6 +218,12 @@ class StudyDesign:
         unknown = sorted({arm for c in self.claims or () for arm in c.arms} - keys)
         if unknown:
             raise ValueError(f"claims name arms that are not in main_arms: {unknown} (the arms are {sorted(keys)}).")
+        units = {is_win_rate(c.metric) for c in self.claims or ()}
+        if len(units) > 1:  # the plan has one effect size and one MDE: the power step pools the claims' SDs
+            raise ValueError(
+                f"claims mix win-rate and gain metrics ({sorted({c.metric for c in self.claims})}): the plan has one "
+                "effect size and one MDE, in one unit; put the win-rate claims and the gain claims in two designs."
+            )
         if any(c.kind != "arms" for c in self.claims or ()) and self.checkpoints is None:
             raise ValueError(
                 "drop and matched_kl claims read checkpoints along training: give the design checkpoints."
@@ -228,7 +239,7 @@ class StudyDesign:
     @property
     def effect_unit(self) -> str:
         """The unit of ``effect_points`` and of the plan's MDE: win-rate points, or r* when no claim is on a win."""
-        return "points" if any(c.metric.endswith("win") for c in self.all_claims) else "r*"
+        return "points" if any(is_win_rate(c.metric) for c in self.all_claims) else "r*"
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

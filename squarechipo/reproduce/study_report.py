@@ -14,7 +14,7 @@ import numpy as np
 from squarechipo.evaluation.paired import holm, mde, paired_test, ratio_interval, verdict
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.reproduce.study_claims import claim_values, metric_at
-from squarechipo.reproduce.study_design import METHOD_NAMES, Arm, StudyDesign
+from squarechipo.reproduce.study_design import METHOD_NAMES, Arm, StudyDesign, is_win_rate
 
 __all__ = [
     "DEVIATIONS",
@@ -98,7 +98,7 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
         found.append({"claim": claim.name, "seeds": len(values), "metric": claim.metric, **test.to_dict()})
     for row, adjusted in zip(found, holm([c["p_value"] for c in found])):
         detectable = mde(row["n"], row["sd"], target=design.power, alpha=design.alpha)
-        unit = " points" if row["metric"].endswith("win") else f" ({_METRICS[row['metric']][0]})"
+        unit = " points" if is_win_rate(row["metric"]) else f" ({_METRICS[row['metric']][0]})"
         row.update(p_holm=adjusted, mde=detectable, verdict=verdict_of(row, adjusted, detectable, design.alpha, unit))
     return found + untested
 
@@ -265,7 +265,7 @@ def metric_noise(records) -> dict[str, float]:
         for r in records:
             s = r["summary"][metric]
             se = s["sd"] / math.sqrt(s["n"]) if s["n"] > 1 else math.nan
-            base = 0.5 if metric.endswith("win") else 0.0
+            base = 0.5 if is_win_rate(metric) else 0.0
             z.append(abs(s["mean"] - base) / se if se and se > 0 else math.nan)
         out[metric] = float(np.nanmean(z)) if z else math.nan
     return out
