@@ -505,6 +505,8 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     minus the first's; the reference epoch is the pilot's argmax of the mean gain before the last checkpoint, and a
     method's pilot arm stands in for its arm in another label setting. The report tabulates every epoch, draws the
     curves, and the power step sizes the main run from the claims' pilot SDs."""
+    from dataclasses import replace
+
     from squarechipo.reproduce import study_report as sr
     from squarechipo.reproduce.study_claims import claim_values, reference_epochs
     from squarechipo.reproduce.study_power import analyse_pilot
@@ -538,7 +540,13 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     prereg["plan"]["mde_points"] = 0.96
     summary = sr.study_summary(pilot, design, prereg)
     # Every claim here is on the gold gain, so the plan's MDE is in r*, not in points of expected win.
-    assert design.effect_unit == "r*" and "MDE 0.96 r* (the claims' gold gain)" in sr.markdown(summary, design)
+    text = sr.markdown(summary, design)
+    assert design.effect_unit == "r*" and "MDE 0.96 r* (the claims' gold gain)" in text
+    # The report names the epoch each fall is measured from: the pre-registered ones, not the ones seen later.
+    assert "from the pilot (DPO, clean: epoch 2; χPO, clean: epoch 8; DPO, CTL ε=1: epoch 2)." in text
+    assert "Share of the clean gain kept" in text  # the CTL arms here have clean arms to be a share of
+    clean_only = replace(design, main_arms=design.main_arms[:3], claims=design.claims[:2])
+    assert "Share of the clean gain kept" not in sr.markdown(sr.study_summary(pilot, clean_only, prereg), clean_only)
     verdicts = {c["claim"]: c for c in summary["claims"]}
     assert verdicts["DPO over-optimises (clean)"]["mean"] == pytest.approx(0.65)
     assert verdicts["DPO over-optimises (CTL, ε = 1)"]["verdict"] == "not tested: 0 paired seed(s) done"

@@ -235,12 +235,17 @@ def _clean_reference(arm: Arm) -> str:
     return f"clean_epsinf_{'dpo' if arm.method == 'rdpo' else arm.method}"
 
 
+def _private_arms(design: StudyDesign) -> list[Arm]:
+    """The debiased CTL arms whose clean arm is in the design: the arms the headline reports a share for."""
+    keys = {a.key for a in design.main_arms}
+    return [a for a in design.main_arms if a.setting == "CTL" and a.debias and _clean_reference(a) in keys]
+
+
 def headline(records, design: StudyDesign) -> list[dict[str, Any]]:
     """Share of the clean gold gain each method keeps at each ε (CTL, debiased), paired by seed, with Fieller's
     interval, beside what the labels were worth: n labels each wrong with probability ρ carry about n(1 − 2ρ)²
     clean labels' information (ρ the pipeline's expected wrong-label rate)."""
-    keys = {a.key for a in design.main_arms}
-    private = [a for a in design.main_arms if a.setting == "CTL" and a.debias and _clean_reference(a) in keys]
+    private = _private_arms(design)
     methods = list(dict.fromkeys(a.method for a in private))
     rows = []
     for arm in sorted(private, key=lambda a: (methods.index(a.method), a.epsilon)):
@@ -403,17 +408,39 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             *_along_training_table(summary, design),
             *_claim_table(summary),
             "",
+            *_reference_lines(plan, design),
             "A claim's MDE is the one at its seeds' observed SD of the paired difference, which few seeds estimate "
             "poorly; the pre-registered MDE above (from the pilot's SD's 80% upper bound) is the one the design "
             "was sized for.",
             "",
-            "Share of the clean gain kept (gold gain on private labels ÷ gold gain on clean labels, paired by seed):",
-            "",
-            *_headline_table(summary, design),
-            "",
+            *(_headline_lines(summary, design) if _private_arms(design) else []),
             f"Signal-to-noise of each metric in one cell (mean |gain| ÷ its standard error over prompts): {noise}.",
         ]
     )
+
+
+def _reference_lines(plan: dict, design: StudyDesign) -> list[str]:
+    """Which epoch each over-optimisation claim measures its fall from (fixed in the pre-registration)."""
+    reference = plan.get("reference_epochs") or {}
+    arms = {a.key: a.label for a in design.main_arms}
+    named = dict.fromkeys(arm for c in design.all_claims if c.measures_a_drop for arm in c.arms if arm in reference)
+    if not named:
+        return []
+    epochs = "; ".join(f"{arms[arm]}: epoch {reference[arm]:g}" for arm in named)
+    return [
+        f"A fall is an arm's gold gain at its reference epoch minus its gain at epoch {design.epochs:g}, paired by "
+        f"seed; each reference epoch was fixed in the pre-registration from the pilot ({epochs}).",
+        "",
+    ]
+
+
+def _headline_lines(summary: dict, design: StudyDesign) -> list[str]:
+    return [
+        "Share of the clean gain kept (gold gain on private labels ÷ gold gain on clean labels, paired by seed):",
+        "",
+        *_headline_table(summary, design),
+        "",
+    ]
 
 
 def _deviation_lines(deviations: list[dict]) -> list[str]:
