@@ -48,7 +48,7 @@ def test_resume_from_checkpoint_true_means_the_last_checkpoint_or_a_clear_error(
         SquareChiPOConfig(output_dir=str(out), resume_from_checkpoint=str(out / "checkpoint-99"))
 
 
-def test_audit_sizes_and_confidence_are_checked(capsys):
+def test_audit_sizes_confidence_and_options_are_checked(capsys):
     from squarechipo.audit.__main__ import main  # in process: an argument error needs no fresh interpreter
 
     with pytest.raises(SystemExit) as stopped:
@@ -57,6 +57,10 @@ def test_audit_sizes_and_confidence_are_checked(capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["training", "--config", "unused.yaml", "--alpha", "1"])
     assert stopped.value.code == 2 and "--alpha must be in (0, 1) (got 1.0)" in capsys.readouterr().err
+    # An option of the other audit is refused, not ignored (the mechanism audit's confidence is fixed).
+    with pytest.raises(SystemExit) as stopped:
+        main(["mechanisms", "--alpha", "0.01"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --alpha 0.01" in capsys.readouterr().err
 
 
 def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):

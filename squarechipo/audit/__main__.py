@@ -73,37 +73,45 @@ def _training(args) -> int:
     return 0 if audit.verdict != "REFUTED: the run leaks more than ε" or args.leak else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m squarechipo.audit", description=__doc__.splitlines()[0])
-    parser.add_argument("audit", choices=["mechanisms", "training"])
-    parser.add_argument("--epsilon", type=float, default=1.0, help="mechanisms: the ε every mechanism claims")
-    parser.add_argument("--samples", type=int, default=10_000_000, help="mechanisms: runs per input")
-    parser.add_argument("--config", help="training: a recipes/train.py YAML config")
-    parser.add_argument("--canaries", type=int, default=300, help="training: canary pairs to plant")
-    parser.add_argument(
+def _parser() -> argparse.ArgumentParser:
+    """One sub-command per audit, so an option of the other audit is refused rather than silently ignored."""
+    description = "Empirical lower bounds on ε for the label mechanisms and for training runs."
+    parser = argparse.ArgumentParser(prog="python -m squarechipo.audit", description=description)
+    audits = parser.add_subparsers(dest="audit", required=True, metavar="{mechanisms,training}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--seed", type=int, default=0)
+    common.add_argument("--out", default="outputs/audit")
+    mechanisms = audits.add_parser("mechanisms", parents=[common], help="every label mechanism and the selector")
+    mechanisms.add_argument("--epsilon", type=float, default=1.0, help="the ε every mechanism claims")
+    mechanisms.add_argument("--samples", type=int, default=10_000_000, help="runs per input")
+    training = audits.add_parser("training", parents=[common], help="canaries planted in a training run")
+    training.add_argument("--config", required=True, help="a recipes/train.py YAML config")
+    training.add_argument("--canaries", type=int, default=300, help="canary pairs to plant")
+    training.add_argument(
         "--canary-text",
         choices=CANARY_TEXTS,
         default="random",
-        help="training: random word strings as the canaries' responses (the easiest to detect), or the rows' own",
+        help="random word strings as the canaries' responses (the easiest to detect), or the rows' own",
     )
-    parser.add_argument("--leak", choices=["sft"], default=None, help="training: reproduce the SFT leak")
-    parser.add_argument(
+    training.add_argument("--leak", choices=["sft"], default=None, help="reproduce the SFT leak")
+    training.add_argument(
         "--alpha",
         type=float,
         default=0.05,
-        help="training: the bound holds at confidence 1 - alpha; an honest run is refuted with at most this chance",
+        help="the bound holds at confidence 1 - alpha; an honest run is refuted with at most this chance",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="outputs/audit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     for name in ("samples", "canaries"):
-        if getattr(args, name) < 1:
+        if getattr(args, name, 1) < 1:
             parser.error(f"--{name} must be a positive number (got {getattr(args, name)}); e.g. --{name} 1000")
-    if not 0 < args.alpha < 1:
-        parser.error(f"--alpha must be in (0, 1) (got {args.alpha}); e.g. --alpha 0.05 for a bound at 95%")
     if args.audit == "training":
-        if not args.config:
-            parser.error("training needs --config, a recipes/train.py YAML config")
+        if not 0 < args.alpha < 1:
+            parser.error(f"--alpha must be in (0, 1) (got {args.alpha}); e.g. --alpha 0.05 for a bound at 95%")
         return _training(args)
     rng = np.random.default_rng(args.seed)
     results = [audit_case(case, args.samples, rng) for case in mechanism_cases(args.epsilon)]

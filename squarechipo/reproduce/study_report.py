@@ -199,8 +199,8 @@ def _along_training_table(summary: dict, design: StudyDesign) -> list[str]:
 
 
 def write_training_plot(records, design: StudyDesign, path: Path) -> None:
-    """Gold gain against KL along training: one curve per cell (method and seed) through its checkpoints, a panel per
-    label setting."""
+    """Gold gain against KL along training: one curve per cell (method and seed) from the SFT policy through its
+    checkpoints, a panel per label setting."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -210,16 +210,20 @@ def write_training_plot(records, design: StudyDesign, path: Path) -> None:
     figure, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4.5), squeeze=False, sharey=True)
     methods = list(dict.fromkeys(a.method for a in design.main_arms))
     for axis, (setting, epsilon) in zip(axes[0], settings):
+        lowest = 0.0  # a sampled KL estimate can be below 0; otherwise the axis starts at the SFT policy
         for arm in (a for a in design.main_arms if (a.setting, a.epsilon) == (setting, epsilon)):
             colour = f"C{methods.index(arm.method)}"
             for index, cell in enumerate(r for r in records if r["arm"] == arm.key and r.get("checkpoints")):
-                kl = [metric_at(cell, "kl", e) for e in design.checkpoints]
-                gain = [metric_at(cell, "gold_gain", e) for e in design.checkpoints]
+                # Each curve starts at the SFT policy, (0, 0), as the matched-KL claim reads it.
+                kl = [0.0, *(metric_at(cell, "kl", e) for e in design.checkpoints)]
+                gain = [0.0, *(metric_at(cell, "gold_gain", e) for e in design.checkpoints)]
+                lowest = min(lowest, *kl)
                 label = arm.label.split(",")[0] if index == 0 else None
                 axis.plot(kl, gain, marker="o", markersize=3, alpha=0.7, color=colour, label=label)
                 axis.annotate(f"{design.checkpoints[-1]:g}", (kl[-1], gain[-1]), fontsize=6, color=colour)
         axis.axhline(0, color="grey", linewidth=0.5)
         axis.set_xscale("symlog", linthresh=1.0)
+        axis.set_xlim(left=lowest)
         axis.set_xlabel("KL(π‖π_ref), nats (from the policy's samples)")
         axis.set_title(arm.label.split(", ")[-1] if design.main_arms else "")
         axis.legend(fontsize=8)
