@@ -678,3 +678,38 @@ def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_b
     record = {"record": {"reward": [[1, 2, 3, 4]] * 2, "examples": ["a", "b"]}, "constants": {"pool": [[5, 6, 7, 8]]}}
     cut = _first_prompts(record, 2)
     assert cut["record"] == {"reward": [[1, 2]] * 2, "examples": ["a", "b"]} and cut["constants"] == {"pool": [[5, 6]]}
+
+
+@pytest.mark.parametrize("name", ["study", "privacy_cost", "overoptimisation"])
+def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_path, capsys):
+    """docs/study.md's `study report --readme README.md`, run on a copy of the committed records: the README's block
+    is exactly what the command writes, so no figure in it was typed by hand or left stale. The first study runs the
+    default design, pre-registered before generation_batch_size existed (a field added later counts at its default)."""
+    from squarechipo.reproduce.__main__ import main
+    from squarechipo.reproduce.study_report import readme_markers
+
+    results = tmp_path / "results" / name
+    shutil.copytree(ROOT / "results" / name, results, ignore=shutil.ignore_patterns("*.png", "setup"))
+    readme = tmp_path / "README.md"
+    begin, end = readme_markers("cpu" if name == "study" else name)  # the first study's design is named cpu
+    committed = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme.write_text(begin + "\nstale\n" + end + "\n", encoding="utf-8")
+    design = [] if name == "study" else ["--design", str(ROOT / "recipes" / "studies" / f"{name}.yaml")]
+    main(
+        [
+            "study",
+            "report",
+            *design,
+            "--results",
+            str(results),
+            "--out",
+            str(tmp_path / "out"),
+            "--readme",
+            str(readme),
+        ]
+    )
+    capsys.readouterr()
+    block = readme.read_text(encoding="utf-8")
+    assert "stale" not in block and block.strip() in committed
+    for result in ("summary.json", "report.md"):
+        assert (results / result).read_text() == (ROOT / "results" / name / result).read_text(), result

@@ -193,6 +193,10 @@ def preregister(results: Path, design: StudyDesign, analysis: dict, plan: dict) 
 
 def _differing(recorded: dict, design: StudyDesign) -> list[str]:
     current = json.loads(json.dumps(design.to_dict()))
+    # A field added after the record was written ran at its default then: a new field's default keeps the old
+    # behaviour (generation_batch_size 32 is how the first study sampled before the field existed).
+    defaults = json.loads(json.dumps(StudyDesign().to_dict()))
+    recorded = {**{k: v for k, v in defaults.items() if k not in recorded}, **recorded}
     return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
 
 
