@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
+import subprocess
 import tempfile
 
 import pytest
@@ -37,6 +40,38 @@ os.environ["SQUARECHIPO_RELEASE_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefi
 # Likewise the store of privacy records and weight sketches (squarechipo.privacy.record), which the lineage guard
 # matches models to: a session never sees the records of earlier sessions or of the user's own runs.
 os.environ["SQUARECHIPO_RECORD_STORE"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-records-"), "r.sqlite")
+
+
+def launch(command: list[str], *, cwd, env: dict | None = None, timeout: float = 300.0) -> subprocess.CompletedProcess:
+    """Run a command (e.g. a launcher and its ranks) and capture its output.
+
+    Past ``timeout`` the test fails with each of its Python processes' thread stacks at that moment (SIGABRT with
+    PYTHONFAULTHANDLER set), so a hang says where it hung, and none of its processes is left running."""
+    env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = _stacks_then_kill(process)
+        raise AssertionError(
+            f"{command} ran past {timeout:.0f} s; the stderr tail ends with every process's stacks.\n"
+            f"stdout tail:\n{stdout[-1500:]}\nstderr tail:\n{stderr[-8000:]}"
+        ) from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _stacks_then_kill(process: subprocess.Popen) -> tuple[str, str]:
+    import psutil
+
+    # torchrun starts each rank in a session of its own: signal every descendant, not a process group.
+    family = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    for sig in (signal.SIGABRT, signal.SIGKILL):  # faulthandler prints the stacks on SIGABRT, then the process ends
+        for member in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.send_signal(sig)
+        if sig == signal.SIGABRT:
+            psutil.wait_procs(family, timeout=30)
+    return process.communicate()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,12 +16,13 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.conftest import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -199,7 +200,7 @@ def _run_page(page: str, work: Path) -> None:
         assert not missing, f"{page}: `{command}` names files that do not exist: {missing}"
         if reason:
             continue
-        done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1200)
+        done = launch(argv, cwd=work, env=env, timeout=1200)
         assert done.returncode == 0, f"{page}: `{command}` failed:\n{done.stdout[-2500:]}\n{done.stderr[-2500:]}"
         _check_promises(page, command, work, done.stdout)
         ran += 1

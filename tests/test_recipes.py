@@ -17,7 +17,7 @@ import yaml
 from squarechipo.data.finance import build_datasets
 from squarechipo.data.integrity import seal
 from squarechipo.privacy import get_ledger
-from tests.conftest import make_tiny_model
+from tests.conftest import launch, make_tiny_model
 
 #: Every test here starts a process or loads the embedded 135M model.
 pytestmark = pytest.mark.integration
@@ -65,7 +65,8 @@ def write_config(folder: Path, name: str, **overrides) -> Path:
     return path
 
 
-def run(command: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+def run(command: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
+    """A launch as users run it (a run takes 10-20 s here); a hang fails with every process's stacks."""
     # The machine is offline: nothing may wait on the Hub (telemetry included).
     env = {
         **os.environ,
@@ -75,16 +76,7 @@ def run(command: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
         "HF_HUB_OFFLINE": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
     }
-    try:
-        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as error:  # say how far each process got, not only that time ran out
-        tails = [_text(error.stdout)[-1500:], _text(error.stderr)[-3000:]]
-        message = f"{command} ran past {timeout} s. stdout tail:\n{tails[0]}\nstderr tail:\n{tails[1]}"
-        raise AssertionError(message) from error
-
-
-def _text(output) -> str:
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+    return launch(command, cwd=ROOT, env=env, timeout=timeout)
 
 
 def digests(output: str) -> dict[int, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from squarechipo.select.candidates import Candidate, load_candidate
 from squarechipo.select.exponential import row_square_losses
 from squarechipo.select.scoring import score_candidates
 from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrainer
-from tests.conftest import make_tiny_model
+from tests.conftest import launch, make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -294,9 +293,9 @@ def test_one_candidate_or_duplicates_are_refused(pool):
         select_policy([str(pool["good"])] * 2, str(pool["ref"]), pool["private"], epsilon=1.0)
 
 
-def _run(command, timeout=600):
+def _run(command, timeout=300):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    return launch(command, cwd=ROOT, env=env, timeout=timeout)
 
 
 def _config(pool, folder: Path, name: str) -> Path:
