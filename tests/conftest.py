@@ -97,10 +97,13 @@ def _text(output) -> str:
 
 def pytest_collection_modifyitems(config, items):
     """Every ``integration`` test (it starts a process or server, or loads the embedded 135M model) is ``slow``: the
-    quick tier, ``-m "not slow"``, runs neither."""
+    quick tier, ``-m "not slow"``, runs neither. The slow tests run first: xdist hands out tests in this order, so
+    the short ones fill both workers at the end instead of one long test running on after the other worker is done.
+    """
     for item in items:
         if item.get_closest_marker("integration") is not None and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
 
 
 @pytest.fixture(autouse=True)
