@@ -14,7 +14,10 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["accelerator_available", "apply_cpu_defaults", "check_resume", "distributed_state"]
+__all__ = ["accelerator_available", "apply_cpu_defaults", "check_resume", "distributed_state", "end_run"]
+
+#: Process groups held until the interpreter exits (see :func:`end_run`).
+_KEPT_GROUPS: list = []
 
 
 def accelerator_available() -> bool:
@@ -35,6 +38,23 @@ def distributed_state():
     from accelerate import PartialState
 
     return PartialState(cpu=not accelerator_available())
+
+
+def end_run(trainer) -> None:
+    """End a trainer's run: finish its trackers and shut the process group down.
+
+    The default process group is first referenced from Python until the interpreter exits. DDP's C++ Reducer also
+    holds the group; when the Reducer drops the last reference (the caller frees the trainer), gloo's destructor
+    joins its worker threads with the GIL held while a worker may still be freeing the last collective's tensors,
+    which needs the GIL, and the process never exits (PyTorch issue 56297; here a two-rank torchrun run that never
+    returned after both ranks had finished). Freed from Python, at exit, the group releases the GIL first.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        _KEPT_GROUPS.append(dist.group.WORLD)
+    if hasattr(trainer, "end"):
+        trainer.end()
 
 
 def apply_cpu_defaults(config) -> None:

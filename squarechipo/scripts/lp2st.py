@@ -28,6 +28,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser
 
 from squarechipo.models import resolve_model_path
+from squarechipo.models.runtime import end_run
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source
 from squarechipo.privacy.measurements import RRWithPrior
@@ -134,8 +135,7 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
     state.print(f"LP-2ST prior lineage: {[finding.to_dict() for finding in prior_lineage.findings]}")
     final = _train(model_path, combined, training_args, tokenizer)
     state.print(f"Done. Stage-2 model, card and privacy record in {out.resolve()}")
-    if hasattr(final, "end"):
-        final.end()
+    end_run(final)  # finishes trackers and shuts the process group down cleanly
     return final
 
 

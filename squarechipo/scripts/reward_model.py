@@ -22,6 +22,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
+from squarechipo.models.runtime import end_run
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
 from squarechipo.trainer.script_args import TrainScriptArguments
@@ -72,8 +73,7 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
         f"Done. {training_args.model_type} model, card and privacy record in "
         f"{Path(training_args.output_dir).resolve()}"
     )
-    if hasattr(trainer, "end"):
-        trainer.end()
+    end_run(trainer)  # finishes trackers and shuts the process group down cleanly
     return trainer
 
 

@@ -19,6 +19,7 @@ from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_co
 
 from squarechipo.models import resolve_model_path
 from squarechipo.models.card import fix_model_card
+from squarechipo.models.runtime import end_run
 from squarechipo.privacy.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.record import write_privacy_record
 from squarechipo.trainer.config import SFTRecipeConfig
@@ -79,8 +80,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
     trainer.accelerator.print(f"SFT model saved to {Path(training_args.output_dir).resolve()}")
-    if hasattr(trainer, "end"):
-        trainer.end()
+    end_run(trainer)  # finishes trackers and shuts the process group down cleanly
     return trainer
 
 

@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
+from squarechipo.models.runtime import end_run
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.script_args import TrainScriptArguments
@@ -83,8 +84,7 @@ def main(
     logger.info("rank %d/%d: finished; waiting for the other processes", state.process_index, state.num_processes)
     # Every process reaches the end together, so none destroys the group while the main one still writes the card.
     trainer.accelerator.wait_for_everyone()
-    if hasattr(trainer, "end"):
-        trainer.end()  # finishes trackers and shuts the process group down cleanly
+    end_run(trainer)  # finishes trackers and shuts the process group down cleanly
     logger.info("rank %d/%d: process group closed", state.process_index, state.num_processes)
     return trainer
 
