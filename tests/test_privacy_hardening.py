@@ -174,15 +174,30 @@ def test_an_edited_ledger_edited_labels_or_a_deleted_ledger_are_refused(tmp_path
         load_release(clean)
 
 
+_TEAM_KEY = "team-secret-" + "k" * 32
+_OTHER_KEY = "another-key-" + "q" * 32
+
+
 def test_a_keyed_ledger_is_checked_with_the_key(tmp_path, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "team-secret")
+    monkeypatch.setenv(KEY_ENV, _TEAM_KEY)
     released = release_dataset(_rows(), LabelPipeline(epsilon=1.0), seed=0)
     assert get_ledger(released).digest.startswith("hmac-sha256:")
-    monkeypatch.setenv(KEY_ENV, "another-key")
-    with pytest.raises(IntegrityError, match="does not match its digest"):
+    # Another key: named as such (its id), with no advice to release the raw rows again (that would spend ε).
+    monkeypatch.setenv(KEY_ENV, _OTHER_KEY)
+    with pytest.raises(IntegrityError, match="sealed under another key") as refused:
         get_ledger(released)
+    assert "Do not release the raw rows again" in str(refused.value)
+    # The same key after an edit is an edit, not another key.
+    monkeypatch.setenv(KEY_ENV, _TEAM_KEY)
+    from squarechipo.data import metadata
+
+    edited_record = json.loads(metadata.read_block(released))
+    edited_record["total_epsilon"] = 9.0
+    edited = metadata.with_block(released.select(range(len(released))), json.dumps(edited_record))
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        get_ledger(edited)
     monkeypatch.delenv(KEY_ENV)
-    with pytest.raises(IntegrityError, match=f"sealed with a secret key; set {KEY_ENV}"):
+    with pytest.raises(IntegrityError, match=f"sealed with a secret key \\(key id [0-9a-f]{{8}}\\); set {KEY_ENV}"):
         get_ledger(released)
     # The forger the key exists for: without the key, they edit the ledger and re-seal it with a plain digest. With
     # the key set, a plain seal is refused, however well it matches.
@@ -194,9 +209,25 @@ def test_a_keyed_ledger_is_checked_with_the_key(tmp_path, monkeypatch):
     record["releases"][0]["epsilon"] = record["releases"][0]["pipeline"]["epsilon"] = 8.0
     forged = metadata.with_block(plain, json.dumps(seal(record)))
     assert get_ledger(forged).total_epsilon == 8.0  # without a key, a re-sealed plain digest cannot be told apart
-    monkeypatch.setenv(KEY_ENV, "team-secret")
+    monkeypatch.setenv(KEY_ENV, _TEAM_KEY)
     with pytest.raises(IntegrityError, match=f"{KEY_ENV} is set, but the privacy ledger carries a plain sha256"):
         get_ledger(forged)
+
+
+@pytest.mark.parametrize("value", ["", "   ", "k", "x" * 31])
+def test_an_empty_or_short_key_is_refused_not_used(monkeypatch, value):
+    """An empty key fell back to plain digests; a 1-character key was recovered from one seal in under a second and a
+    forged release then loaded. Both are refused wherever a seal is made or checked."""
+    from squarechipo.data.integrity import MIN_KEY_BYTES, LedgerKeyError
+
+    released = release_dataset(_rows(), LabelPipeline(epsilon=1.0), seed=0)
+    monkeypatch.setenv(KEY_ENV, value)
+    with pytest.raises(LedgerKeyError, match=f"{KEY_ENV} is (set but empty|{len(value)} byte)"):
+        release_dataset(_rows(), LabelPipeline(epsilon=1.0), seed=0)
+    with pytest.raises(LedgerKeyError, match=str(MIN_KEY_BYTES)):
+        get_ledger(released)
+    monkeypatch.setenv(KEY_ENV, "x" * MIN_KEY_BYTES)  # the boundary: exactly the minimum is accepted
+    assert get_ledger(release_dataset(_rows(), LabelPipeline(epsilon=1.0), seed=0)).digest.startswith("hmac-sha256:")
 
 
 @pytest.mark.parametrize("name", ["release", "release.jsonl", "release.parquet"])

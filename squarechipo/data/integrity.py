@@ -8,7 +8,10 @@ marker, edited labels, a swapped ledger or rows added or removed cannot pass as 
 What it does not detect: a forger who edits the labels or the ledger and recomputes the digests with this code.
 Against that, set a secret key in ``SQUARECHIPO_LEDGER_KEY``: seals become HMAC-SHA256 under the key, which only its
 holders can recompute. With the key set, only keyed seals are accepted (a plain digest is what a forger without the
-key would write); a keyed seal is refused where the key is not set.
+key would write); a keyed seal is refused where the key is not set. A key must be at least 32 bytes (a short key is
+found by brute force from one seal: a 1-character key was, in under a second), and a key that is set but empty is
+refused rather than read as "no key". A keyed seal names its key by a short identifier (an HMAC of a fixed string,
+which reveals nothing of the key), so a seal made under another key is reported as such.
 
 The data layer owns this because it is about stored rows; :mod:`squarechipo.privacy.ledger` says what a ledger means.
 """
@@ -29,6 +32,9 @@ __all__ = [
     "KEY_ENV",
     "MARKER",
     "IntegrityError",
+    "LedgerKeyError",
+    "MIN_KEY_BYTES",
+    "key_id",
     "check_marker",
     "check_seal",
     "marker_record",
@@ -42,21 +48,54 @@ KEY_ENV = "SQUARECHIPO_LEDGER_KEY"
 MARKER = FOLDER_MARKER
 _SEPARATOR = "\x1f"
 _KEYED = "hmac-sha256:"
+#: The shortest key accepted, in bytes (UTF-8): 256 bits, the HMAC-SHA256 key size.
+MIN_KEY_BYTES = 32
 
 
 class IntegrityError(ValueError):
     """A release or a ledger does not match its digest: it was changed after it was written."""
 
 
+class LedgerKeyError(ValueError):
+    """``SQUARECHIPO_LEDGER_KEY`` is set to a value that cannot protect a seal (empty or too short)."""
+
+
 def _key() -> bytes | None:
     value = os.environ.get(KEY_ENV)
-    return value.encode("utf-8") if value else None
+    if value is None:
+        return None
+    key = value.encode("utf-8")
+    if not key.strip():
+        raise LedgerKeyError(
+            f"{KEY_ENV} is set but empty. An empty key would silently fall back to plain digests, which anyone can "
+            f"recompute: unset it (plain digests, no protection against a forger), or set it to a secret of at "
+            f"least {MIN_KEY_BYTES} bytes, e.g. the output of `python -c \"import secrets; print(secrets.token_hex(32))\"`."
+        )
+    if len(key) < MIN_KEY_BYTES:
+        raise LedgerKeyError(
+            f"{KEY_ENV} is {len(key)} byte(s) long; a key must be at least {MIN_KEY_BYTES} bytes, or one seal gives "
+            f"it away to a brute-force search. Use e.g. `python -c \"import secrets; print(secrets.token_hex(32))\"` "
+            "(and re-seal with it: keep the old key set while you load what it sealed)."
+        )
+    return key
+
+
+def key_id(key: bytes) -> str:
+    """A short public name for a key: the first 8 hex digits of HMAC(key, a fixed string). Two keys almost surely
+    get different names, and the name reveals nothing usable about the key."""
+    return hmac.new(key, b"squarechipo key id", hashlib.sha256).hexdigest()[:8]
 
 
 def _digest(payload: bytes, key: bytes | None) -> str:
     if key is None:
         return "sha256:" + hashlib.sha256(payload).hexdigest()
-    return _KEYED + hmac.new(key, payload, hashlib.sha256).hexdigest()
+    return f"{_KEYED}{key_id(key)}:" + hmac.new(key, payload, hashlib.sha256).hexdigest()
+
+
+def _stated_key_id(stated: str) -> str | None:
+    """The key identifier a keyed seal names (None for seals written before identifiers were added)."""
+    body = stated[len(_KEYED) :]
+    return body.split(":", 1)[0] if ":" in body else None
 
 
 def _canonical(record: dict[str, Any]) -> bytes:
@@ -88,16 +127,28 @@ def check_seal(
         )
     keyed, key = stated.startswith(_KEYED), _key()
     if keyed and key is None:
+        named = _stated_key_id(stated)
         raise IntegrityError(
-            f"{where}: the {what} was sealed with a secret key; set {KEY_ENV} to that key to check it."
+            f"{where}: the {what} was sealed with a secret key{f' (key id {named})' if named else ''}; set {KEY_ENV} "
+            "to that key to check it."
         )
     if key is not None and not keyed:
         raise IntegrityError(
             f"{where}: {KEY_ENV} is set, but the {what} carries a plain sha256 digest, which anyone can recompute "
-            "after an edit: only a seal under the key is accepted. Restore the original, or release the raw rows "
-            "again with the key set."
+            "after an edit: only a seal under the key is accepted. Restore the original; or, if it was sealed before "
+            f"the key was set, unset {KEY_ENV} to load it (a plain digest detects accidents, not a forger)."
         )
-    if not hmac.compare_digest(stated, _digest(_canonical(record), key)):
+    named = _stated_key_id(stated) if keyed else None
+    if named is not None and key is not None and named != key_id(key):
+        raise IntegrityError(
+            f"{where}: the {what} was sealed under another key (key id {named}; {KEY_ENV} here has id "
+            f"{key_id(key)}). Nothing suggests it was edited: set {KEY_ENV} to the key it was sealed with to load it. "
+            "Do not release the raw rows again for this: that would spend ε a second time."
+        )
+    expected = _digest(_canonical(record), key)
+    if keyed and named is None:  # a seal written before keys were named
+        expected = _KEYED + hmac.new(key, _canonical(record), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(stated, expected):
         raise IntegrityError(
             f"{where}: the {what} does not match its digest: it was changed after it was written, so what it states "
             "cannot be trusted. Restore the original release, or release the raw rows again."
