@@ -577,3 +577,25 @@ def test_a_second_release_of_the_same_rows_is_refused_or_composed(tmp_path):
     assert "| ε (local DP, total over releases) | 1.0: basic composition of this data's own release(s) and " in (
         record.card_section()
     )
+
+
+def test_a_saved_release_holds_no_bytes_of_rows_it_did_not_release(tmp_path):
+    """Released columns were slices of the input table, and a saved release then held up to 31 bytes of the next,
+    unreleased row (its prompt, id and category). Every column of a release owns its buffers."""
+    from squarechipo.privacy import KaryRR, save_privatized
+
+    n = 40
+    rows = _rows(n, category=lambda n: [f"CATEGORY-{i:03d}" for i in range(n)])
+    rows = rows.map(lambda row, i: {"prompt": f"UNRELEASED-{i:03d} " + row["prompt"]}, with_indices=True)
+    part = rows.select(range(10))
+    released = release_dataset(part, LabelPipeline(epsilon=1.0), seed=0, public_columns=["category"])
+    responses = [[c, r, r + " Or wait."] for c, r in zip(rows["chosen"], rows["rejected"])]
+    kary = datasets.Dataset.from_dict({"prompt": rows["prompt"], "responses": responses, "best": [0] * n})
+    kary = kary.add_column("category", rows["category"]).select(range(10))
+    released_k = release_dataset(kary, KaryRR(epsilon=1.0), seed=0)
+    for name, data in (("pairs", released), ("best_of_k", released_k)):
+        folder = save_privatized(data, tmp_path / name)
+        stored = b"".join(path.read_bytes() for path in Path(folder).glob("*.arrow"))
+        assert b"CATEGORY-009" in stored and b"UNRELEASED-009" in stored  # the last released row is there ...
+        for i in range(10, n):  # ... and nothing of the rows after it
+            assert f"CATEGORY-{i:03d}".encode() not in stored and f"UNRELEASED-{i:03d}".encode() not in stored

@@ -194,7 +194,14 @@ def _release_pairs(dataset: datasets.Dataset, mechanism: Measurement, rng: np.ra
     table = table.select([c for c in table.column_names if c in PAIR_COLUMNS or c in public or c == FROM_PRIOR_COLUMN])
     if dropped:
         logger.warning("the release dropped %d label-carrying column(s): %s", len(dropped), sorted(dropped))
-    return table, 2, {**result.outcome, "public_columns": public, "dropped_columns": dropped}
+    return _own_buffers(table), 2, {**result.outcome, "public_columns": public, "dropped_columns": dropped}
+
+
+def _own_buffers(table: pa.Table) -> pa.Table:
+    """A copy of ``table`` in buffers of its own. The input's columns are slices of the caller's table, whose buffers
+    run on into rows that are not released (the next row's id, category or prompt bytes): saved as they are, those
+    bytes would be written into the release's Arrow files."""
+    return table.take(pa.array(np.arange(table.num_rows, dtype=np.int64))).combine_chunks()
 
 
 def _release_best_of_k(dataset: datasets.Dataset, mechanism: Measurement, rng: np.random.Generator, public_columns):
@@ -210,7 +217,7 @@ def _release_best_of_k(dataset: datasets.Dataset, mechanism: Measurement, rng: n
     # RRWithPrior has no unbiased linear analyzer: its weights are the one-hot release itself.
     weights = result.weights if result.weights is not None else np.eye(k)[result.labels]
     table = table.append_column("label_weights", pa.array(weights.tolist()))
-    return table, k, result.outcome
+    return _own_buffers(table), k, result.outcome
 
 
 def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, compose: bool) -> None:
