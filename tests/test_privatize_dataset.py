@@ -84,16 +84,22 @@ def test_no_trace_of_which_rows_were_swapped():
     ledger_text = json.dumps(get_ledger(out).to_dict())
     assert '"seed"' not in ledger_text and "swap" not in ledger_text
     assert out._fingerprint != data._fingerprint
-    # What the proxies above stand for: the ledger is a function of public parameters only. Another seed swaps
-    # other rows, yet the ledgers are equal up to the time of the release (and so the digest over it).
+    # What the proxies above stand for: the ledger is a function of public parameters and of the released rows
+    # only (its row set, which binds it to them, is computed from the output). Another seed swaps other rows, yet
+    # the ledgers are equal up to the time of the release and the row set.
+    from squarechipo.data.fingerprint import encode_row_set, released_row_hashes
+
     other = release(data, LabelPipeline(epsilon=1.0, corruption_rate=0.1), seed=4)
     assert other["chosen"] != out["chosen"]
+    for released in (out, other):
+        assert get_ledger(released).releases[0].row_set == encode_row_set(released_row_hashes(released))
 
     def public(dataset):
         record = get_ledger(dataset).to_dict()
         record.pop("digest")
         for release_record in record["releases"]:
             release_record.pop("created_at")
+            release_record.pop("row_set")
         return record
 
     assert public(other) == public(out)
@@ -112,8 +118,8 @@ def test_ledger_records_public_parameters_only():
     assert "11" not in json.dumps(record.pipeline)
     # The seed leaves no trace: a release with another seed records the same public fields.
     again = get_ledger(release(data, LabelPipeline(epsilon=0.5, corruption_rate=0.1, order="ltc"), seed=12))
-    assert {k: v for k, v in vars(again.releases[0]).items() if k != "created_at"} == {
-        k: v for k, v in vars(record).items() if k != "created_at"
+    assert {k: v for k, v in vars(again.releases[0]).items() if k not in ("created_at", "row_set")} == {
+        k: v for k, v in vars(record).items() if k not in ("created_at", "row_set")
     }
     assert ledger.total_epsilon == 0.5
     assert ledger.debias_factor == pytest.approx(debias_factor(0.5))

@@ -30,6 +30,10 @@ import pyarrow.compute as pc
 
 __all__ = [
     "PROMPT_HASH_CHARS",
+    "ROW_SET_BYTES",
+    "encode_row_set",
+    "released_row_hashes",
+    "rows_outside",
     "canonical_rows",
     "canonical_text",
     "row_hashes",
@@ -194,3 +198,52 @@ def training_data_record(dataset: datasets.Dataset | None) -> dict:
         "dataset_fingerprint": preference_fingerprint(dataset) if is_preference else None,
         "prompt_sketch": prompt_sketch(dataset),
     }
+
+
+#: Bytes kept of each released row's hash in a ledger's row set: a row outside the release passes with probability
+#: n/2³² for a release of n rows (2e-5 for 100,000 rows), and the set costs 4 bytes a row.
+ROW_SET_BYTES = 4
+
+
+def released_row_hashes(dataset: datasets.Dataset) -> list[bytes] | None:
+    """sha256 of each row as released, in its stored order: prompt, chosen, rejected (pairs) or prompt, responses
+    and the released label columns (best-of-K rows), each text in canonical form. Unlike :func:`row_hashes` this
+    depends on the released labels (which are public): a ledger that holds these hashes is bound to its rows *and*
+    their labels. None where the rows hold no prompt/response text (pre-tokenised rows)."""
+    table = dataset.with_format("arrow")[:]
+    names = table.column_names
+    if {"chosen", "rejected"} <= set(names):
+        parts = ["prompt", "chosen", "rejected"]
+    elif "responses" in names:
+        parts = ["prompt", "responses", *sorted(c for c in names if c.startswith(("released_", "label_weights")))]
+    else:
+        return None
+    columns = []
+    for name in parts:
+        if name not in names:
+            columns.append([""] * table.num_rows)
+            continue
+        text = _canonical_column(table[name])
+        columns.append(text.to_pylist() if text is not None else [_dump(v) for v in table[name].to_pylist()])
+    joined = (_SEPARATOR.join("" if v is None else v for v in row) for row in zip(*columns))
+    return [hashlib.sha256(row.encode("utf-8")).digest() for row in joined]
+
+
+def _prefixes(hashes: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(h[:ROW_SET_BYTES] for h in hashes), dtype=">u4").astype(np.uint32)
+
+
+def encode_row_set(hashes: list[bytes]) -> str:
+    """The compact set of rows a ledger is bound to: sorted unique :data:`ROW_SET_BYTES`-byte prefixes, base64."""
+    import base64
+
+    return base64.b64encode(np.unique(_prefixes(hashes)).astype(">u4").tobytes()).decode("ascii")
+
+
+def rows_outside(hashes: list[bytes], encoded: list[str]) -> np.ndarray:
+    """Indices of the rows whose hash is in none of the ``encoded`` row sets."""
+    import base64
+
+    members = [np.frombuffer(base64.b64decode(e), dtype=">u4").astype(np.uint32) for e in encoded]
+    allowed = np.unique(np.concatenate(members)) if members else np.zeros(0, np.uint32)
+    return np.flatnonzero(~np.isin(_prefixes(hashes), allowed))

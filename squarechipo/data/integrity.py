@@ -50,6 +50,7 @@ _SEPARATOR = "\x1f"
 _KEYED = "hmac-sha256:"
 #: The shortest key accepted, in bytes (UTF-8): 256 bits, the HMAC-SHA256 key size.
 MIN_KEY_BYTES = 32
+_GENERATE = 'the output of `python -c "import secrets; print(secrets.token_hex(32))"`'
 
 
 class IntegrityError(ValueError):
@@ -68,14 +69,13 @@ def _key() -> bytes | None:
     if not key.strip():
         raise LedgerKeyError(
             f"{KEY_ENV} is set but empty. An empty key would silently fall back to plain digests, which anyone can "
-            f"recompute: unset it (plain digests, no protection against a forger), or set it to a secret of at "
-            f"least {MIN_KEY_BYTES} bytes, e.g. the output of `python -c \"import secrets; print(secrets.token_hex(32))\"`."
+            "recompute: unset it (plain digests, no protection against a forger), or set it to a secret of at "
+            f"least {MIN_KEY_BYTES} bytes, e.g. {_GENERATE}."
         )
     if len(key) < MIN_KEY_BYTES:
         raise LedgerKeyError(
             f"{KEY_ENV} is {len(key)} byte(s) long; a key must be at least {MIN_KEY_BYTES} bytes, or one seal gives "
-            f"it away to a brute-force search. Use e.g. `python -c \"import secrets; print(secrets.token_hex(32))\"` "
-            "(and re-seal with it: keep the old key set while you load what it sealed)."
+            f"it away to a brute-force search. Use e.g. {_GENERATE}."
         )
     return key
 

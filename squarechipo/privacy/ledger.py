@@ -34,6 +34,7 @@ __all__ = [
     "extend_ledger",
     "get_ledger",
     "with_ledger",
+    "derive_rows",
     "read_ledger_for_path",
 ]
 
@@ -107,6 +108,9 @@ class Release:
     #: sum over one row) and how many there were. 0 for a first release.
     earlier_epsilon: float = 0.0
     earlier_releases: int = 0
+    #: The rows as released (:func:`squarechipo.data.fingerprint.encode_row_set`: 4-byte prefixes of their hashes,
+    #: labels included): every reader checks that a dataset's rows are among them (:func:`get_ledger`).
+    row_set: str | None = None
 
     @property
     def num_labels(self) -> int:
@@ -167,6 +171,7 @@ class Release:
         dropped_columns: dict[str, str] | None = None,
         earlier_epsilon: float = 0.0,
         earlier_releases: int = 0,
+        row_set: str | None = None,
     ) -> Release:
         """A release made now by this library version (``randomness`` from ``fixed_seed``)."""
         return cls(
@@ -186,6 +191,7 @@ class Release:
             dropped_columns=dict(dropped_columns or {}),
             earlier_epsilon=float(earlier_epsilon),
             earlier_releases=int(earlier_releases),
+            row_set=row_set,
         )
 
 
@@ -383,13 +389,98 @@ class PrivacyLedger:
 
     @classmethod
     def from_json(cls, text: str, where: str = "dataset") -> PrivacyLedger:
-        return cls.from_dict(json.loads(text), where)
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise IntegrityError(
+                f"{where}: its privacy ledger is not valid JSON ({error.msg} at character {error.pos}): it was "
+                "edited, or rows of datasets with different ledgers were put together "
+                "(datasets.concatenate_datasets joins their descriptions). Combine released parts with "
+                "squarechipo.privacy.combine_parts, or use one release."
+            ) from None
+        if not isinstance(record, dict):
+            raise IntegrityError(f"{where}: its privacy ledger must be a JSON object (got {type(record).__name__}).")
+        return cls.from_dict(record, where)
+
+    def current_row_sets(self) -> list[str] | None:
+        """The row sets the rows must come from: each part's latest release (a later release of the same part, e.g.
+        ``compose=True``, relabels its rows). None when a release predates row sets."""
+        latest: dict[str | None, Release] = {}
+        for release in self.releases:
+            latest[release.part] = release
+        sets = [release.row_set for release in latest.values()]
+        return None if any(s is None for s in sets) else sets
 
 
-def get_ledger(dataset: datasets.Dataset, where: str = "dataset") -> PrivacyLedger | None:
-    """The ledger a dataset carries (its digest checked), or None for data that was never privatized here."""
+#: Ledgers already matched to their rows, by (the dataset's fingerprint, the ledger's digest): ``datasets`` gives a
+#: dataset a new fingerprint with every operation that changes it.
+_BOUND: dict[tuple[str, str], bool] = {}
+
+
+def _check_rows(ledger: PrivacyLedger, dataset, where: str) -> None:
+    """Raise :class:`IntegrityError` unless the dataset's rows, with their labels, are rows the ledger released.
+
+    Selecting, shuffling, filtering or splitting released rows, adding label-free columns and tokenising keep a
+    ledger valid (post-processing of the release); adding rows, editing their text or changing their labels do not.
+    """
+    from squarechipo.data.fingerprint import released_row_hashes, rows_outside
+
+    if not isinstance(dataset, datasets.Dataset):
+        raise IntegrityError(
+            f"{where}: a {type(dataset).__name__} carries this privacy ledger, but its rows cannot be read ahead to "
+            "check that they are the released ones. Pass the released datasets.Dataset itself (a streamed copy of it "
+            "is not checked)."
+        )
+    key = (getattr(dataset, "_fingerprint", None) or "", ledger.digest)
+    if key[0] and _BOUND.get(key):
+        return
+    hashes = released_row_hashes(dataset)
+    if hashes is None:
+        raise IntegrityError(
+            f"{where}: these rows hold no prompt/chosen/rejected (or responses) text, so they cannot be matched to "
+            "the privacy ledger they carry. Pass the released text rows: the trainers tokenize them."
+        )
+    sets = ledger.current_row_sets()
+    if sets is None:
+        fingerprints = {r.data_fingerprint for r in ledger.releases}
+        from squarechipo.data.fingerprint import preference_fingerprint
+
+        if preference_fingerprint(dataset) not in fingerprints:
+            raise IntegrityError(
+                f"{where}: its privacy ledger was written before ledgers were bound to their rows, and these rows are "
+                "not the rows it released. Load the release as saved, or release the raw rows with this version."
+            )
+    else:
+        outside = rows_outside(hashes, sets)
+        if outside.size:
+            shown = ", ".join(str(i) for i in outside[:5]) + (", ..." if outside.size > 5 else "")
+            raise IntegrityError(
+                f"{where}: {outside.size} of {len(dataset)} rows (row {shown}) are not rows its privacy ledger "
+                f"released ({sum(r.n_rows for r in ledger.releases)} released), or their labels or text were changed "
+                "after the release. A ledger covers only the rows it released: selecting, shuffling or splitting them "
+                "keeps it, adding rows does not. Release the added rows on their own and combine the parts "
+                "(squarechipo.privacy.combine_parts), or train on the release as it is."
+            )
+    if key[0]:
+        if len(_BOUND) > 256:
+            _BOUND.clear()
+        _BOUND[key] = True
+
+
+def get_ledger(dataset, where: str = "dataset") -> PrivacyLedger | None:
+    """The ledger a dataset carries, its seal checked and its rows matched to the rows it released; None for data
+    that was never privatized here.
+
+    Raises:
+        IntegrityError: when the ledger was edited, is not valid, or does not describe these rows (rows added, edited
+            or relabelled after the release; rows that cannot be checked: a streamed or pre-tokenised dataset).
+    """
     block = metadata.read_block(dataset)
-    return PrivacyLedger.from_json(block, where) if block else None
+    if not block:
+        return None
+    ledger = PrivacyLedger.from_json(block, where)
+    _check_rows(ledger, dataset, where)
+    return ledger
 
 
 def extend_ledger(
@@ -401,6 +492,28 @@ def extend_ledger(
     ledger = (existing or PrivacyLedger()).with_release(Release.now(**release_fields))
     record = ledger.to_dict()
     return metadata.info_with_block(info, json.dumps(record, sort_keys=True)), record["digest"]
+
+
+def derive_rows(released: datasets.Dataset, function, **map_kwargs) -> datasets.Dataset:
+    """``released.map(function, **map_kwargs)`` with the ledger bound to the derived rows: rows computed one by one
+    from released rows (e.g. the text pairs of a preference model) are post-processing of the release, so the same
+    releases describe them. The input's ledger is checked first; data without one is mapped and returned as is."""
+    ledger = get_ledger(released)
+    derived = released.map(function, **map_kwargs)
+    if ledger is None:
+        return derived
+    from squarechipo.data.fingerprint import encode_row_set, released_row_hashes
+
+    hashes = released_row_hashes(derived)
+    if hashes is None:
+        raise ValueError("derive_rows: the derived rows must keep prompt/chosen/rejected (or responses) text.")
+    row_set = encode_row_set(hashes)
+    latest = {release.part: i for i, release in enumerate(ledger.releases)}
+    releases = tuple(
+        replace(release, row_set=row_set) if i in latest.values() else release
+        for i, release in enumerate(ledger.releases)
+    )
+    return with_ledger(derived, PrivacyLedger(releases=releases))
 
 
 def with_ledger(dataset: datasets.Dataset, ledger: PrivacyLedger) -> datasets.Dataset:

@@ -38,7 +38,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from squarechipo.data import metadata
-from squarechipo.data.fingerprint import fingerprint_of, preference_fingerprint, row_hashes
+from squarechipo.data.fingerprint import (
+    encode_row_set,
+    fingerprint_of,
+    preference_fingerprint,
+    released_row_hashes,
+    row_hashes,
+)
 from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.kary import validate_kary
 from squarechipo.data.loading import load_data_file, load_saved_folder
@@ -345,6 +351,7 @@ def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelea
     fields = _release_fields(mechanism, len(dataset), num_labels, outcome, fixed_seed=seed is not None)
     if earlier is not None:
         fields.update(earlier_epsilon=earlier.epsilon, earlier_releases=len(earlier.releases))
+    fields["row_set"] = encode_row_set(released_row_hashes(datasets.Dataset(table)))
     info, digest = extend_ledger(dataset.info, existing, **fields, data_fingerprint=fingerprint, part=part)
     # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
     info.features = datasets.Features.from_arrow_schema(table.schema)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datasets
 
 from squarechipo.models.preference import PreferenceModel, pair_text
-from squarechipo.privacy.ledger import get_ledger, with_ledger
+from squarechipo.privacy.ledger import derive_rows
 
 __all__ = ["pair_text", "to_pairwise_dataset", "PreferenceModel"]
 
@@ -33,7 +33,8 @@ def to_pairwise_dataset(dataset: datasets.Dataset) -> datasets.Dataset:
             f"a preference-model dataset needs prompt/chosen/rejected columns; missing {sorted(missing)}. "
             "Implicit-prompt rows: apply trl.extract_prompt first."
         )
-    pairs = dataset.map(
+    return derive_rows(
+        dataset,
         lambda row: {
             "chosen": pair_text(row["prompt"], row["chosen"], row["rejected"]),
             "rejected": pair_text(row["prompt"], row["rejected"], row["chosen"]),
@@ -41,5 +42,3 @@ def to_pairwise_dataset(dataset: datasets.Dataset) -> datasets.Dataset:
         remove_columns=dataset.column_names,
         desc="pairing responses",
     )
-    ledger = get_ledger(dataset)
-    return with_ledger(pairs, ledger) if ledger is not None else pairs
