@@ -34,6 +34,13 @@ else
   echo "data/ already exists; delete it to regenerate"
 fi
 
+# The registry of releases (squarechipo.privacy.registry) refuses a second release of the same rows and never starts
+# silently: the main job keeps one of its own beside its outputs, started explicitly before its first release.
+export SQUARECHIPO_RELEASE_REGISTRY="${SQUARECHIPO_RELEASE_REGISTRY:-$PWD/outputs/quickstart/releases.sqlite}"
+if [ ! -e "$SQUARECHIPO_RELEASE_REGISTRY" ] && [ ! -d outputs/quickstart/square_chipo_ctl/released_train ]; then
+  .venv/bin/squarechipo registry init
+fi
+
 echo "== [2/7] SFT of the embedded SmolLM2-135M-Instruct on its own mixed rows -> outputs/quickstart/sft"
 "${LAUNCH[@]}" recipes/sft.py --config recipes/configs/quickstart_sft.yaml
 

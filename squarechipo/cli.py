@@ -45,6 +45,7 @@ TOOLS = {
     "audit": ("squarechipo.audit.__main__", "empirical ε lower bounds for mechanisms and training runs"),
     "sim": ("squarechipo.sim.__main__", "the simulation lab"),
     "data": ("squarechipo.data.finance", "generate a dataset: data finance --out DIR"),
+    "registry": ("squarechipo.privacy.registry", "the registry of releases on this machine: init | show"),
 }
 
 

@@ -37,6 +37,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # This machine's registry of releases (squarechipo.privacy.registry) refuses a second release of the same rows. The
 # tests release the same finance rows in many tests, so each test, and each test session (module fixtures, the
 # processes tests start), gets a registry of its own instead of the user's.
+# A registry is started explicitly (squarechipo.privacy.registry.init_registry): a missing one stops a release.
 os.environ["SQUARECHIPO_RELEASE_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-registry-"), "r.sqlite")
 # Likewise the store of privacy records and weight sketches (squarechipo.privacy.record), which the lineage guard
 # matches models to: a session never sees the records of earlier sessions or of the user's own runs.
@@ -106,9 +107,20 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_release_registry():
+    from squarechipo.privacy.registry import init_registry
+
+    init_registry(os.environ["SQUARECHIPO_RELEASE_REGISTRY"])
+
+
 @pytest.fixture(autouse=True)
 def _own_release_registry(monkeypatch, tmp_path_factory):
-    monkeypatch.setenv("SQUARECHIPO_RELEASE_REGISTRY", str(tmp_path_factory.mktemp("registry") / "releases.sqlite"))
+    from squarechipo.privacy.registry import init_registry
+
+    path = tmp_path_factory.mktemp("registry") / "releases.sqlite"
+    monkeypatch.setenv("SQUARECHIPO_RELEASE_REGISTRY", str(path))
+    init_registry(path)
 
 
 @pytest.fixture(scope="session")

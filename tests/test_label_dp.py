@@ -364,10 +364,12 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
                 "prompt": [f"Question {offset + i}: what should I do with savings? " for i in range(n)],
                 "responses": [responses] * n,
                 "best": [0] * n,
+                "question": list(range(offset, offset + n)),
             }
         )
 
-    released = release_rows(rows(96), SubsetMechanism(2.0), seed=0)
+    # Near-copies of one comparison (the same responses, a numbered question): distinct units only as declared.
+    released = release_rows(rows(96), SubsetMechanism(2.0), seed=0, privacy_unit="question")
     args = PrivateRewardConfig(
         output_dir=str(tmp_path / "bok"),
         model_type="reward",
@@ -390,7 +392,8 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
         record["debiasing_flip_rate"] is None and "subset over K = 3 labels: unbiased analyzer" in record["debiasing"]
     )
     trainer.train()
-    held = trainer._prepare_dataset(release_rows(rows(16, 1000), KaryRR(50.0), seed=1), tokenizer, args, "held")
+    held_rows = release_rows(rows(16, 1000), KaryRR(50.0), seed=1, privacy_unit="question")
+    held = trainer._prepare_dataset(held_rows, tokenizer, args, "held")
     batch = trainer.data_collator([held[i] for i in range(16)])
     with torch.no_grad():
         scores = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.reshape(

@@ -19,7 +19,7 @@ import pytest
 
 from squarechipo.data.integrity import KEY_ENV, MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
-from squarechipo.privacy.release import load_release, release_once
+from squarechipo.privacy.release_store import load_release, release_once
 
 
 def _rows(n=40, **extra):
@@ -58,7 +58,7 @@ def test_duplicated_rows_are_refused_with_their_count_and_the_helper_drops_them(
 
     rows = _rows(10)
     twice = datasets.concatenate_datasets([rows, rows.select([0, 3])])
-    with pytest.raises(ValueError, match=r"2 of 12 rows repeat another row's prompt and responses"):
+    with pytest.raises(ValueError, match=r"2 of 12 rows copy another row's comparison: row 10 copies row 0"):
         release_dataset(twice, LabelPipeline(epsilon=1.0), seed=0)
     clean, dropped = drop_duplicate_rows(twice)
     assert dropped == 2 and clean["prompt"] == rows["prompt"]
@@ -89,13 +89,10 @@ def test_near_duplicates_are_duplicates(name):
     variants = rows.select(range(4)).map(lambda r: {k: retype(v) for k, v in r.items()})
     assert variants["prompt"] != rows["prompt"][:4]  # the bytes differ
     both = datasets.concatenate_datasets([rows, variants])
-    with pytest.raises(ValueError, match=r"4 of 14 rows repeat another row's prompt and responses"):
+    with pytest.raises(ValueError, match=r"4 of 14 rows copy another row's comparison: row 10 copies row 0 \(the"):
         release_dataset(both, LabelPipeline(epsilon=0.5), seed=0)
     clean, dropped = drop_duplicate_rows(both)
     assert dropped == 4 and clean["prompt"] == rows["prompt"]
-    # A changed word is another row.
-    other = rows.select(range(4)).map(lambda r: {"prompt": r["prompt"] + " Now."})
-    assert len(release_dataset(datasets.concatenate_datasets([rows, other]), LabelPipeline(epsilon=0.5), seed=0)) == 14
 
 
 def _edit_ledger(folder: Path, change) -> None:
@@ -566,7 +563,13 @@ def test_a_second_release_of_the_same_rows_is_refused_or_composed(tmp_path):
     third = release_dataset(superset, LabelPipeline(epsilon=1.0), rerelease=True)
     assert get_ledger(third).total_epsilon == 2.0  # the worst row: 0.5 + 0.5 before, 1.0 now
     # Seeded releases are simulations (their cards say not private): neither counted nor refused.
-    fresh = _rows(5).map(lambda r: {"prompt": "Another question: " + r["prompt"]})
+    fresh = datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Which index fund suits a {i}-year horizon?" for i in range(5)],
+            "chosen": [f"A broad, low-cost one held for {i} years." for i in range(5)],
+            "rejected": [f"Whichever rose most in the last {i} weeks." for i in range(5)],
+        }
+    )
     for seed in (1, 2):
         assert get_ledger(release_dataset(fresh, LabelPipeline(epsilon=0.5), seed=seed)).total_epsilon == 0.5
     assert get_ledger(release_dataset(fresh, LabelPipeline(epsilon=0.5))).total_epsilon == 0.5

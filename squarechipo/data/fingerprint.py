@@ -20,8 +20,11 @@ with probability ≤ 0.95^64 ≈ 4%, 10% with ≤ 0.1%.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import unicodedata
+from importlib import resources
 
 import datasets
 import numpy as np
@@ -37,6 +40,7 @@ __all__ = [
     "canonical_rows",
     "canonical_text",
     "row_hashes",
+    "skeleton",
     "fingerprint_and_repeats",
     "fingerprint_of",
     "preference_fingerprint",
@@ -65,12 +69,50 @@ _INVISIBLE = (
 _WHITESPACE = r"[\s\x{0B}\x{1C}-\x{1F}\x{85}\p{Z}]+"
 
 
-def canonical_text(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """The canonical form of each string: invisible characters removed, NFKC, lower case, whitespace runs as one
-    space, trimmed (nulls stay null). Vectorised (pyarrow), for ``string`` and ``large_string`` alike."""
+#: Punctuation (Unicode category P): replaced by a space, so a changed or added mark at a sentence end (or anywhere)
+#: does not make a new row.
+_PUNCTUATION = r"\p{P}+"
+
+
+@functools.cache
+def _prototypes() -> dict[int, str]:
+    """The TR39 confusable prototypes (code point → prototype string), from Unicode's confusables.txt."""
+    table = {}
+    for line in resources.files("squarechipo.data").joinpath("confusables.txt").read_text("utf-8").splitlines():
+        if line and not line.startswith("#"):
+            source, target = line.split(";")
+            table[int(source, 16)] = "".join(chr(int(code, 16)) for code in target.split())
+    return table
+
+
+def skeleton(text: str) -> str:
+    """The Unicode TR39 skeleton of ``text`` (UTS #39, §4): NFD, each character replaced by its confusable prototype,
+    NFD again. Two strings that look alike (Latin "paypal", Cyrillic "раураl") have the same skeleton."""
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", text).translate(_prototypes()))
+
+
+@functools.cache
+def _capital_i() -> dict[int, str]:
+    """Capitals whose prototype is l (Latin I, Greek Ι, Cyrillic І, ...): read as i, as their lower case is."""
+    found = {c: "i" for c, target in _prototypes().items() if target == "l" and unicodedata.category(chr(c)) == "Lu"}
+    return {ord("I"): "i", **found}
+
+
+def _fold(text: str) -> str:
+    """Look-alikes and case folded together. Capitals of other scripts look like Latin capitals, not like their
+    lower case (Cyrillic Н is H, its н is not h), so the skeleton is taken before and after lower-casing; capital I
+    and its look-alikes are lower-cased first, since their prototype l would part "I" from "i"."""
+    return skeleton(skeleton(text.translate(_capital_i())).lower()).lower()
+
+
+def canonical_text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The canonical form of each string (nulls stay null), for ``string`` and ``large_string`` alike: invisible
+    characters removed, NFKC, look-alike letters of other scripts and case folded (the Unicode TR39 skeleton,
+    :func:`_fold`), punctuation as a space, whitespace runs as one space, trimmed."""
     text = pc.cast(values, pa.large_string())
-    text = pc.replace_substring_regex(text, _INVISIBLE, "")
-    text = pc.utf8_normalize(pc.utf8_lower(pc.utf8_normalize(text, "NFKC")), "NFKC")
+    text = pc.utf8_normalize(pc.replace_substring_regex(text, _INVISIBLE, ""), "NFKC")
+    folded = pa.array([None if t is None else _fold(t) for t in text.to_pylist()], pa.large_string())
+    text = pc.replace_substring_regex(folded, _PUNCTUATION, " ")
     return pc.utf8_trim_whitespace(pc.replace_substring_regex(text, _WHITESPACE, " "))
 
 
@@ -91,7 +133,7 @@ def _canonical_column(column: pa.ChunkedArray) -> pa.Array | None:
     """One canonical string per row of a text or conversation column (turns as ``role: content``); None for any
     other type."""
     if _is_text(column):
-        return canonical_text(column).combine_chunks()
+        return canonical_text(column)
     if not _is_conversation(column):
         return None
     lists = column.combine_chunks()

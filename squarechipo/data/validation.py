@@ -25,12 +25,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from squarechipo.data.fingerprint import canonical_rows
+from squarechipo.data.near_duplicates import Copy, copies, describe_copies
 
 __all__ = [
     "PreferenceFormat",
     "ValidationReport",
     "detect_format",
     "drop_duplicate_rows",
+    "copied_rows",
     "duplicate_rows",
     "validate_preference_dataset",
 ]
@@ -233,25 +235,24 @@ def validate_preference_dataset(
     return dataset.select(keep), report
 
 
-def _first_of_each_pair(dataset: datasets.Dataset) -> list[int]:
-    seen: set[str] = set()
-    keep = []
-    for index, row in enumerate(canonical_rows(dataset.with_format("arrow")[:])):
-        if row not in seen:
-            seen.add(row)
-            keep.append(index)
-    return keep
+def copied_rows(dataset: datasets.Dataset) -> list[Copy]:
+    """Every row that copies an earlier row's comparison: the same prompt and pair of responses (in either order)
+    once retyping is folded, or a near-copy (:mod:`squarechipo.data.near_duplicates`)."""
+    return copies(canonical_rows(dataset.with_format("arrow")[:]))
 
 
 def duplicate_rows(dataset: datasets.Dataset) -> int:
-    """How many rows repeat an earlier row's prompt and pair of responses (in either order)."""
-    return len(dataset) - len(_first_of_each_pair(dataset))
+    """How many rows copy an earlier row (exactly or nearly, see :func:`copied_rows`)."""
+    return len(copied_rows(dataset))
 
 
 def drop_duplicate_rows(dataset: datasets.Dataset) -> tuple[datasets.Dataset, int]:
-    """(the rows with the first copy of each pair kept, the number dropped); the count is logged."""
-    keep = _first_of_each_pair(dataset)
-    dropped = len(dataset) - len(keep)
-    if dropped:
-        logger.warning("dropped %d duplicated rows (the first copy of each pair is kept)", dropped)
-    return (dataset.select(keep) if dropped else dataset), dropped
+    """(the rows with the first copy of each comparison kept, the number dropped); the count is logged."""
+    found = copied_rows(dataset)
+    if not found:
+        return dataset, 0
+    later = {c.later for c in found}
+    logger.warning(
+        "dropped %d rows that copy an earlier row (the first copy is kept): %s", len(later), describe_copies(found)
+    )
+    return dataset.select([i for i in range(len(dataset)) if i not in later]), len(later)

@@ -15,7 +15,14 @@ from squarechipo.privacy.mechanisms import (
     ltc,
     randomized_response,
 )
-from squarechipo.privacy.release import load_privatized, release_dataset, release_once, save_privatized
+from squarechipo.privacy.release import combine_parts, release_dataset
+from squarechipo.privacy.release_store import (
+    load_privatized,
+    load_release,
+    release_once,
+    save_privatized,
+    save_release,
+)
 
 __all__ = [
     "ADVERSARIES",
@@ -24,6 +31,9 @@ __all__ = [
     "RRWithPrior",
     "SubsetMechanism",
     "release_once",
+    "combine_parts",
+    "load_release",
+    "save_release",
     "PrivacyLedger",
     "Release",
     "ctl",

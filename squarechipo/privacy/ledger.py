@@ -2,8 +2,7 @@
 
 A privatized :class:`datasets.Dataset` carries a :class:`PrivacyLedger` as the JSON block of
 :mod:`squarechipo.data.metadata`, which keeps it with the data in memory, in ``save_to_disk`` folders,
-Parquet files and JSONL files (saved and loaded with their release marker by
-:func:`squarechipo.privacy.release.save_privatized` / :func:`~squarechipo.privacy.release.load_privatized`).
+Parquet files and JSONL files (saved and loaded with their release marker by :mod:`squarechipo.privacy.release_store`).
 
 What the ledger never holds: the seed, which rows were swapped, or anything else that is a
 function of the raw labels. Only public parameters of the release.
@@ -111,6 +110,15 @@ class Release:
     #: The rows as released (:func:`squarechipo.data.fingerprint.encode_row_set`: 4-byte prefixes of their hashes,
     #: labels included): every reader checks that a dataset's rows are among them (:func:`get_ledger`).
     row_set: str | None = None
+    #: The declared unit of privacy (a labeller or comparison id column; None: one comparison) and the most rows one
+    #: unit has in this release: that unit's labels compose, so the release is ε × rows_per_unit per unit.
+    privacy_unit: str | None = None
+    rows_per_unit: int = 1
+
+    @property
+    def unit_epsilon(self) -> float | None:
+        """The ε this release spends on one unit of privacy (basic composition over the unit's rows)."""
+        return None if self.epsilon is None else self.epsilon * self.rows_per_unit
 
     @property
     def num_labels(self) -> int:
@@ -172,6 +180,8 @@ class Release:
         earlier_epsilon: float = 0.0,
         earlier_releases: int = 0,
         row_set: str | None = None,
+        privacy_unit: str | None = None,
+        rows_per_unit: int = 1,
     ) -> Release:
         """A release made now by this library version (``randomness`` from ``fixed_seed``)."""
         return cls(
@@ -192,6 +202,8 @@ class Release:
             earlier_epsilon=float(earlier_epsilon),
             earlier_releases=int(earlier_releases),
             row_set=row_set,
+            privacy_unit=privacy_unit,
+            rows_per_unit=int(rows_per_unit),
         )
 
 
@@ -238,9 +250,10 @@ class PrivacyLedger:
 
     @property
     def total_epsilon(self) -> float | None:
-        """Total ε per label: basic composition (sum) over the releases a row went through, the earlier releases
-        of the same rows on this machine included (``earlier_epsilon``), and the maximum over disjoint parts
-        (parallel composition); None if nothing was private.
+        """Total ε per unit of privacy (one comparison, or a declared privacy unit whose rows compose): basic
+        composition (sum) over the releases a row went through, the earlier releases of the same rows on this
+        machine included (``earlier_epsilon``), and the maximum over disjoint parts (parallel composition); None if
+        nothing was private.
 
         The sum is valid for any sequence of releases. It is loose for a re-release of labels that
         were already released (``release_dataset(..., compose=True)``): that is post-processing of
@@ -248,9 +261,8 @@ class PrivacyLedger:
         satisfy :attr:`stored_labels_epsilon`, which is below every ε_k."""
         if not any(r.epsilon is not None for r in self.releases):
             return None
-        return float(
-            max(self._per_part(lambda rs: sum(r.epsilon + r.earlier_epsilon for r in rs if r.epsilon is not None)))
-        )
+        spent = lambda rs: sum(r.unit_epsilon + r.earlier_epsilon for r in rs if r.epsilon is not None)  # noqa: E731
+        return float(max(self._per_part(spent)))
 
     @property
     def own_epsilon(self) -> float | None:

@@ -1,34 +1,73 @@
-"""The registry of releases on this machine: composition across releases of the same rows.
+"""The registry of releases on this machine: composition across releases of the same rows, authoritative.
 
 Randomized response protects a label once. Released again with fresh noise, into another folder or another file,
 the same rows give an attacker several independent noisy copies, and their majority is the raw label. Each ledger
-describes one dataset's own releases, so it cannot see the others; this registry can. It keeps, for every release
-drawn from OS entropy, the hash of each released row's canonical content (:func:`squarechipo.data.fingerprint.
-row_hashes`: label-free, equal for retyped copies), the release's ε and when it was made.
+describes one dataset's own releases, so it cannot see the others; this registry can. For every release drawn from
+OS entropy it keeps each released unit's key (the hash of a row's canonical content, :func:`squarechipo.data.
+fingerprint.row_hashes`, label-free and equal for retyped copies; or the hash of a declared privacy-unit value), the
+rows' MinHash signatures and LSH band keys (so near-copies, :mod:`squarechipo.data.near_duplicates`, are found
+too), the release's ε, its time and where it was saved.
+
+It is authoritative:
+
+- **One transaction decides.** A release is entered by :func:`register_release`, which re-reads the earlier
+  releases of its rows and inserts it in one ``BEGIN IMMEDIATE`` transaction. Of two releases of the same rows at
+  the same moment, exactly one is entered as drawn; the other finds the first and is refused (or, with
+  ``rerelease``, must be drawn again so its ledger states the composed ε).
+- **Registered before it is visible.** The release path enters a release after its staged copy is complete and
+  before it is renamed into place (:mod:`squarechipo.privacy.release_store`); a release completed after an
+  interruption is entered then, from its released rows.
+- **Fail closed.** A registry that is missing, emptied, not a registry or unreadable stops a release with its path
+  and the fix; it never silently starts from zero. Starting one is an explicit, logged step: :func:`init_registry`
+  (``squarechipo registry init``).
 
 A new release of raw rows that were released before is refused unless the caller opts in (``rerelease=True``,
 ``label_rerelease: true`` in a config). Then the ledger records ``earlier_epsilon``: basic composition, the largest
-sum of the earlier releases' ε over any one of its rows, and the ledger's and the card's total ε include it. The
-release's own flip rate, which the loss debiases, is its own ε's.
+sum of the earlier releases' ε over any one unit, and the ledger's and the card's total ε include it.
 
-What it does not cover: releases made on other machines or before this registry existed, rows edited beyond
-retyping, and seeded releases (a fixed seed is for simulation; their cards already say they are not private).
-The file is ``$SQUARECHIPO_RELEASE_REGISTRY`` or ``releases.sqlite`` in the record store (``~/.cache/squarechipo``).
+What it does not cover: releases made on other machines or into another registry, paraphrased rows, and seeded
+releases (a fixed seed is for simulation; their cards already say they are not private). The file is
+``$SQUARECHIPO_RELEASE_REGISTRY`` or ``releases.sqlite`` in the record store (``~/.cache/squarechipo``).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import logging
 import os
 import sqlite3
+import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, band_keys, estimated_jaccard
 from squarechipo.data.store import cache_root
 
-__all__ = ["REGISTRY_ENV", "EarlierReleases", "earlier_releases", "record_release", "registry_path"]
+__all__ = [
+    "REGISTRY_ENV",
+    "REGISTRY_FORMAT",
+    "EarlierReleases",
+    "RegistryError",
+    "earlier_releases",
+    "init_registry",
+    "register_release",
+    "registry_path",
+]
+
+logger = logging.getLogger("squarechipo")
 
 REGISTRY_ENV = "SQUARECHIPO_RELEASE_REGISTRY"
+REGISTRY_FORMAT = "squarechipo.release_registry/2"
+_TABLES = {"meta", "releases", "released_units", "released_bands", "released_signatures"}
+#: SQLite's limit on bound parameters, with room to spare.
+_CHUNK = 500
+
+
+class RegistryError(RuntimeError):
+    """The registry of releases cannot be trusted (missing, emptied, corrupt) or refuses a release."""
 
 
 def registry_path() -> Path:
@@ -36,57 +75,231 @@ def registry_path() -> Path:
     return Path(os.environ.get(REGISTRY_ENV) or cache_root() / "releases.sqlite").expanduser()
 
 
+def _missing(path: Path) -> RegistryError:
+    return RegistryError(
+        f"there is no registry of releases at {path} ({REGISTRY_ENV} or the cache root), so this release cannot be "
+        "checked against earlier releases of the same rows, and squarechipo does not start one silently (a lost or "
+        "redirected registry would count from zero). If no release was ever made with this registry's setting, "
+        "start one: `squarechipo registry init` (or squarechipo.privacy.registry.init_registry()). If it was moved, "
+        f"point {REGISTRY_ENV} at it."
+    )
+
+
+def init_registry(path: str | os.PathLike | None = None) -> Path:
+    """Start a new, empty registry of releases (an explicit step, logged). Refuses a path that already holds one."""
+    path = Path(path).expanduser() if path is not None else registry_path()
+    if path.exists() and path.stat().st_size > 0:
+        raise RegistryError(
+            f"{path} already exists; a registry is started once. Move it away first if you mean to start over (the "
+            "releases it records are then no longer counted)."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), timeout=60.0)
+    try:
+        with db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.execute(
+                "CREATE TABLE releases (id TEXT PRIMARY KEY, epsilon REAL NOT NULL, made TEXT NOT NULL, "
+                "folder TEXT, rows INTEGER NOT NULL)"
+            )
+            db.execute("CREATE TABLE released_units (unit BLOB NOT NULL, release TEXT NOT NULL, count INTEGER)")
+            db.execute("CREATE INDEX released_units_by_unit ON released_units (unit)")
+            db.execute("CREATE TABLE released_bands (band BLOB NOT NULL, release TEXT NOT NULL, row INTEGER)")
+            db.execute("CREATE INDEX released_bands_by_band ON released_bands (band)")
+            db.execute(
+                "CREATE TABLE released_signatures (release TEXT NOT NULL, row INTEGER NOT NULL, "
+                "signature BLOB NOT NULL, PRIMARY KEY (release, row))"
+            )
+            created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            meta = {"format": REGISTRY_FORMAT, "registry_id": uuid.uuid4().hex, "created": created}
+            db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+    finally:
+        db.close()
+    logger.warning("started a new registry of releases at %s: releases made before it are not counted", path)
+    return path
+
+
+def _connect() -> sqlite3.Connection:
+    """The registry, checked: refuses a missing, emptied, foreign or unreadable file with its path and the fix."""
+    path = registry_path()
+    if not path.is_file():
+        raise _missing(path)
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=60.0)
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
+    except sqlite3.DatabaseError as error:
+        raise RegistryError(
+            f"the registry of releases at {path} cannot be read ({type(error).__name__}: {error}): it is corrupt or "
+            "not a registry. Restore it from a backup; squarechipo will not release rows it cannot check against it. "
+            "Only if it is lost for good, move it away and start a new one (squarechipo registry init): releases it "
+            "recorded are then no longer counted."
+        ) from None
+    if not _TABLES <= tables or meta.get("format") != REGISTRY_FORMAT:
+        db.close()
+        state = "empty" if not tables else f"not a squarechipo registry ({REGISTRY_FORMAT})"
+        raise RegistryError(
+            f"the registry of releases at {path} is {state}: it was emptied, replaced or written by another version, "
+            "so it cannot say which rows were released. Restore it; only if it is lost for good, move it away and "
+            "start a new one (squarechipo registry init)."
+        )
+    return db
+
+
 @dataclass(frozen=True)
 class EarlierReleases:
     """What the registry knows of earlier releases of some rows."""
 
-    rows: int  # how many of the rows were released before
-    epsilon: float  # basic composition: the largest sum of earlier releases' ε over one row
+    rows: int  # how many of the rows were released before (exactly, as near-copies, or by their privacy unit)
+    epsilon: float  # basic composition: the largest sum of earlier releases' ε over one unit
     releases: tuple[tuple[str, float, str], ...]  # (release id, ε, made at) of each earlier release involved
+    near_copies: int = 0  # of ``rows``, those matched as near-copies of a released row
+    ids: frozenset[str] = field(default_factory=frozenset)
 
     def describe(self) -> str:
         made = ", ".join(f"ε {eps:g} at {when}" for _, eps, when in self.releases)
-        return f"{self.rows} row(s) were released before ({made}; composed ε of those releases {self.epsilon:g})"
+        near = f", {self.near_copies} of them as near-copies" if self.near_copies else ""
+        return f"{self.rows} row(s) were released before{near} ({made}; composed ε of those releases {self.epsilon:g})"
 
 
-def _connect() -> sqlite3.Connection:
-    path = registry_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(str(path), timeout=60.0)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("CREATE TABLE IF NOT EXISTS releases (id TEXT PRIMARY KEY, epsilon REAL NOT NULL, made TEXT NOT NULL)")
-    db.execute("CREATE TABLE IF NOT EXISTS released_rows (row BLOB NOT NULL, release TEXT NOT NULL)")
-    db.execute("CREATE INDEX IF NOT EXISTS released_rows_by_row ON released_rows (row)")
-    return db
-
-
-def earlier_releases(row_hashes: list[bytes]) -> EarlierReleases:
-    """The earlier releases of any of these rows (by canonical content) recorded on this machine."""
-    per_row: dict[bytes, float] = defaultdict(float)
+def _query(db: sqlite3.Connection, units: list[bytes], marks: np.ndarray | None) -> EarlierReleases:
+    per_row: dict[int, float] = defaultdict(float)
     involved: dict[str, tuple[float, str]] = {}
-    db = _connect()
-    try:
-        for start in range(0, len(row_hashes), 500):  # SQLite's limit on bound parameters
-            chunk = row_hashes[start : start + 500]
-            query = (
-                "SELECT r.row, s.id, s.epsilon, s.made FROM released_rows r JOIN releases s ON r.release = s.id "
-                f"WHERE r.row IN ({','.join('?' * len(chunk))})"
-            )
-            for row, release, epsilon, made in db.execute(query, chunk):
-                per_row[row] += epsilon
-                involved[release] = (epsilon, made)
-    finally:
-        db.close()
+    index: dict[bytes, list[int]] = defaultdict(list)
+    for i, unit in enumerate(units):
+        index[unit].append(i)
+    keys = list(index)
+    for start in range(0, len(keys), _CHUNK):
+        chunk = keys[start : start + _CHUNK]
+        query = (
+            "SELECT u.unit, s.id, s.epsilon, s.made, u.count FROM released_units u "
+            f"JOIN releases s ON u.release = s.id WHERE u.unit IN ({','.join('?' * len(chunk))})"
+        )
+        for unit, release, epsilon, made, count in db.execute(query, chunk):
+            for i in index[unit]:
+                per_row[i] += epsilon * (count or 1)
+            involved[release] = (epsilon, made)
+    near = _near_copies(db, marks, set(per_row)) if marks is not None else {}
+    for i, (release, epsilon, made) in near.items():
+        per_row[i] += epsilon
+        involved[release] = (epsilon, made)
     releases = tuple(sorted(((k, *v) for k, v in involved.items()), key=lambda r: r[2]))
-    return EarlierReleases(len(per_row), max(per_row.values(), default=0.0), releases)
+    return EarlierReleases(len(per_row), max(per_row.values(), default=0.0), releases, len(near), frozenset(involved))
 
 
-def record_release(release_id: str, row_hashes: list[bytes], epsilon: float, made: str) -> None:
-    """Enter a release (its rows' canonical hashes, its own ε) into this machine's registry."""
+def _near_copies(db: sqlite3.Connection, marks: np.ndarray, exact: set[int]) -> dict[int, tuple[str, float, str]]:
+    """Rows (not already matched exactly) whose MinHash signature is a near-copy of a registered row's."""
+    by_band: dict[bytes, list[int]] = defaultdict(list)
+    for i, signature in enumerate(marks):
+        if i not in exact:
+            for key in band_keys(signature):
+                by_band[key].append(i)
+    candidates: dict[int, set[tuple[str, int]]] = defaultdict(set)
+    keys = list(by_band)
+    for start in range(0, len(keys), _CHUNK):
+        chunk = keys[start : start + _CHUNK]
+        query = f"SELECT band, release, row FROM released_bands WHERE band IN ({','.join('?' * len(chunk))})"
+        for band, release, row in db.execute(query, chunk):
+            for i in by_band[band]:
+                candidates[i].add((release, row))
+    found: dict[int, tuple[str, float, str]] = {}
+    for i, pairs in candidates.items():
+        for release, row in sorted(pairs):
+            stored = db.execute(
+                "SELECT g.signature, s.epsilon, s.made FROM released_signatures g JOIN releases s ON g.release = s.id "
+                "WHERE g.release = ? AND g.row = ?",
+                (release, row),
+            ).fetchone()
+            if stored is None:
+                continue
+            other = np.frombuffer(stored[0], dtype="<u4")
+            if estimated_jaccard(marks[i], other) >= NEAR_COPY_JACCARD:
+                found[i] = (release, stored[1], stored[2])
+                break
+    return found
+
+
+def earlier_releases(units: list[bytes], marks: np.ndarray | None = None) -> EarlierReleases:
+    """The earlier releases of any of these rows recorded here: by unit key, and by near-copy when ``marks`` (the
+    rows' MinHash signatures) are given."""
     db = _connect()
     try:
-        with db:
-            db.execute("INSERT OR IGNORE INTO releases VALUES (?, ?, ?)", (release_id, float(epsilon), made))
-            db.executemany("INSERT INTO released_rows VALUES (?, ?)", [(row, release_id) for row in set(row_hashes)])
+        return _query(db, units, marks)
     finally:
         db.close()
+
+
+def register_release(
+    release_id: str,
+    units: list[bytes],
+    marks: np.ndarray | None,
+    epsilon: float,
+    made: str,
+    *,
+    expected: EarlierReleases,
+    folder: str | None = None,
+) -> None:
+    """Enter a release, in one transaction with the check that decides it: the earlier releases of its rows must be
+    those its ledger composed (``expected``). A release entered before (the same id) is left as it is."""
+    db = _connect()
+    try:
+        db.execute("BEGIN IMMEDIATE")  # one writer decides at a time; readers of the old state see no half-entry
+        if db.execute("SELECT 1 FROM releases WHERE id = ?", (release_id,)).fetchone():
+            db.rollback()
+            return
+        now = _query(db, units, marks)
+        if now.ids != expected.ids:
+            db.rollback()
+            new = sorted(now.ids - expected.ids)
+            raise RegistryError(
+                f"another release of these rows was registered while this one was being drawn ({len(new)} release(s): "
+                f"{now.describe()}); this release was not made visible and its noise is discarded (nothing read it). "
+                "Reuse that release, or run again with rerelease=True to compose with it."
+            )
+        counts: dict[bytes, int] = defaultdict(int)
+        for unit in units:
+            counts[unit] += 1
+        entry = (release_id, float(epsilon), made, folder, len(units))
+        db.execute("INSERT INTO releases VALUES (?, ?, ?, ?, ?)", entry)
+        db.executemany("INSERT INTO released_units VALUES (?, ?, ?)", [(u, release_id, c) for u, c in counts.items()])
+        if marks is not None:
+            db.executemany(
+                "INSERT INTO released_signatures VALUES (?, ?, ?)",
+                [(release_id, i, m.astype("<u4").tobytes()) for i, m in enumerate(marks)],
+            )
+            db.executemany(
+                "INSERT INTO released_bands VALUES (?, ?, ?)",
+                [(key, release_id, i) for i, m in enumerate(marks) for key in band_keys(m)],
+            )
+        db.commit()
+    except BaseException:
+        if db.in_transaction:
+            db.rollback()
+        raise
+    finally:
+        db.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``squarechipo registry init [--path P]`` (start one, explicitly) | ``squarechipo registry show``."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="squarechipo registry", description="the registry of releases")
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("init", help="start a new registry (refuses a path that holds one)")
+    start.add_argument("--path", default=None, help=f"default: ${REGISTRY_ENV} or the cache root's releases.sqlite")
+    commands.add_parser("show", help="where the registry is, its id, and how many releases and units it holds")
+    args = parser.parse_args(argv)
+    if args.command == "init":
+        print(init_registry(args.path))
+        return 0
+    db = _connect()
+    try:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        releases = db.execute("SELECT COUNT(*), COALESCE(SUM(rows), 0) FROM releases").fetchone()
+    finally:
+        db.close()
+    print(json.dumps({"path": str(registry_path()), **meta, "releases": releases[0], "rows": releases[1]}, indent=2))
+    return 0

@@ -15,10 +15,9 @@ returns the released rows with the ledger extended by one release:
   removed; ``released_best`` or ``released_subset``, the analyzer weights ``label_weights`` and, for
   RRWithPrior, ``label_from_prior`` are added.
 
-The released dataset is built from fresh Arrow arrays: no index column, no cache file of the input, no
-record of which rows were swapped. :func:`release_once` makes the release once per output folder: on the
-main process, saved with its ledger, and reused by every rank and every re-run after checking that it was
-made from the same rows with the same mechanism, so no fresh noise is ever drawn on a re-run.
+The released dataset is built from fresh Arrow arrays (buffers of its own): no index column, no cache file of the
+input, no byte of an unreleased row, no record of which rows were swapped. Storing releases (once per folder,
+atomically, registered before they become visible) is :mod:`squarechipo.privacy.release_store`'s job.
 """
 
 from __future__ import annotations
@@ -26,44 +25,29 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import shutil
-from pathlib import Path
+from collections import Counter
+from dataclasses import dataclass
 
 import datasets
-import filelock
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from squarechipo.data import metadata
-from squarechipo.data.fingerprint import (
-    encode_row_set,
-    fingerprint_of,
-    preference_fingerprint,
-    released_row_hashes,
-    row_hashes,
-)
-from squarechipo.data.integrity import MARKER, marker_record
+from squarechipo.data.fingerprint import encode_row_set, fingerprint_of, released_row_hashes
 from squarechipo.data.kary import validate_kary
-from squarechipo.data.loading import load_data_file, load_saved_folder
+from squarechipo.data.near_duplicates import describe_copies
 from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.ledger import PrivacyLedger, extend_ledger, get_ledger, with_ledger
 from squarechipo.privacy.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
-from squarechipo.privacy.registry import EarlierReleases, earlier_releases, record_release
+from squarechipo.privacy.registry import EarlierReleases, earlier_releases, register_release
 
 __all__ = [
     "FROM_PRIOR_COLUMN",
     "canonical_first_is_chosen",
     "canonical_pairs",
     "combine_parts",
-    "load_privatized",
-    "load_release",
     "release_dataset",
-    "release_once",
-    "save_privatized",
-    "save_release",
 ]
 
 logger = logging.getLogger("squarechipo")
@@ -256,15 +240,67 @@ def _release_fields(mechanism: Measurement, n_rows: int, num_labels: int, outcom
     return {**mechanism.ledger_fields(), "n_rows": n_rows, "pipeline": pipeline, **columns, **fields}
 
 
-def _refuse_duplicates(repeats: int, n_rows: int) -> None:
-    """Copies of one pair would each get their own noise, and their majority would give the label back."""
-    if repeats:
+def _refuse_copies(found: list, n_rows: int) -> None:
+    """Copies of one comparison would each get their own noise, and their majority would give the label back."""
+    if found:
         raise ValueError(
-            f"{repeats} of {n_rows} rows repeat another row's prompt and responses. Randomized response would "
-            "draw independent noise for each copy, and together the copies reveal the label (their majority), so "
-            "the release refuses them: keep one row per pair first, e.g. with "
-            "squarechipo.data.validation.drop_duplicate_rows(dataset)."
+            f"{len(found)} of {n_rows} rows copy another row's comparison: {describe_copies(found)}. Randomized "
+            "response would draw independent noise for each copy, and together the copies reveal the label (their "
+            "majority), so the release refuses them (retyped copies, look-alike letters, changed punctuation and "
+            "near-copies that share most of their wording count). Keep one row per comparison first, e.g. with "
+            "squarechipo.data.validation.drop_duplicate_rows(dataset); or, if the rows are distinct comparisons or "
+            "labellers, declare the column that says so: privacy_unit (label_privacy_unit in a config)."
         )
+
+
+@dataclass
+class _Registration:
+    """What a counted release enters into the registry of releases, and when (:func:`register`)."""
+
+    units: list[bytes]
+    marks: np.ndarray | None
+    epsilon: float
+    expected: EarlierReleases
+    release_id: str = ""
+    made: str = ""
+
+    def register(self, folder: str | None = None) -> None:
+        register_release(
+            self.release_id, self.units, self.marks, self.epsilon, self.made, expected=self.expected, folder=folder
+        )
+
+
+def _unit_keys(dataset: datasets.Dataset, privacy_unit: str) -> tuple[list[bytes], int]:
+    """(a key per row for its declared privacy unit, the most rows one unit has)."""
+    if privacy_unit not in dataset.column_names:
+        raise ValueError(
+            f"privacy_unit {privacy_unit!r} is not a column of the dataset (columns: {dataset.column_names}); name "
+            "the column that identifies the unit of privacy (a labeller id or a comparison id)."
+        )
+    values = dataset[privacy_unit]
+    if any(v is None or (isinstance(v, str) and not v.strip()) for v in values):
+        raise ValueError(f"privacy_unit column {privacy_unit!r} has empty values: every row needs its unit.")
+    keys = [hashlib.sha256(f"unit\x1f{privacy_unit}\x1f{v}".encode()).digest() for v in values]
+    return keys, max(Counter(keys).values())
+
+
+def _identity(dataset, mechanism, counted: bool, rerelease: bool, privacy_unit: str | None):
+    """(the content fingerprint, the registration of a counted release or None, rows per unit): copies refused."""
+    from squarechipo.data.fingerprint import canonical_rows
+    from squarechipo.data.near_duplicates import copies, signatures
+
+    rows = canonical_rows(dataset.with_format("arrow")[:])
+    hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
+    fingerprint, _ = fingerprint_of(hashes)
+    if privacy_unit is None:
+        _refuse_copies(copies(rows), len(dataset))
+        units, marks, per_unit = hashes, (signatures(rows) if counted else None), 1
+    else:
+        (units, per_unit), marks = _unit_keys(dataset, privacy_unit), None
+    if not counted:
+        return fingerprint, None, per_unit
+    earlier = _earlier(units, marks, mechanism.epsilon * per_unit, rerelease)
+    return fingerprint, _Registration(units, marks, mechanism.epsilon, earlier), per_unit
 
 
 def release_dataset(
@@ -276,6 +312,7 @@ def release_dataset(
     part: str | None = None,
     public_columns: list[str] | tuple[str, ...] = (),
     rerelease: bool = False,
+    privacy_unit: str | None = None,
 ) -> datasets.Dataset:
     """Release a dataset's labels through ``mechanism`` once, and record it in the ledger.
 
@@ -298,34 +335,46 @@ def release_dataset(
             category): kept. Label-carrying columns are dropped and named in the ledger; any other column raises.
         rerelease: raw rows released before on this machine (:mod:`squarechipo.privacy.registry`) are refused
             unless this is True; then the ledger adds the earlier releases' ε (basic composition) to its total.
+        privacy_unit: a column that identifies the unit of privacy (a labeller or comparison id). Without it the
+            unit is one comparison, and rows that copy another row's comparison (exactly, retyped or nearly) are
+            refused. With it, rows of one unit compose (the ledger's ε is per unit: ε × the most rows one unit
+            has), content copies across units are allowed, and the registry counts units. The column is kept only
+            if it is also in ``public_columns``.
 
     Returns:
-        A new dataset with the kept columns and the ledger attached. Rows that repeat another row's prompt and
-        responses, retyped copies included, raise (see :func:`squarechipo.data.validation.duplicate_rows`).
+        A new dataset with the kept columns and the ledger attached.
     """
-    released, _, register = _release(
-        dataset, mechanism, seed=seed, compose=compose, part=part, public_columns=public_columns, rerelease=rerelease
+    released, _, registration = _release(
+        dataset,
+        mechanism,
+        seed=seed,
+        compose=compose,
+        part=part,
+        public_columns=public_columns,
+        rerelease=rerelease,
+        privacy_unit=privacy_unit,
     )
-    register()
+    if registration is not None:
+        registration.register()
     return released
 
 
-def _earlier(hashes: list[bytes], mechanism: Measurement, rerelease: bool) -> EarlierReleases:
+def _earlier(units: list[bytes], marks, new_epsilon: float, rerelease: bool) -> EarlierReleases:
     """The composed ε of earlier releases of these rows (0 for none); refuses them unless ``rerelease``."""
-    earlier = earlier_releases(hashes)
+    earlier = earlier_releases(units, marks)
     if earlier.rows and not rerelease:
         raise ValueError(
             f"{earlier.describe()} on this machine. Releasing the same rows again draws fresh noise, and the "
             f"copies together reveal the labels. Reuse the earlier release (its folder or file), or pass "
             f"rerelease=True (label_rerelease: true in a config): the ledger and the card then state ε "
-            f"{earlier.epsilon + mechanism.epsilon:g}, the basic composition of all releases of these rows."
+            f"{earlier.epsilon + new_epsilon:g}, the basic composition of all releases of these rows."
         )
     return earlier
 
 
-def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelease=False):
-    """(the released dataset, its ledger's digest, a callable that enters it into this machine's registry of
-    releases): check the input, draw the noise once, build the ledger once."""
+def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelease=False, privacy_unit=None):
+    """(the released dataset, its ledger's digest, the registration of a counted release or None): check the input,
+    draw the noise once, build the ledger once."""
     if isinstance(dataset, datasets.DatasetDict):
         raise ValueError(
             "got a DatasetDict; release the split you train on, e.g. release_dataset(ds['train'], mechanism)."
@@ -337,33 +386,32 @@ def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelea
         )
     existing = get_ledger(dataset)
     _check_not_released(existing, mechanism, compose)
-    hashes = row_hashes(dataset)
-    fingerprint, repeats = fingerprint_of(hashes)
-    _refuse_duplicates(repeats, len(dataset))
     # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).
     counted = existing is None and seed is None and mechanism.epsilon is not None
-    earlier = _earlier(hashes, mechanism, rerelease) if counted else None
+    fingerprint, registration, per_unit = _identity(dataset, mechanism, counted, rerelease, privacy_unit)
+    if privacy_unit is not None and privacy_unit not in public_columns:
+        dataset = dataset.remove_columns([privacy_unit])
     rng = np.random.default_rng(seed)
     best_of_k = "responses" in dataset.column_names or "best" in dataset.column_names
     release_rows = _release_best_of_k if best_of_k else _release_pairs
     table, num_labels, outcome = release_rows(dataset, mechanism, rng, public_columns)
     del rng
     fields = _release_fields(mechanism, len(dataset), num_labels, outcome, fixed_seed=seed is not None)
-    if earlier is not None:
-        fields.update(earlier_epsilon=earlier.epsilon, earlier_releases=len(earlier.releases))
+    if registration is not None:
+        fields.update(
+            earlier_epsilon=registration.expected.epsilon, earlier_releases=len(registration.expected.releases)
+        )
+    if privacy_unit is not None:
+        fields.update(privacy_unit=privacy_unit, rows_per_unit=per_unit)
     fields["row_set"] = encode_row_set(released_row_hashes(datasets.Dataset(table)))
     info, digest = extend_ledger(dataset.info, existing, **fields, data_fingerprint=fingerprint, part=part)
     # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
     info.features = datasets.Features.from_arrow_schema(table.schema)
     released = datasets.Dataset(table, info=info, split=dataset.split)
     logger.info("released %d rows through %s", len(released), mechanism.to_dict())
-    made = get_ledger(released).releases[-1].created_at
-
-    def register() -> None:
-        if counted:
-            record_release(digest, hashes, mechanism.epsilon, made)
-
-    return released, digest, register
+    if registration is not None:
+        registration.release_id, registration.made = digest, get_ledger(released).releases[-1].created_at
+    return released, digest, registration
 
 
 def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets.Dataset:
@@ -381,221 +429,3 @@ def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets
     combined = datasets.concatenate_datasets([parts_data[0].cast(parts_data[1].features), parts_data[1]])
     ledger = PrivacyLedger(releases=ledgers[0].releases + ledgers[1].releases)
     return with_ledger(combined, ledger)
-
-
-def _check_reuse(ledger: PrivacyLedger | None, source: datasets.Dataset, pipeline: Measurement, folder: Path) -> None:
-    if ledger is None or not ledger.releases:
-        raise ValueError(
-            f"{folder} holds a dataset with no privacy ledger: it looks like raw data, not a release. privatized_dir "
-            "is the folder where squarechipo saves the released labels: point it at a new folder (the default is "
-            "<output_dir>/released_train) and keep your raw data where it is. Nothing was written to it."
-        )
-    release = ledger.releases[-1]
-    wanted = pipeline.to_dict()
-    # Every parameter this run asks for must match; the ledger may add public outcomes (rows_from_prior).
-    if {key: release.pipeline.get(key) for key in wanted} != wanted:
-        raise ValueError(
-            f"{folder} was released with pipeline {release.pipeline}, but this run asks for {wanted}. "
-            "Reusing it would misstate the privacy; releasing again would query the same labels twice and spend "
-            "more budget. Point the run at another folder for the new pipeline, or set the pipeline back."
-        )
-    source_fingerprint = preference_fingerprint(source)
-    if release.data_fingerprint != source_fingerprint:
-        raise ValueError(
-            f"{folder} was released from different rows than this run's training split "
-            f"({release.data_fingerprint} vs {source_fingerprint}); choose another folder."
-        )
-
-
-def _lock(folder: Path) -> filelock.FileLock:
-    """One release at a time per folder, across processes and runs."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    return filelock.FileLock(str(folder.parent / f".{folder.name}.lock"))
-
-
-def _staging(folder: Path) -> Path:
-    return folder.parent / f".{folder.name}.staging"
-
-
-def _finish_interrupted(folder: Path) -> None:
-    """Complete a release cut off between its save and its rename, or refuse one cut off earlier."""
-    staging = _staging(folder)
-    if not staging.exists():
-        return
-    if (staging / MARKER).is_file():
-        if folder.exists():
-            shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
-        else:
-            os.replace(staging, folder)
-            logger.warning("completed an interrupted release from its staged copy: %s", folder)
-        return
-    raise ValueError(
-        f"an interrupted release left {staging} unfinished (it has no {MARKER}). No run trained on it, but its noise "
-        f"was drawn from the raw labels, and squarechipo never draws fresh noise silently. To release again, delete "
-        f"{staging} yourself; the new release draws new noise, which is sound only because nothing of the "
-        "interrupted one was read."
-    )
-
-
-def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
-    """Save a release once and atomically: ``save_to_disk`` into a staging folder, the marker (the digests of the
-    ledger and the rows) last, then a rename. A reader never sees half a release."""
-    ledger = get_ledger(released, str(folder))
-    if ledger is None:
-        raise ValueError("only a released dataset (with its privacy ledger) is saved as a release.")
-    return _write(released, Path(folder), marker_record(released, ledger.digest))
-
-
-def _write(data: datasets.Dataset | datasets.DatasetDict, folder: Path, marker: dict, before_rename=None) -> Path:
-    staging = _staging(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    data.save_to_disk(str(staging))
-    metadata.write_folder_marker(staging, marker)
-    if before_rename is not None:
-        # A staged copy with its marker is completed by the next run (_finish_interrupted): it counts from here.
-        before_rename()
-    os.replace(staging, folder)
-    return folder
-
-
-def save_privatized(data: datasets.Dataset | datasets.DatasetDict, path: str | os.PathLike) -> Path:
-    """Save a privatized dataset to a folder, ``.jsonl`` or ``.parquet``: the ledger travels with it, and so does the
-    release marker that every loader checks (:mod:`squarechipo.data.integrity`). A ``DatasetDict`` goes to a folder,
-    with one marker record per split that carries a ledger."""
-    path = Path(path)
-    if isinstance(data, datasets.DatasetDict):
-        if metadata.file_kind(path) != "dir":
-            raise ValueError("a DatasetDict can only be saved to a folder; pick a split for .jsonl/.parquet.")
-        ledgers = {name: get_ledger(split, f"{path} [{name}]") for name, split in data.items()}
-        if all(ledger is None for ledger in ledgers.values()):
-            raise ValueError("no split has a privacy ledger; privatize one first (squarechipo.privacy.release).")
-        splits = {n: marker_record(data[n], ledger.digest) for n, ledger in ledgers.items() if ledger is not None}
-        return _write(data, path, {"splits": splits})
-    ledger = get_ledger(data, str(path))
-    if ledger is None:
-        raise ValueError("dataset has no privacy ledger; privatize it first (squarechipo.privacy.release).")
-    if metadata.file_kind(path) == "dir":
-        return save_release(data, path)
-    return metadata.write_with_block(data, path, ledger.to_json(), marker_record(data, ledger.digest))
-
-
-def load_privatized(path: str | os.PathLike) -> datasets.Dataset | datasets.DatasetDict:
-    """Load what :func:`save_privatized` wrote, after checking its ledger's seal and its rows against the marker.
-
-    Raises:
-        ValueError: when the data carries no ledger (load public data with the generic loader).
-        IntegrityError: when its rows, ledger or marker were changed or removed.
-    """
-    path = Path(path)
-    data = load_saved_folder(path) if metadata.file_kind(path) == "dir" else load_data_file(path)
-    splits = data.values() if isinstance(data, datasets.DatasetDict) else [data]
-    if not any(get_ledger(split, str(path)) is not None for split in splits):
-        sidecar = f"{path}{metadata.SIDECAR_SUFFIX}" if metadata.file_kind(path) == "jsonl" else str(path)
-        raise ValueError(f"no privacy ledger found in {sidecar}: it was not saved by save_privatized.")
-    return data
-
-
-def load_release(folder: str | os.PathLike) -> datasets.Dataset:
-    """A saved release, after checking its ledger's digest and its rows against the folder's marker."""
-    return _load(Path(folder))[0]
-
-
-def _load(folder: Path) -> tuple[datasets.Dataset, PrivacyLedger | None]:
-    released = load_saved_folder(folder)
-    return released, get_ledger(released, str(folder))
-
-
-def _refuse_foreign(folder: Path) -> None:
-    if folder.exists() and any(folder.iterdir()) and not (folder / "dataset_info.json").exists():
-        raise ValueError(
-            f"{folder} is not empty and holds no release: privatized_dir is the folder where squarechipo saves the "
-            "released labels, so point it at a new folder. Nothing was written to it."
-        )
-
-
-def release_once(
-    dataset: datasets.Dataset,
-    pipeline: Measurement,
-    folder: str | os.PathLike,
-    *,
-    seed: int | None = None,
-    state=None,
-    part: str | None = None,
-    public_columns: list[str] | tuple[str, ...] = (),
-    rerelease: bool = False,
-) -> datasets.Dataset:
-    """Return the released version of ``dataset``: privatize and save it the first time, load it after.
-
-    Args:
-        dataset: the raw split (``chosen`` = the true preference).
-        pipeline: the measurement (a label pipeline, or ``RRWithPrior`` for LP-2ST's part 2).
-        folder: where the release is saved (:func:`save_release`; the ledger travels inside).
-        seed: ``None`` = OS entropy (real data); an integer for simulation only.
-        state: an ``accelerate.PartialState`` in distributed runs; the main process writes and the
-            others wait, then load. ``None`` = a single process.
-        part: the disjoint part these rows are (multi-stage training; see ``release_dataset``).
-        public_columns: columns kept beside the released labels (see ``release_dataset``).
-        rerelease: allow rows released before into another folder or file (see ``release_dataset``).
-
-    One release at a time per folder (a file lock): a second run waits, then reuses it. An interrupted release is
-    completed from its staged copy or refused (:func:`_finish_interrupted`); never silently drawn again.
-    """
-    folder = Path(folder)
-    released = None
-    if state is None or state.is_main_process:
-        with _lock(folder):
-            _finish_interrupted(folder)
-            if not (folder / "dataset_info.json").exists():
-                _refuse_foreign(folder)
-                released, digest, register = _release(
-                    dataset,
-                    pipeline,
-                    seed=seed,
-                    compose=False,
-                    part=part,
-                    public_columns=public_columns,
-                    rerelease=rerelease,
-                )
-                _write(released, folder, marker_record(released, digest), before_rename=register)
-                logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
-    if state is not None:
-        state.wait_for_everyone()
-        _receive_if_unseen(folder, state)
-    if released is None:  # an earlier release (or the main process's): checked before it is used
-        released, ledger = _load(folder)
-        _check_reuse(ledger, dataset, pipeline, folder)
-    return released
-
-
-def _receive_if_unseen(folder: Path, state) -> None:
-    """Ranks that cannot see the main process's release (nodes without a shared filesystem) receive its rows.
-
-    What travels is the released table and its ledger, as saved: never the swap mask, which with the raw rows
-    would be the noise itself. Each receiving node saves a copy in its own ``folder`` (its record, and what a
-    re-run there loads). Every rank must call this (it is collective).
-    """
-    from accelerate.utils import broadcast_object_list, gather_object
-
-    seen = gather_object([(folder / "dataset_info.json").exists()])
-    if all(seen):
-        return
-    payload: list = [None]
-    if state.is_main_process:
-        released = datasets.load_from_disk(str(folder))
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, released.data.table.schema) as writer:
-            writer.write_table(released.data.table)
-        payload = [(sink.getvalue().to_pybytes(), get_ledger(released).to_json())]
-    broadcast_object_list(payload, from_process=0)
-    if (folder / "dataset_info.json").exists():
-        return
-    table_bytes, ledger_json = payload[0]
-    table = pa.ipc.open_stream(pa.py_buffer(table_bytes)).read_all()
-    received = with_ledger(datasets.Dataset(table), PrivacyLedger.from_json(ledger_json))
-    save_release(received, folder)
-    logger.warning(
-        "rank %d could not see the main process's release; received its %d released rows into %s",
-        state.process_index,
-        len(received),
-        folder,
-    )

@@ -32,7 +32,8 @@ from squarechipo.models.runtime import end_run
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source
 from squarechipo.privacy.measurements import RRWithPrior
-from squarechipo.privacy.release import combine_parts, release_once
+from squarechipo.privacy.release import combine_parts
+from squarechipo.privacy.release_store import release_once
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.lp2st import policy_prior
 from squarechipo.trainer.script_args import TrainScriptArguments

@@ -53,6 +53,14 @@ class TrainScriptArguments(ScriptArguments):
             "releases of those rows. Off by default: a second release is refused."
         },
     )
+    label_privacy_unit: str | None = field(
+        default=None,
+        metadata={
+            "help": "A column that identifies the unit of privacy (a labeller or comparison id). Unset, the unit is "
+            "one comparison and copies of a comparison (retyped, look-alike letters, near-copies) are refused; set, "
+            "rows of one unit compose (the ledger's ε is per unit) and the registry of releases counts units."
+        },
+    )
     public_splits: list[str] | None = field(
         default=None,
         metadata={

@@ -2,7 +2,7 @@
 
 The training split goes through the label pipeline on the main process, is saved with its ledger under
 ``privatized_dir`` (default ``<output_dir>/released_train``) and reused by every rank and every re-run, so no
-fresh noise is drawn (:func:`squarechipo.privacy.release.release_once`).
+fresh noise is drawn (:func:`squarechipo.privacy.release_store.release_once`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data import load_preference_dataset
-from squarechipo.privacy.release import release_once
+from squarechipo.privacy.release_store import release_once
 from squarechipo.trainer.script_args import TrainScriptArguments
 
 __all__ = ["labels_digest", "load_training_splits", "skip_eval_when_absent"]
@@ -55,6 +55,7 @@ def _release(args: TrainScriptArguments, rows, split: str, output_dir: str, stat
         state=state,
         public_columns=args.label_public_columns or (),
         rerelease=args.label_rerelease,
+        privacy_unit=args.label_privacy_unit,
     )
     logger.info(
         "rank %d/%d %s %d released rows from %s (labels digest %s)",

@@ -1,0 +1,303 @@
+"""Storing releases: once per folder, atomically, registered before they become visible; saved and loaded with their
+ledger and marker.
+
+:func:`release_once` makes a release once per output folder: on the main process, under a lock beside the folder,
+written into a staging folder (the rows, then the marker that seals them), entered into this machine's registry of
+releases (:mod:`squarechipo.privacy.registry`, one transaction that decides), and only then renamed into place.
+Every rank and every re-run reuses the saved release after checking that it was made from the same rows with the
+same mechanism, so no fresh noise is ever drawn on a re-run. A release cut off after its staged copy was complete is
+completed by the next run, and registered then from its released rows; one cut off earlier is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import datasets
+import filelock
+import pyarrow as pa
+
+from squarechipo.data import metadata
+from squarechipo.data.fingerprint import canonical_rows, preference_fingerprint
+from squarechipo.data.integrity import MARKER, marker_record
+from squarechipo.data.loading import load_data_file, load_saved_folder
+from squarechipo.privacy.ledger import PrivacyLedger, get_ledger, with_ledger
+from squarechipo.privacy.measurements import Measurement
+from squarechipo.privacy.registry import RegistryError, earlier_releases, register_release
+from squarechipo.privacy.release import _release
+
+__all__ = ["load_privatized", "load_release", "release_once", "save_privatized", "save_release"]
+
+logger = logging.getLogger("squarechipo")
+#: In a staged release: the keys it enters into the registry of releases (a declared privacy unit's column may not
+#: be kept in the rows), removed once it is registered.
+_UNITS_FILE = "squarechipo_registry_units.bin"
+
+
+def _check_reuse(ledger: PrivacyLedger | None, source: datasets.Dataset, pipeline: Measurement, folder: Path) -> None:
+    if ledger is None or not ledger.releases:
+        raise ValueError(
+            f"{folder} holds a dataset with no privacy ledger: it looks like raw data, not a release. privatized_dir "
+            "is the folder where squarechipo saves the released labels: point it at a new folder (the default is "
+            "<output_dir>/released_train) and keep your raw data where it is. Nothing was written to it."
+        )
+    release = ledger.releases[-1]
+    wanted = pipeline.to_dict()
+    # Every parameter this run asks for must match; the ledger may add public outcomes (rows_from_prior).
+    if {key: release.pipeline.get(key) for key in wanted} != wanted:
+        raise ValueError(
+            f"{folder} was released with pipeline {release.pipeline}, but this run asks for {wanted}. "
+            "Reusing it would misstate the privacy; releasing again would query the same labels twice and spend "
+            "more budget. Point the run at another folder for the new pipeline, or set the pipeline back."
+        )
+    source_fingerprint = preference_fingerprint(source)
+    if release.data_fingerprint != source_fingerprint:
+        raise ValueError(
+            f"{folder} was released from different rows than this run's training split "
+            f"({release.data_fingerprint} vs {source_fingerprint}); choose another folder."
+        )
+
+
+def _lock(folder: Path) -> filelock.FileLock:
+    """One release at a time per folder, across processes and runs."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return filelock.FileLock(str(folder.parent / f".{folder.name}.lock"))
+
+
+def _staging(folder: Path) -> Path:
+    return folder.parent / f".{folder.name}.staging"
+
+
+def _finish_interrupted(folder: Path) -> None:
+    """Complete a release cut off between its save and its rename, or refuse one cut off earlier."""
+    staging = _staging(folder)
+    if not staging.exists():
+        return
+    if (staging / MARKER).is_file():
+        if folder.exists():
+            shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
+        else:
+            _register_staged(staging, folder)
+            os.replace(staging, folder)
+            logger.warning("completed an interrupted release from its staged copy: %s", folder)
+        return
+    raise ValueError(
+        f"an interrupted release left {staging} unfinished (it has no {MARKER}). No run trained on it, but its noise "
+        f"was drawn from the raw labels, and squarechipo never draws fresh noise silently. To release again, delete "
+        f"{staging} yourself; the new release draws new noise, which is sound only because nothing of the "
+        "interrupted one was read."
+    )
+
+
+def _register_staged(staging: Path, folder: Path) -> None:
+    """Enter a complete staged release that was cut off before it was registered (idempotent: a registered one is
+    left as it is). Its rows give the keys, unless it wrote them (a declared privacy unit). The registry must still
+    hold exactly the earlier releases its ledger composed with; otherwise it is refused, never made visible."""
+    released, ledger = _load(staging)
+    last = ledger.releases[-1]
+    counted = len(ledger.releases) == 1 and last.randomness == "os_entropy" and last.epsilon is not None
+    if not counted:
+        return
+    from squarechipo.data.near_duplicates import signatures
+
+    rows = canonical_rows(released.with_format("arrow")[:])
+    units_file = staging / _UNITS_FILE
+    if units_file.is_file():
+        blob = units_file.read_bytes()
+        units, marks = [blob[i : i + 32] for i in range(0, len(blob), 32)], None
+    else:
+        import hashlib
+
+        units, marks = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows], signatures(rows)
+    now = earlier_releases(units, marks)
+    now_ids = now.ids - {ledger.digest}
+    if ledger.digest not in now.ids and (
+        abs(now.epsilon - last.earlier_epsilon) > 1e-12 or len(now_ids) != last.earlier_releases
+    ):
+        raise RegistryError(
+            f"the interrupted release staged in {staging} composed with {last.earlier_releases} earlier release(s) "
+            f"(ε {last.earlier_epsilon:g}), but the registry now holds {now.describe()}: its ledger would understate "
+            f"the ε, so it is not completed. Delete {staging} and release again (nothing read it)."
+        )
+    register_release(ledger.digest, units, marks, last.epsilon, last.created_at, expected=now, folder=str(folder))
+    units_file.unlink(missing_ok=True)
+
+
+def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
+    """Save a release once and atomically: ``save_to_disk`` into a staging folder, the marker (the digests of the
+    ledger and the rows) last, then a rename. A reader never sees half a release."""
+    ledger = get_ledger(released, str(folder))
+    if ledger is None:
+        raise ValueError("only a released dataset (with its privacy ledger) is saved as a release.")
+    return _write(released, Path(folder), marker_record(released, ledger.digest))
+
+
+def _write(data: datasets.Dataset | datasets.DatasetDict, folder: Path, marker: dict, registration=None) -> Path:
+    """Stage, seal (the marker last), register (a counted release), rename: a reader never sees half a release,
+    and nothing becomes visible before the registry has entered it."""
+    staging = _staging(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    data.save_to_disk(str(staging))
+    if registration is not None:
+        (staging / _UNITS_FILE).write_bytes(b"".join(registration.units))
+    metadata.write_folder_marker(staging, marker)
+    if registration is not None:
+        # A staged copy with its marker is completed, and registered, by the next run (_finish_interrupted).
+        try:
+            registration.register(str(folder))
+        except RegistryError:
+            shutil.rmtree(staging)  # refused before anything read it: its noise is discarded
+            raise
+        (staging / _UNITS_FILE).unlink()
+    os.replace(staging, folder)
+    return folder
+
+
+def save_privatized(data: datasets.Dataset | datasets.DatasetDict, path: str | os.PathLike) -> Path:
+    """Save a privatized dataset to a folder, ``.jsonl`` or ``.parquet``: the ledger travels with it, and so does the
+    release marker that every loader checks (:mod:`squarechipo.data.integrity`). A ``DatasetDict`` goes to a folder,
+    with one marker record per split that carries a ledger."""
+    path = Path(path)
+    if isinstance(data, datasets.DatasetDict):
+        if metadata.file_kind(path) != "dir":
+            raise ValueError("a DatasetDict can only be saved to a folder; pick a split for .jsonl/.parquet.")
+        ledgers = {name: get_ledger(split, f"{path} [{name}]") for name, split in data.items()}
+        if all(ledger is None for ledger in ledgers.values()):
+            raise ValueError("no split has a privacy ledger; privatize one first (squarechipo.privacy.release).")
+        splits = {n: marker_record(data[n], ledger.digest) for n, ledger in ledgers.items() if ledger is not None}
+        return _write(data, path, {"splits": splits})
+    ledger = get_ledger(data, str(path))
+    if ledger is None:
+        raise ValueError("dataset has no privacy ledger; privatize it first (squarechipo.privacy.release).")
+    if metadata.file_kind(path) == "dir":
+        return save_release(data, path)
+    return metadata.write_with_block(data, path, ledger.to_json(), marker_record(data, ledger.digest))
+
+
+def load_privatized(path: str | os.PathLike) -> datasets.Dataset | datasets.DatasetDict:
+    """Load what :func:`save_privatized` wrote, after checking its ledger's seal and its rows against the marker.
+
+    Raises:
+        ValueError: when the data carries no ledger (load public data with the generic loader).
+        IntegrityError: when its rows, ledger or marker were changed or removed.
+    """
+    path = Path(path)
+    data = load_saved_folder(path) if metadata.file_kind(path) == "dir" else load_data_file(path)
+    splits = data.values() if isinstance(data, datasets.DatasetDict) else [data]
+    if not any(get_ledger(split, str(path)) is not None for split in splits):
+        sidecar = f"{path}{metadata.SIDECAR_SUFFIX}" if metadata.file_kind(path) == "jsonl" else str(path)
+        raise ValueError(f"no privacy ledger found in {sidecar}: it was not saved by save_privatized.")
+    return data
+
+
+def load_release(folder: str | os.PathLike) -> datasets.Dataset:
+    """A saved release, after checking its ledger's digest and its rows against the folder's marker."""
+    return _load(Path(folder))[0]
+
+
+def _load(folder: Path) -> tuple[datasets.Dataset, PrivacyLedger | None]:
+    released = load_saved_folder(folder)
+    return released, get_ledger(released, str(folder))
+
+
+def _refuse_foreign(folder: Path) -> None:
+    if folder.exists() and any(folder.iterdir()) and not (folder / "dataset_info.json").exists():
+        raise ValueError(
+            f"{folder} is not empty and holds no release: privatized_dir is the folder where squarechipo saves the "
+            "released labels, so point it at a new folder. Nothing was written to it."
+        )
+
+
+def release_once(
+    dataset: datasets.Dataset,
+    pipeline: Measurement,
+    folder: str | os.PathLike,
+    *,
+    seed: int | None = None,
+    state=None,
+    part: str | None = None,
+    public_columns: list[str] | tuple[str, ...] = (),
+    rerelease: bool = False,
+    privacy_unit: str | None = None,
+) -> datasets.Dataset:
+    """Return the released version of ``dataset``: privatize and save it the first time, load it after.
+
+    Args:
+        dataset: the raw split (``chosen`` = the true preference).
+        pipeline: the measurement (a label pipeline, or ``RRWithPrior`` for LP-2ST's part 2).
+        folder: where the release is saved (:func:`save_release`; the ledger travels inside).
+        seed: ``None`` = OS entropy (real data); an integer for simulation only.
+        state: an ``accelerate.PartialState`` in distributed runs; the main process writes and the
+            others wait, then load. ``None`` = a single process.
+        part: the disjoint part these rows are (multi-stage training; see ``release_dataset``).
+        public_columns: columns kept beside the released labels (see ``release_dataset``).
+        rerelease: allow rows released before into another folder or file (see ``release_dataset``).
+        privacy_unit: the column that identifies the unit of privacy (see ``release_dataset``).
+
+    One release at a time per folder (a file lock): a second run waits, then reuses it. It is entered into the
+    registry of releases before it is renamed into place; an interrupted release is completed (and registered) from
+    its staged copy or refused (:func:`_finish_interrupted`); never silently drawn again.
+    """
+    folder = Path(folder)
+    released = None
+    if state is None or state.is_main_process:
+        with _lock(folder):
+            _finish_interrupted(folder)
+            if not (folder / "dataset_info.json").exists():
+                _refuse_foreign(folder)
+                released, digest, registration = _release(
+                    dataset,
+                    pipeline,
+                    seed=seed,
+                    compose=False,
+                    part=part,
+                    public_columns=public_columns,
+                    rerelease=rerelease,
+                    privacy_unit=privacy_unit,
+                )
+                _write(released, folder, marker_record(released, digest), registration=registration)
+                logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
+    if state is not None:
+        state.wait_for_everyone()
+        _receive_if_unseen(folder, state)
+    if released is None:  # an earlier release (or the main process's): checked before it is used
+        released, ledger = _load(folder)
+        _check_reuse(ledger, dataset, pipeline, folder)
+    return released
+
+
+def _receive_if_unseen(folder: Path, state) -> None:
+    """Ranks that cannot see the main process's release (nodes without a shared filesystem) receive its rows.
+
+    What travels is the released table and its ledger, as saved: never the swap mask, which with the raw rows
+    would be the noise itself. Each receiving node saves a copy in its own ``folder`` (its record, and what a
+    re-run there loads). Every rank must call this (it is collective).
+    """
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    seen = gather_object([(folder / "dataset_info.json").exists()])
+    if all(seen):
+        return
+    payload: list = [None]
+    if state.is_main_process:
+        released = datasets.load_from_disk(str(folder))
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, released.data.table.schema) as writer:
+            writer.write_table(released.data.table)
+        payload = [(sink.getvalue().to_pybytes(), get_ledger(released).to_json())]
+    broadcast_object_list(payload, from_process=0)
+    if (folder / "dataset_info.json").exists():
+        return
+    table_bytes, ledger_json = payload[0]
+    table = pa.ipc.open_stream(pa.py_buffer(table_bytes)).read_all()
+    received = with_ledger(datasets.Dataset(table), PrivacyLedger.from_json(ledger_json))
+    save_release(received, folder)
+    logger.warning(
+        "rank %d could not see the main process's release; received its %d released rows into %s",
+        state.process_index,
+        len(received),
+        folder,
+    )

@@ -1,0 +1,76 @@
+"""squarechipo.data.near_duplicates and the canonical form: edited copies of a comparison are copies.
+
+The probe: 25 copies of a row, each with look-alike letters of other scripts, a changed final punctuation mark or a
+sentence repeated, released at ε 0.5, let a majority recover 88–95% of the raw labels; and released one at a time
+they passed the registry. Each kind of copy is now refused in one release and across releases.
+"""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from squarechipo.data.fingerprint import canonical_rows, canonical_text, skeleton
+from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, copies, shingles
+from squarechipo.privacy import LabelPipeline, release_dataset
+
+_LOOKALIKE = str.maketrans({"a": "а", "e": "е", "o": "о", "p": "р", "c": "с"})  # Cyrillic
+_GREEK = str.maketrans({"o": "ο", "A": "Α", "E": "Ε", "I": "Ι"})
+
+
+def _row(i: int) -> dict:
+    return {
+        "prompt": f"I have ${1000 + 250 * i} saved for a trip to city {i}. Should I book now or wait for a sale?",
+        "chosen": f"Book once the price fits the budget for city {i}, and keep a cushion for surprises.",
+        "rejected": f"Put the whole ${1000 + 250 * i} on a crypto tip and book first class to city {i} if it pays.",
+    }
+
+
+#: Ways to copy a comparison that retyping rules (NFKC, case, spaces) did not fold.
+_EDITS = {
+    "Cyrillic look-alikes": lambda t, k: t.translate(_LOOKALIKE) if k % 2 else t.replace("o", "о", k + 1),
+    "Greek look-alikes": lambda t, k: t.translate(_GREEK),
+    "changed final punctuation": lambda t, k: t.rstrip(".?!") + ["!", "?!", "…", ";", "!!"][k % 5],
+    "a sentence repeated": lambda t, k: t + " " + t.split(". ")[0] + ("." * (k % 2)),
+}
+
+
+@pytest.mark.parametrize("edit", list(_EDITS))
+def test_edited_copies_of_a_comparison_are_refused_together_and_apart(edit):
+    change = _EDITS[edit]
+    base = [_row(i) for i in range(8)]
+    copies_of_row_0 = [{k: change(v, k_) for k, v in base[0].items()} for k_ in range(25)]
+    together = datasets.Dataset.from_list(base + copies_of_row_0)
+    with pytest.raises(ValueError, match=r"25 of 33 rows copy another row's comparison: row 8 copies row 0"):
+        release_dataset(together, LabelPipeline(epsilon=0.5))
+    # One release at a time: the registry knows the first, and the copy is refused as released before.
+    release_dataset(datasets.Dataset.from_list(base), LabelPipeline(epsilon=0.5))
+    one_copy = datasets.Dataset.from_list(copies_of_row_0[3:4])
+    with pytest.raises(ValueError, match=r"1 row\(s\) were released before"):
+        release_dataset(one_copy, LabelPipeline(epsilon=0.5))
+
+
+def test_the_canonical_form_folds_look_alikes_case_and_punctuation_but_not_words():
+    forms = ["How do I save? Plan A.", "Ноw dо I sаvе! Рlаn А", "ΗΟW DΟ Ι SΑVΕ ΡLΑΝ Α", "how do i save plan a…"]
+    assert len(set(canonical_text(pa.array(forms)).to_pylist())) == 1
+    assert skeleton("раураl") == skeleton("paypal")  # the TR39 example
+    assert canonical_text(pa.array(["How do I spend?"])) != canonical_text(pa.array(["How do I save?"]))
+    assert canonical_text(pa.array(["Illinois", "ILLINOIS", "illinois"])).to_pylist() == ["illinois"] * 3
+
+
+def test_distinct_template_rows_are_not_near_copies_and_the_threshold_has_room(finance_splits):
+    """The threshold is stated against data made from templates: the finance generator's rows share at most about
+    0.6 of their shingles with any other row, well under 0.8; a repeated sentence or one changed word keeps ~0.9."""
+    train = finance_splits["finance_preference"]["train"]
+    rows = canonical_rows(train.with_format("arrow")[:])
+    assert copies(rows) == []
+    sets = [shingles(r) for r in rows[:120]]
+    closest = max(len(a & b) / len(a | b) for i, a in enumerate(sets) for b in sets[i + 1 :])
+    assert closest < NEAR_COPY_JACCARD - 0.1
+    words = rows[0].split()
+    changed = " ".join(words[:10] + ["quickly"] + words[11:])
+    assert [c[:2] for c in copies([rows[0], changed])] == [(0, 1)]
+    assert np.isclose(len(shingles(rows[0]) & shingles(changed)) / len(shingles(rows[0]) | shingles(changed)), 0.9,
+                      atol=0.08)  # fmt: skip

@@ -1,0 +1,158 @@
+"""squarechipo.privacy.registry and the release store: the registry of releases is authoritative.
+
+One transaction decides between two simultaneous releases; a release is registered before it becomes visible, and
+one completed after an interruption is registered then; a missing, emptied, redirected or corrupt registry stops a
+release (fail closed) and starting one is explicit; a declared privacy unit composes its rows.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+
+import datasets
+import pytest
+
+from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.privacy.registry import REGISTRY_ENV, RegistryError, init_registry, registry_path
+from squarechipo.privacy.release_store import load_release, release_once
+
+
+def _rows(n: int = 30, start: int = 0) -> datasets.Dataset:
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Household {i} has ${1000 + 37 * i} spare; what now?" for i in range(start, start + n)],
+            "chosen": [f"Household {i}: build the emergency fund first." for i in range(start, start + n)],
+            "rejected": [f"Household {i}: buy lottery tickets." for i in range(start, start + n)],
+        }
+    )
+
+
+def _release_at_a_barrier(folder: str, registry: str, barrier, queue) -> None:
+    """Draw a release of the same rows as the other process, then register only once both have drawn: both passed
+    the early check, so the registry's transaction alone decides."""
+    import os
+
+    import squarechipo.privacy.release as release_module
+
+    os.environ[REGISTRY_ENV] = registry
+    real = release_module.register_release
+
+    def register_after_both_drew(*args, **kwargs):
+        barrier.wait(timeout=120)
+        return real(*args, **kwargs)
+
+    release_module.register_release = register_after_both_drew
+    try:
+        release_once(_rows(), LabelPipeline(epsilon=0.5), folder)
+        queue.put(("released", folder))
+    except RegistryError as error:
+        queue.put(("refused", str(error)))
+
+
+@pytest.mark.integration
+def test_of_two_simultaneous_releases_of_the_same_rows_exactly_one_wins(tmp_path):
+    """Both processes released the same rows at the same moment and both ledgers said ε 0.5."""
+    context = multiprocessing.get_context("fork")
+    barrier, queue = context.Barrier(2), context.Queue()
+    folders = [str(tmp_path / name) for name in ("one", "two")]
+    workers = [
+        context.Process(target=_release_at_a_barrier, args=(folder, str(registry_path()), barrier, queue))
+        for folder in folders
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+        assert worker.exitcode == 0
+    outcomes = sorted(queue.get(timeout=10) for _ in workers)
+    assert [kind for kind, _ in outcomes] == ["refused", "released"]
+    assert "another release of these rows was registered while this one was being drawn" in outcomes[0][1]
+    winner = outcomes[1][1]
+    assert [f for f in folders if (tmp_path / f).exists()] == [winner]  # the loser's staged copy is gone too
+    assert not any(p.name.endswith(".staging") for p in tmp_path.iterdir())
+    with pytest.raises(ValueError, match=r"30 row\(s\) were released before"):
+        release_dataset(_rows(), LabelPipeline(epsilon=0.5))
+
+
+def test_a_release_cut_off_before_it_was_registered_is_registered_when_completed(tmp_path, monkeypatch):
+    """Killed between writing its marker and writing the registry, a release was completed by the next run without
+    being registered, so the same rows could be released again elsewhere."""
+    import squarechipo.privacy.release as release_module
+
+    def killed(*args, **kwargs):
+        raise SystemExit("killed between the marker and the registry")
+
+    monkeypatch.setattr(release_module, "register_release", killed)
+    folder = tmp_path / "release"
+    with pytest.raises(SystemExit):
+        release_once(_rows(), LabelPipeline(epsilon=0.5), folder)
+    staging = tmp_path / ".release.staging"
+    assert staging.is_dir() and not folder.exists()  # nothing visible
+    monkeypatch.undo()
+    completed = release_once(_rows(), LabelPipeline(epsilon=0.5), folder)
+    assert folder.is_dir() and not staging.exists()
+    assert completed["chosen"] == load_release(folder)["chosen"]
+    with pytest.raises(ValueError, match=r"30 row\(s\) were released before"):
+        release_once(_rows(), LabelPipeline(epsilon=0.5), tmp_path / "elsewhere")
+
+
+def test_a_missing_emptied_redirected_or_corrupt_registry_stops_the_release(tmp_path, monkeypatch):
+    release_dataset(_rows(), LabelPipeline(epsilon=0.5))  # a release exists in this registry
+    path = registry_path()
+    for state, prepare in {
+        "missing": lambda: path.unlink(),
+        "emptied": lambda: path.write_bytes(b""),
+        "redirected": lambda: monkeypatch.setenv(REGISTRY_ENV, str(tmp_path / "elsewhere.sqlite")),
+    }.items():
+        saved = path.read_bytes()
+        prepare()
+        refusal = "(no registry of releases at|registry of releases at .* is empty)"
+        with pytest.raises(RegistryError, match=refusal) as refused:
+            release_dataset(_rows(), LabelPipeline(epsilon=0.5))
+        assert str(registry_path()) in str(refused.value) and "squarechipo registry init" in str(refused.value), state
+        monkeypatch.setenv(REGISTRY_ENV, str(path))
+        for leftover in path.parent.glob(path.name + "*"):
+            leftover.unlink()
+        path.write_bytes(saved)
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(RegistryError, match=f"the registry of releases at {path} cannot be read .*DatabaseError"):
+        release_dataset(_rows(60, start=100), LabelPipeline(epsilon=0.5))
+    # Starting a registry is explicit and refuses a path that holds one.
+    fresh = tmp_path / "new.sqlite"
+    assert init_registry(fresh) == fresh
+    with pytest.raises(RegistryError, match="already exists"):
+        init_registry(fresh)
+    # Seeded releases (simulations) are not counted and need no registry.
+    monkeypatch.setenv(REGISTRY_ENV, str(tmp_path / "none.sqlite"))
+    assert len(release_dataset(_rows(), LabelPipeline(epsilon=0.5), seed=0)) == 30
+
+
+def test_a_declared_privacy_unit_composes_its_rows_and_is_what_the_registry_counts(monkeypatch):
+    """Rows of one labeller compose (ε × their number); the same comparison labelled by two labellers is two units,
+    not a copy; a later release of a labeller's rows composes with the earlier one."""
+    rows = _rows(6)
+    same_pair = datasets.concatenate_datasets([rows, rows.select([0])])  # row 6 copies row 0's comparison
+    labelled = same_pair.add_column("labeller", ["ann", "bob", "bob", "cy", "cy", "cy", "dee"])
+    with pytest.raises(ValueError, match="row 6 copies row 0"):
+        release_dataset(same_pair, LabelPipeline(epsilon=0.5))
+    released = release_dataset(labelled, LabelPipeline(epsilon=0.5), privacy_unit="labeller")
+    assert "labeller" not in released.column_names  # not declared public: used for accounting, then dropped
+    (release,) = get_ledger(released).releases
+    assert (release.privacy_unit, release.rows_per_unit) == ("labeller", 3)
+    assert get_ledger(released).total_epsilon == pytest.approx(1.5)  # cy's three labels
+    assert get_ledger(released).rr_flip_rate == pytest.approx(1 / (1 + 2.718281828459045**0.5))  # per-row noise
+    more = _rows(2, start=50).add_column("labeller", ["cy", "eve"])
+    with pytest.raises(ValueError, match=r"1 row\(s\) were released before"):
+        release_dataset(more, LabelPipeline(epsilon=0.5), privacy_unit="labeller")
+    again = release_dataset(more, LabelPipeline(epsilon=0.5), privacy_unit="labeller", rerelease=True)
+    assert get_ledger(again).total_epsilon == pytest.approx(2.0)  # cy: 1.5 before, 0.5 now
+    with pytest.raises(ValueError, match="privacy_unit 'annotator' is not a column"):
+        release_dataset(_rows(2, start=80), LabelPipeline(epsilon=0.5), privacy_unit="annotator")
+
+
+def test_the_registry_is_one_sqlite_file_with_its_format(tmp_path):
+    path = init_registry(tmp_path / "r.sqlite")
+    db = sqlite3.connect(str(path))
+    meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    assert meta["format"] == "squarechipo.release_registry/2" and len(meta["registry_id"]) == 32
