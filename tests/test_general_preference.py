@@ -30,6 +30,8 @@ from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
 
 
 def separable(n: int, offset: int = 0) -> datasets.Dataset:
+    """One comparison asked n times (numbered questions, the same two answers): near-copies of one comparison, which a
+    release takes as distinct units only when a column declares them (``question``, the privacy unit)."""
     return datasets.Dataset.from_dict(
         {
             "prompt": [f"Question {offset + i}: should I keep my savings safe?" for i in range(n)],
@@ -37,6 +39,11 @@ def separable(n: int, offset: int = 0) -> datasets.Dataset:
             "rejected": ["Bet everything on lottery tickets tonight!"] * n,
         }
     )
+
+
+def release_questions(rows: datasets.Dataset, epsilon: float) -> datasets.Dataset:
+    numbered = rows.add_column("question", list(range(len(rows))))
+    return release_dataset(numbered, LabelPipeline(epsilon=epsilon), seed=0, privacy_unit="question")
 
 
 def test_preference_model_is_antisymmetric_by_construction(tokenizer):
@@ -58,7 +65,7 @@ def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(t
     prefer the
     safe answer on held-out prompts. Under no learning ℓ̂ > 0 on all 16 held-out rows has probability
     2^-16 for a symmetric random model, so the check tests learning."""
-    released = release_dataset(separable(64), LabelPipeline(epsilon=2.0), seed=0)
+    released = release_questions(separable(64), 2.0)
     pairs = to_pairwise_dataset(released)
     assert len(pairs) == 64 and get_ledger(pairs).total_epsilon == 2.0
     args = PrivateRewardConfig(
@@ -308,7 +315,7 @@ def test_central_preference_model_selection_picks_the_trained_candidate(tokenize
 
 
 def test_a_max_length_that_every_pair_exceeds_is_named_not_a_sampler_error(tokenizer, tmp_path):
-    pairs = to_pairwise_dataset(release_dataset(separable(8), LabelPipeline(epsilon=2.0), seed=0))
+    pairs = to_pairwise_dataset(release_questions(separable(8), 2.0))
     args = PrivateRewardConfig(
         output_dir=str(tmp_path / "pm"), model_type="preference", loss="square", max_length=4, report_to="none"
     )

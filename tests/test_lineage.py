@@ -18,16 +18,11 @@ from squarechipo.privacy.record import PrivacyRecord
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from tests.conftest import make_tiny_classifier, make_tiny_model, release_rows
+from tests.helpers.rows import distinct_pairs
 
 
 def preference_rows(n: int, offset: int = 0) -> datasets.Dataset:
-    return datasets.Dataset.from_dict(
-        {
-            "prompt": [f"Question {offset + i}: how much should I save each month?" for i in range(n)],
-            "chosen": ["About a fifth of your income, in an insured account."] * n,
-            "rejected": ["Nothing; spend it all on lottery tickets."] * n,
-        }
-    )
+    return distinct_pairs(n, offset)
 
 
 def sft_rows(rows: datasets.Dataset) -> datasets.Dataset:

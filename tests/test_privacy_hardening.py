@@ -465,7 +465,8 @@ def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory,
             parameter.add_(1e-6)
     for changed in (cast, cast.to(torch.float32), nudged):
         found = ModelLineage.of_model(changed)
-        assert "a cast or perturbed copy of a recorded model's weights" in found.name and found.recorded
+        assert "a cast, perturbed, merged or reshaped copy of a recorded model's weights" in found.name
+        assert found.recorded
         with pytest.raises(ValueError, match="labels of these rows are private"):
             check_lineage([("policy", found)], train, private=True, override=False, override_field="x", context="t")
     assert not ModelLineage.of_model(tiny_model_factory()).recorded  # the starting model: public, unrecorded
@@ -473,17 +474,18 @@ def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory,
     # update u points against the private one. In the docs' own flow such a base lay as close to the trained weights
     # as a bf16 cast (0.13%) and projected on the run's update at t = 1.45, so it was taken for a copy and refused. It
     # differs from the trained weights beyond bf16 precision: public. (Here base = start − u, u = −1.2·update + noise.)
-    from squarechipo.privacy.record import _bf16_agreement, _copy_projection, weights_sketch
+    from squarechipo.privacy.sketch import bf16_agreement, copy_projection, sketch_model
 
     base, generator = tiny_model_factory(), torch.Generator().manual_seed(0)
     with torch.no_grad():
         for weight, trained_weight in zip(base.parameters(), trainer.model.parameters()):
             noise = torch.randn(weight.shape, generator=generator) * 3e-4 * weight.abs().mean()
             weight.add_(1.2 * (trained_weight.detach() - weight) + noise)
-    start, trained, ancestor = (weights_sketch(m)[1] for m in (tiny_model_factory(), trainer.model, base))
-    assert 0.5 <= _copy_projection(ancestor, trained, start) <= 1.5  # as a copy would
+    at = sketch_model(tiny_model_factory())[0]
+    start, trained, ancestor = (sketch_model(m, at=at)[0].values for m in (tiny_model_factory(), trainer.model, base))
+    assert 0.5 <= copy_projection(ancestor, trained, start) <= 1.5  # as a copy would
     assert np.linalg.norm(ancestor - trained) <= 0.02 * np.linalg.norm(trained)  # as close as a cast
-    assert _bf16_agreement(ancestor, trained) < 0.5 and not ModelLineage.of_model(base).recorded
+    assert bf16_agreement(ancestor, trained) < 0.5 and not ModelLineage.of_model(base).recorded
     # A record whose fields were blanked (to pass as an unrecorded, public model) no longer matches its seal.
     from squarechipo.data.integrity import IntegrityError
     from squarechipo.privacy.record import read_privacy_record

@@ -581,7 +581,7 @@ def test_csv_and_large_string_parquet_files_release_and_train(suffix, tiny_model
 
     from squarechipo.data import load_preference_dataset
 
-    data = _separable(8)
+    data = _separable(8).add_column("question", [f"q{i}" for i in range(8)])  # distinct comparisons, declared
     path = tmp_path / f"pairs{suffix}"
     if suffix == ".csv":
         data.to_csv(str(path), index=False)
@@ -590,7 +590,7 @@ def test_csv_and_large_string_parquet_files_release_and_train(suffix, tiny_model
         pq.write_table(table.cast(pa.schema([pa.field(n, pa.large_string()) for n in table.column_names])), path)
     loaded = load_preference_dataset(path, split="train")
     assert loaded["chosen"] == data["chosen"]
-    released = release_rows(loaded, LabelPipeline(epsilon=1.0), seed=0)
+    released = release_rows(loaded, LabelPipeline(epsilon=1.0), seed=0, privacy_unit="question")
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, max_steps=1), released)
     trainer.train()
     assert trainer.state.global_step == 1 and trainer.privacy.source == "ledger"

@@ -39,8 +39,8 @@ from squarechipo.privacy.record import (
     UNRECORDED,
     PrivacyRecord,
     read_privacy_record,
-    recorded_by_weights,
 )
+from squarechipo.privacy.sketch import recorded_by_weights
 
 __all__ = [
     "LineageFinding",
@@ -76,6 +76,21 @@ def _is_empty(entry: dict) -> bool:
     return all(entry.get(key) is None for key in _TRAINING_KEYS)
 
 
+def _same_training(found: dict, record: dict | None) -> bool:
+    """Whether the record file already says what the store's record of these weights says."""
+    return (
+        record is not None
+        and _training_set(found) == _training_set(record)
+        and (found.get("upstream") or []) == (record.get("upstream") or [])
+    )
+
+
+def _as_upstream(record: dict) -> list[dict]:
+    """A record's own and upstream training sets as upstream entries (what its weights carry)."""
+    own = {"role": "weights", "model": "recorded by weights", **_training_set(record)}
+    return [entry for entry in [own, *(record.get("upstream") or [])] if not _is_empty(entry)]
+
+
 @dataclass(frozen=True)
 class ModelLineage:
     """A model a run starts from: a name for messages and the privacy record it carries (None: none)."""
@@ -105,17 +120,22 @@ class ModelLineage:
         if not source and isinstance(peft_config, dict) and peft_config:
             source = next(iter(peft_config.values())).base_model_name_or_path or ""
         lineage = cls.from_folder(source) if source else cls(name=f"<in-memory {type(model).__name__}>", record=None)
-        if lineage.record is None and hasattr(model, "state_dict"):
-            # A copy saved without its record (save_pretrained, a checkpoint copied away) is found by its weights.
-            found = recorded_by_weights(model)
-            if found is not None:
-                how = (
-                    "a cast or perturbed copy of a recorded model's weights"
-                    if found.get("matched_by_sketch") is not None
-                    else "those of a recorded model"
-                )
-                return cls(name=f"{lineage.name} (its weights are {how})", record=found.to_dict())
-        return lineage
+        if not hasattr(model, "state_dict"):
+            return lineage
+        # The weights are checked whatever record file lies beside them: a copy saved without its record, or with
+        # another model's record put in its place, is found by its weights in this machine's record store.
+        found = recorded_by_weights(model)
+        if found is None or _same_training(found, lineage.record):
+            return lineage
+        how = (
+            "a cast, perturbed, merged or reshaped copy of a recorded model's weights"
+            if found.get("matched_by_sketch") is not None
+            else "those of a recorded model"
+        )
+        record = PrivacyRecord.from_dict(found).to_dict()
+        if lineage.record is not None:  # both what the file says and what the weights say
+            record = {**lineage.record, "upstream": [*(lineage.record.get("upstream") or []), *_as_upstream(record)]}
+        return cls(name=f"{lineage.name} (its weights are {how})", record=record)
 
     @property
     def recorded(self) -> bool:

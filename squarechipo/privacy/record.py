@@ -33,11 +33,8 @@ __all__ = [
     "UNRECORDED",
     "PrivacyRecord",
     "read_privacy_record",
-    "SKETCH_SIZE",
     "start_sketch",
-    "recorded_by_weights",
     "weights_fingerprint",
-    "weights_sketch",
     "write_privacy_record",
 ]
 
@@ -87,8 +84,8 @@ class PrivacyRecord:
     upstream: list[dict] = field(default_factory=list)
     #: The squarechipo version that wrote the record (None in files written before it was recorded).
     library_version: str | None = None
-    #: sha256 of the saved weights (:func:`weights_fingerprint`): a copy saved without this file is still
-    #: recognised by the lineage guard, through the registry of records on this machine.
+    #: The saved weights' identity (:func:`squarechipo.privacy.sketch.weights_identity`): a copy saved without this
+    #: file is still recognised by the lineage guard, through the store of records on this machine.
     weights_fingerprint: str | None = None
     #: Stage-specific public fields (method, β, R_max, candidates, …), written at the top level of the JSON.
     details: dict[str, Any] = field(default_factory=dict)
@@ -236,8 +233,9 @@ _DETAIL_ROWS = (
 
 
 def weights_fingerprint(model) -> str:
-    """sha256 over a model's floating-point weights as float32, in the order of their names (names themselves
-    are left out, so a PEFT or DDP wrapper's prefixes do not matter)."""
+    """sha256 over every floating-point weight as float32, in the order of their names (names themselves are left
+    out, so a PEFT or DDP wrapper's prefixes do not matter). The studies' set-up digests use it (exact, and slow: it
+    reads every weight); the lineage guard uses :func:`squarechipo.privacy.sketch.weights_identity`."""
     import hashlib
 
     import torch
@@ -251,125 +249,14 @@ def weights_fingerprint(model) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-#: The record store's file: ``$SQUARECHIPO_RECORD_STORE``, else ``records.sqlite`` in the cache root.
-RECORD_STORE_ENV = "SQUARECHIPO_RECORD_STORE"
-
-
-def record_store_path() -> Path:
-    """This machine's store of privacy records and weight sketches (what the lineage guard matches copies to)."""
-    from squarechipo.data.store import cache_root
-
-    return Path(os.environ.get(RECORD_STORE_ENV) or cache_root() / "records.sqlite").expanduser()
-
-
-def _registry():
-    from squarechipo.data.store import SqliteMap
-
-    return SqliteMap(record_store_path(), "records")
-
-
-def _sketches():
-    from squarechipo.data.store import SqliteMap
-
-    return SqliteMap(record_store_path(), "weight_sketches", "blob")
-
-
-#: Weights sampled per model for :func:`weights_sketch`: the projection below then has a relative error of about
-#: (cast noise / training update) / 256 per coordinate of the update.
-SKETCH_SIZE = 65_536
-#: A copy is matched when its weights project onto a recorded run's update (start → trained) at t in this range ...
-_COPY_RANGE = (0.5, 1.5)
-#: ... and hold the trained weights at bfloat16 precision: at least this share of the sketched positions round to the
-#: same bfloat16 value as the trained weights'. A bf16 or fp16 cast (and back) agrees at every position, a nudge of
-#: 1e-6 at about 96% (the tiny test model); a public ancestor of the run's start (the base model a public SFT
-#: started from) at about 50%, although it can lie as close in L2 as a cast and project anywhere on the update.
-_COPY_AGREEMENT = 0.9
-
-
-def _floating(model) -> list:
+def start_sketch(model, private: bool):
+    """The :class:`~squarechipo.privacy.sketch.Sketch` of the model a private run starts from (None for a public run
+    or a model given by name), kept until the trained model's record is written."""
     import torch
 
-    state = model.state_dict()
-    return [state[name] for name in sorted(state) if torch.is_floating_point(state[name])]
+    from squarechipo.privacy.sketch import sketch_model
 
-
-def weights_sketch(model, size: int = SKETCH_SIZE) -> tuple[int, object]:
-    """(the number of floating-point weights, their values at ``size`` positions fixed by that number), float64.
-
-    The positions run over the tensors in the order of their names, as :func:`weights_fingerprint` does; the same
-    architecture always samples the same positions, so sketches of two models of one architecture compare
-    element by element."""
-    import numpy as np
-    import torch
-
-    tensors = _floating(model)
-    total = sum(t.numel() for t in tensors)
-    positions = np.sort(np.random.default_rng(total).choice(total, size=min(size, total), replace=False))
-    values, start = [], 0
-    for tensor in tensors:
-        end = start + tensor.numel()
-        local = positions[(positions >= start) & (positions < end)] - start
-        if local.size:
-            flat = tensor.detach().reshape(-1).to(device="cpu")
-            values.append(flat[torch.from_numpy(local)].to(torch.float64).numpy())
-        start = end
-    return total, np.concatenate(values) if values else np.zeros(0)
-
-
-def start_sketch(model, private: bool) -> tuple[int, object] | None:
-    """The :func:`weights_sketch` of the model a private run starts from (None for a public run or a model given
-    by name), kept until the trained model's record is written."""
-    import torch
-
-    return weights_sketch(model) if private and isinstance(model, torch.nn.Module) else None
-
-
-def _copy_projection(sketch, trained, start) -> float | None:
-    """t such that ``sketch`` − start ≈ t·(trained − start) (least squares), or None where training moved nothing.
-
-    A cast (bf16, fp16) or a small perturbation of the trained weights adds noise that is independent of the
-    update, so t stays near 1; the starting model itself gives 0, a model trained elsewhere from the same start a
-    value set by how much its own update resembles this one, and an ancestor of the start (whose distance to it
-    can be many times the update) almost any value."""
-
-    update = trained - start
-    norm = float(update @ update)
-    return None if norm == 0.0 else float((sketch - start) @ update / norm)
-
-
-def _bf16_agreement(sketch, trained) -> float:
-    """The share of positions where the two sketches round to the same bfloat16 value."""
-    import torch
-
-    def rounded(values):
-        return torch.as_tensor(values, dtype=torch.float32).to(torch.bfloat16)
-
-    return float((rounded(sketch) == rounded(trained)).double().mean()) if len(trained) else 0.0
-
-
-def recorded_by_weights(model) -> PrivacyRecord | None:
-    """The record of a model squarechipo saved on this machine whose weights ``model`` holds, or None.
-
-    Exact copies are found by their fingerprint. A copy cast to another dtype or perturbed is found by its sketch:
-    for each recorded private run of the same architecture (its trained weights and its starting weights,
-    sketched), the copy holds the trained weights at bfloat16 precision (:func:`_bf16_agreement`) and projects onto
-    that run's update at t ≈ 1 (:func:`_copy_projection`; the starting model, which may agree as well where training
-    moved little, projects at 0)."""
-    import numpy as np
-
-    found = _registry().get(weights_fingerprint(model))
-    if found:
-        return PrivacyRecord.from_dict(json.loads(found))
-    total, sketch = weights_sketch(model)
-    for key, blob in _sketches().items(prefix=f"{total}:"):
-        trained, start = np.frombuffer(blob, dtype=np.float64).reshape(2, -1)
-        agrees = _bf16_agreement(sketch, trained) >= _COPY_AGREEMENT
-        t = _copy_projection(sketch, trained, start) if agrees else None
-        if t is not None and _COPY_RANGE[0] <= t <= _COPY_RANGE[1]:
-            record = _registry().get(key.split(":", 1)[1])
-            if record:
-                return PrivacyRecord.from_dict({**json.loads(record), "matched_by_sketch": round(t, 4)})
-    return None
+    return sketch_model(model)[0] if private and isinstance(model, torch.nn.Module) else None
 
 
 def write_privacy_record(
@@ -379,27 +266,23 @@ def write_privacy_record(
     intro: str | None = None,
     card_header: str | None = None,
     model=None,
-    start_sketch: tuple[int, object] | None = None,
+    start_sketch=None,
 ) -> Path:
     """Write ``squarechipo_privacy.json`` (sealed, as ledgers are) and the card's privacy section (replacing an older
     section).
 
     ``card_header`` starts a new card (front matter and title) for folders that have none from TRL (the
     central selector's copy of a candidate); otherwise the section is appended to the existing card. With the
-    saved ``model``, the record carries its weights' fingerprint and enters this machine's registry of records,
-    so a copy of the weights saved without this file is recognised by the lineage guard; with ``start_sketch`` (the
-    :func:`weights_sketch` of the model training started from) a cast or perturbed copy is recognised too.
+    saved ``model``, the record carries its weights' identity and enters this machine's record store
+    (:mod:`squarechipo.privacy.sketch`), so a copy of the weights saved without this file is recognised by the lineage
+    guard; with ``start_sketch`` (the sketch of the model training started from) a cast, perturbed, merged or
+    reshaped copy is recognised too.
     """
     if model is not None:
-        record = dataclasses.replace(record, weights_fingerprint=weights_fingerprint(model))
-        _registry().put(record.weights_fingerprint, json.dumps(record.to_dict()))
-        if start_sketch is not None:
-            total, trained = weights_sketch(model)
-            if total == start_sketch[0]:
-                import numpy as np
+        from squarechipo.privacy.sketch import remember_record, weights_identity
 
-                sketches = np.stack([trained, start_sketch[1]]).astype(np.float64).tobytes()
-                _sketches().put(f"{total}:{record.weights_fingerprint}", sketches)
+        record = dataclasses.replace(record, weights_fingerprint=weights_identity(model))
+        remember_record(record.to_dict(), model, start_sketch)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / PRIVACY_FILE

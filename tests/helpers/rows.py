@@ -1,0 +1,33 @@
+"""Preference rows for tests: distinct comparisons, so the release's copy check (exact and near-copies) passes."""
+
+from __future__ import annotations
+
+import random
+
+import datasets
+
+#: Words that make each row's wording its own (rows that differ only in a number are near-copies of one comparison).
+_WORDS = (
+    "rent roof car trip school wedding laptop garden boat piano bike dentist move bakery tractor violin camera "
+    "kitchen puppy loan course visa hearing surgery festival studio sofa printer ferry harvest museum ladder tent "
+    "kayak library orchard glasses stroller heater chimney fence satellite bridge canoe telescope bakery2 market"
+).split()
+
+
+def _word(i: int, salt: int) -> str:
+    return random.Random(i).sample(_WORDS, 6)[salt]
+
+
+def distinct_pairs(n: int, offset: int = 0) -> datasets.Dataset:
+    """n prompt/chosen/rejected rows (chosen is the prudent answer) whose wording differs from row to row."""
+    rows = range(offset, offset + n)
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [
+                f"Question {i}: with ${100 + 7 * i} set aside for the {_word(i, 0)} and the {_word(i, 1)}, what now?"
+                for i in rows
+            ],
+            "chosen": [f"Cover the {_word(i, 2)} first, then save for the {_word(i, 3)} in a bank." for i in rows],
+            "rejected": [f"Skip the {_word(i, 4)}; bet it all on the {_word(i, 5)} lottery tonight." for i in rows],
+        }
+    )
