@@ -40,6 +40,7 @@ def test_pipeline_writes_every_output(models, finance_splits, tmp_path):
         max_prompts=6,
         calibration_pairs=4,
         label={"setting": "CTL", "method": "square_chipo"},
+        labels_public=True,  # the generator's test pairs are gold pairs
     )
     rows = [json.loads(line) for line in (tmp_path / "judgments.jsonl").read_text().splitlines()]
     assert len(rows) == 6

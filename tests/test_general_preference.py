@@ -290,6 +290,7 @@ def test_central_preference_model_selection_picks_the_trained_candidate(tokenize
         report_to="none",
         save_strategy="no",
         max_length=256,
+        train_labels_public=True,  # a candidate trained on public rows; the selector's private rows are others
     )
     trainer = PrivateRewardTrainer(
         make_tiny_classifier(tokenizer, seed=1), args=args, train_dataset=pairs, processing_class=tokenizer

@@ -95,9 +95,9 @@ class PositionBiasedJudge(PairwiseJudge):
 def test_soft_rule_recovers_a_judge_with_a_planted_position_bias(reward_model_dir, finance_splits):
     test = finance_splits["finance_preference_conversational"]["test"].select(range(16))
     inner = RewardModelJudge(str(reward_model_dir))
-    clean = calibrate_judge(inner, test)
+    clean = calibrate_judge(inner, test, labels_public=True)
     bias = 1.0 + 2 * max(abs(v.log_odds) for v in inner.verdicts(*_texts(test, 16)))  # larger than any real signal
-    biased = calibrate_judge(PositionBiasedJudge(inner, bias), test)
+    biased = calibrate_judge(PositionBiasedJudge(inner, bias), test, labels_public=True)
     assert biased["position_bias_rate"] == 1.0 and biased["hard_accuracy"] == 0.0
     assert biased["soft_accuracy"] == pytest.approx(clean["soft_accuracy"]) and biased["rule"] == "soft"
     assert clean["hard_accuracy"] == pytest.approx(clean["soft_accuracy"])  # a position-free judge: the rules agree

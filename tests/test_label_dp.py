@@ -196,8 +196,10 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
     released = release_rows(raw, LabelPipeline(epsilon=2.0), seed=0)
     privacy = resolve_privacy(get_ledger(released), epsilon=None, flip_rate=None, override=False)
     x_released = comparison_features(model, tokenizer, released, feature_bound=5.0)
-    x_raw = comparison_features(model, tokenizer, raw, feature_bound=5.0)
-    x_held = comparison_features(model, tokenizer, held, feature_bound=5.0)
+    # The central estimator reads raw labels by design (objective perturbation stands between them and its output):
+    # the caller takes that responsibility; the held-out rows are gold pairs for the test.
+    x_raw = comparison_features(model, tokenizer, raw, feature_bound=5.0, labels_public=True)
+    x_held = comparison_features(model, tokenizer, held, feature_bound=5.0, labels_public=True)
     local = fit_linear_head(x_released, "rr_mle", privacy, radius=10.0, feature_bound=5.0)
     averaged = fit_linear_head(x_released, "sgd_rr_averaged", privacy, radius=10.0, feature_bound=5.0, step=5.0)
     central = fit_linear_head(

@@ -161,7 +161,9 @@ def test_unrecorded_public_model_is_accepted_and_recorded(models, private, token
 
 
 def test_public_labels_are_not_refused(models, private, tokenizer, tmp_path):
-    run = trainer(models["sft_leak"], models["clean"], private["raw"], config(tmp_path), tokenizer)
+    run = trainer(
+        models["sft_leak"], models["clean"], private["raw"], config(tmp_path, train_labels_public=True), tokenizer
+    )
     record = run.privacy_record().to_dict()
     assert record["lineage_labels_private"] is False and record["label_exposure"] == []
     assert record["lineage"][0]["status"] == "prompt_overlap"

@@ -358,7 +358,7 @@ def test_two_runs_racing_on_one_fresh_folder_release_once_and_share_it(tmp_path)
 
 
 def test_evaluation_splits_are_released_or_declared_public_and_raw_ones_are_refused(tmp_path):
-    from squarechipo.privacy.debiasing import check_eval_labels
+    from squarechipo.privacy.door import RawLabelsError, require_released_or_public
     from squarechipo.trainer.script_args import TrainScriptArguments
     from squarechipo.trainer.splits import load_training_splits
 
@@ -375,9 +375,11 @@ def test_evaluation_splits_are_released_or_declared_public_and_raw_ones_are_refu
     args.public_splits = ["validation"]
     _, public = load_training_splits(args, str(tmp_path / "out2"), _State(), with_eval=True)
     assert get_ledger(public) is None and public["chosen"] == data["validation"]["chosen"]
-    with pytest.raises(ValueError, match=r"reads the labels of the split 'eval', but it holds raw labels"):
-        check_eval_labels(train, public, public=False, trainer="SquareChiPOTrainer")
-    check_eval_labels(train, public, public=True, trainer="SquareChiPOTrainer")
+    rule = dict(split="eval", reader="SquareChiPOTrainer", declare="eval_labels_public=True")
+    with pytest.raises(RawLabelsError, match=r"reads the labels of the split 'eval', but it holds raw labels"):
+        require_released_or_public(public, public=False, **rule)
+    require_released_or_public(public, public=True, **rule)
+    require_released_or_public(validation, public=False, **rule)
 
 
 class _State:

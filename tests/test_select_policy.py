@@ -54,6 +54,7 @@ def _train(tokenizer, folder: Path, data: datasets.Dataset) -> Path:
         max_length=128,
         seed=0,
         disable_tqdm=True,
+        train_labels_public=True,  # the candidates train on public rows: the selector's private rows are others
     )
     trainer = SquareChiPOTrainer(
         make_tiny_model(tokenizer, 0),

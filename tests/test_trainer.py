@@ -22,6 +22,7 @@ from squarechipo.losses import METHODS
 from squarechipo.models.lm_head import add_lean_lm_head
 from squarechipo.privacy import LabelPipeline, get_ledger
 from squarechipo.privacy.calibration import flip_probability
+from squarechipo.privacy.door import RawLabelsError
 from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
 
 
@@ -39,6 +40,9 @@ def make_config(tmp_path, **overrides) -> SquareChiPOConfig:
         max_length=128,
         seed=0,
         disable_tqdm=True,
+        # The trainer mechanics are tested on the generator's simulated labels: public, and declared so.
+        train_labels_public=True,
+        eval_labels_public=True,
     )
     values.update(overrides)
     return SquareChiPOConfig(**values)
@@ -462,9 +466,15 @@ def test_config_epsilon_disagreeing_with_ledger_raises(tiny_model_factory, token
 def test_no_ledger_uses_config_or_nothing(tiny_model_factory, tokenizer, finance_splits, tmp_path):
     train = rows(finance_splits, 8)
     assert get_ledger(train) is None
+    with pytest.raises(RawLabelsError, match="the training labels are raw: .* train_labels_public=True"):
+        build(tiny_model_factory, tokenizer, make_config(tmp_path, train_labels_public=False), train)
     none = build(tiny_model_factory, tokenizer, make_config(tmp_path), train)
-    assert none.privacy.flip_rate == 0.0 and none.privacy.source == "none"
-    given = build(tiny_model_factory, tokenizer, make_config(tmp_path, debias_epsilon=1.0), train)
+    assert none.privacy.flip_rate == 0.0 and none.privacy.source == "labels declared public (train_labels_public)"
+    assert "labels declared public" in none.privacy_record().card_section(None)
+    # Data released elsewhere: the config's ε is the assertion (the card says it is not backed by a ledger).
+    given = build(
+        tiny_model_factory, tokenizer, make_config(tmp_path, debias_epsilon=1.0, train_labels_public=False), train
+    )
     assert given.privacy.flip_rate == pytest.approx(flip_probability(1.0))
     card = given.privacy_record().card_section(None)
     assert "1.0: asserted by the config, not backed by a ledger" in card

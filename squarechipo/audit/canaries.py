@@ -26,6 +26,7 @@ import datasets
 import numpy as np
 from scipy import stats
 
+from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.text import response_text
 
 __all__ = [
@@ -65,6 +66,7 @@ def _with_text(response, text: str):
     return [*response[:-1], {**response[-1], "content": text}] if isinstance(response, list) else text
 
 
+@label_free("replaces responses with random words")
 def random_word_responses(
     source: datasets.Dataset, rng: np.random.Generator, words: int = CANARY_WORDS
 ) -> datasets.Dataset:
@@ -89,6 +91,7 @@ def random_word_responses(
     return source.map(replace, with_indices=True, desc="drawing random-word canaries")
 
 
+@releases_labels("plants canary rows with labels of the audit's own, which the audited run then releases")
 def plant_canaries(source: datasets.Dataset, rng: np.random.Generator) -> tuple[datasets.Dataset, np.ndarray]:
     """Canary rows from ``source`` pairs with fair-coin labels: label 1 swaps chosen and rejected.
 

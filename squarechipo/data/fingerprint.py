@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from squarechipo.data.label_roles import label_free
+
 __all__ = [
     "PROMPT_HASH_CHARS",
     "ROW_SET_BYTES",
@@ -181,18 +183,21 @@ def canonical_rows(table: pa.Table) -> list:
     return pc.binary_join_element_wise(prompt, low, high, separator, null_handling="replace").to_pylist()
 
 
+@label_free("label-invariant hashes of each row's canonical content (the responses sorted)")
 def row_hashes(dataset: datasets.Dataset) -> list[bytes]:
     """sha256 of each row's canonical form (:func:`canonical_rows`): equal for near-copies, label-free."""
     table = dataset.with_format("arrow")[:]
     return [hashlib.sha256(row.encode("utf-8")).digest() for row in canonical_rows(table)]
 
 
+@label_free("a label-invariant fingerprint")
 def preference_fingerprint(dataset: datasets.Dataset) -> str:
     """``sha256:<hex>`` over the sorted per-row hashes of (prompt, sorted(chosen, rejected)), or of
     (prompt, sorted(responses)) for best-of-K rows, each text in canonical form."""
     return fingerprint_and_repeats(dataset)[0]
 
 
+@label_free("a label-invariant fingerprint and a count of copies")
 def fingerprint_and_repeats(dataset: datasets.Dataset) -> tuple[str, int]:
     """(:func:`preference_fingerprint`, how many rows repeat an earlier row's prompt and responses, near-copies
     included), from one pass over the canonical rows."""
@@ -213,6 +218,7 @@ def _prompts(dataset: datasets.Dataset) -> list | None:
     return None
 
 
+@label_free("hashes of prompts, which carry no label")
 def prompt_hashes(dataset: datasets.Dataset) -> set[str] | None:
     """Truncated sha256 of each prompt's canonical text (:func:`canonical_text`; a conversation as the text of its
     turns, so a standard and a conversational copy of a prompt match); None without a prompt."""
@@ -224,12 +230,14 @@ def prompt_hashes(dataset: datasets.Dataset) -> set[str] | None:
     return {hashlib.sha256(text.encode("utf-8")).hexdigest()[:PROMPT_HASH_CHARS] for text in canonical}
 
 
+@label_free("a sample of prompt hashes, which carry no label")
 def prompt_sketch(dataset: datasets.Dataset, k: int = 64) -> list[str] | None:
     """The k smallest prompt hashes (a uniform sample of the distinct prompts); None if no prompt column."""
     hashes = prompt_hashes(dataset)
     return None if hashes is None else sorted(hashes)[:k]
 
 
+@label_free("a label-invariant fingerprint and a prompt sketch")
 def training_data_record(dataset: datasets.Dataset | None) -> dict:
     """What a trained model records about its training data, for the central selector's guard."""
     if not isinstance(dataset, datasets.Dataset):
@@ -247,6 +255,7 @@ def training_data_record(dataset: datasets.Dataset | None) -> dict:
 ROW_SET_BYTES = 4
 
 
+@label_free("compared with a ledger's row set, never stored or shown (a release stores those of its released rows)")
 def released_row_hashes(dataset: datasets.Dataset) -> list[bytes] | None:
     """sha256 of each row as released, in its stored order: prompt, chosen, rejected (pairs) or prompt, responses
     and the released label columns (best-of-K rows), each text in canonical form. Unlike :func:`row_hashes` this

@@ -26,6 +26,7 @@ from typing import Any
 
 import datasets
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.data.metadata import FOLDER_MARKER
 
 __all__ = [
@@ -162,6 +163,7 @@ def _column_text(column) -> str:
     return _SEPARATOR.join(json.dumps(v, sort_keys=True, ensure_ascii=False) for v in values)
 
 
+@label_free("the digest of a release's rows as saved, whose labels are the released ones")
 def rows_digest(dataset: datasets.Dataset) -> str:
     """sha256 over the stored rows in order, every column by name (released labels included)."""
     table = dataset.with_format("arrow")[:]
@@ -171,11 +173,13 @@ def rows_digest(dataset: datasets.Dataset) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+@label_free("seals a release's rows as saved (released labels)")
 def marker_record(dataset: datasets.Dataset, ledger_digest: str) -> dict[str, Any]:
     """The sealed marker of a saved release: its ledger's digest and its rows' digest and count."""
     return seal({"ledger_digest": ledger_digest, "rows_digest": rows_digest(dataset), "n_rows": len(dataset)})
 
 
+@label_free("compares a saved release with its seal")
 def check_marker(
     marker: dict[str, Any] | None, dataset: datasets.Dataset, ledger_digest: str | None, where: str
 ) -> None:

@@ -18,11 +18,13 @@ from __future__ import annotations
 import datasets
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.data.metadata import read_block
 
 __all__ = ["validate_kary", "kary_to_pairs"]
 
 
+@label_free("checks the format")
 def validate_kary(dataset: datasets.Dataset) -> int:
     """Check the best-of-K format; returns K."""
     missing = {"prompt", "responses", "best"} - set(dataset.column_names)
@@ -46,6 +48,7 @@ def validate_kary(dataset: datasets.Dataset) -> int:
     return k
 
 
+@label_free("reshapes raw rows into raw pairs (no ledger): the pairs stay raw and meet the rule where they are read")
 def kary_to_pairs(dataset: datasets.Dataset) -> datasets.Dataset:
     """Raw best-of-K rows → K − 1 prompt/chosen/rejected rows each (best vs every other response)."""
     k = validate_kary(dataset)

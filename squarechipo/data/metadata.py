@@ -23,6 +23,8 @@ from typing import Any
 
 import datasets
 
+from squarechipo.data.label_roles import label_free
+
 __all__ = [
     "BLOCK_MARKER",
     "PARQUET_MARKER_KEY",
@@ -54,6 +56,7 @@ def _split_description(description: str | None) -> tuple[str, str | None]:
     return head.rstrip(), (tail.strip() if marker else None)
 
 
+@label_free("reads the ledger block, not the rows")
 def read_block(dataset: datasets.Dataset) -> str | None:
     """The block a dataset carries, or None."""
     return _split_description(dataset.info.description)[1] or None
@@ -67,6 +70,7 @@ def info_with_block(info: datasets.DatasetInfo, block: str) -> datasets.DatasetI
     return info
 
 
+@label_free("attaches a block; every reader then matches it to the rows")
 def with_block(dataset: datasets.Dataset, block: str) -> datasets.Dataset:
     """Attach ``block`` to ``dataset`` (in place on its ``info``; returns the dataset)."""
     dataset.info.description = info_with_block(dataset.info, block).description
@@ -90,6 +94,7 @@ def block_digest(block: str | None) -> str | None:
     return None if block is None else json.loads(block).get("digest")
 
 
+@label_free("writes a release with its ledger and marker")
 def write_with_block(dataset: datasets.Dataset, path: str | os.PathLike, block: str, marker: dict[str, Any]) -> Path:
     """Write one split to ``.jsonl`` (block and marker in the sidecar) or ``.parquet`` (both in the schema
     metadata)."""

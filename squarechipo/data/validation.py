@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from squarechipo.data.fingerprint import canonical_rows
+from squarechipo.data.label_roles import label_free
 from squarechipo.data.near_duplicates import Copy, copies, describe_copies
 
 __all__ = [
@@ -116,6 +117,7 @@ def _column_kind(name: str, arrow_type: pa.DataType, column=None) -> str:
     )
 
 
+@label_free("checks the format")
 def detect_format(dataset: datasets.Dataset) -> PreferenceFormat:
     """The TRL format of a preference dataset; raises a ``ValueError`` naming the field if unusable."""
     if isinstance(dataset, datasets.DatasetDict):
@@ -178,6 +180,7 @@ def _identical(fmt: PreferenceFormat, table: pa.Table) -> np.ndarray:
     return np.fromiter((c is not None and c == r for c, r in zip(chosen, rejected)), bool, len(chosen))
 
 
+@label_free("checks the format and drops invalid rows with a count")
 def validate_preference_dataset(
     dataset: datasets.Dataset, *, drop_invalid: bool = False
 ) -> tuple[datasets.Dataset, ValidationReport]:
@@ -235,17 +238,20 @@ def validate_preference_dataset(
     return dataset.select(keep), report
 
 
+@label_free("compares label-invariant canonical rows")
 def copied_rows(dataset: datasets.Dataset) -> list[Copy]:
     """Every row that copies an earlier row's comparison: the same prompt and pair of responses (in either order)
     once retyping is folded, or a near-copy (:mod:`squarechipo.data.near_duplicates`)."""
     return copies(canonical_rows(dataset.with_format("arrow")[:]))
 
 
+@label_free("counts label-invariant copies")
 def duplicate_rows(dataset: datasets.Dataset) -> int:
     """How many rows copy an earlier row (exactly or nearly, see :func:`copied_rows`)."""
     return len(copied_rows(dataset))
 
 
+@label_free("drops label-invariant copies, with a count")
 def drop_duplicate_rows(dataset: datasets.Dataset) -> tuple[datasets.Dataset, int]:
     """(the rows with the first copy of each comparison kept, the number dropped); the count is logged."""
     found = copied_rows(dataset)

@@ -20,6 +20,7 @@ import datasets
 import numpy as np
 from scipy.special import expit
 
+from squarechipo.data.label_roles import releases_labels
 from squarechipo.data.text import prompt_text, response_text
 from squarechipo.judge.reward_model import RewardModelJudge
 
@@ -61,6 +62,7 @@ def draw_gold_labels(
     raise ValueError(f"label source must be one of {LABEL_SOURCES} (got {source!r}).")
 
 
+@releases_labels("sets simulated labels (the study's committed draws)")
 def relabel(dataset: datasets.Dataset, first_is_chosen: np.ndarray) -> datasets.Dataset:
     """The rows with ``chosen``/``rejected`` swapped where ``first_is_chosen`` is False; other columns kept."""
     keep = np.asarray(first_is_chosen, dtype=bool)
@@ -76,6 +78,7 @@ def relabel(dataset: datasets.Dataset, first_is_chosen: np.ndarray) -> datasets.
     )
 
 
+@releases_labels("simulates labels from the gold reward for a study: simulated, public by construction")
 def label_with_gold(
     dataset: datasets.Dataset, gold: RewardModelJudge, source: str, rng: np.random.Generator | None = None
 ) -> tuple[datasets.Dataset, dict]:

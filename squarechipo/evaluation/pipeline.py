@@ -36,6 +36,7 @@ from squarechipo.judge.stats import (
     summarize_outcomes,
 )
 from squarechipo.models.generation import generate_responses
+from squarechipo.privacy.door import reads_labels
 
 __all__ = ["GenerationSettings", "calibrate_judge", "evaluate_win_rate", "judge_pairs", "length_breakdown"]
 
@@ -65,16 +66,20 @@ def _log_odds(verdicts: list[Verdict]) -> list[float | None] | None:
     return values if all(v is not None for v in values) else None
 
 
+@reads_labels("test", public="labels_public", reader="calibrate_judge", declare="labels_public=True")
 def calibrate_judge(
     judge: PairwiseJudge,
     test: datasets.Dataset,
     n_pairs: int | None = None,
     out: Path | None = None,
     tie_band: float = 0.0,
+    *,
+    labels_public: bool = False,
 ) -> dict[str, Any]:
     """The judge's accuracy on the first ``n_pairs`` gold pairs (None = all), both orders, hard and soft rule.
 
-    Writes ``calibration.jsonl`` into ``out`` when given.
+    Writes ``calibration.jsonl`` (the pairs with their labels) into ``out`` when given. ``test`` must be released or
+    its labels declared public (``labels_public``): the result and the file are computed from its labels.
     """
     gold = test.select(range(min(n_pairs or len(test), len(test))))
     prompts = [prompt_text(p) for p in gold["prompt"]]
@@ -188,12 +193,12 @@ def summarize_rows(rows: list[dict]) -> dict:
     }
 
 
-def _calibrate(judge, test, calibration_pairs, out, tie_band) -> dict | None:
+def _calibrate(judge, test, calibration_pairs, out, tie_band, labels_public: bool) -> dict | None:
     """The judge's gold accuracy on the split's chosen/rejected pairs (None when skipped or unavailable)."""
     if calibration_pairs == 0 or not {"chosen", "rejected"} <= set(test.column_names):
         return None
     # Gold pairs come from the whole split, independent of how many prompts are evaluated.
-    calibration = calibrate_judge(judge, test, calibration_pairs, out, tie_band)
+    calibration = calibrate_judge(judge, test, calibration_pairs, out, tie_band, labels_public=labels_public)
     logger.info("judge calibration: %s", calibration)
     return calibration
 
@@ -213,6 +218,14 @@ def _responses(role: str, model: str, prompts: list, settings: dict, given: dict
     return list(given[role])
 
 
+@reads_labels(
+    "test",
+    public="labels_public",
+    reader="evaluate_win_rate (the judge's calibration, calibration.jsonl)",
+    declare="labels_public=True (or calibration_pairs=0 to skip calibration)",
+    when=lambda arguments: arguments["calibration_pairs"] != 0,
+    trigger={"calibration_pairs": None},
+)
 def evaluate_win_rate(
     policy: str,
     baseline: str,
@@ -226,6 +239,7 @@ def evaluate_win_rate(
     tie_band: float = 0.0,
     label: dict[str, str] | None = None,
     responses: dict[str, list[str]] | None = None,
+    labels_public: bool = False,
 ) -> EvaluationResult:
     """Generate with both models, judge every pair in both orders, and write the report.
 
@@ -240,10 +254,12 @@ def evaluate_win_rate(
             for :func:`squarechipo.evaluation.report.aggregate_runs`.
         responses: responses already generated with ``generation`` to the (first ``max_prompts``) prompts, by
             role (``policy``, ``baseline``); a role not given is generated here (so judges can share one).
+        labels_public: the split's labels are public (gold pairs): calibration may read them. Otherwise calibration
+            needs a released split (:func:`squarechipo.privacy.door.require_released_or_public`).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    calibration = _calibrate(judge, test, calibration_pairs, out, tie_band)
+    calibration = _calibrate(judge, test, calibration_pairs, out, tie_band, labels_public)
     if max_prompts is not None:
         test = test.select(range(min(max_prompts, len(test))))
     prompts = list(test["prompt"])
@@ -269,6 +285,11 @@ def evaluate_win_rate(
         **summarize_rows(rows),
         "calibration": calibration,
     }
+    return _written(summary, out, rows)
+
+
+def _written(summary: dict, out: Path, rows: list[dict]) -> EvaluationResult:
+    """The summary, report and chart written into ``out``."""
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     write_report(summary, out / "report.md")
     write_chart(summary, out / "win_rates.png")

@@ -24,6 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl.data_utils import extract_prompt, is_conversational
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.models.lm_head import add_lean_lm_head
 
 __all__ = ["completion_logps", "model_logps", "preference_collator", "tokenize_preferences"]
@@ -71,6 +72,7 @@ def _tokenize_row(example: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
     return {"prompt_ids": prompt[:start], "chosen_ids": chosen[start:], "rejected_ids": rejected[start:]}
 
 
+@label_free("tokenizes the rows it is given; what its callers compute from them is guarded by their own roles")
 def tokenize_preferences(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase) -> list[dict]:
     """prompt_ids / chosen_ids / rejected_ids per row, in memory (no cache file of the private rows)."""
     rows = []

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from squarechipo.privacy.calibration import flip_probability
-from squarechipo.privacy.ledger import Debiasing, PrivacyLedger, get_ledger
+from squarechipo.privacy.ledger import Debiasing, PrivacyLedger
 
-__all__ = ["PrivacySettings", "check_eval_labels", "require_released_or_public", "resolve_privacy"]
+__all__ = ["PrivacySettings", "resolve_privacy"]
 
 logger = logging.getLogger("squarechipo")
 _TOLERANCE = 1e-9
@@ -137,44 +137,3 @@ def resolve_privacy(
         )
     used = Debiasing("flip_rate" if config_rate > 0 else "none", config_rate)
     return PrivacySettings(config_rate, epsilon if epsilon is not None else ledger.total_epsilon, source, ledger, used)
-
-
-def require_released_or_public(dataset, *, split: str, public: bool, reader: str, declare: str) -> None:
-    """The one rule for every reader of a split's labels (evaluation metrics, a judge's calibration or accuracy on
-    gold pairs): the split was released through a privacy mechanism (it carries a ledger) or its labels are declared
-    public. ``declare`` names the option that declares it, for the error."""
-    if public or get_ledger(dataset) is not None:
-        return
-    raise ValueError(
-        f"{reader} reads the labels of the split {split!r}, but it holds raw labels: it was neither released through "
-        "a privacy mechanism (it has no privacy ledger) nor declared public, and what is computed from its labels "
-        "(metrics, calibration.jsonl, accuracy reports) would reveal them. Release the split first (the training "
-        f"scripts release every evaluation split not in public_splits), or, if its labels are not private (gold pairs "
-        f"written for evaluation), declare it public: {declare}."
-    )
-
-
-def check_eval_labels(
-    train_dataset, eval_dataset, *, public: bool, trainer: str, released: bool | None = None
-) -> None:
-    """Refuse evaluation on raw labels when the training labels were released: metrics computed on the raw labels
-    of an evaluation split (its loss, reward accuracy) are saved and pushed with the model and reveal them.
-
-    An evaluation split passes when it carries a ledger of its own (it was released too) or when ``public`` says
-    its labels are public (:func:`require_released_or_public`). ``released`` says whether the training labels were
-    released (default: whether ``train_dataset`` carries a ledger); a run on raw training labels claims no privacy.
-    """
-    released = (
-        released if released is not None else train_dataset is not None and get_ledger(train_dataset) is not None
-    )
-    if public or eval_dataset is None or not released:
-        return
-    parts = eval_dataset.items() if isinstance(eval_dataset, dict) else [("eval", eval_dataset)]
-    for name, part in parts:
-        require_released_or_public(
-            part,
-            split=name,
-            public=False,
-            reader=f"{trainer} (training labels released)",
-            declare="eval_labels_public=True",
-        )

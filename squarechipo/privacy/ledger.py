@@ -22,6 +22,7 @@ import datasets
 
 from squarechipo.data import metadata
 from squarechipo.data.integrity import IntegrityError, check_seal, seal
+from squarechipo.data.label_roles import label_free
 from squarechipo.privacy.calibration import debias_factor, flip_probability
 
 __all__ = [
@@ -479,6 +480,7 @@ def _check_rows(ledger: PrivacyLedger, dataset, where: str) -> None:
         _BOUND[key] = True
 
 
+@label_free("reads and checks the ledger (the rule's own test)")
 def get_ledger(dataset, where: str = "dataset") -> PrivacyLedger | None:
     """The ledger a dataset carries, its seal checked and its rows matched to the rows it released; None for data
     that was never privatized here.
@@ -506,6 +508,7 @@ def extend_ledger(
     return metadata.info_with_block(info, json.dumps(record, sort_keys=True)), record["digest"]
 
 
+@label_free("post-processes released rows and keeps their ledger bound; raw rows stay raw")
 def derive_rows(released: datasets.Dataset, function, **map_kwargs) -> datasets.Dataset:
     """``released.map(function, **map_kwargs)`` with the ledger bound to the derived rows: rows computed one by one
     from released rows (e.g. the text pairs of a preference model) are post-processing of the release, so the same
@@ -528,6 +531,7 @@ def derive_rows(released: datasets.Dataset, function, **map_kwargs) -> datasets.
     return with_ledger(derived, PrivacyLedger(releases=releases))
 
 
+@label_free("attaches a ledger, which every reader matches to the rows")
 def with_ledger(dataset: datasets.Dataset, ledger: PrivacyLedger) -> datasets.Dataset:
     """Attach ``ledger`` to ``dataset`` (in place on its ``info``; returns the dataset)."""
     return metadata.with_block(dataset, ledger.to_json())

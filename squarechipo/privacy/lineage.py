@@ -30,6 +30,7 @@ from typing import Any
 import datasets
 
 from squarechipo.data.fingerprint import preference_fingerprint, prompt_hashes, training_data_record
+from squarechipo.data.label_roles import label_free
 from squarechipo.privacy.record import (
     EXPOSURES,
     PRIVACY_FILE,
@@ -185,6 +186,7 @@ class LineageFinding:
         return {"role": self.role, "model": self.model, "status": self.status}
 
 
+@label_free("compares label-invariant fingerprints and prompt sketches")
 def lineage_findings(
     models: Sequence[tuple[str, ModelLineage]], rows: datasets.Dataset, *, extra_prompt_hashes: Sequence[str] = ()
 ) -> list[LineageFinding]:
@@ -235,6 +237,7 @@ class LineageReport:
         }
 
 
+@label_free("compares label-invariant fingerprints and prompt sketches")
 def check_lineage(
     models: Sequence[tuple[str, ModelLineage]],
     rows: datasets.Dataset,
@@ -283,6 +286,7 @@ def check_lineage(
     return LineageReport(findings=tuple(findings), upstream=tuple(upstream), private=private)
 
 
+@label_free("records label-invariant fingerprints of public-label training rows")
 def public_labels_record(
     stage: str,
     models: Sequence[tuple[str, ModelLineage]],

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from squarechipo.data.fingerprint import encode_row_set, fingerprint_of, released_row_hashes
 from squarechipo.data.kary import validate_kary
+from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import describe_copies
 from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.ledger import PrivacyLedger, extend_ledger, get_ledger, with_ledger
@@ -87,11 +88,13 @@ def _key(response) -> str:
     return hashlib.sha256(json.dumps(response, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
+@releases_labels("the mechanism's own input (the raw label in the canonical order), consumed inside a release")
 def canonical_first_is_chosen(dataset: datasets.Dataset) -> np.ndarray:
     """True where the canonical first response u (smaller hash) is the stored ``chosen``. Private: it is the label."""
     return np.array([_key(c) <= _key(r) for c, r in zip(dataset["chosen"], dataset["rejected"])], dtype=bool)
 
 
+@label_free("puts each pair in a label-free order")
 def canonical_pairs(dataset: datasets.Dataset) -> datasets.Dataset:
     """prompt / chosen = u / rejected = v in the canonical, label-free order (for computing a prior)."""
     first = canonical_first_is_chosen(dataset)
@@ -303,6 +306,7 @@ def _identity(dataset, mechanism, counted: bool, rerelease: bool, privacy_unit: 
     return fingerprint, _Registration(units, marks, mechanism.epsilon, earlier), per_unit
 
 
+@releases_labels("randomized response (or the measurement given) stands between the raw labels and the output")
 def release_dataset(
     dataset: datasets.Dataset,
     mechanism: Measurement,
@@ -414,6 +418,7 @@ def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelea
     return released, digest, registration
 
 
+@label_free("joins released parts (both must carry a ledger)")
 def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets.Dataset:
     """Concatenate two released disjoint parts; the ledger lists both releases (parallel composition)."""
     ledgers = [get_ledger(part) for part in (first, second)]

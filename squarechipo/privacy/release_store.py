@@ -23,6 +23,7 @@ import pyarrow as pa
 from squarechipo.data import metadata
 from squarechipo.data.fingerprint import canonical_rows, preference_fingerprint
 from squarechipo.data.integrity import MARKER, marker_record
+from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.loading import load_data_file, load_saved_folder
 from squarechipo.privacy.ledger import PrivacyLedger, get_ledger, with_ledger
 from squarechipo.privacy.measurements import Measurement
@@ -126,6 +127,7 @@ def _register_staged(staging: Path, folder: Path) -> None:
     units_file.unlink(missing_ok=True)
 
 
+@label_free("saves released rows only (a ledger is required)")
 def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
     """Save a release once and atomically: ``save_to_disk`` into a staging folder, the marker (the digests of the
     ledger and the rows) last, then a rename. A reader never sees half a release."""
@@ -156,6 +158,7 @@ def _write(data: datasets.Dataset | datasets.DatasetDict, folder: Path, marker: 
     return folder
 
 
+@label_free("saves released rows only (a ledger is required)")
 def save_privatized(data: datasets.Dataset | datasets.DatasetDict, path: str | os.PathLike) -> Path:
     """Save a privatized dataset to a folder, ``.jsonl`` or ``.parquet``: the ledger travels with it, and so does the
     release marker that every loader checks (:mod:`squarechipo.data.integrity`). A ``DatasetDict`` goes to a folder,
@@ -211,6 +214,7 @@ def _refuse_foreign(folder: Path) -> None:
         )
 
 
+@releases_labels("release_dataset's mechanism, once per folder")
 def release_once(
     dataset: datasets.Dataset,
     pipeline: Measurement,

@@ -224,7 +224,12 @@ class Table1Run:
         """Each judge's gold accuracy on the test split's (chosen, rejected) pairs, measured once."""
         gold = load_preference_dataset(str(self.data / _PREFERENCE), split="test")
         pairs = self.scale.calibration_pairs
-        return _once(self.out / "judges", lambda: {n: calibrate_judge(j, gold, pairs) for n, j in judges.items()})
+        # The generator's test pairs are gold pairs (labels from its templates, as Zhou et al. 2025's evaluation):
+        # public.
+        return _once(
+            self.out / "judges",
+            lambda: {n: calibrate_judge(j, gold, pairs, labels_public=True) for n, j in judges.items()},
+        )
 
     def _baseline(self, test) -> list[str]:
         """The SFT policy's responses to the test prompts, generated once for every cell."""

@@ -63,6 +63,7 @@ class BestOfKRewardTrainer(PrivateRewardTrainer):
         super().__init__(model, args=args, train_dataset=train_dataset, processing_class=processing_class, **kwargs)
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+        self._check_read(dataset, dataset_name)  # the label rule of the private-trainer base
         if "responses_ids" in dataset.column_names:
             return dataset
 
@@ -73,7 +74,9 @@ class BestOfKRewardTrainer(PrivateRewardTrainer):
             tokens = processing_class(texts, add_special_tokens=False)["input_ids"]
             return {"responses_ids": [ids[: args.max_length] if args.max_length else ids for ids in tokens]}
 
-        return dataset.map(tokenize, desc=f"tokenizing {dataset_name} best-of-K rows")
+        prepared = dataset.map(tokenize, desc=f"tokenizing {dataset_name} best-of-K rows")
+        self._remember(prepared)
+        return prepared
 
     def _set_signature_columns_if_needed(self):
         if self._signature_columns is None:

@@ -36,6 +36,10 @@ class PrivateRewardConfig(RewardConfig):
     """
 
     model_type: str = field(default="reward", metadata={"help": "reward (scalar, BT) or preference (pairwise ℓ)."})
+    train_labels_public: bool = field(
+        default=False,
+        metadata={"help": "The training split's raw labels are public (see SquareChiPOConfig.train_labels_public)."},
+    )
     eval_labels_public: bool = field(
         default=False,
         metadata={"help": "The evaluation split's labels are public (see SquareChiPOConfig.eval_labels_public)."},

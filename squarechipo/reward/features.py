@@ -20,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from squarechipo.privacy.calibration import check_epsilon
 from squarechipo.privacy.debiasing import PrivacySettings
+from squarechipo.privacy.door import reads_labels
 from squarechipo.reward.linear import (
     mle,
     objective_perturbation,
@@ -130,8 +131,12 @@ def sequence_scores(
     return out
 
 
-def comparison_features(model, tokenizer, dataset: datasets.Dataset, feature_bound: float, **kwargs) -> np.ndarray:
-    """x_i = φ(x, chosen) − φ(x, rejected), clipped to ‖x_i‖ ≤ L (rows as stored: released or raw)."""
+@reads_labels("dataset", public="labels_public", reader="comparison_features", declare="labels_public=True")
+def comparison_features(
+    model, tokenizer, dataset: datasets.Dataset, feature_bound: float, *, labels_public: bool = False, **kwargs
+) -> np.ndarray:
+    """x_i = φ(x, chosen) − φ(x, rejected), clipped to ‖x_i‖ ≤ L. The sign follows the stored label, so the rows
+    must be released or their labels declared public (``labels_public``)."""
     chosen = response_features(model, tokenizer, dataset["prompt"], dataset["chosen"], **kwargs)
     rejected = response_features(model, tokenizer, dataset["prompt"], dataset["rejected"], **kwargs)
     diff = chosen - rejected

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import datasets
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.models.preference import PreferenceModel, pair_text
 from squarechipo.privacy.ledger import derive_rows
 
 __all__ = ["pair_text", "to_pairwise_dataset", "PreferenceModel"]
 
 
+@label_free("derives text pairs row by row (derive_rows keeps a release's ledger bound; raw stays raw)")
 def to_pairwise_dataset(dataset: datasets.Dataset) -> datasets.Dataset:
     """prompt/chosen/rejected rows → text pairs (chosen = text(x, a⁺, a⁻), rejected = text(x, a⁻, a⁺)).
 

@@ -11,29 +11,22 @@
   text pairs (see :mod:`squarechipo.reward.pairs`) and this fits the general preference model ℓ̂.
 
 What is TRL's: tokenization, the collator, logging, checkpointing, the Hub. What is overridden:
-``compute_loss``, ``_prepare_dataset`` (to count, never silently drop, rows over ``max_length``) and
-``create_model_card`` (privacy section and ``squarechipo_privacy.json``).
+``compute_loss``; the privacy set-up, every read of labels, the dropped-row count and the record (with the card and
+beside every saved checkpoint) come from :class:`squarechipo.trainer.private_base.PrivateTrainerMixin`.
 """
 
 from __future__ import annotations
 
 import logging
 
-import datasets
 import torch
 from trl import RewardTrainer
 
-from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import robust_log_loss, square_loss
-from squarechipo.models.card import fix_model_card
 from squarechipo.privacy.calibration import debias_factor_from_flip_rate
-from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
-from squarechipo.privacy.ledger import get_ledger
-from squarechipo.privacy.lineage import ModelLineage, check_lineage
-from squarechipo.privacy.record import PrivacyRecord, start_sketch, write_privacy_record
+from squarechipo.privacy.lineage import ModelLineage
 from squarechipo.reward.config import PrivateRewardConfig
-from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
-from squarechipo.trainer.eval_guard import EvalLabelGuardMixin
+from squarechipo.trainer.private_base import PrivateTrainerMixin
 
 __all__ = ["PrivateRewardTrainer", "reward_loss"]
 
@@ -51,14 +44,15 @@ def reward_loss(margin: torch.Tensor, loss: str, flip_rate: float, max_margin: f
     raise ValueError(f"loss must be debiased_bt or square (got {loss!r}).")
 
 
-class PrivateRewardTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, RewardTrainer):
+class PrivateRewardTrainer(PrivateTrainerMixin, RewardTrainer):
     """Reward or pairwise preference model on privatized labels; ε from the dataset's ledger."""
 
     _tag_names = ["trl", "reward-trainer", "squarechipo"]
     _best_of_k = False
-
-    #: The ledger answers (:class:`squarechipo.privacy.ledger.Debiasing` methods) this trainer's loss applies.
-    _debiasing_methods: tuple[str, ...] = ("flip_rate", "none")
+    record_stage = "reward_model"
+    _debiasing_instead = (
+        "BestOfKRewardTrainer trains on K-ary analyzer weights; pairwise reward models on binary labels."
+    )
 
     def __init__(self, model, args: PrivateRewardConfig | None = None, train_dataset=None, **kwargs):
         if not isinstance(args, PrivateRewardConfig):
@@ -70,28 +64,7 @@ class PrivateRewardTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, RewardTra
                 if not self._best_of_k
                 else "BestOfKRewardTrainer needs loss: plackett_luce."
             )
-        ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
-        self.privacy: PrivacySettings = resolve_privacy(
-            ledger, epsilon=args.debias_epsilon, flip_rate=None, override=args.privacy_override
-        )
-        self.privacy.require(
-            self._debiasing_methods,
-            type(self).__name__,
-            "BestOfKRewardTrainer trains on K-ary analyzer weights; pairwise reward models on binary labels.",
-        )
-        self._guard_evaluation(train_dataset, kwargs.get("eval_dataset"), args)
-        self.training_data = training_data_record(train_dataset)
-        self._start_sketch = start_sketch(model, self.privacy.epsilon is not None)
-        self.lineage = None
-        if isinstance(train_dataset, datasets.Dataset):
-            self.lineage = check_lineage(
-                [("initial", ModelLineage.of_model(model))],
-                train_dataset,
-                private=self.privacy.epsilon is not None,
-                override=args.override_lineage_guard,
-                override_field="override_lineage_guard",
-                context=type(self).__name__,
-            )
+        self._set_up_privacy(model, None, train_dataset, kwargs.get("eval_dataset"), args)
         super().__init__(model, args=args, train_dataset=train_dataset, **kwargs)
         logger.info(
             "squarechipo reward model: type=%s loss=%s flip_rate=%.6f (source: %s)",
@@ -123,34 +96,16 @@ class PrivateRewardTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, RewardTra
             self._metrics[mode]["margin"].append(margins.mean().item())
         return (loss, outputs) if return_outputs else loss
 
-    def privacy_record(self) -> PrivacyRecord:
-        return PrivacyRecord.build(
-            {
-                "stage": "reward_model",
-                "model_type": self.args.model_type,
-                "loss": self.args.loss,
-                "max_margin": self.args.max_margin,
-                "dropped_rows": dict(getattr(self, "dropped_rows", {})),
-                **self.privacy.record(self.args.privacy_override),
-                **self.training_data,
-                **(self.lineage.record() if self.lineage is not None else {}),
-            }
-        )
+    def record_details(self) -> dict:
+        return {"model_type": self.args.model_type, "loss": self.args.loss, "max_margin": self.args.max_margin}
 
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
-        if self.is_world_process_zero():
-            base = getattr(self.model.config, "_name_or_path", None)
-            fix_model_card(self.args.output_dir, base_model=base, dataset_name=dataset_name, model_name=model_name)
-            kind = (
-                "a pairwise preference model ℓ(x, a⁰, a¹) (Zhou et al. 2025 (Square-χPO), Alg. 3)"
-                if self.args.model_type == "preference"
-                else "a reward model (Chowdhury et al. 2024, debiased Bradley–Terry)"
-            )
-            write_privacy_record(
-                self.args.output_dir,
-                self.privacy_record(),
-                intro=f"This is {kind} trained with squarechipo on labels released through the mechanism below.",
-                model=self.accelerator.unwrap_model(self.model),
-                start_sketch=self._start_sketch,
-            )
+    def _card_intro(self) -> str:
+        kind = (
+            "a pairwise preference model ℓ(x, a⁰, a¹) (Zhou et al. 2025 (Square-χPO), Alg. 3)"
+            if self.args.model_type == "preference"
+            else "a reward model (Chowdhury et al. 2024, debiased Bradley–Terry)"
+        )
+        return f"This is {kind} trained with squarechipo on labels released through the mechanism below."
+
+    def _starting_models(self, model, ref_model):
+        return [("initial", ModelLineage.of_model(model))]

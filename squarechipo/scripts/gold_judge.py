@@ -44,6 +44,13 @@ class GoldJudgeArguments:
     )
     dataset_train_split: str = field(default="judge", metadata={"help": "The public gold split to fit on."})
     dataset_test_split: str | None = field(default="test", metadata={"help": "Gold pairs to measure accuracy on."})
+    test_labels_public: bool = field(
+        default=False,
+        metadata={
+            "help": "The test split's labels are public (gold pairs): its accuracy may be measured on them. "
+            "Otherwise it must be released (the accuracy is computed from its labels)."
+        },
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Fit on the first N gold rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Measure on the first N test pairs."})
     output_dir: str = field(default="outputs/gold_judge")
@@ -112,7 +119,7 @@ def main(args: GoldJudgeArguments) -> dict:
     result = {"arguments": asdict(args), **fit}
     if test is not None:
         judge = RewardModelJudge(str(out), batch_size=args.batch_size, max_length=args.max_length)
-        cal = calibrate_judge(judge, test)
+        cal = calibrate_judge(judge, test, labels_public=args.test_labels_public)
         result.update(
             test_pairs=cal["n_pairs"], test_accuracy=cal["rule_accuracy"], test_accuracy_ci=cal["rule_accuracy_ci"]
         )

@@ -36,7 +36,7 @@ from squarechipo.evaluation.config import WinRateConfig
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.evaluation.report import format_line
 from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate
-from squarechipo.privacy.debiasing import require_released_or_public
+from squarechipo.privacy.door import require_released_or_public
 
 
 def _template(args, test) -> JudgeTemplate:
@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_prompts=args.max_eval_samples,
         calibration_pairs=args.calibration_pairs,
         tie_band=args.tie_band,
+        labels_public=args.dataset_test_split in (args.public_splits or ()),
         label={"setting": args.setting, "method": args.method or Path(args.policy).name, "seed": str(args.seed)},
     )
     print(f"Win rate of {args.policy} vs {args.baseline}: {format_line(result.summary)}")

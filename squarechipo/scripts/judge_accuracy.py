@@ -21,7 +21,7 @@ from squarechipo.evaluation.config import JudgeAccuracyConfig
 from squarechipo.evaluation.pipeline import calibrate_judge
 from squarechipo.evaluation.report import format_interval, format_percent
 from squarechipo.judge.templates import TEMPLATES
-from squarechipo.privacy.debiasing import require_released_or_public
+from squarechipo.privacy.door import require_released_or_public
 
 
 def _judges(args):
@@ -62,7 +62,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     results = []
     for judge in _judges(args):
-        cal = calibrate_judge(judge, gold, args.max_eval_samples, tie_band=args.tie_band)
+        cal = calibrate_judge(
+            judge,
+            gold,
+            args.max_eval_samples,
+            tie_band=args.tie_band,
+            labels_public=split in (args.public_splits or ()),
+        )
         results.append({"judge": judge.name, **cal})
     lines = [
         f"Gold accuracy on {results[0]['n_pairs']} pairs of {args.dataset_name}:{args.dataset_test_split} "

@@ -25,8 +25,9 @@ from squarechipo.models import resolve_model_path
 from squarechipo.models.runtime import end_run
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
+from squarechipo.scripts._common import declare_public_labels
 from squarechipo.trainer.script_args import TrainScriptArguments
-from squarechipo.trainer.splits import load_training_splits, skip_eval_when_absent
+from squarechipo.trainer.splits import load_training_splits
 
 
 def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, model_args: ModelConfig):
@@ -38,7 +39,7 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     train, eval_dataset = load_training_splits(
         script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
     )
-    skip_eval_when_absent(training_args, eval_dataset, script_args)
+    declare_public_labels(script_args, training_args, eval_dataset)
     if training_args.model_type == "preference":
         train = to_pairwise_dataset(train)
         eval_dataset = to_pairwise_dataset(eval_dataset) if eval_dataset is not None else None

@@ -24,9 +24,10 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from squarechipo.models import resolve_model_path
 from squarechipo.models.runtime import end_run
 from squarechipo.privacy.lineage import mark_source
+from squarechipo.scripts._common import declare_public_labels
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.script_args import TrainScriptArguments
-from squarechipo.trainer.splits import load_training_splits, skip_eval_when_absent
+from squarechipo.trainer.splits import load_training_splits
 
 logger = logging.getLogger("squarechipo")
 
@@ -43,7 +44,7 @@ def main(
     train, eval_dataset = load_training_splits(
         script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
     )
-    skip_eval_when_absent(training_args, eval_dataset, script_args)
+    declare_public_labels(script_args, training_args, eval_dataset)
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)

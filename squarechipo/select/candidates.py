@@ -21,6 +21,7 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.models import resolve_model_path
 from squarechipo.privacy.lineage import PRIVACY_FILE, UNRECORDED, ModelLineage, lineage_findings
 
@@ -67,6 +68,7 @@ class GuardFinding:
         }[self.reason]
 
 
+@label_free("compares candidates' label-invariant training records with the private rows")
 def check_candidates(
     candidates: list[Candidate],
     private: datasets.Dataset,

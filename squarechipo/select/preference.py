@@ -14,12 +14,14 @@ from collections.abc import Callable, Sequence
 import datasets
 import numpy as np
 
+from squarechipo.data.label_roles import releases_labels
 from squarechipo.models.preference import PreferenceModel
 from squarechipo.select.exponential import row_preference_losses, select_index
 
 __all__ = ["select_preference_model"]
 
 
+@releases_labels("central DP: the exponential mechanism stands between the raw labels and the one choice it releases")
 def select_preference_model(
     candidates: Sequence[Callable[[], PreferenceModel]],
     private_rows: datasets.Dataset,

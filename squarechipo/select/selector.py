@@ -23,6 +23,7 @@ from accelerate.utils import broadcast_object_list
 from transformers import AutoTokenizer
 
 from squarechipo.data.fingerprint import training_data_record
+from squarechipo.data.label_roles import releases_labels
 from squarechipo.losses import LINKS
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import tokenize_preferences
@@ -119,6 +120,7 @@ def _private_choice(
     return int(broadcast_object_list(chosen, from_process=0)[0])
 
 
+@releases_labels("central DP: the exponential mechanism stands between the raw labels and the one choice it releases")
 def select_policy(
     candidates: list[str],
     ref_model: str,

@@ -66,11 +66,18 @@ class SquareChiPOConfig(DPOConfig):
         default=False,
         metadata={"help": "Allow push_to_hub of a model trained on a seeded (reproducible, not private) release."},
     )
+    train_labels_public: bool = field(
+        default=False,
+        metadata={
+            "help": "The training split's raw labels are public (simulated or public labels): train on them as "
+            "they are, claiming no privacy. Otherwise raw training labels are refused: release them first."
+        },
+    )
     eval_labels_public: bool = field(
         default=False,
         metadata={
-            "help": "The evaluation split's labels are public: evaluate on them as they are. Otherwise a run on "
-            "released labels refuses raw evaluation labels (metrics on them would reveal them)."
+            "help": "The evaluation split's labels are public: evaluate on them as they are. Otherwise raw "
+            "evaluation labels are refused (metrics on them would reveal them): release the split too."
         },
     )
     heavy_metrics: bool = field(

@@ -31,6 +31,7 @@ import numpy as np
 from accelerate import PartialState
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.models.generation import MIXTURE_FILE, generate_with_model
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 from squarechipo.models.preference import PreferenceModel
@@ -43,6 +44,7 @@ __all__ = ["inherited_record", "iterative_square_chipo", "self_play_dataset"]
 logger = logging.getLogger("squarechipo")
 
 
+@label_free("samples of π_ref and targets of a preference model (post-processing of its release)")
 def self_play_dataset(pairs: datasets.Dataset, ref_logps, previous_logps, target: np.ndarray) -> datasets.Dataset:
     """The rows of one update: prompt/chosen(=a)/rejected(=b) and the five columns of :mod:`self_play`."""
     columns = {

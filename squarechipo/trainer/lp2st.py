@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.losses import METHODS, margins
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 from squarechipo.privacy.release import canonical_pairs
@@ -22,6 +23,7 @@ from squarechipo.privacy.release import canonical_pairs
 __all__ = ["policy_prior"]
 
 
+@label_free("scores each pair in its label-free canonical order with the stage-1 policy (trained on released labels)")
 def policy_prior(
     policy: PreTrainedModel,
     reference: PreTrainedModel,

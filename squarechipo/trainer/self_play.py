@@ -67,6 +67,9 @@ class SelfPlayConfig(SquareChiPOConfig):
 
     def __post_init__(self) -> None:
         self.precompute_ref_log_probs = True  # π_ref's log-probs are dataset columns (computed once)
+        # The rows are samples of π_ref and targets of the preference model (post-processing of its release): no
+        # raw label is read here; the preference model's record carries the privacy of its labels.
+        self.train_labels_public = True
         super().__post_init__()
         if not (isinstance(self.eta, (int, float)) and math.isfinite(self.eta) and self.eta > 0):
             raise ValueError(

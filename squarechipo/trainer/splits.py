@@ -15,10 +15,11 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data import load_preference_dataset
+from squarechipo.privacy.door import reads_labels
 from squarechipo.privacy.release_store import release_once
 from squarechipo.trainer.script_args import TrainScriptArguments
 
-__all__ = ["labels_digest", "load_training_splits", "skip_eval_when_absent"]
+__all__ = ["labels_digest", "load_training_splits"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -106,16 +107,7 @@ def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, 
     return train, eval_dataset
 
 
-def skip_eval_when_absent(training_args, eval_dataset, script_args: TrainScriptArguments | None = None) -> None:
-    """Turn evaluation off when the data has no eval split (the warning was logged when loading it), and tell the
-    trainer when the eval split's labels were declared public (``public_splits``)."""
-    if eval_dataset is None and training_args.eval_strategy != "no":
-        training_args.eval_strategy = "no"
-        training_args.do_eval = False
-    if script_args is not None and script_args.dataset_test_split in (script_args.public_splits or []):
-        training_args.eval_labels_public = True
-
-
+@reads_labels("dataset", reader="labels_digest (a hash of the labels, logged)", declare="release the rows first")
 def labels_digest(dataset) -> str:
     """Hash of the released rows as stored (labels included): equal on every rank iff the labels are."""
     digest = hashlib.sha256()

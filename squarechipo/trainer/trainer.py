@@ -18,25 +18,18 @@ from __future__ import annotations
 import logging
 import os
 
-import datasets
 import torch
 from accelerate.utils import is_peft_model
 from trl import DPOTrainer
 
-from squarechipo.data.fingerprint import training_data_record
 from squarechipo.losses import preference_loss
-from squarechipo.models.card import fix_model_card
 from squarechipo.models.lm_head import add_lean_lm_head
 from squarechipo.models.reference_cache import ReferenceLogpCache
-from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
-from squarechipo.privacy.ledger import get_ledger
-from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
-from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, start_sketch, write_privacy_record
+from squarechipo.privacy.record import PRIVACY_FILE
 from squarechipo.privacy.release import FROM_PRIOR_COLUMN
 from squarechipo.trainer.checkpoints import EpochCheckpoints
 from squarechipo.trainer.config import SquareChiPOConfig
-from squarechipo.trainer.dropped_rows import CountDroppedRowsMixin
-from squarechipo.trainer.eval_guard import EvalLabelGuardMixin
+from squarechipo.trainer.private_base import PrivateTrainerMixin
 
 __all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE"]
 
@@ -103,7 +96,7 @@ class ColumnsCollator:
 _PAPER_TITLE = "Square-χPO: Differentially Private and Robust χ²-Preference Optimization in Offline Direct Alignment"
 
 
-class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer):
+class SquareChiPOTrainer(PrivateTrainerMixin, DPOTrainer):
     """Align a causal LM with χPO / Square-χPO / DPO / rDPO on privatized or corrupted labels.
 
     The training dataset is a preference dataset in any TRL format; when it carries a
@@ -113,6 +106,9 @@ class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer)
 
     _tag_names = ["trl", "dpo", "squarechipo"]
     _name = "squarechipo"
+    _debiasing_instead = (
+        "Its losses debias binary labels; train a reward model on K-ary labels with BestOfKRewardTrainer."
+    )
     _paper = {
         "title": _PAPER_TITLE,
         "citation": (
@@ -131,23 +127,11 @@ class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer)
             args = SquareChiPOConfig(output_dir="squarechipo-output")
         if not isinstance(args, SquareChiPOConfig):
             raise TypeError(f"args must be a SquareChiPOConfig (got {type(args).__name__}).")
-        ledger = get_ledger(train_dataset) if isinstance(train_dataset, datasets.Dataset) else None
-        self.privacy: PrivacySettings = resolve_privacy(
-            ledger, epsilon=args.debias_epsilon, flip_rate=args.flip_rate, override=args.privacy_override
-        )
+        eval_dataset = kwargs.get("eval_dataset")
+        self._set_up_privacy(model, ref_model, train_dataset, eval_dataset, args, flip_rate=args.flip_rate)
         self.privacy.refuse_seeded_push(args.push_to_hub, args.push_seeded_release)
         if args.push_to_hub:
             _check_hub_reachable(args)
-        self.privacy.require(
-            ("flip_rate", "none"),
-            type(self).__name__,
-            "Its losses debias binary labels; train a reward model on K-ary labels with BestOfKRewardTrainer.",
-        )
-        self._guard_evaluation(train_dataset, kwargs.get("eval_dataset"), args)
-        self.training_data = training_data_record(train_dataset)
-        self.lineage: LineageReport | None = self._check_lineage(model, ref_model, train_dataset, args)
-        #: The starting weights, sketched, so a cast or perturbed copy of the trained model is recognised later.
-        self._start_sketch = start_sketch(model, self.privacy.epsilon is not None)
         self.lean_lm_head = False
         #: Whether the lean head runs each prompt once (decided with the head, see ``_share_prompt``).
         self.shares_prompt = False
@@ -176,26 +160,6 @@ class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer)
             args.r_max,
             self.privacy.flip_rate,
             self.privacy.source,
-        )
-
-    def _starting_models(self, model, ref_model) -> list[tuple[str, ModelLineage]]:
-        """The models this run starts from, by role (TRL's default reference is the initial policy)."""
-        policy = ModelLineage.of_model(model)
-        if ref_model is None:
-            return [("policy and reference", policy)]
-        return [("policy", policy), ("reference", ModelLineage.of_model(ref_model))]
-
-    def _check_lineage(self, model, ref_model, train_dataset, args) -> LineageReport | None:
-        """Refuse a policy or reference trained on the rows whose private labels this run trains on."""
-        if not isinstance(train_dataset, datasets.Dataset):
-            return None
-        return check_lineage(
-            self._starting_models(model, ref_model),
-            train_dataset,
-            private=self.privacy.epsilon is not None,
-            override=args.override_lineage_guard,
-            override_field="override_lineage_guard",
-            context=type(self).__name__,
         )
 
     def _warn_if_fsdp_fell_back(self, args) -> None:
@@ -381,49 +345,14 @@ class SquareChiPOTrainer(EvalLabelGuardMixin, CountDroppedRowsMixin, DPOTrainer)
 
     # ------------------------------------------------------------------ model card
 
-    def privacy_record(self) -> PrivacyRecord:
-        """Everything the card and ``squarechipo_privacy.json`` record (public parameters only)."""
-        details = {
+    def record_details(self) -> dict:
+        """The method, β and R_max (and the prior rows' weight for LP-2ST) in the record and card."""
+        return {
             "method": self.args.method,
             "beta": self.beta,
             "r_max": self.args.r_max,
             **({"prior_row_weight": self.args.prior_row_weight} if self.has_prior_rows else {}),
-            "dropped_rows": dict(getattr(self, "dropped_rows", {})),
         }
-        return PrivacyRecord.build(
-            {
-                "stage": self.record_stage,
-                **details,
-                **self.privacy.record(self.args.privacy_override),
-                **self.training_data,
-                **(self.lineage.record() if self.lineage is not None else {}),
-            }
-        )
 
     #: ``stage`` of the privacy record this trainer writes.
     record_stage = "preference_optimization"
-
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
-        if self.is_world_process_zero():
-            base = getattr(self.model.config, "_name_or_path", None)
-            fix_model_card(self.args.output_dir, base_model=base, dataset_name=dataset_name, model_name=model_name)
-            write_privacy_record(
-                self.args.output_dir, self.privacy_record(), model=self._saved_model(), start_sketch=self._start_sketch
-            )
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
-        """TRL's save, then the privacy record beside the weights: in the output folder, in every checkpoint-N
-        folder (``_save_checkpoint`` saves through here) and in any folder a user saves to."""
-        super().save_model(output_dir, _internal_call=_internal_call)
-        if self.is_world_process_zero():
-            folder = output_dir or self.args.output_dir
-            write_privacy_record(
-                folder, self.privacy_record(), model=self._saved_model(), start_sketch=self._start_sketch
-            )
-
-    def _saved_model(self):
-        """The model whose weights were saved (unwrapped); None under FSDP/DeepSpeed, where they are sharded."""
-        if self.is_fsdp_enabled or self.is_deepspeed_enabled:
-            return None
-        return self.accelerator.unwrap_model(self.model)
