@@ -131,7 +131,7 @@ def test_linear_head_equals_the_fitted_margins(tokenizer, finance_splits):
     # The saved head scores each text with exactly the margin the fit optimised: r(a⁺) − r(a⁻) = ⟨θ, x⟩.
     train = finance_splits["finance_preference_conversational"]["judge"].select(range(24))
     model = make_tiny_classifier(tokenizer, seed=1)
-    fit = fit_linear_reward_model(model, tokenizer, train, radius=3.0, batch_size=8)
+    fit = fit_linear_reward_model(model, tokenizer, train, radius=3.0, batch_size=8, labels_public=True)
     assert fit["theta_norm"] <= 3.0 + 1e-9 and fit["n_rows"] == 24
     from squarechipo.reward.features import pooled_features, reward_texts, sequence_scores
 
@@ -140,7 +140,7 @@ def test_linear_head_equals_the_fitted_margins(tokenizer, finance_splits):
     features = pooled_features(model, tokenizer, texts)
     assert np.allclose(rewards, features @ model.score.weight.detach().double().numpy()[0], atol=1e-4)
     with pytest.raises(ValueError, match="linear `score` head"):
-        fit_linear_reward_model(make_tiny_model(tokenizer), tokenizer, train, radius=1.0)
+        fit_linear_reward_model(make_tiny_model(tokenizer), tokenizer, train, radius=1.0, labels_public=True)
 
 
 @pytest.mark.slow

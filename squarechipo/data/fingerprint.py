@@ -49,6 +49,7 @@ __all__ = [
     "prompt_hashes",
     "prompt_sketch",
     "training_data_record",
+    "UNKNOWN_ROWS",
 ]
 
 _SEPARATOR = "\x1f"
@@ -237,12 +238,21 @@ def prompt_sketch(dataset: datasets.Dataset, k: int = 64) -> list[str] | None:
     return None if hashes is None else sorted(hashes)[:k]
 
 
+#: The fingerprint recorded for training rows that could not be read ahead or hashed (a streamed dataset, pre-tokenised
+#: rows): the lineage guard treats a model trained on them as possibly trained on any rows.
+UNKNOWN_ROWS = "unknown:"
+
+
 @label_free("a label-invariant fingerprint and a prompt sketch")
 def training_data_record(dataset: datasets.Dataset | None) -> dict:
-    """What a trained model records about its training data, for the central selector's guard."""
-    if not isinstance(dataset, datasets.Dataset):
+    """What a trained model records about its training data, for the lineage guard and the central selector's."""
+    if dataset is None:
         return {"dataset_fingerprint": None, "prompt_sketch": None}
+    if not isinstance(dataset, datasets.Dataset):
+        return {"dataset_fingerprint": f"{UNKNOWN_ROWS}streamed ({type(dataset).__name__})", "prompt_sketch": None}
     columns = set(dataset.column_names)
+    if not ({"chosen", "rejected", "responses", "prompt", "messages", "completion", "text"} & columns):
+        return {"dataset_fingerprint": f"{UNKNOWN_ROWS}pre-tokenised", "prompt_sketch": None}
     is_preference = {"chosen", "rejected"} <= columns or "responses" in columns
     return {
         "dataset_fingerprint": preference_fingerprint(dataset) if is_preference else None,

@@ -57,7 +57,9 @@ def label_signal(policy: str) -> dict | None:
     return {"rows": rows, "wrong_label_rate": wrong, "clean_equivalent": rows * (1 - 2 * wrong) ** 2}
 
 
-def gold_comparison(policy: str, sft: str, gold: str, dataset: str, *, split="test", prompts=64, samples=2) -> dict:
+def gold_comparison(
+    policy: str, sft: str, gold: str, dataset: str, *, split="test", prompts=64, samples=2, labels_public=False
+) -> dict:
     """The paired comparison of :func:`squarechipo.evaluation.policy.compare`, loaded from model folders."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -75,6 +77,7 @@ def gold_comparison(policy: str, sft: str, gold: str, dataset: str, *, split="te
         RewardModelJudge(gold, batch_size=32, dtype=dtype),
         test,
         SamplingSettings(samples_per_prompt=samples),
+        labels_public=labels_public,
     )
     sft_samples = evaluator.sample(reference)
     sft_record = evaluator.measure_samples(reference, sft_samples)
@@ -119,6 +122,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max_eval_samples", type=int, default=64, help="test prompts (default 64)")
     parser.add_argument("--samples", type=int, default=2, help="samples per prompt and policy (default 2)")
     parser.add_argument("--out", default=None, help="write the figures to this JSON file")
+    parser.add_argument(
+        "--public_splits",
+        nargs="*",
+        default=[],
+        help="splits whose labels are public (gold pairs): the implicit-reward "
+        "accuracy reads the test split's labels, which must be released or public",
+    )
     args = parser.parse_args(argv)
     for name in ("policy", "sft", "gold"):
         if not Path(getattr(args, name)).is_dir():
@@ -131,6 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
         split=args.dataset_test_split,
         prompts=args.max_eval_samples,
         samples=args.samples,
+        labels_public=args.dataset_test_split in args.public_splits,
     )
     for line in format_summary(summary):
         print(line)

@@ -29,6 +29,7 @@ from squarechipo.evaluation.paired import paired_test, share_explained
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.models.generation import generate_with_model
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+from squarechipo.privacy.door import reads_labels
 
 __all__ = ["SamplingSettings", "GoldEvaluator", "compare"]
 
@@ -51,7 +52,17 @@ def _as_messages(response: str) -> list[dict]:
 class GoldEvaluator:
     """Measures policies on ``test`` (prompt/chosen/rejected rows) against ``reference`` under the gold reward."""
 
-    def __init__(self, reference, tokenizer, gold: RewardModelJudge, test: datasets.Dataset, settings=None):
+    @reads_labels("test", public="labels_public", reader="GoldEvaluator (implicit-reward accuracy on test pairs)")
+    def __init__(
+        self,
+        reference,
+        tokenizer,
+        gold: RewardModelJudge,
+        test: datasets.Dataset,
+        settings=None,
+        *,
+        labels_public=False,
+    ):
         self.reference, self.tokenizer, self.gold = reference, tokenizer, gold
         self.settings = settings or SamplingSettings()
         self.prompts = list(test["prompt"])

@@ -29,7 +29,7 @@ from typing import Any
 
 import datasets
 
-from squarechipo.data.fingerprint import preference_fingerprint, prompt_hashes, training_data_record
+from squarechipo.data.fingerprint import UNKNOWN_ROWS, preference_fingerprint, prompt_hashes, training_data_record
 from squarechipo.data.label_roles import label_free
 from squarechipo.privacy.record import (
     EXPOSURES,
@@ -37,6 +37,7 @@ from squarechipo.privacy.record import (
     PROMPT_OVERLAP,
     RECORDED,
     SAME_DATASET,
+    UNKNOWN_TRAINING_ROWS,
     UNRECORDED,
     PrivacyRecord,
     read_privacy_record,
@@ -177,6 +178,8 @@ class LineageFinding:
         what = {
             SAME_DATASET: "was trained on these rows (same label-invariant fingerprint)",
             PROMPT_OVERLAP: "was trained on prompts that occur in these rows",
+            UNKNOWN_TRAINING_ROWS: "was trained on rows it could not record (streamed or pre-tokenised), which may "
+            "be these",
             UNRECORDED: f"has no {PRIVACY_FILE} recording what it was trained on",
             RECORDED: "was trained on other data",
         }[self.status]
@@ -210,6 +213,8 @@ def lineage_findings(
                 break
             if hashes.intersection(entry["prompt_sketch"] or ()):
                 status = PROMPT_OVERLAP
+            elif str(entry["dataset_fingerprint"] or "").startswith(UNKNOWN_ROWS) and status == RECORDED:
+                status = UNKNOWN_TRAINING_ROWS
         findings.append(LineageFinding(role, lineage.name, status))
     return findings
 

@@ -45,13 +45,16 @@ _CARD_HEADING = "## Privacy and robustness (squarechipo)"
 
 #: Lineage statuses (``lineage[*].status``): what the check found for one starting model.
 RECORDED, UNRECORDED, SAME_DATASET, PROMPT_OVERLAP = "recorded", "unrecorded", "same_dataset", "prompt_overlap"
-#: The statuses under which the model's weights carry the run's labels.
-EXPOSURES = (SAME_DATASET, PROMPT_OVERLAP)
+#: A model trained on rows that could not be recorded (streamed or pre-tokenised): they may be these rows.
+UNKNOWN_TRAINING_ROWS = "unknown_training_rows"
+#: The statuses under which the model's weights carry (or may carry) the run's labels.
+EXPOSURES = (SAME_DATASET, PROMPT_OVERLAP, UNKNOWN_TRAINING_ROWS)
 _STATUS_TEXT = {
     RECORDED: "recorded: trained on other rows",
     UNRECORDED: "unrecorded: no training record, assumed public",
     SAME_DATASET: "trained on these rows",
     PROMPT_OVERLAP: "trained on prompts of these rows",
+    UNKNOWN_TRAINING_ROWS: "trained on rows it could not record (streamed or pre-tokenised)",
 }
 
 

@@ -220,7 +220,10 @@ class Study:
             sizes = {"samples_per_prompt": d.samples_per_prompt, "max_new_tokens": d.max_new_tokens}
             settings = SamplingSettings(**sizes, batch_size=d.generation_batch_size)
             tokenizer = AutoTokenizer.from_pretrained(self.out / "sft")
-            self._evaluator = GoldEvaluator(self._load(self.out / "sft"), tokenizer, gold, test, settings)
+            # The test pairs are the generator's gold pairs (public); the study's labels are simulated from r*.
+            self._evaluator = GoldEvaluator(
+                self._load(self.out / "sft"), tokenizer, gold, test, settings, labels_public=True
+            )
         return self._evaluator
 
     def sft_record(self) -> dict[str, Any]:

@@ -218,8 +218,15 @@ def pooled_features(
         model.score = head
 
 
+@reads_labels("dataset", public="labels_public", reader="fit_linear_reward_model", declare="labels_public=True")
 def fit_linear_reward_model(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dataset: datasets.Dataset, *, radius: float, **kwargs
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    dataset: datasets.Dataset,
+    *,
+    radius: float,
+    labels_public: bool = False,
+    **kwargs,
 ) -> dict:
     """Fit the ``score`` head of a one-output sequence classifier, in place, as a Bradley–Terry MLE on frozen features.
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from squarechipo.data.label_roles import label_free
+
 __all__ = ["declare_public_labels", "setup_logging"]
 
 logger = logging.getLogger("squarechipo")
@@ -13,6 +15,7 @@ def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+@label_free("sets the config's public flags; reads no row")
 def declare_public_labels(script_args, training_args, eval_dataset) -> None:
     """Which raw labels the config declares public, for the trainer's label rule.
 

@@ -110,9 +110,11 @@ def main(args: GoldJudgeArguments) -> dict:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
     model.config.pad_token_id = tokenizer.pad_token_id
+    # The gold split's labels are public by this script's contract (the docstring; the fit refuses released rows).
     fit = fit_linear_reward_model(
-        model, tokenizer, train, radius=args.radius, batch_size=args.batch_size, max_length=args.max_length
-    )
+        model, tokenizer, train, radius=args.radius, labels_public=True, batch_size=args.batch_size,
+        max_length=args.max_length,
+    )  # fmt: skip
     out = Path(args.output_dir)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -50,6 +50,11 @@ def _ledger_of(dataset):
     return get_ledger(dataset) if dataset is not None else None
 
 
+def _reads_at_run_time(method):
+    """Tag a method of the base that reads an evaluation or test split (it applies the rule itself)."""
+    return tag_role(method, "reads_labels", dataset="eval_dataset", public="eval_labels_public", trainer=True)
+
+
 class PrivateTrainerMixin:
     """The privacy set-up, the label rule at every read, and the record, shared by the squarechipo trainers."""
 
@@ -177,11 +182,13 @@ class PrivateTrainerMixin:
         self._remember(computed)
         return computed
 
+    @_reads_at_run_time
     def evaluate(self, eval_dataset=None, *args, **kwargs):
         if eval_dataset is not None and not isinstance(eval_dataset, str):
             self._check_read(eval_dataset, "eval")  # before TRL prepares it (or refuses it for other reasons)
         return super().evaluate(eval_dataset, *args, **kwargs)
 
+    @_reads_at_run_time
     def get_eval_dataloader(self, eval_dataset=None):
         target = self.eval_dataset if eval_dataset is None else eval_dataset
         if isinstance(eval_dataset, str):
@@ -189,6 +196,7 @@ class PrivateTrainerMixin:
         self._check_read(target, eval_dataset if isinstance(eval_dataset, str) else "eval")
         return super().get_eval_dataloader(eval_dataset)
 
+    @_reads_at_run_time
     def get_test_dataloader(self, test_dataset):
         self._check_read(test_dataset, "test")
         return super().get_test_dataloader(test_dataset)
