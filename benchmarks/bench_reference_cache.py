@@ -39,6 +39,7 @@ def _run(model_path: str, train, out: Path, cache: Path | None, batch_size: int)
         save_strategy="no",
         gradient_checkpointing=False,
         disable_tqdm=True,
+        train_labels_public=True,  # the generator's labels, public (a timing run)
     )
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path)

@@ -170,7 +170,8 @@ def _worker(args: argparse.Namespace) -> None:
         trainer = SquareChiPOTrainer(
             load(),
             ref_model=load(),
-            args=SquareChiPOConfig(method=method, **common),
+            # The benchmark's labels are the generator's (public), as TRL's run reads them: declared so.
+            args=SquareChiPOConfig(method=method, train_labels_public=True, **common),
             train_dataset=train,
             processing_class=tokenizer,
         )

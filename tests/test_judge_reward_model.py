@@ -162,6 +162,8 @@ def test_gold_judge_recipe_beats_chance_on_held_out_gold_pairs(finance_splits, t
             str(tmp_path / "judge"),
             "--batch_size",
             "16",
+            "--test_labels_public",
+            "true",
         ],
         cwd=ROOT,
         capture_output=True,

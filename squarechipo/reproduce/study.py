@@ -156,6 +156,7 @@ class Study:
             "dataset_name": str(self.data / _PREFERENCE),
             "dataset_train_split": "judge",
             "dataset_test_split": "test",
+            "test_labels_public": True,  # the generator's test pairs are gold pairs
             "max_train_samples": self.design.judge_rows,
             "output_dir": str(folder),
         }
