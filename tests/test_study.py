@@ -713,3 +713,26 @@ def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_pa
     assert "stale" not in block and block.strip() in committed
     for result in ("summary.json", "report.md"):
         assert (results / result).read_text() == (ROOT / "results" / name / result).read_text(), result
+
+
+def test_arms_with_their_own_rows_and_beta_have_keys_releases_and_reuse_of_their_own(tmp_path):
+    """An arm may train on more rows (nested on the design's) or at another β: its key, label and release say so,
+    and a cell recorded by the study it shares a set-up with is reused only for the same arm and seed."""
+    import json
+
+    from squarechipo.reproduce.study import Study
+    from squarechipo.reproduce.study_design import Arm, StudyDesign
+
+    base, more = Arm("dpo", "CTL", 1.0), Arm("dpo", "CTL", 1.0, rows=512, beta=0.02)
+    assert (base.key, more.key) == ("ctl_eps1_dpo", "ctl_eps1_dpo_n512_beta0.02")
+    assert more.label == "DPO, CTL ε=1, 512 rows, β=0.02"
+    assert base.release(3, 0.1) != more.release(3, 0.1) == "ctl_eps1_alpha0.1_n512_seed3"
+    source = tmp_path / "other"
+    (source / "main").mkdir(parents=True)
+    (source / "main" / "ctl_eps1_dpo_seed3.json").write_text(json.dumps({"arm": "ctl_eps1_dpo", "seed": 3, "x": 1}))
+    design = StudyDesign(cells_from=str(source), main_arms=(base, more))
+    study = Study(design, tmp_path / "out", tmp_path / "results")
+    reused = study.cell(base, 3, "main")
+    assert reused["x"] == 1 and reused["reused_from"].endswith("ctl_eps1_dpo_seed3.json")
+    assert json.loads((tmp_path / "results" / "main" / "ctl_eps1_dpo_seed3.json").read_text()) == reused
+    assert study._reused(more, 3, "main") is None and study._reused(base, 4, "main") is None

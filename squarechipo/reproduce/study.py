@@ -277,43 +277,77 @@ class Study:
 
     # ------------------------------------------------------------------ labels and cells
 
-    def labels(self, seed: int) -> Path:
-        """This seed's training rows, drawn from the train split and labelled by r* (raw, private labels)."""
-        folder = self.out / "labels" / f"seed{seed}"
+    def _committed_labels(self, seed: int, rows: int | None) -> Path:
+        """Where a seed's simulated labels are committed: this study's results, or the study whose set-up (and
+        cells) it shares, for the design's own rows."""
+        name = f"seed{seed}.json" if rows is None else f"seed{seed}_n{rows}.json"
+        own = self.results / "labels" / name
+        shared = [Path(p) / "labels" / name for p in (self.design.cells_from, self.design.setup_from) if p]
+        return next((p for p in [own, *shared] if p.exists()), own)
+
+    def labels(self, seed: int, rows: int | None = None) -> Path:
+        """This seed's training rows, drawn from the train split and labelled by r* (raw, private labels).
+
+        ``rows`` above the design's ``train_rows`` extends the seed's draw: the first rows of one permutation of the
+        train split, so the design's rows (and their labels) come first and arms of one seed stay paired."""
+        rows = None if rows in (None, self.design.train_rows) else rows
+        folder = self.out / "labels" / (f"seed{seed}" if rows is None else f"seed{seed}_n{rows}")
 
         def build() -> dict[str, Any]:
-            d, start = self.design, time.time()
+            start = time.time()
             train = load_preference_dataset(str(self.data / _PREFERENCE), split="train")
-            committed = self.results / "labels" / f"seed{seed}.json"
+            committed = self._committed_labels(seed, rows)
             if self.portable and committed.exists():
                 kept = json.loads(committed.read_text())
                 labelled, summary = relabel(train.select(kept["rows"]), kept["keep"]), kept["summary"]
             else:
-                rng = np.random.default_rng([seed, 28])
-                rows = np.sort(rng.permutation(len(train))[: d.train_rows]).tolist()
-                labelled, summary = label_with_gold(train.select(rows), self.evaluator().gold, d.label_source, rng)
+                labelled, summary, kept = self._draw_labels(train, seed, rows)
                 if self.portable:  # simulated labels, drawn from the committed r* and the seed: kept so that a
                     # rebuilt work folder trains on the same ones (r* in bf16 rounds differently elsewhere)
-                    keep = [a == b for a, b in zip(labelled["chosen"], train.select(rows)["chosen"])]
                     committed.parent.mkdir(parents=True, exist_ok=True)
-                    committed.write_text(json.dumps({"rows": rows, "keep": keep, "summary": summary}))
+                    committed.write_text(json.dumps({**kept, "summary": summary}))
             datasets.DatasetDict({"train": labelled}).save_to_disk(str(folder / "data"))
             return {**summary, "seconds": round(time.time() - start, 1)}
 
         _once(folder, build)
         return folder / "data"
 
+    def _draw_labels(self, train, seed: int, rows: int | None):
+        """(labelled rows, summary, what is committed): the design's rows labelled by BT(r*) draws; more rows keep
+        those (the committed labels when the set-up is) and draw the rest from a stream of their own."""
+        d = self.design
+        rng = np.random.default_rng([seed, 28])
+        order = rng.permutation(len(train))
+        if rows is None:
+            chosen = np.sort(order[: d.train_rows]).tolist()
+            labelled, summary = label_with_gold(train.select(chosen), self.evaluator().gold, d.label_source, rng)
+            keep = [a == b for a, b in zip(labelled["chosen"], train.select(chosen)["chosen"])]
+            return labelled, summary, {"rows": chosen, "keep": keep}
+        if rows > len(train):
+            raise ValueError(f"an arm asks for {rows} training rows; the train split has {len(train)}.")
+        base = json.loads(self._committed_labels(seed, None).read_text()) if self.portable else None
+        if base is None:
+            raise RuntimeError("arms with more rows than train_rows need a committed set-up (sft_lora_r).")
+        extra = np.sort(np.setdiff1d(order[:rows], base["rows"])).tolist()
+        more, summary = label_with_gold(
+            train.select(extra), self.evaluator().gold, d.label_source, np.random.default_rng([seed, 28, rows])
+        )
+        keep = base["keep"] + [a == b for a, b in zip(more["chosen"], train.select(extra)["chosen"])]
+        chosen = base["rows"] + extra
+        summary = {**summary, "nested_on": len(base["rows"])}
+        return relabel(train.select(chosen), keep), summary, {"rows": chosen, "keep": keep}
+
     def _cell_config(self, arm: Arm, seed: int, folder: Path) -> dict[str, Any]:
         d = self.design
         private = arm.setting != "clean"
         config = {
             "model_name_or_path": str(self.out / "sft"),
-            "dataset_name": str(self.labels(seed)),
+            "dataset_name": str(self.labels(seed, arm.rows)),
             "dataset_train_split": "train",
             "output_dir": str(folder / "model"),
             "privatized_dir": str(self.out / "releases" / arm.release(seed, d.corruption_rate)),
             "method": arm.method,
-            "beta": d.beta,
+            "beta": d.beta if arm.beta is None else arm.beta,
             "r_max": d.r_max,
             "learning_rate": d.learning_rate,
             "num_train_epochs": d.epochs,
@@ -351,6 +385,11 @@ class Study:
         record_path = self.results / stage / f"{cell_name(arm, seed)}.json"
         if record_path.exists():
             return json.loads(record_path.read_text())
+        reused = self._reused(arm, seed, stage)
+        if reused is not None:
+            record_path.parent.mkdir(parents=True, exist_ok=True)
+            record_path.write_text(json.dumps(reused, indent=1))
+            return reused
         self._refuse_a_lost_setup()
         self.sft_samples()
         digests = self._check_setup() if self.portable else None
@@ -372,6 +411,8 @@ class Study:
             "cell": cell_name(arm, seed),
             "arm": arm.key,
             **{k: getattr(arm, k) for k in ("method", "setting", "epsilon", "debias")},
+            "rows": arm.rows or self.design.train_rows,
+            "beta": self.design.beta if arm.beta is None else arm.beta,
             "seed": seed,
             "train_loss": train.get("train_loss"),
             "train_seconds": round(trained - start, 1),
@@ -382,6 +423,18 @@ class Study:
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(result, indent=1))
         return result
+
+    def _reused(self, arm: Arm, seed: int, stage: str) -> dict[str, Any] | None:
+        """The record of this cell in ``cells_from`` (same set-up, rows, labels and release), marked as reused."""
+        if not self.design.cells_from:
+            return None
+        source = Path(self.design.cells_from) / stage / f"{cell_name(arm, seed)}.json"
+        if not source.exists():
+            return None
+        record = json.loads(source.read_text())
+        if record.get("arm") != arm.key or record.get("seed") != seed:
+            raise ValueError(f"{source} is not the record of {cell_name(arm, seed)}; it cannot be reused.")
+        return {**record, "reused_from": str(source)}
 
     def _measure(self, model_dir: Path) -> dict[str, Any]:
         evaluator, sft = self.evaluator(), self.sft_record()

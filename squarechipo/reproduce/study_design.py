@@ -35,22 +35,33 @@ class Arm:
     epsilon: float | None  # None = no randomized response
     debias: bool = True
     tier: int = 1
+    #: Training rows of this arm (None: the design's ``train_rows``). A seed's rows are nested: the first
+    #: ``train_rows`` of them are the design's, with the same labels, so arms of one seed stay paired.
+    rows: int | None = None
+    #: β of this arm (None: the design's ``beta``).
+    beta: float | None = None
 
     @property
     def key(self) -> str:
         suffix = "" if self.debias else "_nodebias"
+        suffix += "" if self.rows is None else f"_n{self.rows}"
+        suffix += "" if self.beta is None else f"_beta{self.beta:g}"
         return f"{self.setting.lower()}_eps{_eps_name(self.epsilon)}_{self.method}{suffix}"
 
     @property
     def label(self) -> str:
         name = METHOD_NAMES.get(self.method, self.method) + ("" if self.debias else " (c = 1)")
         where = "clean" if self.setting == "clean" else f"{self.setting} ε={_eps_name(self.epsilon)}"
-        return f"{name}, {where}"
+        more = ("" if self.rows is None else f", {self.rows} rows") + (
+            "" if self.beta is None else f", β={self.beta:g}"
+        )
+        return f"{name}, {where}{more}"
 
     def release(self, seed: int, corruption_rate: float) -> str:
-        """The release this arm trains on, shared by every arm of the seed with the same label setting."""
+        """The release this arm trains on, shared by every arm of the seed with the same label setting and rows."""
         alpha = 0.0 if self.setting == "clean" else corruption_rate
-        return f"{self.setting.lower()}_eps{_eps_name(self.epsilon)}_alpha{alpha:g}_seed{seed}"
+        rows = "" if self.rows is None else f"_n{self.rows}"
+        return f"{self.setting.lower()}_eps{_eps_name(self.epsilon)}_alpha{alpha:g}{rows}_seed{seed}"
 
 
 #: What a claim compares, per seed (``squarechipo.reproduce.study_claims``): two arms at the end of training; one
@@ -197,6 +208,9 @@ class StudyDesign:
     # Prompts generated together; batch b is seeded seed + b, so a study measured on the first test prompts of a
     # shared set-up is paired with its SFT samples when its prompts fill whole batches.
     generation_batch_size: int = 32
+    # Another study's results folder whose cell records (pilot/, main/) this study reuses where an arm and seed match:
+    # the same set-up (setup_from), rows, labels and release, so the cells pair.
+    cells_from: str | None = None
     # Pilot, power and budget.
     pilot_seeds: tuple[int, ...] = (1000, 1001, 1002)
     pilot_arms: tuple[Arm, ...] = PILOT_ARMS
