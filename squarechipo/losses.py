@@ -53,6 +53,8 @@ __all__ = [
     "dpo_link",
     "log_loss",
     "margins",
+    "SATURATED_MARGIN",
+    "saturation",
     "preference_loss",
     "plackett_luce_top1_loss",
     "preference_value",
@@ -355,3 +357,17 @@ def plackett_luce_top1_loss(scores: torch.Tensor, label_weights: torch.Tensor) -
         )
     dtype = _compute_dtype(scores)
     return -(label_weights.to(dtype) * torch.log_softmax(scores.to(dtype), dim=-1)).sum(dim=-1)
+
+
+#: |m| above which σ'(m) < 1e-4: the logistic and square losses of the table pass (almost) no gradient to the row.
+SATURATED_MARGIN = math.log(1e4)
+
+
+def saturation(margins: torch.Tensor, clip: float | None) -> tuple[float, float]:
+    """(the share of rows whose margin sits at the clip ±2R_max, the share that gets no gradient: clipped, or
+    |m| > :data:`SATURATED_MARGIN` where σ'(m) < 1e-4). Both the logistic loss −log σ(m) and the square loss
+    (2σ(m) − 1 − c)² reach the margin through σ'(m), and the clip's own derivative is 0 outside it."""
+    m = margins.detach().float().abs()
+    clipped = (m >= clip * (1 - 1e-6)) if clip is not None else torch.zeros_like(m, dtype=torch.bool)
+    flat = clipped | (m > SATURATED_MARGIN)
+    return float(clipped.float().mean()), float(flat.float().mean())

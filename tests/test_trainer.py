@@ -604,3 +604,34 @@ def test_csv_and_large_string_parquet_files_release_and_train(suffix, tiny_model
     trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, max_steps=1), released)
     trainer.train()
     assert trainer.state.global_step == 1 and trainer.privacy.source == "ledger"
+
+
+def test_the_share_of_rows_at_the_clip_or_saturated_is_logged_and_a_window_of_them_warned(
+    tiny_model_factory, tokenizer, finance_splits, tmp_path
+):
+    """Margins at the clip ±2·R_max, or so large that σ'(m) < 1e-4, pass no gradient: each logging step says what
+    share of rows did, and a window where most did is flagged once."""
+    from squarechipo.losses import SATURATED_MARGIN, saturation
+
+    m = torch.tensor([0.0, 0.5, -1.0, 1.0, 0.99999999, -0.3])
+    assert saturation(m, clip=1.0) == (pytest.approx(3 / 6), pytest.approx(3 / 6))
+    unclipped = torch.tensor([9.0, -9.5, 12.0, 0.0])
+    assert saturation(unclipped, clip=None) == (0.0, pytest.approx(2 / 4)) and 9.0 < SATURATED_MARGIN < 9.5
+    train = rows(finance_splits, 8)
+    # A reference unlike the policy (another seed), a large β and a tight clip: nearly every margin sits at ±0.1.
+    args = make_config(tmp_path, beta=10.0, r_max=0.05, max_steps=2, method="square_chipo")
+    trainer = SquareChiPOTrainer(
+        tiny_model_factory(0),
+        ref_model=tiny_model_factory(1),
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "margins/clipped" in entry]
+    assert len(logged) == 2 and all(e["margins/clipped"] >= 0.75 and e["margins/no_gradient"] >= 0.75 for e in logged)
+    assert trainer._warned_saturation
+    calm = build(tiny_model_factory, tokenizer, make_config(tmp_path / "calm"), train)
+    calm.train()
+    assert all(e["margins/clipped"] == 0.0 for e in calm.state.log_history if "margins/clipped" in e)
+    assert not getattr(calm, "_warned_saturation", False)

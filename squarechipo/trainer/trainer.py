@@ -22,7 +22,7 @@ import torch
 from accelerate.utils import is_peft_model
 from trl import DPOTrainer
 
-from squarechipo.losses import preference_loss
+from squarechipo.losses import SATURATED_MARGIN, preference_loss, saturation
 from squarechipo.models.lm_head import add_lean_lm_head
 from squarechipo.models.reference_cache import ReferenceLogpCache
 from squarechipo.privacy.record import PRIVACY_FILE
@@ -322,6 +322,9 @@ class SquareChiPOTrainer(PrivateTrainerMixin, DPOTrainer):
         metrics["rewards/chosen"].append(gather(chosen_rewards).mean().item())
         metrics["rewards/rejected"].append(gather(rejected_rewards).mean().item())
         all_margins = gather(margins.float())
+        clipped, no_gradient = saturation(all_margins, self.args.clip)
+        metrics["margins/clipped"].append(clipped)
+        metrics["margins/no_gradient"].append(no_gradient)
         # Accuracy on the *observed* (possibly privatized) labels: the method's margin favours `chosen`.
         metrics["rewards/accuracies"].append((all_margins > 0).float().mean().item())
         metrics["rewards/margins"].append(all_margins.mean().item())
@@ -342,6 +345,24 @@ class SquareChiPOTrainer(PrivateTrainerMixin, DPOTrainer):
             chosen_top1, _ = outputs.is_top1[:, -seq_len:].chunk(2, dim=0)
             correct = gather((chosen_top1 & chosen_mask.bool()).sum()).sum()
             metrics["mean_token_accuracy"].append((correct / gather(chosen_mask.sum()).sum().clamp(min=1)).item())
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's log, then a warning (once) when most rows of the window since the last log got no gradient."""
+        window = self._metrics["train"].get("margins/no_gradient") if self.model.training else None
+        share = sum(window) / len(window) if window else 0.0
+        super().log(logs, start_time)
+        if share > 0.5 and not getattr(self, "_warned_saturation", False):
+            self._warned_saturation = True
+            logger.warning(
+                "step %d: %.0f%% of the rows since the last log got no gradient: their margin sits at the clip "
+                "±2·R_max = ±%s or the loss is saturated (|m| > %.1f). Training has stopped learning from them. "
+                "Lower beta or raise r_max, or shorten the responses: χPO's link grows as e^ℓ of the log-ratio summed "
+                "over the response's tokens (docs/training.md, 'Where training stops learning').",
+                self.state.global_step,
+                100 * share,
+                self.args.clip,
+                SATURATED_MARGIN,
+            )
 
     # ------------------------------------------------------------------ model card
 
