@@ -197,6 +197,11 @@ def _differing(recorded: dict, design: StudyDesign) -> list[str]:
     # behaviour (generation_batch_size 32 is how the first study sampled before the field existed).
     defaults = json.loads(json.dumps(StudyDesign().to_dict()))
     recorded = {**{k: v for k, v in defaults.items() if k not in recorded}, **recorded}
+    # Likewise an Arm field added later (rows, beta): absent from a recorded arm, it ran at its default.
+    arm_defaults = {"rows": None, "beta": None}
+    for key in ("pilot_arms", "main_arms"):
+        if isinstance(recorded.get(key), list):
+            recorded[key] = [{**arm_defaults, **arm} for arm in recorded[key]]
     return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
 
 

@@ -96,11 +96,31 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
             continue
         test = paired_test(list(values.values()))
         found.append({"claim": claim.name, "seeds": len(values), "metric": claim.metric, **test.to_dict()})
-    for row, adjusted in zip(found, holm([c["p_value"] for c in found])):
-        detectable = mde(row["n"], row["sd"], target=design.power, alpha=design.alpha)
+    steps = holm_levels([c["p_value"] for c in found], design.alpha)
+    for row, adjusted, level in zip(found, holm([c["p_value"] for c in found]), steps):
+        # The MDE at the level this claim is decided at (its Holm step, holm_levels).
+        detectable = mde(row["n"], row["sd"], target=design.power, alpha=level)
         unit = " points" if is_win_rate(row["metric"]) else f" ({_METRICS[row['metric']][0]})"
-        row.update(p_holm=adjusted, mde=detectable, verdict=verdict_of(row, adjusted, detectable, design.alpha, unit))
+        verdict_text = verdict_of(row, adjusted, detectable, design.alpha, unit)
+        if verdict_text.startswith("not decided"):
+            verdict_text += f" (α = {level:.3g}, Holm)"
+        row.update(p_holm=adjusted, mde=detectable, alpha_holm=level, verdict=verdict_text)
     return found + untested
+
+
+def holm_levels(p_values: list[float], alpha: float) -> list[float]:
+    """The level each claim is decided at in Holm's step-down: α/(m − k) for the k-th smallest p (k from 0) while
+    they are rejected; the procedure stops at the first that is not, and every claim from there on is decided at
+    that step's level, α/(m − r) with r the claims rejected before it (a larger p cannot pass where it stopped)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    levels = [alpha] * m
+    stopped = None
+    for k, index in enumerate(order):
+        if stopped is None and not p_values[index] < alpha / (m - k):
+            stopped = alpha / (m - k)
+        levels[index] = stopped if stopped is not None else alpha / (m - k)
+    return levels
 
 
 def load_deviations(results: Path, records, prereg: dict | None) -> list[dict[str, Any]]:
@@ -288,6 +308,7 @@ def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=
         "along_training": along_training(records, design),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
+        "pilot": {k: (prereg.get("pilot") or {}).get(k) for k in ("sd_for_power", "seeds_needed")} if prereg else None,
         "amendments": _amendments(prereg, design.effect_unit),
         "progress": progress(records, prereg, deviations),
         "deviations": deviations or [],
@@ -302,6 +323,22 @@ def _amendments(prereg: dict | None, unit: str) -> list[dict[str, Any]]:
         {"written": e["written"], "reason": e["reason"], "changed": e["changed"], "replaced": _sizes(plans[i], unit)}
         for i, e in enumerate(entries)
     ]
+
+
+def _sized_for(summary: dict, design: StudyDesign) -> str:
+    """What the design was sized for and what the budget allowed, the plan's MDE also at Holm's first step."""
+    plan, pilot = summary.get("preregistration") or {}, summary.get("pilot") or {}
+    sd, seeds, m = pilot.get("sd_for_power"), len(plan.get("seeds", [])), len(design.all_claims)
+    if sd is None or seeds < 2:
+        return ""
+    strict = mde(seeds, sd, target=design.power, alpha=design.alpha / max(m, 1))
+    unit = _EFFECT_TEXT[design.effect_unit]
+    return (
+        f" The design was sized for an effect of {design.effect_points:g} {unit}, which needs "
+        f"{pilot.get('seeds_needed', '?')} seeds at the pilot's SD; the budget allowed {seeds}: MDE "
+        f"{plan.get('mde_points', math.nan):.2f} at α = {design.alpha:g}, {strict:.2f} at Holm's first step "
+        f"(α = {design.alpha:g}/{m})."
+    )
 
 
 def _sizes(plan: dict, unit: str) -> str:
@@ -391,6 +428,7 @@ def markdown(summary: dict, design: StudyDesign) -> str:
         if plan
         else "No pre-registration found."
     )
+    sizes += _sized_for(summary, design)
     for a in summary.get("amendments") or []:
         sizes += (
             f" Amended {a['written'][:10]}, before the main run ({', '.join(a['changed'])}; it replaced "
@@ -414,8 +452,9 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             "",
             *_reference_lines(plan, design),
             "A claim's MDE is the one at its seeds' observed SD of the paired difference, which few seeds estimate "
-            "poorly; the pre-registered MDE above (from the pilot's SD's 80% upper bound) is the one the design "
-            "was sized for.",
+            "poorly, and at the level Holm's step-down decides it at (α/(m − k) at its step; α/(m − r) for every "
+            "claim from the first not rejected on, r the claims rejected before it); the pre-registered MDE above "
+            "is what the budget allowed at the pilot's SD (its 80% upper bound), not what the design was sized for.",
             "",
             *(_headline_lines(summary, design) if _private_arms(design) else []),
             f"Signal-to-noise of each metric in one cell (mean |gain| ÷ its standard error over prompts): {noise}.",
