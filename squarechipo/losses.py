@@ -54,6 +54,7 @@ __all__ = [
     "log_loss",
     "margins",
     "SATURATED_MARGIN",
+    "margin_clip",
     "saturation",
     "preference_loss",
     "plackett_luce_top1_loss",
@@ -357,6 +358,12 @@ def plackett_luce_top1_loss(scores: torch.Tensor, label_weights: torch.Tensor) -
         )
     dtype = _compute_dtype(scores)
     return -(label_weights.to(dtype) * torch.log_softmax(scores.to(dtype), dim=-1)).sum(dim=-1)
+
+
+def margin_clip(r_max: float | None) -> float | None:
+    """The bound on the margin, 2·R_max (Zhou et al. 2025 (Square-χPO), Alg. 1: m = clip(β·h, ±2R_max)); None for no
+    clip. The one definition the trainer, the central selector and the lab use."""
+    return None if r_max is None else 2.0 * float(r_max)
 
 
 #: |m| above which σ'(m) < 1e-4: the logistic and square losses of the table pass (almost) no gradient to the row.

@@ -138,3 +138,114 @@ def test_bad_inputs_raise():
         LabelPipeline(epsilon=-1.0)
     with pytest.raises(ValueError, match="fixed_preference"):
         LabelPipeline(corruption_rate=0.1, adversary="fixed")
+
+
+@pytest.mark.parametrize("order", ["ctl", "ltc"])
+def test_each_order_of_the_pipeline_gives_its_own_wrong_label_rate_in_the_release_and_the_ledger(order):
+    """The order a pipeline runs is the one it states: with the flip adversary (α = 0.3, ε = 1) CTL's wrong-label rate
+    is α + q − 2αq = 0.408 and LTC's α + q − αq = 0.488, 10 standard errors apart at 4,000 rows. A pipeline that ran
+    the other order while its ledger named this one is caught here, through the release path."""
+    import datasets
+
+    from squarechipo.privacy import get_ledger, release_dataset
+
+    pipeline = LabelPipeline(epsilon=1.0, corruption_rate=0.3, adversary="flip", order=order)
+    other = LabelPipeline(epsilon=1.0, corruption_rate=0.3, adversary="flip", order="ltc" if order == "ctl" else "ctl")
+    n = 4_000
+    se = binomial_se(0.45, n)
+    assert abs(pipeline.expected_flip_rate() - other.expected_flip_rate()) > 10 * se
+    applied = pipeline.apply(np.zeros(N, dtype=bool), np.random.default_rng(7))
+    assert abs(applied.mean() - pipeline.expected_flip_rate()) <= Z_TOLERANCE * binomial_se(0.45, N)
+    rows = datasets.Dataset.from_dict(
+        {
+            "prompt": [f"row {i}: {i * 7919 % 100003} {i * 104729 % 999983}" for i in range(n)],
+            "chosen": [f"keep {i} in a fund number {i * 31 % 997}" for i in range(n)],
+            "rejected": [f"spend {i} on ticket {i * 53 % 991}" for i in range(n)],
+        }
+    )
+    released = release_dataset(rows, pipeline, seed=11)
+    wrong = np.mean(np.array(released["chosen"]) != np.array(rows["chosen"]))
+    assert abs(wrong - pipeline.expected_flip_rate()) <= Z_TOLERANCE * se
+    assert get_ledger(released).releases[0].order == order
+
+
+def _empirical(release, labels: np.ndarray, num_labels: int, draws: int, seed: int) -> np.ndarray:
+    """P(output | label) estimated from ``draws`` releases of each label (rows: labels, columns: outputs)."""
+    out = np.zeros((len(labels), num_labels))
+    for row, label in enumerate(labels):
+        released = release(np.full(draws, label), np.random.default_rng(seed + row))
+        out[row] = np.bincount(released, minlength=num_labels) / draws
+    return out
+
+
+def test_rr_with_prior_on_an_unsorted_prior_has_its_exact_distribution_and_privacy_loss():
+    """With 4 labels and an unsorted prior the top-k* set is a permutation of the labels: mapping it the wrong way (a
+    permutation where its inverse belongs) coincides with the right way only for a sorted prior. Each true label's
+    output frequencies over 200,000 draws match the exact distribution, and the exact privacy loss is e^ε at most,
+    reached inside the top-k* set."""
+    from squarechipo.privacy import label_dp
+
+    prior = np.array([0.08, 0.42, 0.05, 0.45])  # order: 3, 1, 0, 2
+    epsilon = 1.0
+    k_star, order = label_dp.optimal_top_k(prior[None], epsilon)
+    assert int(k_star[0]) == 2 and order[0, :2].tolist() == [3, 1]
+    exact = np.stack([label_dp.rr_with_prior_distribution(y, prior, epsilon) for y in range(4)])
+    draws = 200_000
+    observed = _empirical(
+        lambda y, rng: label_dp.rr_with_prior(y, np.tile(prior, (len(y), 1)), epsilon, rng)[0],
+        np.arange(4),
+        4,
+        draws,
+        3,
+    )
+    assert np.all(np.abs(observed - exact) <= Z_TOLERANCE * np.sqrt(exact * (1 - exact) / draws) + 1e-12)
+    assert exact[3, 3] == pytest.approx(math.exp(epsilon) / (math.exp(epsilon) + 1))  # a top label is kept
+    assert exact[0].tolist() == pytest.approx([0, 0.5, 0, 0.5])  # outside the top: uniform over it
+    support = exact > 0
+    ratios = exact[:, None, :][..., support.all(axis=0)] / exact[None, :, :][..., support.all(axis=0)]
+    assert ratios.max() == pytest.approx(math.exp(epsilon)) and ratios.min() == pytest.approx(math.exp(-epsilon))
+
+
+@pytest.mark.parametrize("mechanism", ["k_rr", "subset"])
+def test_k_ary_mechanisms_have_their_exact_privacy_loss_on_every_output(mechanism):
+    """K-RR and the subset mechanism with 3 labels: the empirical P(output | y) over 200,000 draws, for every output,
+    gives a privacy loss ratio of e^ε at most (within sampling error), attained where the definition says."""
+    from squarechipo.privacy import label_dp
+
+    epsilon, k, draws = 1.0, 3, 200_000
+    if mechanism == "k_rr":
+        observed = _empirical(lambda y, rng: label_dp.k_rr(y, k, epsilon, rng), np.arange(k), k, draws, 5)
+        keep = math.exp(epsilon) / (math.exp(epsilon) + k - 1)
+        assert np.diag(observed) == pytest.approx([keep] * k, abs=Z_TOLERANCE * binomial_se(keep, draws))
+    else:
+        codes = 2 ** np.arange(k)
+
+        def subsets(y, rng):
+            return (label_dp.subset_mechanism(y, k, epsilon, rng) * codes).sum(axis=1)
+
+        observed = _empirical(subsets, np.arange(k), 2**k, draws, 5)
+    frequent = observed.min(axis=0) > 0.01  # outputs seen often enough to estimate a ratio
+    ratios = observed[:, None, frequent] / observed[None, :, frequent]
+    assert ratios.max() <= math.exp(epsilon) * 1.06
+    assert ratios.max() >= math.exp(epsilon) * 0.94
+
+
+def test_every_prior_is_the_same_whichever_response_is_stored_as_chosen(tokenizer):
+    """A prior that reads the stored chosen/rejected order depends on the raw label and voids ε: LP-2ST's prior and
+    RRWithPrior's input are computed in the canonical, label-free order, so swapping chosen and rejected in every row
+    changes nothing."""
+    import datasets
+
+    from squarechipo.trainer.lp2st import policy_prior
+    from tests.conftest import make_tiny_model
+    from tests.helpers.rows import distinct_pairs
+
+    rows = distinct_pairs(12, offset=900)
+    swapped = datasets.Dataset.from_dict(
+        {"prompt": rows["prompt"], "chosen": rows["rejected"], "rejected": rows["chosen"]}
+    )
+    policy, reference = make_tiny_model(tokenizer, seed=1), make_tiny_model(tokenizer, seed=2)
+    kwargs = dict(method="square_chipo", beta=0.1, clip=10.0, max_length=64, batch_size=4)
+    prior = policy_prior(policy, reference, tokenizer, rows, **kwargs)
+    assert np.ptp(prior) > 1e-3  # the two models differ, so the prior is not flat
+    assert np.array_equal(prior, policy_prior(policy, reference, tokenizer, swapped, **kwargs))

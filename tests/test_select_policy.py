@@ -364,3 +364,27 @@ def test_recipe_in_two_processes_shards_scoring_and_saves_once(pool, tmp_path):
     result = json.loads(sums.read_text())
     assert result["world_size"] == 2 and result["local_rows"] == [16, 16]
     assert result["sharded"] == pytest.approx(result["single"], abs=1e-6)
+
+
+def test_the_selector_scores_margins_at_the_trainers_clip():
+    """One clip: the central selector scores a candidate on the margins its training saw, m = clip(β·h, ±2R_max).
+    A selector that clipped at R_max (or at anything but the trainer's bound) scores rows with β·h between the two
+    differently, and this pins it."""
+    import torch
+
+    from squarechipo.losses import margin_clip, margins
+    from squarechipo.select.exponential import row_square_losses
+    from squarechipo.select.selector import score_settings
+    from squarechipo.trainer import SquareChiPOConfig
+
+    for r_max in (5.0, 0.5, None):
+        trainer_clip = SquareChiPOConfig(output_dir="unused", r_max=r_max, report_to="none").clip
+        settings = score_settings(0.1, "dpo", r_max, 128, "keep_start", 8)
+        assert settings["clip"] == trainer_clip == margin_clip(r_max)
+    # β·h = 7 for a row: between R_max = 5 and 2·R_max = 10, so the clip decides its score.
+    chosen, rejected = torch.tensor([-10.0]), torch.tensor([-80.0])
+    ref = torch.tensor([-10.0])
+    clip = score_settings(0.1, "dpo", 5.0, 128, "keep_start", 8)["clip"]
+    clipped = margins(chosen, rejected, ref, ref, beta=0.1, link="dpo", clip=clip)
+    assert clipped.item() == pytest.approx(7.0)
+    assert row_square_losses(clipped).item() == pytest.approx((2 * torch.sigmoid(torch.tensor(7.0)).item() - 2) ** 2)

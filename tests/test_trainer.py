@@ -635,3 +635,39 @@ def test_the_share_of_rows_at_the_clip_or_saturated_is_logged_and_a_window_of_th
     calm.train()
     assert all(e["margins/clipped"] == 0.0 for e in calm.state.log_history if "margins/clipped" in e)
     assert not getattr(calm, "_warned_saturation", False)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_reference_log_probs_stay_those_of_the_frozen_reference_after_training(
+    lora, tiny_model_factory, tokenizer, finance_splits, tmp_path
+):
+    """After training steps, the log-probs the loss takes as the reference are a frozen copy's (the separate
+    reference model, or the base with the adapter off), not the trained policy's: with and without LoRA, through the
+    path the loss itself uses."""
+    from peft import LoraConfig
+
+    from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+
+    train = rows(finance_splits, 8)
+    extra = {}
+    if lora:
+        extra["peft_config"] = LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        )
+    trainer = build(
+        tiny_model_factory, tokenizer, make_config(tmp_path, max_steps=3, learning_rate=1e-2), train, ref=not lora,
+        **extra,
+    )  # fmt: skip
+    trainer.train()
+    tokenized = tokenize_preferences(train, tokenizer)
+    collator = preference_collator(tokenizer, max_length=128)
+    batch = collator(tokenized)
+    trainer.model.eval()
+    with torch.no_grad():
+        _, _, policy_chosen, policy_rejected, ref_chosen, ref_rejected = trainer._policy_and_reference_logps(
+            trainer.model, batch
+        )
+    frozen = model_logps(tiny_model_factory(0), tokenized, collator, 8, "frozen reference")
+    torch.testing.assert_close(torch.stack([ref_chosen, ref_rejected]).double(), frozen, rtol=0, atol=1e-4)
+    moved = (torch.stack([policy_chosen, policy_rejected]).double() - frozen).abs().max()
+    assert moved > 1e-2  # the policy did move: a reference read from it would differ

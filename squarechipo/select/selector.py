@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.data.label_roles import releases_labels
-from squarechipo.losses import LINKS
+from squarechipo.losses import LINKS, margin_clip
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import tokenize_preferences
 from squarechipo.models.runtime import distributed_state
@@ -120,6 +120,19 @@ def _private_choice(
     return int(broadcast_object_list(chosen, from_process=0)[0])
 
 
+def score_settings(beta, link, r_max, max_length, truncation_mode, batch_size) -> dict:
+    """How the selector scores candidates: the trainer's β, link and margin clip (:func:`~squarechipo.losses.
+    margin_clip`, the one definition), so a candidate is scored on the margins its training saw."""
+    return {
+        "beta": beta,
+        "link": link,
+        "clip": margin_clip(r_max),
+        "max_length": max_length,
+        "truncation_mode": truncation_mode,
+        "batch_size": batch_size,
+    }
+
+
 @releases_labels("central DP: the exponential mechanism stands between the raw labels and the one choice it releases")
 def select_policy(
     candidates: list[str],
@@ -167,14 +180,7 @@ def select_policy(
         context="select_policy",
     )
     state = distributed_state()
-    score = {
-        "beta": beta,
-        "link": link,
-        "clip": 2.0 * r_max if r_max is not None else None,
-        "max_length": max_length,
-        "truncation_mode": truncation_mode,
-        "batch_size": batch_size,
-    }
+    score = score_settings(beta, link, r_max, max_length, truncation_mode, batch_size)
     index = _private_choice(
         pool,
         ref_model,

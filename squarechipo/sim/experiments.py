@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from squarechipo.losses import margin_clip
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import bt, overopt
@@ -298,7 +299,7 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
     bandit = _point_bandit(point)
     rngs = _rngs(base_seed, _data_key(point), seeds)
     epsilon = _eps(point["epsilon"])
-    clip = 2.0 * inst["r_max"]
+    clip = margin_clip(inst["r_max"])
     beta = point.get("beta", inst["beta"])
     adversary = "flip" if point["adversary"] == "none" else point["adversary"]  # "none": α = 0, no adversary
     # The fixed adversary always writes the worse action as preferred: the worst case for the value.
@@ -461,7 +462,7 @@ def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> l
     key = point_key(point)
     inst = INSTANCE
     bandit = _point_bandit(point)
-    beta, clip = inst["beta"], 2.0 * inst["r_max"]
+    beta, clip = inst["beta"], margin_clip(inst["r_max"])
     target = bd.value(bandit, bd.target_policy(bandit, beta, "chipo"))
     rows = []
     for method in MULTISTAGE_METHODS:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig, SFTConfig
 
-from squarechipo.losses import METHODS
+from squarechipo.losses import METHODS, margin_clip
 from squarechipo.models.runtime import apply_cpu_defaults, check_resume
 from squarechipo.options import apply_renames, deprecated
 from squarechipo.privacy.calibration import check_epsilon, check_flip_rate
@@ -157,7 +157,7 @@ class SquareChiPOConfig(DPOConfig):
     @property
     def clip(self) -> float | None:
         """The margin bound 2·R_max passed to the loss."""
-        return None if self.r_max is None else 2.0 * self.r_max
+        return margin_clip(self.r_max)
 
 
 @dataclass
