@@ -736,3 +736,26 @@ def test_arms_with_their_own_rows_and_beta_have_keys_releases_and_reuse_of_their
     assert reused["x"] == 1 and reused["reused_from"].endswith("ctl_eps1_dpo_seed3.json")
     assert json.loads((tmp_path / "results" / "main" / "ctl_eps1_dpo_seed3.json").read_text()) == reused
     assert study._reused(more, 3, "main") is None and study._reused(base, 4, "main") is None
+
+
+def test_a_target_kl_chooses_each_methods_beta_from_the_pilot_by_kl_alone():
+    """The rule on KL, fixed before the pilot: each main arm takes the pilot β of its method and labels whose final KL
+    is closest to target_kl on a log scale; the pilot's differences are then those of the chosen β."""
+    from squarechipo.reproduce.study_design import load_design
+    from squarechipo.reproduce.study_power import _at_chosen_betas, choose_betas, final_kl
+
+    design = load_design(str(ROOT / "recipes" / "studies" / "overoptimisation_noisy.yaml"))
+
+    def record(arm, seed, kl, gain):
+        method, beta = arm.method, arm.beta
+        return {"arm": arm.key, "seed": seed, "method": method, "setting": "CTL", "beta": beta,
+                "summary": {"kl": {"mean": kl}, "gold_gain": {"mean": gain}}}  # fmt: skip
+
+    kls = {"ctl_eps1_dpo_beta0.1": 20.0, "ctl_eps1_dpo_beta0.5": 3.0, "ctl_eps1_square_chipo_beta0.01": 6.0,
+           "ctl_eps1_square_chipo_beta0.05": 2.0}  # fmt: skip
+    records = [record(a, s, kls[a.key] + s, 0.1 * s) for a in design.pilot_arms for s in (0, 1)]
+    betas = choose_betas(design, final_kl(records))
+    # DPO: 3.5 nats is nearer 4 than 20.5; Square-χPO: |log(2.5/4)| = 0.47 is below |log(6.5/4)| = 0.49.
+    assert betas == {"ctl_eps1_dpo": 0.5, "ctl_eps1_square_chipo": 0.05}
+    chosen = _at_chosen_betas(records, design, betas)
+    assert sorted({r["arm"] for r in chosen}) == ["ctl_eps1_dpo", "ctl_eps1_square_chipo"] and len(chosen) == 4

@@ -77,6 +77,8 @@ class Study:
         self.setup_dir = Path(design.setup_from) if design.setup_from else self.results
         self.python, self.data = python, Path(design.data_dir)
         self._evaluator: GoldEvaluator | None = None
+        #: The β the pre-registered plan chose for main arms written without one (``target_kl``), by arm key.
+        self.planned_betas: dict[str, float] = {}
         self._sft_samples: list[list[str]] | None = None
 
     # ------------------------------------------------------------------ set-up
@@ -347,7 +349,7 @@ class Study:
             "output_dir": str(folder / "model"),
             "privatized_dir": str(self.out / "releases" / arm.release(seed, d.corruption_rate)),
             "method": arm.method,
-            "beta": d.beta if arm.beta is None else arm.beta,
+            "beta": self._beta(arm),
             "r_max": d.r_max,
             "learning_rate": d.learning_rate,
             "num_train_epochs": d.epochs,
@@ -412,7 +414,7 @@ class Study:
             "arm": arm.key,
             **{k: getattr(arm, k) for k in ("method", "setting", "epsilon", "debias")},
             "rows": arm.rows or self.design.train_rows,
-            "beta": self.design.beta if arm.beta is None else arm.beta,
+            "beta": self._beta(arm),
             "seed": seed,
             "train_loss": train.get("train_loss"),
             "train_seconds": round(trained - start, 1),
@@ -423,6 +425,12 @@ class Study:
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(result, indent=1))
         return result
+
+    def _beta(self, arm: Arm) -> float:
+        """The arm's own β, else the one the plan chose for it, else the design's."""
+        if arm.beta is not None:
+            return arm.beta
+        return self.planned_betas.get(arm.key, self.design.beta)
 
     def _reused(self, arm: Arm, seed: int, stage: str) -> dict[str, Any] | None:
         """The record of this cell in ``cells_from`` (same set-up, rows, labels and release), marked as reused."""

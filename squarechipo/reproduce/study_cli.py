@@ -76,6 +76,7 @@ def main_run(study: Study) -> dict:
     prereg = check_preregistration(study.results, study.design)
     plan = prereg["plan"]
     arms = [a for a in study.design.main_arms if a.key in plan["arms"]]
+    study.planned_betas = plan.get("arm_betas") or {}
     study.setup()
     study.run_cells(arms, plan["seeds"], "main")
     return report(study)

@@ -208,6 +208,10 @@ class StudyDesign:
     # Prompts generated together; batch b is seeded seed + b, so a study measured on the first test prompts of a
     # shared set-up is paired with its SFT samples when its prompts fill whole batches.
     generation_batch_size: int = 32
+    # β chosen from the pilot by KL alone (never by the gold gain): each main arm written without a β takes, among the
+    # pilot arms of its method and label setting, the β whose mean KL(π‖π_ref) at the end of training was closest to
+    # this many nats (on a log scale). None: every arm's β is the design's or its own.
+    target_kl: float | None = None
     # Another study's results folder whose cell records (pilot/, main/) this study reuses where an arm and seed match:
     # the same set-up (setup_from), rows, labels and release, so the cells pair.
     cells_from: str | None = None

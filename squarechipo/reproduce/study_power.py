@@ -113,15 +113,32 @@ def _pilot_differences(records: list[dict], design: StudyDesign) -> tuple[dict[s
     return found, reference
 
 
+def _at_chosen_betas(records: list[dict], design: StudyDesign, betas: dict[str, float]) -> list[dict]:
+    """The pilot records of the β the rule chose for each main arm, named as that arm; the other β are left out."""
+    from dataclasses import replace
+
+    chosen = {replace(arm, beta=betas[arm.key]).key: arm.key for arm in design.main_arms if arm.key in betas}
+    grid = {(r["method"], r["setting"]) for r in records if r["arm"] in chosen}
+    return [
+        {**r, "arm": chosen.get(r["arm"], r["arm"])}
+        for r in records
+        if r["arm"] in chosen or (r["method"], r["setting"]) not in grid
+    ]
+
+
 def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
-    """Between-seed SDs of the paired differences, the seeds for power, and the measured cost of a cell."""
+    """Between-seed SDs of the paired differences, the seeds for power, and the measured cost of a cell. With
+    ``target_kl`` the differences are those of the β the rule chooses (:func:`choose_betas`)."""
+    every = records
+    if design.target_kl is not None:
+        records = _at_chosen_betas(records, design, choose_betas(design, final_kl(records)))
     differences, reference = _pilot_differences(records, design)
     if not differences:
         raise ValueError("the pilot gives no paired difference: it needs two seeds of the arms a claim compares.")
     wins = _by_arm(records)
     sd_plan = max(d["sd_upper80"] for d in differences.values())
     needed = seeds_for_power(design.effect_points, sd_plan, target=design.power, alpha=design.alpha)
-    cell_minutes = float(np.mean([(r["train_seconds"] + r["eval_seconds"]) / 60 for r in records]))
+    cell_minutes = float(np.mean([(r["train_seconds"] + r["eval_seconds"]) / 60 for r in every]))
     return {
         "primary_metric": "gold expected win rate vs SFT (points)" if design.claims is None else "the claims' metrics",
         "arms": {arm: {"seeds": sorted(v), "win_points": [v[s] for s in sorted(v)]} for arm, v in wins.items()},
@@ -129,12 +146,40 @@ def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
         **({"reference_epochs": reference} if reference else {}),
         "sd_for_power": sd_plan,
         "seeds_needed": needed,
+        **({"final_kl": final_kl(every)} if design.target_kl is not None else {}),
         "cell_minutes": cell_minutes,
     }
 
 
+def final_kl(records: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per pilot arm: its method, label setting, β and mean KL(π‖π_ref) at the end of training over seeds."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        entry = out.setdefault(
+            r["arm"], {"method": r["method"], "setting": r["setting"], "beta": r.get("beta"), "kl": []}
+        )
+        entry["kl"].append(r["summary"]["kl"]["mean"])
+    return {arm: {**e, "kl": float(np.mean(e["kl"]))} for arm, e in out.items()}
+
+
+def choose_betas(design: StudyDesign, kl: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """β for each main arm written without one: the pilot β of its method and setting whose final KL is closest to
+    ``target_kl`` on a log scale (a rule on KL alone, fixed before the pilot)."""
+    chosen = {}
+    for arm in design.main_arms:
+        if arm.beta is not None:
+            continue
+        grid = [e for e in kl.values() if (e["method"], e["setting"]) == (arm.method, arm.setting) and e["beta"]]
+        if not grid:
+            raise ValueError(f"target_kl: the pilot ran no {arm.method} arm on {arm.setting} labels to choose β from.")
+        best = min(grid, key=lambda e: abs(math.log(max(e["kl"], 1e-6) / design.target_kl)))
+        chosen[arm.key] = float(best["beta"])
+    return chosen
+
+
 def plan_main(design: StudyDesign, analysis: dict[str, Any], seed_minutes: float = 1.0) -> dict[str, Any]:
-    """The main run's arms and seeds under the budget (the rule in the module docstring)."""
+    """The main run's arms and seeds under the budget (the rule in the module docstring); with ``target_kl``, the
+    β each main arm takes from the pilot (``arm_betas``)."""
     needed, cell = analysis["seeds_needed"], analysis["cell_minutes"]
 
     def hours(n_arms: int, n_seeds: int) -> float:
@@ -150,8 +195,10 @@ def plan_main(design: StudyDesign, analysis: dict[str, Any], seed_minutes: float
         seeds = max(2, int(design.budget_hours * 60 // (len(arms) * cell + seed_minutes)))
         binds = True
     sd = analysis["sd_for_power"]
+    betas = choose_betas(design, analysis["final_kl"]) if design.target_kl is not None else None
     return {
         **({"reference_epochs": analysis["reference_epochs"]} if "reference_epochs" in analysis else {}),
+        **({"arm_betas": betas} if betas is not None else {}),
         "seeds": list(range(seeds)),
         "arms": [a.key for a in arms],
         "cut_arms": [a.key for a in design.main_arms if a not in arms],

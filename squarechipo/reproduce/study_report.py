@@ -215,7 +215,30 @@ def _along_training_table(summary: dict, design: StudyDesign) -> list[str]:
         rows = [r for r in summary["along_training"] if r["label"] == label]
         cells = [f"{_fmt(r['gold_gain'], digits=2)}, KL {r['kl']['mean']:.1f}" for r in rows]
         lines.append(f"| {label} | {rows[0]['n']} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+    return [*lines, "", *turn_down_lines(summary["along_training"]), ""]
+
+
+def turn_down_lines(rows: list[dict]) -> list[str]:
+    """Per arm, in words: where its mean gold gain peaked along training and how far it fell by the end, or that it
+    never turned down, with the largest KL it reached (an observation on the means, not a test: the claims test)."""
+    lines = []
+    for label in dict.fromkeys(r["label"] for r in rows):
+        curve = [r for r in rows if r["label"] == label]
+        gains = [r["gold_gain"]["mean"] for r in curve]
+        peak = int(np.argmax(gains))
+        largest_kl = max(r["kl"]["mean"] for r in curve)
+        if peak < len(curve) - 1:
+            lines.append(
+                f"- {label}: mean gold gain peaked at epoch {curve[peak]['epoch']:g} ({gains[peak]:+.2f} r*, KL "
+                f"{curve[peak]['kl']['mean']:.1f}) and ended {gains[-1] - gains[peak]:+.2f} r* from it (KL "
+                f"{curve[-1]['kl']['mean']:.1f}); largest KL reached {largest_kl:.1f} nats."
+            )
+        else:
+            lines.append(
+                f"- {label}: mean gold gain did not turn down (highest at the last epoch, {gains[-1]:+.2f} r*); "
+                f"largest KL reached {largest_kl:.1f} nats."
+            )
+    return lines
 
 
 def write_training_plot(records, design: StudyDesign, path: Path) -> None:
