@@ -35,11 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from squarechipo.privacy.calibration import (
-    check_epsilon,
     check_flip_rate,
-    debias_factor,
     debias_factor_from_flip_rate,
-    flip_probability,
 )
 
 __all__ = [
@@ -229,8 +226,7 @@ def preference_loss(
     *,
     beta: float,
     clip: float | None = None,
-    epsilon: float | None = None,
-    flip_rate: float | None = None,
+    flip_rate=None,
 ) -> PreferenceLossOutput:
     """Per-row loss of a named method (Zhou et al. 2025 (Square-χPO), Algorithm 1) and its margins.
 
@@ -239,20 +235,19 @@ def preference_loss(
             ``rdpo``, ``robust_chipo``.
         policy_*_logps, ref_*_logps: summed log-probs of the stored chosen/rejected responses.
         beta: KL (χ²) regularisation strength β.
-        clip: 2·R_max, the bound on |β·h| (None = no clip).
-        epsilon: the RR budget of the labels (None/inf = no privacy). Square losses use c(ε); the
-            robust losses use ρ = 1/(1+e^ε). The plain log losses (``dpo``, ``chipo``) do not debias:
-            they are the non-private baselines and ignore it.
-        flip_rate: the label flip rate ρ instead of ε (e.g. the combined rate of RR and
-            corruption); square losses then use c = 1/(1−2ρ). Give ε or ρ, not both.
+        clip: 2·R_max, the bound on |β·h| (None = no clip): :func:`margin_clip`.
+        flip_rate: the one way to say how noisy the labels are: the probability ρ that a label is wrong (None or 0:
+            clean), or a :class:`squarechipo.privacy.ledger.Debiasing` (a ledger's answer). Square losses use
+            c = 1/(1 − 2ρ) (c(ε) = (e^ε+1)/(e^ε−1) for randomized response at ε, ρ = 1/(1+e^ε):
+            :func:`squarechipo.privacy.calibration.flip_probability`); the robust losses use ρ. The plain log losses
+            (``dpo``, ``chipo``) do not debias: they are the non-private baselines and ignore it.
 
     Returns:
         :class:`PreferenceLossOutput` (per-row losses, margins), in float32 or wider.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {tuple(METHODS)} (got {method!r}).")
-    if flip_rate is not None and epsilon is not None and not math.isinf(check_epsilon(epsilon)):
-        raise ValueError("pass either epsilon or flip_rate, not both: flip_rate already includes the RR noise.")
+    rho = _flip_rate(flip_rate)
     spec = METHODS[method]
     margin = margins(
         policy_chosen_logps,
@@ -264,18 +259,25 @@ def preference_loss(
         clip=clip,
     )
     if spec.loss == "log":
-        if flip_rate is not None:
-            check_flip_rate(flip_rate)
-        else:
-            check_epsilon(epsilon)
         losses = log_loss(margin)
     elif spec.loss == "robust_log":
-        rho = flip_rate if flip_rate is not None else flip_probability(epsilon)
         losses = robust_log_loss(margin, rho)
     else:
-        scale = debias_factor_from_flip_rate(flip_rate) if flip_rate is not None else debias_factor(epsilon)
-        losses = square_loss(margin, scale)
+        losses = square_loss(margin, debias_factor_from_flip_rate(rho))
     return PreferenceLossOutput(losses=losses, margins=margin)
+
+
+def _flip_rate(value) -> float:
+    """ρ from a flip rate or a ledger's ``Debiasing`` (anything with ``method`` and ``flip_rate``)."""
+    if value is None:
+        return 0.0
+    if hasattr(value, "method") and hasattr(value, "flip_rate"):
+        if value.method not in ("flip_rate", "none"):
+            raise ValueError(f"these labels are debiased by {value.method}, not a flip rate: use their analyzer.")
+        value = value.flip_rate
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"flip_rate must be a number in [0, 0.5) or a Debiasing (got {type(value).__name__}).")
+    return check_flip_rate(float(value))
 
 
 # ----------------------------------------------------------------------------- general preferences

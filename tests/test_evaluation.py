@@ -106,9 +106,9 @@ def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
             str(models / "policy"),
             "--baseline",
             str(models / "baseline"),
-            "--dataset",
+            "--dataset_name",
             str(tmp_path / "data"),
-            "--max-prompts",
+            "--max_eval_samples",
             "4",
             "--max-new-tokens",
             "6",
@@ -190,9 +190,9 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
             str(models / "policy"),
             "--baseline",
             str(models / "baseline"),
-            "--dataset",
+            "--dataset_name",
             str(tmp_path / "data"),
-            "--max-prompts",
+            "--max_eval_samples",
             "4",
             "--max-new-tokens",
             "6",
@@ -226,7 +226,16 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
     # Argument errors and refusals, in process (the script's main; the runs above start it as users do).
     from squarechipo.scripts.judge import main as judge_main
 
-    common = ["--policy", "p", "--baseline", "b", "--dataset", str(tmp_path / "data"), "--out", str(tmp_path / "r")]
+    common = [
+        "--policy",
+        "p",
+        "--baseline",
+        "b",
+        "--dataset_name",
+        str(tmp_path / "data"),
+        "--out",
+        str(tmp_path / "r"),
+    ]
     with pytest.raises(ValueError, match="--judge reward-model needs --judge-model"):
         judge_main([*common, "--judge", "reward-model"])
     # Calibration reads the test split's labels: a raw split not declared public is refused before anything runs.
@@ -261,9 +270,9 @@ def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenize
     from squarechipo.scripts.judge_accuracy import main as accuracy_main
 
     with pytest.raises(ValueError, match="name at least one judge"):
-        accuracy_main(["--dataset", str(tmp_path / "data")])
+        accuracy_main(["--dataset_name", str(tmp_path / "data")])
     with pytest.raises(ValueError, match=r"judge accuracy on gold pairs reads the labels of the split 'test'"):
-        accuracy_main(["--dataset", str(tmp_path / "data"), "--local", str(models / "judge")])
+        accuracy_main(["--dataset_name", str(tmp_path / "data"), "--local", str(models / "judge")])
 
 
 @pytest.mark.integration
@@ -275,7 +284,7 @@ def test_cli_judges_the_prompts_of_a_single_jsonl_file(models, finance_splits, t
         for row in rows:
             handle.write(json.dumps({k: row[k] for k in ("prompt", "chosen", "rejected")}) + "\n")
     command = [sys.executable, "eval/judge.py", "--policy", str(models / "policy"), "--baseline"]
-    command += [str(models / "baseline"), "--dataset", str(path), "--max-new-tokens", "4", "--calibration-pairs"]
+    command += [str(models / "baseline"), "--dataset_name", str(path), "--max-new-tokens", "4", "--calibration-pairs"]
     command += [
         "2",
         "--judge-model",

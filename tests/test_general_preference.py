@@ -71,7 +71,7 @@ def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(t
     args = PrivateRewardConfig(
         output_dir=str(tmp_path / "pm"),
         model_type="preference",
-        loss="square",
+        loss="square_dpo",
         max_margin=None,
         max_steps=16,
         learning_rate=3e-3,
@@ -105,8 +105,8 @@ def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(t
 
 
 def test_preference_config_rejects_a_log_loss():
-    with pytest.raises(ValueError, match="loss: square"):
-        PrivateRewardConfig(output_dir="unused", model_type="preference", loss="debiased_bt", report_to="none")
+    with pytest.raises(ValueError, match="loss: square_dpo"):
+        PrivateRewardConfig(output_dir="unused", model_type="preference", loss="rdpo", report_to="none")
 
 
 def _self_play_rows(tokenizer, policy, reference, target):
@@ -282,7 +282,7 @@ def test_central_preference_model_selection_picks_the_trained_candidate(tokenize
     args = PrivateRewardConfig(
         output_dir=str(tmp_path / "pm"),
         model_type="preference",
-        loss="square",
+        loss="square_dpo",
         max_margin=None,
         max_steps=16,
         learning_rate=3e-3,
@@ -318,7 +318,7 @@ def test_central_preference_model_selection_picks_the_trained_candidate(tokenize
 def test_a_max_length_that_every_pair_exceeds_is_named_not_a_sampler_error(tokenizer, tmp_path):
     pairs = to_pairwise_dataset(release_questions(separable(8), 2.0))
     args = PrivateRewardConfig(
-        output_dir=str(tmp_path / "pm"), model_type="preference", loss="square", max_length=4, report_to="none"
+        output_dir=str(tmp_path / "pm"), model_type="preference", loss="square_dpo", max_length=4, report_to="none"
     )
     with pytest.raises(ValueError, match=r"all 8 rows are longer than max_length=4"):
         PrivateRewardTrainer(

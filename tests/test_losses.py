@@ -56,7 +56,7 @@ def test_every_named_method_is_its_row_of_the_table():
         for clip in (None, 0.4):
             m = 0.3 * (link(pc - rc) - link(pr - rr))
             m = m if clip is None else m.clamp(-clip, clip)
-            out = preference_loss(name, pc, pr, rc, rr, beta=0.3, clip=clip, epsilon=1.0)
+            out = preference_loss(name, pc, pr, rc, rr, beta=0.3, clip=clip, flip_rate=flip_probability(1.0))
             torch.testing.assert_close(out.margins, m, msg=f"{name} margins, clip {clip}")
             torch.testing.assert_close(out.losses, loss(m, c, rho), msg=f"{name} losses, clip {clip}")
 
@@ -84,7 +84,7 @@ def test_square_chipo_is_brier_score_without_privacy():
     p = 1.0 / (1.0 + np.exp(-beta * h))
     brier_pm1 = (2 * p - 1 - 1) ** 2
     for eps in (None, math.inf):
-        out = preference_loss("square_chipo", pc, pr, rc, rr, beta=beta, clip=None, epsilon=eps)
+        out = preference_loss("square_chipo", pc, pr, rc, rr, beta=beta, clip=None, flip_rate=flip_probability(eps))
         np.testing.assert_allclose(out.losses.numpy(), brier_pm1, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(out.losses.numpy(), 4 * (1 - p) ** 2, rtol=1e-12, atol=1e-14)
 
@@ -93,7 +93,7 @@ def test_robust_log_with_epsilon_uses_rr_flip_rate():
     pc, pr, rc, rr = _rows(seed=2)
     eps = 0.8
     rho = flip_probability(eps)
-    out = preference_loss("rdpo", pc, pr, rc, rr, beta=0.5, epsilon=eps)
+    out = preference_loss("rdpo", pc, pr, rc, rr, beta=0.5, flip_rate=flip_probability(eps))
     m = 0.5 * ((pc - rc) - (pr - rr))
     expected = (-(1 - rho) * torch.nn.functional.logsigmoid(m) + rho * torch.nn.functional.logsigmoid(-m)) / (
         1 - 2 * rho
@@ -106,7 +106,7 @@ def test_robust_log_with_epsilon_uses_rr_flip_rate():
 def test_square_loss_flip_rate_matches_epsilon():
     pc, pr, rc, rr = _rows(seed=3)
     eps = 0.4
-    a = preference_loss("square_dpo", pc, pr, rc, rr, beta=1.0, epsilon=eps)
+    a = preference_loss("square_dpo", pc, pr, rc, rr, beta=1.0, flip_rate=flip_probability(eps))
     b = preference_loss("square_dpo", pc, pr, rc, rr, beta=1.0, flip_rate=flip_probability(eps))
     torch.testing.assert_close(a.losses, b.losses)
     m = a.margins
@@ -138,14 +138,21 @@ def test_bad_arguments_raise_naming_the_field():
         preference_loss("dpo", pc, pr, rc, rr, beta=0.0)
     with pytest.raises(ValueError, match="clip"):
         preference_loss("dpo", pc, pr, rc, rr, beta=0.1, clip=-1.0)
-    with pytest.raises(ValueError, match="epsilon"):
-        preference_loss("square_chipo", pc, pr, rc, rr, beta=0.1, epsilon=0.0)
-    with pytest.raises(ValueError, match="epsilon"):
-        preference_loss("dpo", pc, pr, rc, rr, beta=0.1, epsilon=float("nan"))
     with pytest.raises(ValueError, match="flip_rate"):
-        preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=0.5)
-    with pytest.raises(ValueError, match="either epsilon or flip_rate"):
-        preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, epsilon=1.0, flip_rate=0.1)
+        preference_loss("square_chipo", pc, pr, rc, rr, beta=0.1, flip_rate=0.5)
+    with pytest.raises(ValueError, match="flip_rate"):
+        preference_loss("dpo", pc, pr, rc, rr, beta=0.1, flip_rate=float("nan"))
+    with pytest.raises(ValueError, match="flip_rate"):
+        preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=-0.1)
+    with pytest.raises(TypeError, match="flip_rate must be a number"):
+        preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate="0.1")
+    from squarechipo.privacy.ledger import Debiasing
+
+    with pytest.raises(ValueError, match="analyzer_weights, not a flip rate"):
+        preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=Debiasing("analyzer_weights", column="w"))
+    by_answer = preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=Debiasing("flip_rate", flip_rate=0.2))
+    by_rate = preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=0.2)
+    assert torch.equal(by_answer.losses, by_rate.losses)
 
 
 # --------------------------------------------------------------------------- numerics
@@ -161,7 +168,7 @@ def test_no_inf_or_nan_for_log_ratios_up_to_1e4(method, dtype):
         chosen = pairs[:, 0].to(dtype).requires_grad_(True)
         rejected = pairs[:, 1].to(dtype).requires_grad_(True)
         ref = torch.zeros_like(chosen)
-        out = preference_loss(method, chosen, rejected, ref, ref, beta=0.1, clip=clip, epsilon=eps)
+        out = preference_loss(method, chosen, rejected, ref, ref, beta=0.1, clip=clip, flip_rate=flip_probability(eps))
         assert out.losses.dtype == torch.float32, "computed in float32 whatever the input dtype"
         assert torch.isfinite(out.losses).all() and torch.isfinite(out.margins).all()
         out.losses.mean().backward()
@@ -175,7 +182,7 @@ def test_no_inf_or_nan_for_log_ratios_up_to_1e4(method, dtype):
         pairs[:, 0].to(dtype),
         pairs[:, 1].to(dtype),
         beta=1.0,
-        epsilon=0.1,
+        flip_rate=flip_probability(0.1),
     )
     out.losses.sum().backward()
     assert torch.isfinite(out.losses).all() and torch.isfinite(policy.grad.float()).all()
@@ -187,7 +194,7 @@ def test_gradcheck_float64_away_from_clamps(method, clip, eps):
     inputs = [t.requires_grad_(True) for t in _rows(n=5, seed=4, scale=1.5)]
 
     def fn(pc, pr, rc, rr):
-        return preference_loss(method, pc, pr, rc, rr, beta=0.8, clip=clip, epsilon=eps).losses
+        return preference_loss(method, pc, pr, rc, rr, beta=0.8, clip=clip, flip_rate=flip_probability(eps)).losses
 
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
 
@@ -204,9 +211,13 @@ def test_square_loss_bounded_by_one_plus_c_squared(method):
     for eps in (0.05, 0.5, 2.0, None):
         c = debias_factor(eps)
         for clip in (None, 4.0):
-            out = preference_loss(method, grid[:, 0], grid[:, 1], zeros, zeros, beta=1.0, clip=clip, epsilon=eps)
+            out = preference_loss(
+                method, grid[:, 0], grid[:, 1], zeros, zeros, beta=1.0, clip=clip, flip_rate=flip_probability(eps)
+            )
             assert (out.losses <= (1 + c) ** 2 + 1e-9).all()
-        unclipped = preference_loss(method, grid[:, 0], grid[:, 1], zeros, zeros, beta=1.0, epsilon=eps)
+        unclipped = preference_loss(
+            method, grid[:, 0], grid[:, 1], zeros, zeros, beta=1.0, flip_rate=flip_probability(eps)
+        )
         assert unclipped.losses.max().item() == pytest.approx((1 + c) ** 2, rel=1e-6)
 
 
@@ -220,7 +231,9 @@ def _swap_aware_gradient(method, theta, swapped, beta, epsilon):
     chosen = torch.where(s, b, a)
     rejected = torch.where(s, a, b)
     ref = torch.zeros(n, dtype=torch.float64)
-    loss = preference_loss(method, chosen, rejected, ref, ref, beta=beta, epsilon=epsilon).losses.mean()
+    loss = preference_loss(
+        method, chosen, rejected, ref, ref, beta=beta, flip_rate=flip_probability(epsilon)
+    ).losses.mean()
     (grad,) = torch.autograd.grad(loss, theta)
     return grad.numpy()
 
@@ -289,7 +302,9 @@ def test_chipo_margin_is_finite_for_huge_log_ratios(dtype):
     zero = torch.zeros_like(chosen)
     for clip in (10.0, None):
         for method in ("square_chipo", "chipo"):
-            out = preference_loss(method, chosen, rejected, zero, zero, beta=0.1, clip=clip, epsilon=0.5)
+            out = preference_loss(
+                method, chosen, rejected, zero, zero, beta=0.1, clip=clip, flip_rate=flip_probability(0.5)
+            )
             out.losses.sum().backward()
             assert torch.isfinite(out.losses).all() and torch.isfinite(out.margins).all()
             assert torch.isfinite(chosen.grad).all() and torch.isfinite(rejected.grad).all()

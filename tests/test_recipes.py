@@ -256,7 +256,7 @@ def test_preference_model_then_self_play_recipes(workspace):
             "max_train_samples": 8,
             "max_steps": 12,  # three passes over the 8 rows: enough for ℓ̂ to learn their labels (asserted below)
             "model_type": "preference",
-            "loss": "square",
+            "loss": "square_dpo",
             "max_margin": None,
             "max_length": 512,
             "label_epsilon": 1.0,
@@ -384,7 +384,7 @@ def test_lp2st_refuses_a_prior_whose_model_saw_the_part2_rows(workspace, tokeniz
     assert not (workspace / "lp2st_leaky" / "released_part2").exists()
 
 
-def test_reward_model_recipe_trains_with_the_debiased_bt_loss(workspace):
+def test_reward_model_recipe_trains_with_the_rdpo_loss(workspace):
     """The reward-model recipe (run in process through its ``main``; the preference-model test above runs it as a
     subprocess) trains with Chowdhury et al. 2024 (private reward estimation)'s RR-debiased Bradley–Terry loss: on a
     batch of the released rows, the trainer's loss is [−(1−ρ)·log σ(m) + ρ·log σ(−m)]/(1−2ρ) of the reward margins
@@ -405,7 +405,7 @@ def test_reward_model_recipe_trains_with_the_debiased_bt_loss(workspace):
             "output_dir": str(workspace / "rm"),
             "max_train_samples": 8,
             "model_type": "reward",
-            "loss": "debiased_bt",
+            "loss": "rdpo",
             "max_margin": 0.25,
             "max_length": 512,
             "label_epsilon": 1.0,
@@ -416,7 +416,7 @@ def test_reward_model_recipe_trains_with_the_debiased_bt_loss(workspace):
     )
     trainer = main(*make_parser().parse_args_and_config(args=["--config", str(config)]))
     record = json.loads((workspace / "rm" / "squarechipo_privacy.json").read_text())
-    assert record["model_type"] == "reward" and record["loss"] == "debiased_bt" and record["epsilon"] == 1.0
+    assert record["model_type"] == "reward" and record["loss"] == "rdpo" and record["epsilon"] == 1.0
     assert record["dropped_rows"] == {}
     batch = next(iter(trainer.get_train_dataloader()))
     trainer.model.eval()

@@ -228,7 +228,9 @@ def test_each_method_trains_with_its_own_loss(method, tiny_model_factory, tokeni
     policy = model_logps(trainer.model, tokenized, collator, 8, "policy")
     reference = model_logps(trainer.ref_model, tokenized, collator, 8, "reference")
     expected = {
-        name: preference_loss(name, *policy, *reference, beta=0.5, clip=2 * 5.0, epsilon=1.0).losses.mean().item()
+        name: preference_loss(name, *policy, *reference, beta=0.5, clip=2 * 5.0, flip_rate=flip_probability(1.0))
+        .losses.mean()
+        .item()
         for name in METHODS
     }
     others = [name for name in METHODS if name != method]
@@ -267,7 +269,9 @@ def test_implied_p_chosen_is_the_mean_sigmoid_of_the_clipped_margins(
     reference = model_logps(trainer.ref_model, tokenized, collator, 8, "reference")
 
     def implied(method, clip):
-        margins = preference_loss(method, *policy, *reference, beta=0.5, clip=clip, epsilon=1.0).margins
+        margins = preference_loss(
+            method, *policy, *reference, beta=0.5, clip=clip, flip_rate=flip_probability(1.0)
+        ).margins
         return margins, torch.sigmoid(margins).mean().item()
 
     margins, want = implied("square_chipo", 2 * 0.5)
@@ -478,9 +482,8 @@ def test_no_ledger_uses_config_or_nothing(tiny_model_factory, tokenizer, finance
     assert given.privacy.flip_rate == pytest.approx(flip_probability(1.0))
     card = given.privacy_record().card_section(None)
     assert "1.0: asserted by the config, not backed by a ledger" in card
-    with pytest.warns(FutureWarning, match="option `epsilon` is renamed `debias_epsilon`"):
-        old = make_config(tmp_path, epsilon=1.0)  # the old name works for one release
-    assert old.debias_epsilon == 1.0 and old.epsilon is None
+    with pytest.raises(TypeError, match="epsilon"):
+        make_config(tmp_path, epsilon=1.0)  # the old name was removed after 0.2 (use debias_epsilon)
 
 
 def test_unsupported_dpo_options_raise(tmp_path):
@@ -528,7 +531,9 @@ def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_split
     tokenized = tokenize_preferences(data, tokenizer)
     collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id, max_length=128)
     pol, ref = model_logps(policy, tokenized, collator, 8, "p"), model_logps(reference, tokenized, collator, 8, "r")
-    debiased = preference_loss("square_chipo", pol[0], pol[1], ref[0], ref[1], beta=0.1, epsilon=1.0).losses
+    debiased = preference_loss(
+        "square_chipo", pol[0], pol[1], ref[0], ref[1], beta=0.1, flip_rate=flip_probability(1.0)
+    ).losses
     plain = preference_loss("square_chipo", pol[0], pol[1], ref[0], ref[1], beta=0.1).losses
     prior = torch.tensor(data["label_from_prior"])
     weight = torch.where(prior, 0.25, 1.0).double()

@@ -118,11 +118,11 @@ def test_the_installed_wheel_runs_every_job_outside_the_checkout(installed, toke
     make_tiny_classifier(tokenizer).save_pretrained(judge)
     tokenizer.save_pretrained(judge)
     judge_args = (
-        "--split test --max-prompts 2 --max-new-tokens 4 --judge reward-model --calibration-pairs 2 --out eval "
-        "--public_splits test"
+        "--dataset_test_split test --max_eval_samples 2 --max-new-tokens 4 --judge reward-model --calibration-pairs 2 "
+        "--out eval --public_splits test"
     )
     data = "d/finance_preference_conversational"
-    command_line = [str(command), "judge", "--policy", "out", "--baseline", "tiny", "--dataset", data]
+    command_line = [str(command), "judge", "--policy", "out", "--baseline", "tiny", "--dataset_name", data]
     _run([*command_line, *judge_args.split(), "--judge-model", str(judge)], work, env)
     assert json.loads((work / "eval" / "summary.json").read_text())["overall"]["n_valid"] == 2
     _run([str(command), "audit", "mechanisms", "--samples", "2000", "--out", "audit"], work, env)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from squarechipo.judge.templates import TEMPLATES
-from squarechipo.options import apply_renames, deprecated
 
 __all__ = ["JudgeAccuracyConfig", "WinRateConfig"]
 
@@ -52,9 +51,6 @@ class WinRateConfig:
     )
     dataset_test_split: str = field(default="test", metadata=_help("the split whose prompts are answered"))
     max_eval_samples: int | None = field(default=None, metadata=_help("the first N prompts (default: all)"))
-    dataset: str | None = deprecated("dataset_name")
-    split: str | None = deprecated("dataset_test_split")
-    max_prompts: int | None = deprecated("max_eval_samples")
     # Generation
     max_new_tokens: int = field(default=128, metadata=_help("tokens generated per response"))
     batch_size: int = field(default=8, metadata=_help("generation batch size"))
@@ -100,9 +96,6 @@ class WinRateConfig:
     method: str | None = field(default=None, metadata=_help("e.g. square_chipo (default: the policy folder name)"))
 
     def __post_init__(self) -> None:
-        apply_renames(
-            self, {"dataset": "dataset_name", "split": "dataset_test_split", "max_prompts": "max_eval_samples"}
-        )
         _check_positive(
             self, ("max_eval_samples", "max_new_tokens", "batch_size", "judge_batch_size", "judge_concurrency")
         )
@@ -127,9 +120,6 @@ class JudgeAccuracyConfig:
     dataset_test_split: str = field(default="test", metadata=_help("the split whose gold pairs are judged"))
     max_eval_samples: int | None = field(default=None, metadata=_help("the first N gold pairs (default: all)"))
     public_splits: list[str] | None = _public_splits()
-    dataset: str | None = deprecated("dataset_name")
-    split: str | None = deprecated("dataset_test_split")
-    max_pairs: int | None = deprecated("max_eval_samples")
     local: str | None = field(default=None, metadata=_help("a causal LM for the local A/B judge, e.g. embedded"))
     server: str | None = field(default=None, metadata=_help("an OpenAI-compatible base URL serving logprobs"))
     server_model: str = field(default="smollm2", metadata=_help("the model name the server answers to"))
@@ -141,9 +131,6 @@ class JudgeAccuracyConfig:
     out: str | None = field(default=None, metadata=_help("folder for judge_accuracy.md and .json"))
 
     def __post_init__(self) -> None:
-        apply_renames(
-            self, {"dataset": "dataset_name", "split": "dataset_test_split", "max_pairs": "max_eval_samples"}
-        )
         _check_positive(self, ("max_eval_samples", "server_concurrency", "batch_size"))
         if self.template not in TEMPLATES:
             raise ValueError(f"template must be one of {sorted(TEMPLATES)} (got {self.template!r}).")

@@ -8,21 +8,22 @@ from dataclasses import dataclass, field
 from trl import RewardConfig
 
 from squarechipo.models.runtime import apply_cpu_defaults, check_resume
-from squarechipo.options import apply_renames, deprecated
 from squarechipo.privacy.calibration import check_epsilon
 
-__all__ = ["PrivateRewardConfig", "MODEL_TYPES", "REWARD_LOSSES"]
+__all__ = ["PrivateRewardConfig", "MODEL_TYPES", "PAIRWISE_REWARD_LOSSES", "REWARD_LOSSES"]
 
 #: ``reward``: a scalar r(x, a) compared by Bradley–Terry (Chowdhury et al. 2024 (private reward estimation));
 #: ``preference``: a pairwise
 #: ℓ(x, a⁰, a¹) ∈ [−1, 1], antisymmetric, for general (non-transitive) preferences (Zhou et al. 2025 (Square-χPO), §4).
 MODEL_TYPES = ("reward", "preference")
-#: ``debiased_bt``: the RR-debiased Bradley–Terry log loss of Chowdhury et al. 2024 (private reward estimation) (eq.
-#: 4); ``square``: (2σ(m) − 1 − c(ε))²,
+#: ``rdpo``: the RR-debiased Bradley–Terry log loss of Chowdhury et al. 2024 (private reward estimation) (eq.
+#: 4); ``square_dpo``: (2σ(m) − 1 − c(ε))²,
 #: Zhou et al. 2025 (Square-χPO), eq. (10) (for a preference model m = s(x,a,b) − s(x,b,a), so 2σ(m) − 1 = ℓ);
 #: ``plackett_luce``: the
 #: debiased top-1 Plackett–Luce loss on best-of-K rows (``BestOfKRewardTrainer``).
-REWARD_LOSSES = ("debiased_bt", "square", "plackett_luce")
+#: The pairwise losses are the methods of squarechipo.losses.METHODS with the identity link (the names are shared).
+PAIRWISE_REWARD_LOSSES = ("rdpo", "square_dpo")
+REWARD_LOSSES = (*PAIRWISE_REWARD_LOSSES, "plackett_luce")
 
 
 @dataclass
@@ -45,8 +46,11 @@ class PrivateRewardConfig(RewardConfig):
         metadata={"help": "The evaluation split's labels are public (see SquareChiPOConfig.eval_labels_public)."},
     )
     loss: str = field(
-        default="debiased_bt",
-        metadata={"help": "debiased_bt (Chowdhury et al. 2024) or square (Zhou et al. 2025, eq. 10)."},
+        default="rdpo",
+        metadata={
+            "help": "rdpo (the debiased Bradley–Terry loss, Chowdhury et al. 2024) or square_dpo (Zhou et al. 2025, "
+            "eq. 10): the names of squarechipo.losses.METHODS; plackett_luce for best-of-K rows."
+        },
     )
     max_margin: float | None = field(
         default=8.0,
@@ -58,7 +62,6 @@ class PrivateRewardConfig(RewardConfig):
     debias_epsilon: float | None = field(
         default=None, metadata={"help": "The RR ε to debias for when the data has no ledger (asserted by the config)."}
     )
-    epsilon: float | None = deprecated("debias_epsilon")
     privacy_override: bool = field(
         default=False, metadata={"help": "Allow debias_epsilon to disagree with the ledger."}
     )
@@ -73,19 +76,18 @@ class PrivateRewardConfig(RewardConfig):
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
         check_resume(self)
-        apply_renames(self, {"epsilon": "debias_epsilon"})
         super().__post_init__()
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES} (got {self.model_type!r}).")
         if self.loss not in REWARD_LOSSES:
             raise ValueError(f"loss must be one of {REWARD_LOSSES} (got {self.loss!r}).")
-        if self.model_type == "preference" and self.loss != "square":
+        if self.model_type == "preference" and self.loss != "square_dpo":
             raise ValueError(
-                "model_type='preference' is fitted by least squares (Zhou et al. 2025, eq. 10): set loss: square."
+                "model_type='preference' is fitted by least squares (Zhou et al. 2025, eq. 10): set loss: square_dpo."
             )
         if self.max_margin is not None and not (self.max_margin > 0 and math.isfinite(self.max_margin)):
             raise ValueError(f"max_margin must be positive and finite, or None (got {self.max_margin!r}).")
-        if self.loss in ("debiased_bt", "plackett_luce") and self.max_margin is None:
+        if self.loss in ("rdpo", "plackett_luce") and self.max_margin is None:
             raise ValueError(f"loss={self.loss!r} is unbounded below: set max_margin (e.g. 8.0) to bound the margin.")
         if self.center_rewards_coefficient is not None and self.model_type == "preference":
             raise ValueError("center_rewards_coefficient does not apply to a preference model; leave it unset.")

@@ -1,14 +1,12 @@
 """``PrivateRewardTrainer``: TRL's ``RewardTrainer`` with label-private losses.
 
-- ``model_type: reward``, ``loss: debiased_bt``: the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private
-  reward estimation) (§4,
-  eq. 4): [−(1−ρ)·log σ(m) + ρ·log σ(−m)]/(1−2ρ), ρ = 1/(1+e^ε), on the clipped reward margin
-  m = clip(r(x, a⁺) − r(x, a⁻), ±B). It is unbiased for the clean BT loss but unbounded below, so
-  the margin bound B (``max_margin``) plays the role of Chowdhury et al. 2024 (private reward estimation)'s parameter
-  bound.
-- ``loss: square``: (2σ(m) − 1 − c(ε))², Zhou et al. 2025 (Square-χPO), eq. (10); with ``model_type: preference`` the
-  rows are
-  text pairs (see :mod:`squarechipo.reward.pairs`) and this fits the general preference model ℓ̂.
+- ``model_type: reward``, ``loss: rdpo``: the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private
+  reward estimation), §4, eq. 4: [−(1−ρ)·log σ(m) + ρ·log σ(−m)]/(1−2ρ), ρ = 1/(1+e^ε), on the clipped reward
+  margin m = clip(r(x, a⁺) − r(x, a⁻), ±B). It is unbiased for the clean BT loss but unbounded below, so the margin
+  bound B (``max_margin``) plays the role of that paper's parameter bound.
+- ``loss: square_dpo``: (2σ(m) − 1 − c(ε))², Zhou et al. 2025 (Square-χPO), eq. (10); with ``model_type:
+  preference`` the rows are text pairs (see :mod:`squarechipo.reward.pairs`) and this fits the general preference
+  model ℓ̂.
 
 What is TRL's: tokenization, the collator, logging, checkpointing, the Hub. What is overridden:
 ``compute_loss``; the privacy set-up, every read of labels, the dropped-row count and the record (with the card and
@@ -22,10 +20,10 @@ import logging
 import torch
 from trl import RewardTrainer
 
-from squarechipo.losses import robust_log_loss, square_loss
+from squarechipo.losses import METHODS, robust_log_loss, square_loss
 from squarechipo.privacy.calibration import debias_factor_from_flip_rate
 from squarechipo.privacy.lineage import ModelLineage
-from squarechipo.reward.config import PrivateRewardConfig
+from squarechipo.reward.config import PAIRWISE_REWARD_LOSSES, PrivateRewardConfig
 from squarechipo.trainer.private_base import PrivateTrainerMixin
 
 __all__ = ["PrivateRewardTrainer", "reward_loss"]
@@ -34,14 +32,18 @@ logger = logging.getLogger("squarechipo")
 
 
 def reward_loss(margin: torch.Tensor, loss: str, flip_rate: float, max_margin: float | None) -> torch.Tensor:
-    """Per-row loss on the reward margin m = r(a⁺) − r(a⁻) (clipped to ±max_margin), debiased for ``flip_rate``."""
+    """Per-row loss on the reward margin m = r(a⁺) − r(a⁻) (clipped to ±max_margin), debiased for ``flip_rate``.
+
+    ``loss`` names a method of :data:`squarechipo.losses.METHODS` whose link is the identity (the margin is already a
+    reward difference): ``rdpo`` is the debiased Bradley–Terry loss of Chowdhury et al. 2024 (private reward
+    estimation), eq. 4; ``square_dpo`` is Zhou et al. 2025 (Square-χPO), eq. (10)."""
+    if loss not in PAIRWISE_REWARD_LOSSES:
+        raise ValueError(f"loss must be one of {PAIRWISE_REWARD_LOSSES} (got {loss!r}).")
     if max_margin is not None:
         margin = torch.clamp(margin, -max_margin, max_margin)
-    if loss == "debiased_bt":
+    if METHODS[loss].loss == "robust_log":
         return robust_log_loss(margin.float(), flip_rate)
-    if loss == "square":
-        return square_loss(margin.float(), debias_factor_from_flip_rate(flip_rate))
-    raise ValueError(f"loss must be debiased_bt or square (got {loss!r}).")
+    return square_loss(margin.float(), debias_factor_from_flip_rate(flip_rate))
 
 
 class PrivateRewardTrainer(PrivateTrainerMixin, RewardTrainer):
@@ -60,7 +62,7 @@ class PrivateRewardTrainer(PrivateTrainerMixin, RewardTrainer):
         if (args.loss == "plackett_luce") != self._best_of_k:
             raise ValueError(
                 "loss='plackett_luce' is for best-of-K rows with BestOfKRewardTrainer; pairwise rows use "
-                "debiased_bt or square."
+                "rdpo or square_dpo."
                 if not self._best_of_k
                 else "BestOfKRewardTrainer needs loss: plackett_luce."
             )

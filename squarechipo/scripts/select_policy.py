@@ -22,7 +22,6 @@ from trl import TrlParser
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.runtime import distributed_state
-from squarechipo.options import apply_renames, deprecated
 from squarechipo.select import select_policy
 
 
@@ -41,9 +40,6 @@ class SelectConfig:
         default="train", metadata={"help": "The private split the candidates are scored on."}
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Score the first N private rows only."})
-    epsilon: float | None = deprecated("central_epsilon")
-    dataset_split: str | None = deprecated("dataset_train_split")
-    max_samples: int | None = deprecated("max_train_samples")
     beta: float = field(default=0.1, metadata={"help": "β of the margins (as in training)."})
     r_max: float | None = field(default=5.0, metadata={"help": "Margins are clipped to ±2·R_max."})
     link: str = field(default="chipo", metadata={"help": "chipo (Square-χPO) or dpo."})
@@ -69,12 +65,6 @@ class SelectConfig:
     )
 
     def __post_init__(self) -> None:
-        renames = {
-            "epsilon": "central_epsilon",
-            "dataset_split": "dataset_train_split",
-            "max_samples": "max_train_samples",
-        }
-        apply_renames(self, renames)
         if self.central_epsilon is None:
             raise ValueError(
                 "central_epsilon is required: the ε of the exponential mechanism, e.g. central_epsilon: 1.0"

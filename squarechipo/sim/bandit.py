@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from squarechipo.losses import METHODS, margins, preference_loss
+from squarechipo.privacy.calibration import flip_probability
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.select.exponential import row_square_losses, select_index
 
@@ -218,7 +219,14 @@ def fit_policies(
     def row_losses(log_policy):
         chosen, rejected = _gather(log_policy, data)
         return preference_loss(
-            method, chosen, rejected, ref_chosen, ref_rejected, beta=beta, clip=clip, epsilon=epsilon
+            method,
+            chosen,
+            rejected,
+            ref_chosen,
+            ref_rejected,
+            beta=beta,
+            clip=clip,
+            flip_rate=flip_probability(epsilon),
         ).losses
 
     try:

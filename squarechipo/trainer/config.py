@@ -9,7 +9,6 @@ from trl import DPOConfig, SFTConfig
 
 from squarechipo.losses import METHODS, margin_clip
 from squarechipo.models.runtime import apply_cpu_defaults, check_resume
-from squarechipo.options import apply_renames, deprecated
 from squarechipo.privacy.calibration import check_epsilon, check_flip_rate
 
 __all__ = ["SFTRecipeConfig", "SquareChiPOConfig"]
@@ -39,7 +38,6 @@ class SquareChiPOConfig(DPOConfig):
             "config, not backed by a ledger, and the card says so. Default: read from the dataset's ledger."
         },
     )
-    epsilon: float | None = deprecated("debias_epsilon")
     flip_rate: float | None = field(
         default=None,
         metadata={"help": "Label flip rate ρ for rdpo/robust_chipo (e.g. RR plus corruption). Default: from ε."},
@@ -113,7 +111,6 @@ class SquareChiPOConfig(DPOConfig):
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
         check_resume(self)
-        apply_renames(self, {"epsilon": "debias_epsilon"})
         super().__post_init__()
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {tuple(METHODS)} (got {self.method!r}).")
