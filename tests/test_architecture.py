@@ -13,7 +13,7 @@ PACKAGE = ROOT / "squarechipo"
 
 #: The pipeline's order (README "Layout"): a package may import only itself and those before it.
 LAYERS = (
-    "options",
+    "stats",
     "data",
     "privacy",
     "losses",

@@ -14,8 +14,8 @@ import pytest
 from scipy import stats
 
 from squarechipo.evaluation.gold_report import format_summary
-from squarechipo.evaluation.paired import ratio_interval
 from squarechipo.evaluation.policy import compare
+from squarechipo.stats import ratio_interval
 
 
 def _t_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:

@@ -15,7 +15,7 @@ from scipy import stats
 from scipy.special import expit
 
 from squarechipo.evaluation.gold import draw_gold_labels, has_loop, relabel
-from squarechipo.evaluation.paired import (
+from squarechipo.stats import (
     holm,
     mde,
     paired_test,

@@ -25,11 +25,11 @@ from scipy.special import expit, softmax
 
 from squarechipo.data.text import response_text
 from squarechipo.evaluation.gold import gold_rewards, has_loop
-from squarechipo.evaluation.paired import paired_test, share_explained
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.models.generation import generate_with_model
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 from squarechipo.privacy.door import reads_labels
+from squarechipo.stats import paired_test, share_explained
 
 __all__ = ["SamplingSettings", "GoldEvaluator", "compare"]
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
+
+from squarechipo.stats import bootstrap_mean_interval, t_interval, wilson_interval
 
 __all__ = [
     "OUTCOMES",
@@ -47,56 +47,6 @@ __all__ = [
 OUTCOMES = ("win", "tie", "loss", "identical", "invalid")
 #: The policy's score per outcome when ties count as ½ (AlpacaEval also scores identical outputs ½).
 OUTCOME_SCORES = {"win": 1.0, "tie": 0.5, "identical": 0.5, "loss": 0.0}
-
-
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (scipy); (0, 1) when n = 0."""
-    if n == 0:
-        return 0.0, 1.0
-    if not 0 <= successes <= n:
-        raise ValueError(f"successes must lie in [0, n] (got {successes} of {n}).")
-    ci = stats.binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): Student's t interval for a mean over a handful of seeds (n − 1 degrees of freedom).
-
-    For n < 2 there is no interval: low and high are NaN.
-    """
-    array = np.asarray(values, dtype=np.float64)
-    mean = float(array.mean()) if array.size else math.nan
-    if array.size < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf(0.5 + confidence / 2, array.size - 1) * array.std(ddof=1) / math.sqrt(array.size))
-    return mean, mean - half, mean + half
-
-
-def bootstrap_mean_interval(
-    values: Sequence[float],
-    *,
-    confidence: float = 0.95,
-    n_resamples: int = 4999,
-    rng: np.random.Generator | None = None,
-) -> tuple[float, float]:
-    """Bootstrap interval of the mean over units (prompts), BCa (scipy.stats.bootstrap).
-
-    (nan, nan) for no values; (v, v) when every value is v, where the bootstrap has no spread.
-    """
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan
-    if np.all(x == x[0]):
-        return float(x[0]), float(x[0])
-    result = stats.bootstrap(
-        (x,),
-        np.mean,
-        confidence_level=confidence,
-        n_resamples=n_resamples,
-        method="BCa",
-        rng=rng if rng is not None else np.random.default_rng(0),
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def pair_outcome(policy_first_choice: int | None, baseline_first_choice: int | None) -> str:

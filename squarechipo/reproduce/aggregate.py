@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from squarechipo.judge.stats import t_interval
+from squarechipo.stats import t_interval
 
 __all__ = ["paired_difference", "verdict", "win_interval", "write_table1", "PAPER"]
 

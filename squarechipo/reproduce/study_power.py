@@ -8,7 +8,7 @@ The rule, fixed before any pilot was run:
    *On the use of a pilot sample for sample size determination*), SD·√((n − 1)/χ²_{0.2, n−1}).
 2. The seeds needed: the fewest n whose two-sided paired t-test at α = 0.05 has 80% power against the design's
    effect (``effect_points``; 2 points in the first study), from the noncentral t
-   (:func:`squarechipo.evaluation.paired.seeds_for_power`).
+   (:func:`squarechipo.stats.seeds_for_power`).
 3. The budget: the pilot's mean minutes per cell (training and evaluation) and per seed (its labels) give the
    hours of a plan. Arms are cut by tier (tier 3, then tier 2), never seeds; if tier 1 alone does not fit, the
    seeds are as many as fit, and the MDE at that size is stated.
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from squarechipo.evaluation.paired import mde, seeds_for_power
 from squarechipo.reproduce.study_claims import claim_values, reference_epochs
 from squarechipo.reproduce.study_design import StudyDesign
+from squarechipo.stats import mde, seeds_for_power
 
 __all__ = [
     "AMENDABLE",

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from squarechipo.evaluation.paired import holm, mde, paired_test, ratio_interval, verdict
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.reproduce.study_claims import claim_values, metric_at
 from squarechipo.reproduce.study_design import METHOD_NAMES, Arm, StudyDesign, is_win_rate
+from squarechipo.stats import holm, mde, paired_test, ratio_interval, verdict
 
 __all__ = [
     "DEVIATIONS",
@@ -182,7 +182,7 @@ def progress(records, prereg: dict | None, deviations: list[dict] | None = None)
 
 
 def verdict_of(row: dict, adjusted: float, detectable: float, alpha: float, unit: str = " points") -> str:
-    from squarechipo.evaluation.paired import PairedTest
+    from squarechipo.stats import PairedTest
 
     test = PairedTest(**{k: row[k] for k in ("mean", "low", "high", "p_value", "sd", "n")})
     return verdict(test, adjusted, detectable, alpha, unit=unit)

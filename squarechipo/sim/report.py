@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from squarechipo.judge.stats import t_interval
 from squarechipo.privacy.calibration import debias_factor
+from squarechipo.stats import t_interval
 
 __all__ = [
     "bandit_report",

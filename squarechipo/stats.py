@@ -1,10 +1,12 @@
-"""Paired statistics for controlled comparisons: t intervals and tests, Holm's correction, power and the MDE.
+"""Statistics every layer may use: intervals for a mean or a proportion, paired tests, Holm's correction, power, the
+MDE and Fieller's ratio interval (a leaf module: it imports nothing of the project).
 
 A study compares policies paired twice: by prompt (each policy's samples against the SFT policy's, drawn with
 the same generation seeds) and by seed (the methods of a seed share one label release). The unit of inference is
 the seed: each seed gives one paired difference, and with a handful of seeds the right distribution is Student's
 t with n − 1 degrees of freedom. Power is computed exactly from the noncentral t distribution (scipy), not from
-the normal approximation, which is optimistic at small n.
+the normal approximation, which is optimistic at small n. Proportions take Wilson's interval, means over prompts
+Student's t or the bootstrap.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from scipy import integrate, optimize, stats
 
 __all__ = [
     "PairedTest",
+    "bootstrap_mean_interval",
     "holm",
     "mde",
     "paired_test",
@@ -25,7 +28,9 @@ __all__ = [
     "ratio_interval",
     "seeds_for_power",
     "share_explained",
+    "t_interval",
     "verdict",
+    "wilson_interval",
 ]
 
 
@@ -180,3 +185,53 @@ def ratio_interval(numerators: Sequence[float], denominators: Sequence[float], c
         return {"ratio": ratio, "low": -math.inf, "high": math.inf, "n": int(n)}
     root = math.sqrt(disc)
     return {"ratio": ratio, "low": float((-qb - root) / (2 * qa)), "high": float((-qb + root) / (2 * qa)), "n": int(n)}
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (scipy); (0, 1) when n = 0."""
+    if n == 0:
+        return 0.0, 1.0
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must lie in [0, n] (got {successes} of {n}).")
+    ci = stats.binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval for a mean over a handful of seeds (n − 1 degrees of freedom).
+
+    For n < 2 there is no interval: low and high are NaN.
+    """
+    array = np.asarray(values, dtype=np.float64)
+    mean = float(array.mean()) if array.size else math.nan
+    if array.size < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + confidence / 2, array.size - 1) * array.std(ddof=1) / math.sqrt(array.size))
+    return mean, mean - half, mean + half
+
+
+def bootstrap_mean_interval(
+    values: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 4999,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, float]:
+    """Bootstrap interval of the mean over units (prompts), BCa (scipy.stats.bootstrap).
+
+    (nan, nan) for no values; (v, v) when every value is v, where the bootstrap has no spread.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan
+    if np.all(x == x[0]):
+        return float(x[0]), float(x[0])
+    result = stats.bootstrap(
+        (x,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="BCa",
+        rng=rng if rng is not None else np.random.default_rng(0),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
