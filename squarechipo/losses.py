@@ -168,8 +168,7 @@ def margins(
     Alg. 1).
 
     ``clip`` is the full bound 2·R_max (None = no clip); it acts on the difference, as in Zhou et al. 2025
-    (Square-χPO).
-    ``log_cap`` overrides the χPO cap of the module docstring (default: exact under ``clip``).
+    (Square-χPO). ``log_cap`` overrides the χPO cap of the module docstring (default: exact under ``clip``).
     """
     if link not in LINKS:
         raise ValueError(f"link must be one of {tuple(LINKS)} (got {link!r}); chipo is Square-χPO's link.")
@@ -200,8 +199,7 @@ def robust_log_loss(margin: torch.Tensor, flip_rate: float) -> torch.Tensor:
     """[−(1−ρ)·log σ(m) + ρ·log σ(−m)] / (1 − 2ρ): rDPO (Chowdhury et al. 2024).
 
     With ρ = 1/(1+e^ε) it is the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private reward estimation)
-    (§4, eq. (4)) up to the
-    positive factor 1/(1−2ρ). Unbiased for the clean log loss under flips at rate ρ; unbounded
+    (§4, eq. (4)) up to the positive factor 1/(1−2ρ). Unbiased for the clean log loss under flips at rate ρ; unbounded
     below as m → +∞, so use the margin clip (or a norm bound) with it.
     """
     rho = check_flip_rate(flip_rate)
@@ -230,17 +228,14 @@ def preference_loss(
 ) -> PreferenceLossOutput:
     """Per-row loss of a named method (Zhou et al. 2025 (Square-χPO), Algorithm 1) and its margins.
 
-    Args:
-        method: one of :data:`METHODS` — ``dpo``, ``chipo``, ``square_chipo``, ``square_dpo``,
-            ``rdpo``, ``robust_chipo``.
-        policy_*_logps, ref_*_logps: summed log-probs of the stored chosen/rejected responses.
-        beta: KL (χ²) regularisation strength β.
-        clip: 2·R_max, the bound on |β·h| (None = no clip): :func:`margin_clip`.
+    Args: method: one of :data:`METHODS` — ``dpo``, ``chipo``, ``square_chipo``, ``square_dpo``, ``rdpo``,
+        ``robust_chipo``. policy_*_logps, ref_*_logps: summed log-probs of the stored chosen/rejected responses. beta:
+        KL (χ²) regularisation strength β. clip: 2·R_max, the bound on |β·h| (None = no clip): :func:`margin_clip`.
         flip_rate: the one way to say how noisy the labels are: the probability ρ that a label is wrong (None or 0:
-            clean), or a :class:`squarechipo.privacy.ledger.Debiasing` (a ledger's answer). Square losses use
-            c = 1/(1 − 2ρ) (c(ε) = (e^ε+1)/(e^ε−1) for randomized response at ε, ρ = 1/(1+e^ε):
-            :func:`squarechipo.privacy.calibration.flip_probability`); the robust losses use ρ. The plain log losses
-            (``dpo``, ``chipo``) do not debias: they are the non-private baselines and ignore it.
+        clean), or a :class:`squarechipo.privacy.ledger.Debiasing` (a ledger's answer). Square losses use c = 1/(1 −
+        2ρ) (c(ε) = (e^ε+1)/(e^ε−1) for randomized response at ε, ρ = 1/(1+e^ε):
+        :func:`squarechipo.privacy.calibration.flip_probability`); the robust losses use ρ. The plain log losses
+        (``dpo``, ``chipo``) do not debias: they are the non-private baselines and ignore it.
 
     Returns:
         :class:`PreferenceLossOutput` (per-row losses, margins), in float32 or wider.
@@ -290,10 +285,9 @@ SELF_PLAY_CLIP = 4.0
 def preference_value(margin: torch.Tensor) -> torch.Tensor:
     """ℓ = 2σ(m) − 1 = tanh(m/2) ∈ [−1, 1]: a preference score from an antisymmetric margin.
 
-    With m(x, a, b) = s(x, a, b) − s(x, b, a) for any scorer s, ℓ(x, a, b) = −ℓ(x, b, a) by
-    construction: the general preference model of Zhou et al. 2025 (Square-χPO), §4 (ℓ = 2P(a ≻ b | x) − 1). The square
-    loss
-    (ℓ − c(ε)·z̄)² of Zhou et al. 2025 (Square-χPO), eq. (10) is then :func:`square_loss` on m.
+    With m(x, a, b) = s(x, a, b) − s(x, b, a) for any scorer s, ℓ(x, a, b) = −ℓ(x, b, a) by construction: the general
+    preference model of Zhou et al. 2025 (Square-χPO), §4 (ℓ = 2P(a ≻ b | x) − 1). The square loss (ℓ − c(ε)·z̄)² of
+    Zhou et al. 2025 (Square-χPO), eq. (10) is then :func:`square_loss` on m.
     """
     return 2.0 * torch.sigmoid(margin) - 1.0
 
@@ -346,12 +340,11 @@ def self_play_loss(margin: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def plackett_luce_top1_loss(scores: torch.Tensor, label_weights: torch.Tensor) -> torch.Tensor:
     """−Σ_k a_k·log softmax(s)_k per row: the top-1 Plackett–Luce (best-of-K) loss, debiased.
 
-    ``scores`` (n, K) are rewards or implicit rewards of the K responses; ``label_weights`` (n, K) are
-    the one-hot best response (clean) or a label-DP analyzer's unbiased weights
-    (:func:`squarechipo.privacy.label_dp.k_rr_weights`, :func:`~squarechipo.privacy.label_dp.subset_weights`):
-    the loss is linear in the label, so E[loss | y] is the clean loss (Chua et al. 2024 (local label DP), §3, the
-    analyzer trick). Like
-    the debiased BT loss it is unbounded below; bound the scores (clip or a norm bound).
+    ``scores`` (n, K) are rewards or implicit rewards of the K responses; ``label_weights`` (n, K) are the one-hot best
+    response (clean) or a label-DP analyzer's unbiased weights (:func:`squarechipo.privacy.label_dp.k_rr_weights`,
+    :func:`~squarechipo.privacy.label_dp.subset_weights`): the loss is linear in the label, so E[loss | y] is the clean
+    loss (Chua et al. 2024 (local label DP), §3, the analyzer trick). Like the debiased BT loss it is unbounded below;
+    bound the scores (clip or a norm bound).
     """
     if scores.shape != label_weights.shape or scores.ndim != 2:
         raise ValueError(

@@ -1,12 +1,11 @@
 """Statistics every layer may use: intervals for a mean or a proportion, paired tests, Holm's correction, power, the
 MDE and Fieller's ratio interval (a leaf module: it imports nothing of the project).
 
-A study compares policies paired twice: by prompt (each policy's samples against the SFT policy's, drawn with
-the same generation seeds) and by seed (the methods of a seed share one label release). The unit of inference is
-the seed: each seed gives one paired difference, and with a handful of seeds the right distribution is Student's
-t with n − 1 degrees of freedom. Power is computed exactly from the noncentral t distribution (scipy), not from
-the normal approximation, which is optimistic at small n. Proportions take Wilson's interval, means over prompts
-Student's t or the bootstrap.
+A study compares policies paired twice: by prompt (each policy's samples against the SFT policy's, drawn with the same
+generation seeds) and by seed (the methods of a seed share one label release). The unit of inference is the seed: each
+seed gives one paired difference, and with a handful of seeds the right distribution is Student's t with n − 1 degrees
+of freedom. Power is computed exactly from the noncentral t distribution (scipy), not from the normal approximation,
+which is optimistic at small n. Proportions take Wilson's interval, means over prompts Student's t or the bootstrap.
 """
 
 from __future__ import annotations
@@ -167,9 +166,9 @@ def share_explained(gains: Sequence[float], length_differences: Sequence[float])
 def ratio_interval(numerators: Sequence[float], denominators: Sequence[float], confidence: float = 0.95) -> dict:
     """mean(numerators)/mean(denominators) over paired units, with Fieller's interval (Student's t, n − 1 df).
 
-    Fieller's theorem inverts the t-test of mean(a) − ρ·mean(b) = 0, so it holds where the delta method fails
-    at few units. When the denominator's mean is not clearly away from 0 the set is unbounded: low and high are
-    then −inf and +inf.
+    Fieller's theorem inverts the t-test of mean(a) − ρ·mean(b) = 0, so it holds where the delta method fails at few
+    units. When the denominator's mean is not clearly away from 0 the set is unbounded: low and high are then −inf and
+    +inf.
     """
     a, b = np.asarray(numerators, np.float64), np.asarray(denominators, np.float64)
     n = a.size

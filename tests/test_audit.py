@@ -128,9 +128,9 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
     trained by recipes/train.py, guessed from the trained model. The leaky variant fine-tunes the starting model on
     the canaries' chosen responses first, and the run goes ahead only because the guard override is recorded."""
     import yaml
-    from conftest import make_tiny_model
 
     from squarechipo.audit.canaries import CANARY_WORDS, canary_epsilon_bound
+    from tests.helpers.models import make_tiny_model
 
     make_tiny_model(tokenizer, seed=0).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")

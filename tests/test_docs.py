@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import launch
+from tests.helpers.launch import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -153,7 +153,7 @@ CHAIN = ("README.md", "docs/training.md", "docs/evaluation.md")
 
 
 def _make_work(folder: Path, tokenizer) -> Path:
-    from conftest import make_tiny_classifier, make_tiny_model
+    from tests.helpers.models import make_tiny_classifier, make_tiny_model
 
     for name in ("recipes", "benchmarks", "eval"):
         shutil.copytree(ROOT / name, folder / name)

@@ -12,7 +12,7 @@ import pytest
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.judge.local import TransformersJudge
 from squarechipo.judge.stats import pair_outcome, soft_outcome
-from tests.conftest import make_tiny_model
+from tests.helpers.models import make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,7 +177,7 @@ def test_aggregate_is_the_mean_and_sd_of_each_runs_headline(tmp_path):
 
 @pytest.mark.integration
 def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_path):
-    from tests.conftest import make_tiny_classifier
+    from tests.helpers.models import make_tiny_classifier
 
     make_tiny_classifier(tokenizer, seed=5).save_pretrained(tmp_path / "rm")
     tokenizer.save_pretrained(tmp_path / "rm")
@@ -248,7 +248,7 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
 def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenizer, tmp_path):
     """eval/judge_accuracy.py takes its run configuration as YAML (TrlParser), flags override it, and it scores
     each named judge on the same gold pairs; the reward model is position-free (hard = soft)."""
-    from tests.conftest import make_tiny_classifier
+    from tests.helpers.models import make_tiny_classifier
 
     make_tiny_classifier(tokenizer, seed=5).save_pretrained(tmp_path / "rm")
     tokenizer.save_pretrained(tmp_path / "rm")

@@ -8,7 +8,6 @@ import sys
 import datasets
 import numpy as np
 import pytest
-from conftest import release_rows
 
 from squarechipo.data import load_preference_dataset, validate_preference_dataset
 from squarechipo.data.finance import (
@@ -20,6 +19,7 @@ from squarechipo.data.finance import (
     generate_rows,
 )
 from squarechipo.privacy import LabelPipeline, get_ledger, save_privatized
+from tests.helpers.rows import release_rows
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import make_tiny_classifier, make_tiny_model
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 from squarechipo.losses import self_play_loss, self_play_margin
@@ -27,6 +26,7 @@ from squarechipo.reward import (
 from squarechipo.trainer import PRIVACY_FILE
 from squarechipo.trainer.iterative import iterative_square_chipo, self_play_dataset
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
+from tests.helpers.models import make_tiny_classifier, make_tiny_model
 
 
 def separable(n: int, offset: int = 0) -> datasets.Dataset:

@@ -50,7 +50,7 @@ def test_local_judge_reads_option_probabilities(judge, finance_splits):
 def tiny_judge(tokenizer, tmp_path):
     """The same judge class on the tiny test model: its verdicts are arbitrary but deterministic, which is all the
     bookkeeping of shuffled orders needs (the 135M model took about 30 s for these 24 judgments)."""
-    from conftest import make_tiny_model
+    from tests.helpers.models import make_tiny_model
 
     make_tiny_model(tokenizer, seed=3).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")

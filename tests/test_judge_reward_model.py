@@ -21,7 +21,8 @@ from squarechipo.evaluation.pipeline import calibrate_judge, judge_pairs
 from squarechipo.judge.base import PairwiseJudge, Verdict
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reward.features import fit_linear_reward_model
-from tests.conftest import make_tiny_classifier, make_tiny_model, release_rows
+from tests.helpers.models import make_tiny_classifier, make_tiny_model
+from tests.helpers.rows import release_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +71,7 @@ def test_batched_rewards_equal_the_model_on_each_text_alone(reward_model_dir, fi
 def test_a_model_with_several_outputs_is_refused(tmp_path, tokenizer):
     from transformers import LlamaForSequenceClassification
 
-    from tests.conftest import tiny_llama_config
+    from tests.helpers.models import tiny_llama_config
 
     LlamaForSequenceClassification(tiny_llama_config(tokenizer, num_labels=3)).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)

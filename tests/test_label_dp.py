@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import release_rows
 
 from squarechipo.losses import plackett_luce_top1_loss
 from squarechipo.privacy import label_dp as ld
+from tests.helpers.rows import release_rows
 
 
 @pytest.mark.parametrize("num_labels", [2, 3, 5, 8])
@@ -183,12 +183,11 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
     """Chowdhury et al. 2024 (private reward estimation) on frozen features of a (tiny) LM: θ̂_RR and averaged SGD-RR
     on RR-released rows and objective
     perturbation on raw rows all rank held-out chosen above rejected more often than chance (exact binomial bound)."""
-    from conftest import make_tiny_model
-
     from squarechipo.privacy import LabelPipeline
     from squarechipo.privacy.debiasing import resolve_privacy
     from squarechipo.privacy.ledger import get_ledger
     from squarechipo.reward.features import comparison_features, fit_linear_head
+    from tests.helpers.models import make_tiny_model
 
     model = make_tiny_model(tokenizer, seed=0)
     data = finance_splits["finance_preference"]["train"]
@@ -308,13 +307,13 @@ def test_trainers_ask_the_ledger_and_refuse_kary_labels(tokenizer, tmp_path):
     """The ledger answers "analyzer weights" for a K-RR release; the pairwise trainers, whose losses debias a
     binary flip rate, refuse such data by name instead of training without debiasing."""
     import datasets
-    from conftest import make_tiny_classifier, make_tiny_model
 
     from squarechipo.privacy.debiasing import resolve_privacy
     from squarechipo.privacy.ledger import get_ledger
     from squarechipo.privacy.measurements import KaryRR
     from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+    from tests.helpers.models import make_tiny_classifier, make_tiny_model
 
     rows = datasets.Dataset.from_dict(
         {
@@ -348,11 +347,11 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
     """Subset mechanism at ε = 2 on 3 responses; the reward model must rank the safe response first on
     held-out prompts (16/16; a model that learned nothing is right on each w.p. ≈ 1/3)."""
     import datasets
-    from conftest import make_tiny_classifier
 
     from squarechipo.privacy.measurements import KaryRR, SubsetMechanism
     from squarechipo.reward import PrivateRewardConfig
     from squarechipo.reward.best_of_k import BestOfKRewardTrainer
+    from tests.helpers.models import make_tiny_classifier
 
     responses = [
         "Keep an emergency fund in an insured account.",

@@ -17,8 +17,8 @@ from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineag
 from squarechipo.privacy.record import PrivacyRecord
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
-from tests.conftest import make_tiny_classifier, make_tiny_model, release_rows
-from tests.helpers.rows import distinct_pairs
+from tests.helpers.models import make_tiny_classifier, make_tiny_model
+from tests.helpers.rows import distinct_pairs, release_rows
 
 
 def preference_rows(n: int, offset: int = 0) -> datasets.Dataset:

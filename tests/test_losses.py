@@ -20,7 +20,7 @@ from squarechipo.losses import (
 )
 from squarechipo.privacy.calibration import debias_factor, flip_probability
 from squarechipo.privacy.mechanisms import randomized_response
-from tests.conftest import Z_TOLERANCE
+from tests.helpers.stats import Z_TOLERANCE
 
 
 def _rows(n=6, seed=0, scale=2.0, dtype=torch.float64):

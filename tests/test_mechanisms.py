@@ -10,7 +10,7 @@ import pytest
 from squarechipo.privacy.calibration import flip_probability
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.privacy.mechanisms import ctl, huber_corruption, ltc, randomized_response
-from tests.conftest import Z_TOLERANCE, binomial_se
+from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
 N = 1_000_000
 
@@ -237,7 +237,7 @@ def test_every_prior_is_the_same_whichever_response_is_stored_as_chosen(tokenize
     import datasets
 
     from squarechipo.trainer.lp2st import policy_prior
-    from tests.conftest import make_tiny_model
+    from tests.helpers.models import make_tiny_model
     from tests.helpers.rows import distinct_pairs
 
     rows = distinct_pairs(12, offset=900)

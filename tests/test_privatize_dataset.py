@@ -18,7 +18,7 @@ from squarechipo.privacy import (
 )
 from squarechipo.privacy.calibration import debias_factor, flip_probability
 from squarechipo.privacy.ledger import read_ledger_for_path
-from tests.conftest import Z_TOLERANCE, binomial_se
+from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
 CATEGORIES = ["Investments", "Debt Management", "Home Improvement & Maintenance"]
 

@@ -17,7 +17,8 @@ import yaml
 from squarechipo.data.finance import build_datasets
 from squarechipo.data.integrity import seal
 from squarechipo.privacy import get_ledger
-from tests.conftest import launch, make_tiny_model
+from tests.helpers.launch import launch
+from tests.helpers.models import make_tiny_model
 
 #: Every test here starts a process or loads the embedded 135M model.
 pytestmark = pytest.mark.integration

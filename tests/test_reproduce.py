@@ -102,7 +102,8 @@ def test_table1_runs_end_to_end_and_resumes(tokenizer, finance_splits, tmp_path)
     saved release (no fresh noise) while finished cells stay as they were. (Two seeds before 0.3: the second seed
     repeated every step of the first.)"""
     import datasets
-    from conftest import make_tiny_model
+
+    from tests.helpers.models import make_tiny_model
 
     data = tmp_path / "data"
     for name in ("finance_preference_conversational", "finance_sft_conversational"):

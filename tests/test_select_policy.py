@@ -22,7 +22,8 @@ from squarechipo.select.candidates import Candidate, load_candidate
 from squarechipo.select.exponential import row_square_losses
 from squarechipo.select.scoring import score_candidates
 from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrainer
-from tests.conftest import launch, make_tiny_model
+from tests.helpers.launch import launch
+from tests.helpers.models import make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -313,7 +313,7 @@ def test_lp2st_uses_each_label_once_and_validates_its_settings():
     and their weight."""
     from squarechipo.privacy.calibration import debias_factor, flip_probability
     from squarechipo.sim import multistage as ms
-    from tests.conftest import Z_TOLERANCE, binomial_se
+    from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
     bandit = bd.make_bandit(4, 3, 2.0, 0.4, np.random.default_rng(0))
     clean = bd.sample_preferences(bandit, 400, None, [np.random.default_rng(s) for s in range(3)])

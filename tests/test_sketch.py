@@ -72,7 +72,7 @@ def test_a_private_lora_runs_merged_model_is_recognised(tmp_path, tokenizer, tin
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tokenizer, private_rows):
-    from tests.conftest import make_tiny_model
+    from tests.helpers.models import make_tiny_model
 
     tmp_path = tmp_path_factory.mktemp("full")
     trainer = SquareChiPOTrainer(

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Z_TOLERANCE, binomial_se
 from scipy import stats
 from scipy.special import expit
 
@@ -25,6 +24,7 @@ from squarechipo.stats import (
     share_explained,
     verdict,
 )
+from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,7 +223,8 @@ def test_loop_detector_flags_repetition_loops_and_not_plain_plans():
 def _tiny_study(tmp_path, tokenizer, finance_splits, **overrides):
     """A study design on the tiny model: real recipes, release, generation and gold judge, tiny sizes."""
     import yaml
-    from conftest import make_tiny_model
+
+    from tests.helpers.models import make_tiny_model
 
     data = tmp_path / "data"
     if not data.exists():
@@ -433,10 +434,10 @@ def test_the_sft_adapter_merges_to_the_float64_sum_of_its_rank_updates(tokenizer
     """merge_adapter's result is W + s·B·A computed in float64 and rounded once (the same on every processor), within
     float32 rounding of PEFT's own merge, and its digest is the saved model's."""
     import torch
-    from conftest import make_tiny_model
     from peft import LoraConfig, get_peft_model
 
     from squarechipo.reproduce.study_setup import merge_adapter, model_digest
+    from tests.helpers.models import make_tiny_model
 
     make_tiny_model(tokenizer).save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
@@ -553,8 +554,11 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     assert verdicts["Square-χPO over-optimises less than DPO (clean)"]["verdict"] == (
         "not tested: no reference epoch was pre-registered for clean_epsinf_square_chipo"
     )  # the hand-made pilot has no Square-χPO arm
-    table = "\n".join(sr._along_training_table(summary, design))
+    lines = sr._along_training_table(summary, design)
+    table = "\n".join(line for line in lines if line.startswith("|"))
     assert "| DPO, clean | 2 | 0.25 [" in table and table.count("KL 10.0") == len(epochs)
+    turned = [line for line in lines if line.startswith("- DPO, clean:")]
+    assert len(turned) == 1 and "peaked at epoch" in turned[0]  # the hand-made DPO curve falls after its peak
     sr.write_training_plot(pilot, design, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -11,7 +11,6 @@ import datasets
 import pytest
 import torch
 import trl
-from conftest import release_rows
 from packaging.version import Version
 from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import DPOConfig, DPOTrainer
@@ -24,6 +23,7 @@ from squarechipo.privacy import LabelPipeline, get_ledger
 from squarechipo.privacy.calibration import flip_probability
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
+from tests.helpers.rows import release_rows
 
 
 def make_config(tmp_path, **overrides) -> SquareChiPOConfig:
@@ -507,13 +507,13 @@ def test_push_to_hub_unreachable_fails_before_training(
 def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_splits, tmp_path):
     """LP-2ST data: RR rows use the c(ε)-debiased square loss, prior rows the plain one with prior_row_weight."""
     import numpy as np
-    from conftest import make_tiny_model
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
     from squarechipo.losses import preference_loss
     from squarechipo.models.logprobs import model_logps, tokenize_preferences
     from squarechipo.privacy.measurements import RRWithPrior
     from squarechipo.privacy.release import combine_parts
+    from tests.helpers.models import make_tiny_model
 
     raw = rows(finance_splits, 8)
     part1 = release_rows(raw.select(range(4)), LabelPipeline(epsilon=1.0), seed=0, part="p1")

@@ -72,7 +72,7 @@ def installed(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_installed_wheel_runs_every_job_outside_the_checkout(installed, tokenizer, tmp_path):
-    from conftest import make_tiny_classifier, make_tiny_model
+    from tests.helpers.models import make_tiny_classifier, make_tiny_model
 
     python, command, env = installed
     work = tmp_path / "work"

@@ -82,12 +82,11 @@ def _preference(model_dir: str | Path, rows: list[dict], collator, batch_size: i
 def _scores(trained: Path, start: str, source: datasets.Dataset) -> np.ndarray:
     """The trained model's implied preference for a⁰ over a¹ against the model the config starts from, per token.
 
-    Subtracting the starting model's own preference removes what every model already prefers (the better
-    response, the shorter one), which does not depend on the canary's label and would swamp what training added.
-    The start is the config's model, before any ``--leak``: a leak is part of what is audited. Both models score
-    the same tokens (the start's tokenizer, tokenized once). Per token, because fine-tuning on a text raises the
-    log-probability of every token of both responses, and summed over tokens that common rise favours the longer
-    response whatever the label.
+    Subtracting the starting model's own preference removes what every model already prefers (the better response, the
+    shorter one), which does not depend on the canary's label and would swamp what training added. The start is the
+    config's model, before any ``--leak``: a leak is part of what is audited. Both models score the same tokens (the
+    start's tokenizer, tokenized once). Per token, because fine-tuning on a text raises the log-probability of every
+    token of both responses, and summed over tokens that common rise favours the longer response whatever the label.
     """
     start = resolve_model_path(start)
     tokenizer = AutoTokenizer.from_pretrained(start)

@@ -1,10 +1,9 @@
 """Generator for the finance_preference dataset of Zhou et al. 2025 (Square-χPO), Appendix E/F.
 
-Each row is a prompt about a financial decision ("You're saving $3,000 to host a family talent
-show. How do you proceed?"), a prudent low-risk plan (``chosen``) and a high-risk plan
-(``rejected``), in one of the seven categories of Zhou et al. 2025 (Square-χPO). The original data set is not public;
-this
-generator rebuilds one of the same shape from templates, deterministically from a seed.
+Each row is a prompt about a financial decision ("You're saving $3,000 to host a family talent show. How do you
+proceed?"), a prudent low-risk plan (``chosen``) and a high-risk plan (``rejected``), in one of the seven categories of
+Zhou et al. 2025 (Square-χPO). The original data set is not public; this generator rebuilds one of the same shape from
+templates, deterministically from a seed.
 
 Guarantees (tested): at least 1,697 rows; no two prompts identical; the label is not predictable
 from response length (the longer response is the chosen one about half the time) nor from the
@@ -25,10 +24,9 @@ Three disjoint row pools, so that no label leaks between them (no two rows share
 
 - the preference rows (train/validation/test): the labels a private pipeline protects;
 - the SFT rows: prompt + prudent plan from rows of their own. Zhou et al. 2025 (Square-χPO), App. E builds its SFT data
-  from the
-  chosen responses of the *preference* rows; an SFT model trained that way has seen every raw label
-  that the pipeline later privatizes, so the ε of the aligned model would be false. Here the SFT
-  policy (the initial policy and reference of alignment) never sees a preference row;
+  from the chosen responses of the *preference* rows; an SFT model trained that way has seen every raw label that the
+  pipeline later privatizes, so the ε of the aligned model would be false. Here the SFT policy (the initial policy and
+  reference of alignment) never sees a preference row;
 - the ``judge`` rows: raw, public labels for training an evaluation instrument (the gold reward-model
   judge of ``recipes/gold_judge.py``). They are never part of a private pipeline.
 

@@ -124,12 +124,9 @@ def load_preference_dataset(
 ) -> datasets.Dataset | datasets.DatasetDict:
     """Load and validate a preference dataset (standard, conversational or implicit-prompt form).
 
-    Args:
-        source: a ``save_to_disk`` folder, a data file, a folder of data files, or a hub id.
-        split: return only this split (raises, listing the available ones, if absent); a single data file is
-            any split asked for.
-        config: the hub config name, if any.
-        drop_invalid: drop invalid rows (the count is logged) instead of raising.
+    Args: source: a ``save_to_disk`` folder, a data file, a folder of data files, or a hub id. split: return only this
+        split (raises, listing the available ones, if absent); a single data file is any split asked for. config: the
+        hub config name, if any. drop_invalid: drop invalid rows (the count is logged) instead of raising.
     """
     path = Path(source).expanduser()
     if path.is_dir() and _is_saved_dataset(path):

@@ -1,9 +1,8 @@
 """A pairwise judge interface close to TRL's former ``BasePairwiseJudge`` (removed in TRL 1.1).
 
-``judge(prompts, completions, shuffle_order=True)`` returns, per prompt, the index (0 or 1) of the
-better completion, or -1 when the judge gave no usable answer. Judges written for TRL's interface
-plug in unchanged; squarechipo's judges also expose :meth:`PairwiseJudge.verdicts`, which keeps
-the raw reply for the report.
+``judge(prompts, completions, shuffle_order=True)`` returns, per prompt, the index (0 or 1) of the better completion,
+or -1 when the judge gave no usable answer. Judges written for TRL's interface plug in unchanged; squarechipo's judges
+also expose :meth:`PairwiseJudge.verdicts`, which keeps the raw reply for the report.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ OUTCOME_SCORES = {"win": 1.0, "tie": 0.5, "identical": 0.5, "loss": 0.0}
 def pair_outcome(policy_first_choice: int | None, baseline_first_choice: int | None) -> str:
     """The hard rule: the policy's outcome from the two verdicts (0 = the first-shown response won).
 
-    ``policy_first_choice`` judges (A = policy, B = baseline); ``baseline_first_choice`` judges
-    (A = baseline, B = policy).
+    ``policy_first_choice`` judges (A = policy, B = baseline); ``baseline_first_choice`` judges (A = baseline, B =
+    policy).
     """
     if policy_first_choice is None or baseline_first_choice is None:
         return "invalid"

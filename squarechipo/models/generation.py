@@ -22,11 +22,10 @@ MIXTURE_FILE = "mixture.json"
 def generate_responses(model_name_or_path: str, prompts: list, *, device: str | None = None, **settings) -> list[str]:
     """One response per prompt (string or list of messages) from a model folder, hub id or ``embedded``.
 
-    ``settings`` are the keyword arguments of :func:`generate_with_model` (``max_new_tokens``,
-    ``batch_size``, ``do_sample``, ``temperature``, ``top_p``, ``seed``, ``desc``). A folder holding a
-    self-play ``mixture.json`` (iterative Square-χPO, Zhou et al. 2025 (Square-χPO), Alg. 3) is a uniform mixture of
-    policies:
-    each prompt is answered by an iterate drawn uniformly, seeded by ``seed``.
+    ``settings`` are the keyword arguments of :func:`generate_with_model` (``max_new_tokens``, ``batch_size``,
+    ``do_sample``, ``temperature``, ``top_p``, ``seed``, ``desc``). A folder holding a self-play ``mixture.json``
+    (iterative Square-χPO, Zhou et al. 2025 (Square-χPO), Alg. 3) is a uniform mixture of policies: each prompt is
+    answered by an iterate drawn uniformly, seeded by ``seed``.
     """
     seed, desc = settings.get("seed", 0), settings.get("desc", "generating")
     members = mixture_members(model_name_or_path)

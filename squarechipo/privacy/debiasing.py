@@ -97,9 +97,8 @@ def resolve_privacy(
 
     - A ledger and no config value: the ledger's answer (:meth:`PrivacyLedger.debiasing`): the RR flip rate
       composed over binary releases, or the K-ary analyzer.
-    - A config ε whose flip rate differs from the ledger's, or a config flip rate below the
-      ledger's RR flip rate (it cannot be lower than the noise that was added), raises unless
-      ``override``.
+    - A config ε whose flip rate differs from the ledger's, or a config flip rate below the ledger's RR flip rate (it
+      cannot be lower than the noise that was added), raises unless ``override``.
     - No ledger: the config values (data privatized outside squarechipo), or no debiasing.
     """
     if ledger is None:

@@ -1,17 +1,15 @@
 """Label-DP mechanisms beyond binary randomized response, for K labels (K = 2 is a preference).
 
 - :func:`rr_with_prior` — RRWithPrior of Ghazi et al. 2021 (label DP) (Algorithm 2): given a prior p over the K labels,
-  keep
-  only the top-k* labels, k* = argmax_k w_k·e^ε/(e^ε + k − 1) with w_k the prior mass of the top k,
-  and run K-ary RR inside that set (a true label outside it maps to a uniform member). ε-label-DP
-  for any prior that does not depend on the label. For K = 2 it is plain RR unless
-  max(p) > e^ε/(1+e^ε), where it outputs the prior's argmax — which then says nothing about y.
+  keep only the top-k* labels, k* = argmax_k w_k·e^ε/(e^ε + k − 1) with w_k the prior mass of the top k, and run K-ary
+  RR inside that set (a true label outside it maps to a uniform member). ε-label-DP for any prior that does not depend
+  on the label. For K = 2 it is plain RR unless max(p) > e^ε/(1+e^ε), where it outputs the prior's argmax — which then
+  says nothing about y.
 - :func:`k_rr` — K-ary randomized response (keep w.p. e^ε/(e^ε + K − 1)); :func:`k_rr_weights`
   its unbiased analyzer weights.
 - :func:`subset_mechanism` — the √K randomizer of Chua et al. 2024 (local label DP): every label k is reported in a
-  subset S
-  independently, the true one w.p. 1/2, the others w.p. 1/(e^ε + 1); :func:`subset_weights` its
-  unbiased analyzer a_k = c·(1[k ∈ S] − 1/(e^ε + 1)), c = 2(e^ε + 1)/(e^ε − 1).
+  subset S independently, the true one w.p. 1/2, the others w.p. 1/(e^ε + 1); :func:`subset_weights` its unbiased
+  analyzer a_k = c·(1[k ∈ S] − 1/(e^ε + 1)), c = 2(e^ε + 1)/(e^ε − 1).
 
 Every sampler takes an explicit ``numpy.random.Generator``. Unbiased weights a ∈ R^K satisfy
 E[a | y] = one_hot(y), so any loss linear in the one-hot label (top-1 Plackett–Luce, the BT log

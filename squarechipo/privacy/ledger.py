@@ -48,12 +48,10 @@ def library_version() -> str:
 class Debiasing:
     """The ledger's answer to "how do I debias these labels" for one release part.
 
-    ``method``: ``none`` (no noise), ``flip_rate`` (binary labels flipped with probability ``flip_rate``:
-    robust losses take ρ, square losses c = 1/(1 − 2ρ); Zhou et al. 2025 (Square-χPO), Alg. 1), ``analyzer_weights``
-    (K-RR / subset:
+    ``method``: ``none`` (no noise), ``flip_rate`` (binary labels flipped with probability ``flip_rate``: robust losses
+    take ρ, square losses c = 1/(1 − 2ρ); Zhou et al. 2025 (Square-χPO), Alg. 1), ``analyzer_weights`` (K-RR / subset:
     train on the unbiased analyzer in ``column``, Chua et al. 2024 (local label DP)) or ``as_released`` (K-ary
-    RRWithPrior: the label is
-    used as is, Ghazi et al. 2021 (label DP), Alg. 2).
+    RRWithPrior: the label is used as is, Ghazi et al. 2021 (label DP), Alg. 2).
     """
 
     method: str
@@ -131,11 +129,9 @@ class Release:
         """The probability this release flipped a binary label; None where no flip rate exists (K-ary).
 
         Binary RR flips with q(ε) = 1/(1+e^ε) (Zhou et al. 2025 (Square-χPO), Alg. 1); binary RRWithPrior flips its RR
-        rows at the same
-        rate, and its prior rows are marked in the data (``label_from_prior``) and not debiased (Ghazi et al. 2021
-        (label DP), Alg. 2).
-        K-RR and the subset mechanism have no flip rate: their analyzer is the ``label_weights`` column (Chua et al.
-        2024 (local label DP)).
+        rows at the same rate, and its prior rows are marked in the data (``label_from_prior``) and not debiased (Ghazi
+        et al. 2021 (label DP), Alg. 2). K-RR and the subset mechanism have no flip rate: their analyzer is the
+        ``label_weights`` column (Chua et al. 2024 (local label DP)).
         """
         if self.mechanism == "none" or self.epsilon is None:
             return 0.0
@@ -282,12 +278,11 @@ class PrivacyLedger:
     def debiasing_for(self, part: str | None = None) -> Debiasing:
         """How to debias the labels of one release part (``part=None``: rows outside every named part).
 
-        Binary releases (RR, binary RRWithPrior, no noise) compose into one RR: 1 − 2ρ = Π(1 − 2q_k), and the
-        loss uses ρ and c = 1/(1 − 2ρ) (Zhou et al. 2025 (Square-χPO), Alg. 1). A K-RR or subset release is debiased by
-        its analyzer
-        weights (``label_weights``, Chua et al. 2024 (local label DP)); a K-ary RRWithPrior label is used as released
-        (Ghazi et al. 2021 (label DP), Alg. 2). Mixing a
-        K-ary release with any other release on the same rows has no debiasing: raises.
+        Binary releases (RR, binary RRWithPrior, no noise) compose into one RR: 1 − 2ρ = Π(1 − 2q_k), and the loss uses
+        ρ and c = 1/(1 − 2ρ) (Zhou et al. 2025 (Square-χPO), Alg. 1). A K-RR or subset release is debiased by its
+        analyzer weights (``label_weights``, Chua et al. 2024 (local label DP)); a K-ary RRWithPrior label is used as
+        released (Ghazi et al. 2021 (label DP), Alg. 2). Mixing a K-ary release with any other release on the same rows
+        has no debiasing: raises.
         """
         if part is not None and part not in self.parts:
             raise ValueError(f"part {part!r} is not in this ledger; its parts are {list(self.parts)}.")

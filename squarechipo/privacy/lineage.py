@@ -255,15 +255,12 @@ def check_lineage(
 ) -> LineageReport:
     """Refuse models that saw ``rows`` (or their prompts) when the run's labels are private.
 
-    Args:
-        models: (role, lineage) of every model the run starts from; one model may have two roles.
-        rows: the rows the run trains on or releases (raw or released: the check is label-invariant).
-        private: whether the labels of ``rows`` are protected (an ε was spent). Public labels are
-            only recorded, never refused.
-        override: let exposed models through; the exposure is recorded.
-        override_field: the config field or argument that sets ``override`` (named in the error).
-        context: who is checking, for the error message.
-        extra_prompt_hashes: see :func:`lineage_findings`.
+    Args: models: (role, lineage) of every model the run starts from; one model may have two roles. rows: the rows the
+        run trains on or releases (raw or released: the check is label-invariant). private: whether the labels of
+        ``rows`` are protected (an ε was spent). Public labels are only recorded, never refused. override: let exposed
+        models through; the exposure is recorded. override_field: the config field or argument that sets ``override``
+        (named in the error). context: who is checking, for the error message. extra_prompt_hashes: see
+        :func:`lineage_findings`.
 
     Raises:
         ValueError: naming each exposed model and the fix, unless ``override``.

@@ -144,9 +144,8 @@ def ctl(
     """CTL — corruption, then local DP (Zhou et al. 2025 (Square-χPO), §3; App. E: mask = 1 w.p. α, then flip w.p.
     1/(1+e^ε)).
 
-    ``adversary`` takes the keyword arguments of :func:`huber_corruption` (``adversary``,
-    ``target``, ``fixed_labels``). With the ``flip`` adversary the final wrong-label rate is
-    α + q − 2αq, q = 1/(1+e^ε).
+    ``adversary`` takes the keyword arguments of :func:`huber_corruption` (``adversary``, ``target``,
+    ``fixed_labels``). With the ``flip`` adversary the final wrong-label rate is α + q − 2αq, q = 1/(1+e^ε).
     """
     corrupted = huber_corruption(true_labels, corruption_rate, rng, **adversary)
     return randomized_response(corrupted, epsilon, rng)

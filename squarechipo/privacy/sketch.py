@@ -18,8 +18,8 @@ run's merged model is recognised like a full fine-tune's. The positions are draw
 the model that is recorded; the sampled values are gathered on the model's device and only they are copied to the
 host (no float32 copy of the model).
 
-What a sketch does not recognise: a copy trained further, perturbed beyond bf16 precision, or with its tensors
-renamed to other names.
+What a sketch does not recognise: a copy trained further, perturbed beyond bf16 precision, or with its tensors renamed
+to other names.
 """
 
 from __future__ import annotations

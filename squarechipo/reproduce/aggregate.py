@@ -1,11 +1,10 @@
 """Zhou et al. 2025 (Square-χPO)'s Table 1 from the cell records: win rates with 95% t intervals over seeds, paired
 verdicts, CSV and a plot.
 
-The table's number is the win rate against the SFT policy with ties (and identical responses) counted ½, by the
-gold reward-model judge; the local judge's is a second opinion. Two orderings are claimed by Zhou et al. 2025
-(Square-χPO) (App. E):
-Square-χPO ≥ χPO and CTL > LTC. Each is tested paired by seed (the methods of one seed train on the same released
-labels): the mean paired difference with a Student's t interval, and a verdict: "holds" when the interval lies
+The table's number is the win rate against the SFT policy with ties (and identical responses) counted ½, by the gold
+reward-model judge; the local judge's is a second opinion. Two orderings are claimed by Zhou et al. 2025 (Square-χPO)
+(App. E): Square-χPO ≥ χPO and CTL > LTC. Each is tested paired by seed (the methods of one seed train on the same
+released labels): the mean paired difference with a Student's t interval, and a verdict: "holds" when the interval lies
 above 0, "reversed" when it lies below, "not shown at this scale" otherwise.
 """
 

@@ -1,12 +1,11 @@
 """Zhou et al. 2025 (Square-χPO)'s Table 1 as one resumable run: SFT, every (seed, labels, method) cell, win rates
 against SFT.
 
-The plan (Zhou et al. 2025 (Square-χPO), App. E): SFT once on finance_sft rows (disjoint from the
-preference rows), then per
-seed χPO and Square-χPO under CTL and LTC with ε = 0.5, α = 0.1, plus DPO and rDPO on the same released labels,
-Square-χPO on clean labels (the upper reference) and Square-χPO under CTL at more ε (the cost of privacy).
-Each cell trains with ``recipes/train.py`` in its own process, then its responses to the test prompts are judged
-against the SFT policy's by the gold reward-model judge and, as a second opinion, the debiased local judge.
+The plan (Zhou et al. 2025 (Square-χPO), App. E): SFT once on finance_sft rows (disjoint from the preference rows),
+then per seed χPO and Square-χPO under CTL and LTC with ε = 0.5, α = 0.1, plus DPO and rDPO on the same released
+labels, Square-χPO on clean labels (the upper reference) and Square-χPO under CTL at more ε (the cost of privacy). Each
+cell trains with ``recipes/train.py`` in its own process, then its responses to the test prompts are judged against the
+SFT policy's by the gold reward-model judge and, as a second opinion, the debiased local judge.
 
 Resuming: every step writes its marker last (``done.json``, a cell's ``cell.json``); a step with its marker is
 skipped and one without is cleared and redone. The released labels live apart from the cells

@@ -29,8 +29,7 @@ REWARD_LOSSES = (*PAIRWISE_REWARD_LOSSES, "plackett_luce")
 @dataclass
 class PrivateRewardConfig(RewardConfig):
     """``RewardConfig`` with the label-privacy debiasing (Chowdhury et al. 2024, Zhou et al. 2025 (Square-χPO), Alg. 3
-    line
-    4).
+    line 4).
 
     The ε of the labels is read from the training dataset's ledger by default; ``debias_epsilon`` is for
     data privatized elsewhere (a disagreement with the ledger raises unless ``privacy_override``).

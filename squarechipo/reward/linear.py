@@ -10,8 +10,7 @@ y (T, n). For one model pass T = 1.
   Corollary 4.3): the debiased log
   loss of labels released by RR_ε, minimised exactly over Θ_B like the MLE.
 - :func:`sgd_debiased` — θ̂_SGD-RR, Chowdhury et al. 2024 (private reward estimation), Algorithm 1 with Theorem 4.5's
-  schedule: one projected pass,
-  η_t = 1/(λt) with λ = γ_ε·κ, returning the last iterate.
+  schedule: one projected pass, η_t = 1/(λt) with λ = γ_ε·κ, returning the last iterate.
 - :func:`sgd_debiased_averaged` — the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (a
   common practical variant; Theorem 4.5 does not cover it).
 - :func:`objective_perturbation` — Chowdhury et al. 2024 (private reward estimation), Algorithm 2 (central label DP):

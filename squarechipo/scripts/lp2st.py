@@ -11,9 +11,8 @@ saved under ``<output_dir>/released_part{1,2}`` by the one ``release_once`` and 
 (no fresh noise); a re-run whose prior differs (another temperature, another stage-1 policy) stops.
 
 Ghazi et al. 2021 (label DP)'s guarantee needs a prior that does not depend on the part-2 labels: the model stage 1
-starts
-from (which is also the prior's reference) is checked against the part-2 rows before the prior is
-computed (:mod:`squarechipo.privacy.lineage`; ``override_lineage_guard`` to override, recorded).
+starts from (which is also the prior's reference) is checked against the part-2 rows before the prior is computed
+(:mod:`squarechipo.privacy.lineage`; ``override_lineage_guard`` to override, recorded).
 """
 
 from __future__ import annotations

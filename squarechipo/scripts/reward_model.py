@@ -5,11 +5,9 @@
     accelerate launch recipes/reward_model.py --config recipes/configs/reward_model.yaml
 
 ``model_type: preference`` fits ℓ(x, a⁰, a¹) ∈ [−1, 1] by the least squares of Zhou et al. 2025 (Square-χPO), eq. (10)
-(the
-input of iterative Square-χPO, ``recipes/self_play.py``); ``model_type: reward`` fits a scalar
-reward with the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private reward estimation). The labels go
-through the label pipeline once
-(``label_*`` fields; saved and reused under ``privatized_dir``), exactly as in ``recipes/train.py``.
+(the input of iterative Square-χPO, ``recipes/self_play.py``); ``model_type: reward`` fits a scalar reward with the
+RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private reward estimation). The labels go through the label
+pipeline once (``label_*`` fields; saved and reused under ``privatized_dir``), exactly as in ``recipes/train.py``.
 """
 
 from __future__ import annotations

@@ -3,11 +3,10 @@
     accelerate launch recipes/reward_model.py --config recipes/configs/preference_model.yaml   # ℓ̂ on private labels
     accelerate launch recipes/self_play.py --config recipes/configs/self_play.yaml            # T rounds of self-play
 
-The policy starts at π_ref (``model_name_or_path``); ``preference_model`` is a folder written by the
-first command. By default the output folder is the uniform mixture of π¹..π^T (``mixture.json`` +
-iterates; ``eval/judge.py`` and ``generate_responses`` sample one iterate per prompt), as Zhou et al. 2025 (Square-χPO)
-returns;
-``output_policy: last`` saves the last iterate as a plain model instead.
+The policy starts at π_ref (``model_name_or_path``); ``preference_model`` is a folder written by the first command. By
+default the output folder is the uniform mixture of π¹..π^T (``mixture.json`` + iterates; ``eval/judge.py`` and
+``generate_responses`` sample one iterate per prompt), as Zhou et al. 2025 (Square-χPO) returns; ``output_policy:
+last`` saves the last iterate as a plain model instead.
 """
 
 from __future__ import annotations

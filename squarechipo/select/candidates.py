@@ -1,15 +1,13 @@
 """Candidate policies for the central selector: loading and the training-data guard.
 
-A candidate is a saved model folder, a PEFT adapter folder (``adapter_config.json``; loaded on its
-base model and merged for scoring), or the alias ``embedded``. The exponential mechanism is ε-DP
-only if the candidate set was chosen without the private data (Zhou et al. 2025 (Square-χPO), Algorithm 2), so every
-candidate
-must carry the record squarechipo writes next to the models it trains (``squarechipo_privacy.json``:
-the label-invariant fingerprint of its preference data, a bottom-k sketch of its prompts, and the same
-for the models it started from). The guard (:mod:`squarechipo.privacy.lineage`, transitively through
-``upstream``) refuses a candidate whose own or upstream fingerprint equals the private data's or whose
-sketched prompts occur in the private data, and a candidate with no record. Each refusal can be
-overridden, and every override is written into the selected model's ledger.
+A candidate is a saved model folder, a PEFT adapter folder (``adapter_config.json``; loaded on its base model and
+merged for scoring), or the alias ``embedded``. The exponential mechanism is ε-DP only if the candidate set was chosen
+without the private data (Zhou et al. 2025 (Square-χPO), Algorithm 2), so every candidate must carry the record
+squarechipo writes next to the models it trains (``squarechipo_privacy.json``: the label-invariant fingerprint of its
+preference data, a bottom-k sketch of its prompts, and the same for the models it started from). The guard
+(:mod:`squarechipo.privacy.lineage`, transitively through ``upstream``) refuses a candidate whose own or upstream
+fingerprint equals the private data's or whose sketched prompts occur in the private data, and a candidate with no
+record. Each refusal can be overridden, and every override is written into the selected model's ledger.
 """
 
 from __future__ import annotations

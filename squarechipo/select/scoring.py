@@ -1,13 +1,12 @@
 """Score candidate policies on private preference rows: L(π) = Σ_i (2σ(m_i) − 1 − 1)² (Zhou et al. 2025 (Square-χPO),
 Algorithm 2).
 
-The reference log-probabilities are computed once; each candidate then runs one batched,
-gradient-free forward per batch with the lean LM head (completion positions only, each prompt once).
-Across processes every rank scores a contiguous shard of the rows and the per-candidate sums are
-all-reduced, so the main process holds L for every candidate; nothing here logs or prints a score.
-Log-probabilities come from :mod:`squarechipo.models.logprobs`. Rows are never dropped: a row whose
-completions are truncated away has h = 0 and adds the same loss 1 to every candidate, so the selection
-cannot depend on it.
+The reference log-probabilities are computed once; each candidate then runs one batched, gradient-free forward per
+batch with the lean LM head (completion positions only, each prompt once). Across processes every rank scores a
+contiguous shard of the rows and the per-candidate sums are all-reduced, so the main process holds L for every
+candidate; nothing here logs or prints a score. Log-probabilities come from :mod:`squarechipo.models.logprobs`. Rows
+are never dropped: a row whose completions are truncated away has h = 0 and adds the same loss 1 to every candidate, so
+the selection cannot depend on it.
 """
 
 from __future__ import annotations

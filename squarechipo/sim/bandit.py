@@ -104,8 +104,7 @@ def sample_pairs(
     """n rows per seed: x uniform, a⁰, a¹ ~ π_ref(x), a⁰ preferred w.p. ``prefer[x, a⁰, a¹]``, then the pipeline.
 
     ``prefer`` (X, A, A) is any preference probability P(a ≻ b | x): Bradley–Terry or general (Zhou et al. 2025
-    (Square-χPO), §4).
-    ``adversary_prefers`` (X, A, A) booleans is what the ``fixed`` adversary writes (a ≻ b).
+    (Square-χPO), §4). ``adversary_prefers`` (X, A, A) booleans is what the ``fixed`` adversary writes (a ≻ b).
     """
     num_contexts, num_actions = ref_policy.shape
     cdf = np.cumsum(ref_policy, axis=1)
@@ -149,13 +148,12 @@ def fit_tabular(
 ):
     """Minimise Σ_seeds mean(row_losses(log π_θ)) over tabular θ (L-BFGS, float64), from ``theta``.
 
-    log π_θ = log_softmax(log π_ref + θ); ``row_losses`` maps (S, X, A) log-policies to (S, rows)
-    losses. L-BFGS runs ``max_iter`` iterations at a time, restarted (up to ``rounds`` times) until the largest
-    gradient entry is at most ``tolerance`` (a restart loses L-BFGS's history, so prefer one long run: the bandit
-    studies' :func:`fit_policies` runs up to 5000 iterations, once more if needed, and reports how far each fit is
-    from stationary instead of stopping at a fixed count). Returns the fitted policies
-    (S, X, A), and with ``return_gradient`` also that largest gradient entry; raises if the fit produced a
-    non-finite policy.
+    log π_θ = log_softmax(log π_ref + θ); ``row_losses`` maps (S, X, A) log-policies to (S, rows) losses. L-BFGS runs
+    ``max_iter`` iterations at a time, restarted (up to ``rounds`` times) until the largest gradient entry is at most
+    ``tolerance`` (a restart loses L-BFGS's history, so prefer one long run: the bandit studies' :func:`fit_policies`
+    runs up to 5000 iterations, once more if needed, and reports how far each fit is from stationary instead of
+    stopping at a fixed count). Returns the fitted policies (S, X, A), and with ``return_gradient`` also that largest
+    gradient entry; raises if the fit produced a non-finite policy.
     """
     theta = theta.detach().clone().requires_grad_(True)
 

@@ -6,26 +6,21 @@ label y ~ Bernoulli(σ(⟨x, θ*⟩)). Estimators, all float64 and vectorised ov
 
 - ``mle``: the non-private maximum-likelihood estimator over Θ_B = {‖θ‖ ≤ B}, solved exactly.
 - ``rr_mle``: Chowdhury et al. 2024 (private reward estimation), §4's θ̂_RR, the main local estimator — labels through
-  RR_ε, then the debiased log
-  loss (Chowdhury et al. 2024 (private reward estimation), eq. 4–6) minimised exactly over Θ_B. Theorem 4.2 / Corollary
-  4.3: its error is c(ε) =
-  (e^ε+1)/(e^ε−1) times the MLE's rate.
+  RR_ε, then the debiased log loss (Chowdhury et al. 2024 (private reward estimation), eq. 4–6) minimised exactly over
+  Θ_B. Theorem 4.2 / Corollary 4.3: its error is c(ε) = (e^ε+1)/(e^ε−1) times the MLE's rate.
 - ``sgd_rr``: Chowdhury et al. 2024 (private reward estimation), Algorithm 1 with Theorem 4.5's schedule — one
   projected pass, η_t = 1/(λt) with
   λ = γ_ε·κ (γ = 1/(2 + e^{−2LB} + e^{2LB}), κ = λ_min of the features' second moment, public under
   label DP), the last iterate. γ is a worst case: here L·B ≈ 28, so λ ≈ 1e-25 and the steps are huge.
-- ``sgd_rr_averaged``: the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (no theorem of
-  Chowdhury et al. 2024 (private reward estimation) covers it). For the SGD estimators the iterate after n samples is
-  the estimate for n.
+- ``sgd_rr_averaged``: the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (no theorem of Chowdhury et al. 2024
+  (private reward estimation) covers it). For the SGD estimators the iterate after n samples is the estimate for n.
 - ``objective_perturbation``: Chowdhury et al. 2024 (private reward estimation), Algorithm 2 — argmin l_D(θ) +
-  λ/(2n)‖θ‖² + wᵀθ/n with
-  w ~ N(0, σ²I), σ = L·√(8 log(2/δ) + 4ε)/ε (Theorem 5.2), over Θ_B, solved to gradient norm < 1e-10 (the
-  guarantee is for the exact minimiser). λ = L²/(2ε) satisfies the smoothness condition of the
+  λ/(2n)‖θ‖² + wᵀθ/n with w ~ N(0, σ²I), σ = L·√(8 log(2/δ) + 4ε)/ε (Theorem 5.2), over Θ_B, solved to gradient norm <
+  1e-10 (the guarantee is for the exact minimiser). λ = L²/(2ε) satisfies the smoothness condition of the
   objective-perturbation proof (KST12) for the logistic loss, whose curvature is at most L²/4.
 
 Chowdhury et al. 2024 (private reward estimation)'s own simulation runs its estimators with SGD at η = 0.1; here MLE,
-θ̂_RR and objective
-perturbation are solved exactly, which is what the guarantees and the theory assume. B = 3√d for
+θ̂_RR and objective perturbation are solved exactly, which is what the guarantees and the theory assume. B = 3√d for
 every estimator.
 """
 

@@ -1,9 +1,8 @@
 """Grids and runners of the simulation lab; results go to CSV, one row per (grid point, seed).
 
-A grid point is a dict of parameters; its key (``point_key``) names it in the CSV, and a re-run
-skips every point whose rows are all there (resumable). Each seed's randomness comes from
-``numpy.random.default_rng([base_seed, crc32(key), seed])``, so a point reproduces bit for bit
-whatever else ran before it.
+A grid point is a dict of parameters; its key (``point_key``) names it in the CSV, and a re-run skips every point whose
+rows are all there (resumable). Each seed's randomness comes from ``numpy.random.default_rng([base_seed, crc32(key),
+seed])``, so a point reproduces bit for bit whatever else ran before it.
 """
 
 from __future__ import annotations

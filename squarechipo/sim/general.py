@@ -20,8 +20,8 @@ Algorithm 3 step by step, all seeds at once:
    :func:`central_preference_model`: the exponential mechanism over a public finite class);
 2. unlabelled pairs D_x from π_ref; for t = 1..T draw one b̃ ~ π^t(x) per context, r̂ᵗ(x, a) =
    ℓ̂(x, a, b̃), and fit π^{t+1} by the regression of eq. (11) (:func:`self_play`);
-3. the output is the uniform mixture of π¹..π^T (π¹ = π_ref), as in the paper; the last iterate is
-   returned too, for comparison.
+3. the output is the uniform mixture of π¹..π^T (π¹ = π_ref), as in the paper; the last iterate is returned too, for
+   comparison.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
 """Iterative Square-χPO for causal LMs (Zhou et al. 2025 (Square-χPO), Algorithm 3, lines 8–13) around
 :class:`SelfPlayTrainer`.
 
-1. D_x: for each prompt, two responses a, b sampled from π_ref (line 8); log π_ref(a|x), log π_ref(b|x)
-   are computed once.
+1. D_x: for each prompt, two responses a, b sampled from π_ref (line 8); log π_ref(a|x), log π_ref(b|x) are computed
+   once.
 2. For t = 1, 2, …: sample one b̃ ~ πᵗ(x) per prompt, score r̂ᵗ(x, ·) = ℓ̂(x, ·, b̃) with the
    preference model, record log πᵗ(a|x), log πᵗ(b|x), and fit π^{t+1} from πᵗ by eq. (11).
 3. Output (``output_policy``): ``mixture`` (default) — the uniform mixture of π¹..π^T that Zhou et al. 2025
-(Square-χPO)
-   returns and for which Theorem 4.4 bounds the duality gap; on a non-transitive preference the
-   iterates cycle and the last one carries no guarantee (the lab shows its gap staying high). The
-   folder then holds ``mixture.json`` and the iterates; generation samples one iterate per prompt
-   (:func:`squarechipo.models.generation.generate_responses`). ``last`` — π^{T+1} as a plain
-   model folder, one more update.
+   (Square-χPO) returns and for which Theorem 4.4 bounds the duality gap; on a non-transitive preference the iterates
+   cycle and the last one carries no guarantee (the lab shows its gap staying high). The folder then holds
+   ``mixture.json`` and the iterates; generation samples one iterate per prompt
+   (:func:`squarechipo.models.generation.generate_responses`). ``last`` — π^{T+1} as a plain model folder, one more
+   update.
 
 The labels were privatized before the preference model was trained; self-play itself reads only
 prompts and model samples, so the privacy guarantee is the preference model's (its ledger is carried

@@ -1,11 +1,9 @@
 """Multi-stage training with RRWithPrior for preferences (Ghazi et al. 2021 (label DP) LP-2ST), the model side.
 
-:func:`policy_prior` turns a stage-1 policy into the prior of stage 2: for each raw row, in its
-canonical label-free order (u, v), p(u ≻ v) = σ(m/τ) with m = clip(β·h(u, v)) the policy's implicit
-reward margin under the trained method's link (Zhou et al. 2025 (Square-χPO): h_χPO for χPO methods) and τ a
-temperature.
-The prior depends only on the stage-1 model (trained on part 1's released labels) and the part-2
-prompts and responses, never on part-2 labels.
+:func:`policy_prior` turns a stage-1 policy into the prior of stage 2: for each raw row, in its canonical label-free
+order (u, v), p(u ≻ v) = σ(m/τ) with m = clip(β·h(u, v)) the policy's implicit reward margin under the trained method's
+link (Zhou et al. 2025 (Square-χPO): h_χPO for χPO methods) and τ a temperature. The prior depends only on the stage-1
+model (trained on part 1's released labels) and the part-2 prompts and responses, never on part-2 labels.
 """
 
 from __future__ import annotations

@@ -31,3 +31,15 @@ def distinct_pairs(n: int, offset: int = 0) -> datasets.Dataset:
             "rejected": [f"Skip the {_word(i, 4)}; bet it all on the {_word(i, 5)} lottery tonight." for i in rows],
         }
     )
+
+
+#: Label-free metadata of the test data (the finance generator's id and category); declared public in releases.
+PUBLIC_METADATA = ("id", "category", "row_id")
+
+
+def release_rows(dataset, mechanism, **kwargs):
+    """``release_dataset`` with the data's label-free metadata declared public (the generator's id and category)."""
+    from squarechipo.privacy import release_dataset
+
+    public = [c for c in PUBLIC_METADATA if c in dataset.column_names]
+    return release_dataset(dataset, mechanism, public_columns=public, **kwargs)
