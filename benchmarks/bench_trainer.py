@@ -35,6 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 RUNNERS = ("trl_sigmoid", "ours_dpo", "ours_square_chipo")
+#: Shapes of SmolLM2 built from a config with random weights (no weights travel to an offline GPU machine).
+SHAPES = {
+    "135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                 num_key_value_heads=3),
+    "1.7b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
+                 num_key_value_heads=32),
+}  # fmt: skip
 
 
 def _filled_rows(source, tokenizer, max_length: int, n_rows: int):
@@ -79,6 +86,21 @@ def _filled_rows(source, tokenizer, max_length: int, n_rows: int):
     return datasets.Dataset.from_list(rows)
 
 
+def _from_config(shape: str, tokenizer, dtype):
+    """A SmolLM2-shaped Llama with random weights (seed 0), built on the accelerator when there is one."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=True, rope_theta=100000.0,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        **SHAPES[shape],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        return LlamaForCausalLM(config).to(dtype)
+
+
 def _breakdown(trainer, repeats: int = 2) -> dict[str, float]:
     """Seconds (best of ``repeats``) of each part of a step on one training batch, after training warmed it up:
     the reference forward, the policy forward (the loss's forward less the reference's), the backward and the
@@ -115,7 +137,9 @@ def _breakdown(trainer, repeats: int = 2) -> dict[str, float]:
     }
 
 
-def _worker(args: argparse.Namespace) -> None:
+def _worker(args: argparse.Namespace) -> dict:
+    if str(ROOT) not in sys.path:  # the tiny model comes from the tests' helpers in the checkout
+        sys.path.insert(0, str(ROOT))
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import DPOConfig, DPOTrainer
@@ -123,15 +147,17 @@ def _worker(args: argparse.Namespace) -> None:
     from squarechipo.data.finance import build_datasets
     from squarechipo.models import embedded_model_path
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
-    from tests.conftest import make_tiny_model
+    from tests.helpers.models import make_tiny_model
 
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or embedded_model_path())
 
     weights = torch.bfloat16 if args.dtype == "bf16-weights" else torch.float32
 
     def load():
         if args.model == "tiny":
             return make_tiny_model(tokenizer, seed=0, dtype=weights)
+        if args.model in SHAPES:
+            return _from_config(args.model, tokenizer, weights)
         return AutoModelForCausalLM.from_pretrained(embedded_model_path(), dtype=weights)
 
     n_rows = args.batch * (args.steps + 1)
@@ -156,6 +182,7 @@ def _worker(args: argparse.Namespace) -> None:
         disable_tqdm=True,
         bf16=args.dtype == "bf16",
         use_cpu=not torch.cuda.is_available(),
+        precompute_ref_log_probs=args.precompute,
     )
     if args.runner == "trl_sigmoid":
         trainer = DPOTrainer(
@@ -203,12 +230,19 @@ def _worker(args: argparse.Namespace) -> None:
     }
     if args.breakdown:
         record["breakdown"] = _breakdown(trainer)
-    print("BENCH " + json.dumps(record))
+    return record
 
 
-def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool, dtype: str) -> dict:
+def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool, dtype: str, precompute=False) -> dict:
+    if args.dry_run:  # in this process: checks every configuration quickly, measures nothing that counts
+        worker = {"runner": runner, "model": model, "dtype": dtype, "precompute": precompute}
+        return _worker(argparse.Namespace(**{**vars(args), **worker, "gradient_checkpointing": checkpointing}))
     command = [sys.executable, __file__, "--worker", runner, "--model", model, "--steps", str(args.steps)]
     command += ["--dtype", dtype]
+    if precompute:
+        command.append("--precompute")
+    if args.tokenizer:
+        command += ["--tokenizer", args.tokenizer]
     command += ["--batch", str(args.batch), "--max-length", str(args.max_length), "--tmp", args.tmp]
     if checkpointing:
         command.append("--gradient-checkpointing")
@@ -230,41 +264,59 @@ def _median_step(result: dict) -> float:
     return statistics.median(result["times"][1:])
 
 
-def _report(model: str, results: dict[tuple[str, bool], dict], dtype: str) -> None:
-    """One table per checkpointing setting, then ours against TRL's fastest setting, at one dtype."""
-    settings = sorted({on for _, on in results})
-    for on in settings:
-        base = _median_step(results["trl_sigmoid", on])
-        device = results["trl_sigmoid", on]["device"]
-        print(f"\n{model} ({device}, {dtype}), gradient checkpointing {'on' if on else 'off'}:")
+def _setting_name(setting: tuple[bool, bool]) -> str:
+    checkpointing, precompute = setting
+    reference = "precomputed reference" if precompute else "separate reference model"
+    return f"gradient checkpointing {'on' if checkpointing else 'off'}, {reference}"
+
+
+def _report(model: str, results: dict[tuple, dict], dtype: str) -> list[dict]:
+    """One table per setting (checkpointing, reference), then ours against TRL's fastest setting; returns the rows."""
+    settings = sorted({key[1:] for key in results})
+    rows = []
+    for setting in settings:
+        base = _median_step(results[("trl_sigmoid", *setting)])
+        device = results[("trl_sigmoid", *setting)]["device"]
+        print(f"\n{model} ({device}, {dtype}), {_setting_name(setting)}:")
         print(f"  {'trainer':<22}{'median step (s)':>16}{'x TRL':>8}{'peak memory (MiB)':>19}")
         for runner in RUNNERS:
-            result = results[runner, on]
+            result = results[(runner, *setting)]
             step = _median_step(result)
             print(f"  {runner:<22}{step:>16.2f}{step / base:>8.2f}{result['peak_mib']:>19.0f}")
-        diffs = [abs(a - b) for a, b in zip(results["ours_dpo", on]["losses"], results["trl_sigmoid", on]["losses"])]
+            rows.append({"model": model, "dtype": dtype, "device": device, "runner": runner,
+                         "checkpointing": setting[0], "precompute": setting[1], "median_step_s": step,
+                         "x_trl": step / base, "peak_mib": result["peak_mib"], "times": result["times"]})  # fmt: skip
+        ours, trl = results[("ours_dpo", *setting)]["losses"], results[("trl_sigmoid", *setting)]["losses"]
+        diffs = [abs(a - b) for a, b in zip(ours, trl)]
         print(f"  max |loss(ours dpo) - loss(TRL sigmoid)| over {len(diffs)} steps: {max(diffs):.2e}")
-        if "breakdown" in results["trl_sigmoid", on]:
-            parts = list(results["trl_sigmoid", on]["breakdown"])
+        if "breakdown" in results[("trl_sigmoid", *setting)]:
+            parts = list(results[("trl_sigmoid", *setting)]["breakdown"])
             print(
                 f"  parts of a step (s, best of 2 on one batch): {'trainer':<20}" + "".join(f"{p:>19}" for p in parts)
             )
             for runner in RUNNERS:
-                part = results[runner, on]["breakdown"]
+                part = results[(runner, *setting)]["breakdown"]
                 print(f"  {'':<42}{runner:<20}" + "".join(f"{part[p]:>19.2f}" for p in parts))
-    fastest = min(settings, key=lambda on: _median_step(results["trl_sigmoid", on]))
-    base = _median_step(results["trl_sigmoid", fastest])
-    where = f"checkpointing {'on' if fastest else 'off'}, {base:.2f} s/step"
-    print(f"\n{model}, {dtype}: against TRL's fastest setting ({where}):")
+    fastest = min(settings, key=lambda st: _median_step(results[("trl_sigmoid", *st)]))
+    base = _median_step(results[("trl_sigmoid", *fastest)])
+    print(f"\n{model}, {dtype}: against TRL's fastest setting ({_setting_name(fastest)}, {base:.2f} s/step):")
     for runner in RUNNERS[1:]:
-        on = min(settings, key=lambda o: _median_step(results[runner, o]))
-        step = _median_step(results[runner, on])
-        print(f"  {runner:<22}{step:>8.2f} s/step (checkpointing {'on' if on else 'off'}){step / base:>8.2f}x")
+        best = min(settings, key=lambda st: _median_step(results[(runner, *st)]))
+        step = _median_step(results[(runner, *best)])
+        print(f"  {runner:<22}{step:>8.2f} s/step ({_setting_name(best)}){step / base:>8.2f}x")
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"], choices=["tiny", "smollm2"])
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["tiny", "smollm2"],
+        choices=["tiny", "smollm2", *SHAPES],
+        help="tiny (the tests' model), smollm2 (the embedded weights), or a SmolLM2 shape built from its config with "
+        "random weights (135m, 1.7b): no weights needed",
+    )
     parser.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up step)")
     parser.add_argument("--batch", type=int, default=8, help="preference pairs per step")
     parser.add_argument("--max-length", type=int, default=256)
@@ -289,24 +341,57 @@ def main() -> None:
         choices=["fp32", "bf16", "bf16-weights"],
         help="fp32; bf16 (mixed precision: autocast, float32 master weights); bf16-weights (bfloat16 weights)",
     )
+    parser.add_argument(
+        "--reference",
+        choices=["separate", "precompute", "both"],
+        default="separate",
+        help="the reference model in the step (separate) or its log-probs computed once before training (precompute, "
+        "TRL's precompute_ref_log_probs), both trainers",
+    )
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the embedded model's)")
+    parser.add_argument("--json", default=None, help="also write every configuration's figures to this JSON file")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="every configuration once on the tiny model, 1 step, on this machine: checks the benchmark only",
+    )
+    parser.add_argument("--precompute", action="store_true", help=argparse.SUPPRESS)  # the worker's flag
     parser.add_argument("--gradient-checkpointing", action="store_true", help=argparse.SUPPRESS)  # the worker's flag
     parser.add_argument("--worker", choices=RUNNERS, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--tmp", default="/tmp/squarechipo-bench", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        _worker(argparse.Namespace(**{**vars(args), "runner": args.worker, "dtype": args.dtype[0]}))
+        record = _worker(argparse.Namespace(**{**vars(args), "runner": args.worker, "dtype": args.dtype[0]}))
+        print("BENCH " + json.dumps(record))
         return
-    settings = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]
+    if args.dry_run:
+        args.models, args.steps, args.batch, args.max_length = ["tiny"], 1, 2, 64
+        args.checkpointing, args.reference, args.dtype = "both", "both", ["bf16"]
+    checkpointing = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]
+    reference = {"separate": [False], "precompute": [True], "both": [False, True]}[args.reference]
+    settings = [(c, p) for c in checkpointing for p in reference]
     print(
         f"batch {args.batch} pairs, max_length {args.max_length}{' (rows filled to it)' if args.fill else ''}, "
-        "separate reference model, "
-        f"{args.steps} timed steps after 1 warm-up; every configuration in its own process"
+        f"{args.steps} timed steps after 1 warm-up; "
+        + (
+            "a dry run: every configuration in this process, nothing timed that counts"
+            if args.dry_run
+            else "every configuration in its own process"
+        )
     )
+    rows = []
     for model in args.models:
         for dtype in args.dtype:
-            results = {(runner, on): _run(model, runner, args, on, dtype) for on in settings for runner in RUNNERS}
-            _report(model, results, dtype)
+            results = {
+                (runner, *setting): _run(model, runner, args, setting[0], dtype, precompute=setting[1])
+                for setting in settings
+                for runner in RUNNERS
+            }
+            rows += _report(model, results, dtype)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"arguments": vars(args), "rows": rows}, indent=1, default=str))
 
 
 if __name__ == "__main__":

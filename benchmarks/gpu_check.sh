@@ -2,19 +2,22 @@
 # GPU check (not a test; issue 17 §6 and issue 16 §5). Run from the repository root on a CUDA machine that has
 # squarechipo's dependencies installed:
 #
-#     bash benchmarks/gpu_check.sh SMOLLM2_CONFIG_DIR OUT bench|configs|table1 ...
+#     bash benchmarks/gpu_check.sh SMOLLM2_CONFIG_DIR OUT speed|bench|configs|table1 ...
 #
 # SMOLLM2_CONFIG_DIR holds SmolLM2-135M-Instruct's config, tokenizer and chat template without weights (copy them
 # from ~/.cache/squarechipo/models/SmolLM2-135M-Instruct). The model is built from that config with random
 # weights, because the GPU machines we have are offline and the weights do not travel with a call: every figure
 # this prints is speed, memory or "it runs", never quality.
-#   bench    benchmarks/bench_trainer.py (TRL's DPOTrainer vs ours), checkpointing off and on
+#   speed    benchmarks/bench_trainer.py at the SmolLM2-135M and 1.7B shapes (random weights), bf16 mixed precision:
+#            TRL's DPOTrainer vs ours, checkpointing off and on, a separate reference model and precomputed
+#            reference log-probs (TRL's fastest setting); tables printed, figures in OUT/bench.json
+#   bench    benchmarks/bench_trainer.py (TRL's DPOTrainer vs ours) on the 135M model, fp32, checkpointing off and on
 #   configs  recipes/train.py under the DDP, FSDP2, ZeRO-2 and ZeRO-3 Accelerate configs, 10 steps each,
 #            one process (one GPU; NCCL refuses two ranks on one device)
 #   table1   one Table 1 cell at the paper's sizes (1,442 rows, SFT on every SFT row), timed
 set -uo pipefail
-config_dir=${1:?usage: gpu_check.sh SMOLLM2_CONFIG_DIR OUT bench|configs|table1 ...}
-out=${2:?usage: gpu_check.sh SMOLLM2_CONFIG_DIR OUT bench|configs|table1 ...}
+config_dir=${1:?usage: gpu_check.sh SMOLLM2_CONFIG_DIR OUT speed|bench|configs|table1 ...}
+out=${2:?usage: gpu_check.sh SMOLLM2_CONFIG_DIR OUT speed|bench|configs|table1 ...}
 shift 2
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" SQUARECHIPO_CACHE="${SQUARECHIPO_CACHE:-$out/cache}" HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TQDM_MININTERVAL=30
@@ -39,6 +42,10 @@ python -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"
 for job in "$@"; do
   start=$(date +%s)
   case $job in
+    speed)
+      python benchmarks/bench_trainer.py --models 135m 1.7b --tokenizer "$config_dir" --dtype bf16 --steps 5 \
+        --max-length 512 --checkpointing both --reference both --json "$out/bench.json"
+      ;;
     bench)
       python benchmarks/bench_trainer.py --models smollm2 --steps 5
       ;;
@@ -66,7 +73,7 @@ second_opinion: null
 YAML
       python -m squarechipo.reproduce table1 --scale "$out/one_cell.yaml" --out "$out/table1" 2>&1 | tail -15
       ;;
-    *) echo "unknown job $job (bench, configs, table1)"; exit 2 ;;
+    *) echo "unknown job $job (speed, bench, configs, table1)"; exit 2 ;;
   esac
   echo "== $job took $(( $(date +%s) - start )) s"
 done

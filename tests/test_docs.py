@@ -33,6 +33,7 @@ NOT_RUN = {
     r"^bash scripts/(quickstart|test)\.sh": "the README's two commands: CI runs the tests; the main job is timed",
     r"^pip install \.": "tests/test_wheel.py installs the built wheel into a fresh environment",
     r"--config_file recipes/accelerate/ddp\.yaml": "a GPU accelerate config",
+    r"^bash benchmarks/gpu_check\.sh": "needs a GPU; its configurations run on the CPU in the dry run below",
     r"\.\.\.": "an elided command (its options are documented around it)",
     r"--full": "the full grid takes hours",
     r"--scale paper(?!.*--dry-run)": "the paper's sizes need a GPU (the dry run below checks the plan)",
@@ -51,7 +52,8 @@ SIZES = [
     (r"--scale cpu", "--scale tiny_scale.yaml"),
     (r"(-m squarechipo\.sim)(?!.*--(smoke|full))", r"\1 --smoke"),
     (r"bench_privatize\.py", "bench_privatize.py --labels 100000 --rows 2000 --repeats 1"),
-    (r"bench_trainer\.py", "bench_trainer.py --models tiny --steps 1 --checkpointing off"),
+    (r"bench_trainer\.py(?!.*--dry-run)", "bench_trainer.py --models tiny --steps 1 --checkpointing off"),
+    (r"bench_lineage\.py", "bench_lineage.py --layers 2"),
     (r"(squarechipo gold-report .*)", r"\1 --max_eval_samples 4"),
     (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge --model tiny"),
     # The small data's train split holds 119 rows: 16 training rows and 40 canaries after them. The release draws
@@ -89,6 +91,8 @@ PROMISES = {
                                   r"release_dataset .*rows: \d+\.\d+ s"]),
     r"bench_trainer\.py": ([], [r"trl_sigmoid\s+\d+\.\d+", r"ours_square_chipo\s+\d+\.\d+",
                                 r"max \|loss\(ours dpo\) - loss\(TRL sigmoid\)\|"]),
+    r"bench_trainer\.py --dry-run": (["outputs/bench_dry_run.json"], [r"precomputed reference", r"checkpointing on"]),
+    r"bench_lineage\.py": ([], [r"lineage of an unrecorded model .* \d+\.\d{3} s"]),
     r"bench_judge\.py": ([], [r"judgments/s"]),
 }  # fmt: skip
 _MODEL_KEYS = ("model_name_or_path", "ref_model")
@@ -158,8 +162,8 @@ def _make_work(folder: Path, tokenizer) -> Path:
     for name in ("recipes", "benchmarks", "eval"):
         shutil.copytree(ROOT / name, folder / name)
     shutil.copy(ROOT / "README.md", folder / "README.md")
-    (folder / "tests").mkdir()  # benchmarks/bench_trainer.py builds its tiny model from the tests' helper
-    shutil.copy(ROOT / "tests" / "conftest.py", folder / "tests" / "conftest.py")
+    # benchmarks/bench_trainer.py builds its tiny model from the tests' helpers
+    shutil.copytree(ROOT / "tests" / "helpers", folder / "tests" / "helpers")
     for seed, name in enumerate(("tiny", "tiny_2", "tiny_3")):
         make_tiny_model(tokenizer, seed=seed).save_pretrained(folder / name)
         tokenizer.save_pretrained(folder / name)

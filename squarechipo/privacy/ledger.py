@@ -34,7 +34,6 @@ __all__ = [
     "extend_ledger",
     "get_ledger",
     "with_ledger",
-    "derive_rows",
     "read_ledger_for_path",
 ]
 
@@ -420,61 +419,6 @@ class PrivacyLedger:
         return None if any(s is None for s in sets) else sets
 
 
-#: Ledgers already matched to their rows, by (the dataset's fingerprint, the ledger's digest): ``datasets`` gives a
-#: dataset a new fingerprint with every operation that changes it.
-_BOUND: dict[tuple[str, str], bool] = {}
-
-
-def _check_rows(ledger: PrivacyLedger, dataset, where: str) -> None:
-    """Raise :class:`IntegrityError` unless the dataset's rows, with their labels, are rows the ledger released.
-
-    Selecting, shuffling, filtering or splitting released rows, adding label-free columns and tokenising keep a
-    ledger valid (post-processing of the release); adding rows, editing their text or changing their labels do not.
-    """
-    from squarechipo.data.fingerprint import released_row_hashes, rows_outside
-
-    if not isinstance(dataset, datasets.Dataset):
-        raise IntegrityError(
-            f"{where}: a {type(dataset).__name__} carries this privacy ledger, but its rows cannot be read ahead to "
-            "check that they are the released ones. Pass the released datasets.Dataset itself (a streamed copy of it "
-            "is not checked)."
-        )
-    key = (getattr(dataset, "_fingerprint", None) or "", ledger.digest)
-    if key[0] and _BOUND.get(key):
-        return
-    hashes = released_row_hashes(dataset)
-    if hashes is None:
-        raise IntegrityError(
-            f"{where}: these rows hold no prompt/chosen/rejected (or responses) text, so they cannot be matched to "
-            "the privacy ledger they carry. Pass the released text rows: the trainers tokenize them."
-        )
-    sets = ledger.current_row_sets()
-    if sets is None:
-        fingerprints = {r.data_fingerprint for r in ledger.releases}
-        from squarechipo.data.fingerprint import preference_fingerprint
-
-        if preference_fingerprint(dataset) not in fingerprints:
-            raise IntegrityError(
-                f"{where}: its privacy ledger was written before ledgers were bound to their rows, and these rows are "
-                "not the rows it released. Load the release as saved, or release the raw rows with this version."
-            )
-    else:
-        outside = rows_outside(hashes, sets)
-        if outside.size:
-            shown = ", ".join(str(i) for i in outside[:5]) + (", ..." if outside.size > 5 else "")
-            raise IntegrityError(
-                f"{where}: {outside.size} of {len(dataset)} rows (row {shown}) are not rows its privacy ledger "
-                f"released ({sum(r.n_rows for r in ledger.releases)} released), or their labels or text were changed "
-                "after the release. A ledger covers only the rows it released: selecting, shuffling or splitting them "
-                "keeps it, adding rows does not. Release the added rows on their own and combine the parts "
-                "(squarechipo.privacy.combine_parts), or train on the release as it is."
-            )
-    if key[0]:
-        if len(_BOUND) > 256:
-            _BOUND.clear()
-        _BOUND[key] = True
-
-
 @label_free("reads and checks the ledger (the rule's own test)")
 def get_ledger(dataset, where: str = "dataset") -> PrivacyLedger | None:
     """The ledger a dataset carries, its seal checked and its rows matched to the rows it released; None for data
@@ -488,7 +432,9 @@ def get_ledger(dataset, where: str = "dataset") -> PrivacyLedger | None:
     if not block:
         return None
     ledger = PrivacyLedger.from_json(block, where)
-    _check_rows(ledger, dataset, where)
+    from squarechipo.privacy.binding import check_rows  # binding reads ledgers: imported here, not at the top
+
+    check_rows(ledger, dataset, where)
     return ledger
 
 
@@ -501,29 +447,6 @@ def extend_ledger(
     ledger = (existing or PrivacyLedger()).with_release(Release.now(**release_fields))
     record = ledger.to_dict()
     return metadata.info_with_block(info, json.dumps(record, sort_keys=True)), record["digest"]
-
-
-@label_free("post-processes released rows and keeps their ledger bound; raw rows stay raw")
-def derive_rows(released: datasets.Dataset, function, **map_kwargs) -> datasets.Dataset:
-    """``released.map(function, **map_kwargs)`` with the ledger bound to the derived rows: rows computed one by one
-    from released rows (e.g. the text pairs of a preference model) are post-processing of the release, so the same
-    releases describe them. The input's ledger is checked first; data without one is mapped and returned as is."""
-    ledger = get_ledger(released)
-    derived = released.map(function, **map_kwargs)
-    if ledger is None:
-        return derived
-    from squarechipo.data.fingerprint import encode_row_set, released_row_hashes
-
-    hashes = released_row_hashes(derived)
-    if hashes is None:
-        raise ValueError("derive_rows: the derived rows must keep prompt/chosen/rejected (or responses) text.")
-    row_set = encode_row_set(hashes)
-    latest = {release.part: i for i, release in enumerate(ledger.releases)}
-    releases = tuple(
-        replace(release, row_set=row_set) if i in latest.values() else release
-        for i, release in enumerate(ledger.releases)
-    )
-    return with_ledger(derived, PrivacyLedger(releases=releases))
 
 
 @label_free("attaches a ledger, which every reader matches to the rows")

@@ -18,7 +18,7 @@ import datasets
 
 from squarechipo.data.label_roles import label_free
 from squarechipo.models.preference import PreferenceModel, pair_text
-from squarechipo.privacy.ledger import derive_rows
+from squarechipo.privacy.binding import derive_rows
 
 __all__ = ["pair_text", "to_pairwise_dataset", "PreferenceModel"]
 
