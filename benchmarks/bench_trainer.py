@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNNERS = ("trl_sigmoid", "ours_dpo", "ours_square_chipo")
 #: Shapes of SmolLM2 built from a config with random weights (no weights travel to an offline GPU machine).
 SHAPES = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2),  # the tests' tiny model's shape
     "135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                  num_key_value_heads=3),
     "1.7b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
@@ -138,8 +140,6 @@ def _breakdown(trainer, repeats: int = 2) -> dict[str, float]:
 
 
 def _worker(args: argparse.Namespace) -> dict:
-    if str(ROOT) not in sys.path:  # the tiny model comes from the tests' helpers in the checkout
-        sys.path.insert(0, str(ROOT))
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import DPOConfig, DPOTrainer
@@ -147,15 +147,12 @@ def _worker(args: argparse.Namespace) -> dict:
     from squarechipo.data.finance import build_datasets
     from squarechipo.models import embedded_model_path
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
-    from tests.helpers.models import make_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or embedded_model_path())
 
     weights = torch.bfloat16 if args.dtype == "bf16-weights" else torch.float32
 
     def load():
-        if args.model == "tiny":
-            return make_tiny_model(tokenizer, seed=0, dtype=weights)
         if args.model in SHAPES:
             return _from_config(args.model, tokenizer, weights)
         return AutoModelForCausalLM.from_pretrained(embedded_model_path(), dtype=weights)
@@ -250,9 +247,7 @@ def _run(model: str, runner: str, args: argparse.Namespace, checkpointing: bool,
         command.append("--fill")
     if args.breakdown:
         command.append("--breakdown")
-    # The worker imports data_gen and tests from the checkout, which an installed squarechipo does not provide.
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONWARNINGS": "ignore"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in result.stdout.splitlines() if line.startswith("BENCH ")]
     if result.returncode != 0 or not lines:
@@ -313,9 +308,9 @@ def main() -> None:
         "--models",
         nargs="+",
         default=["tiny", "smollm2"],
-        choices=["tiny", "smollm2", *SHAPES],
-        help="tiny (the tests' model), smollm2 (the embedded weights), or a SmolLM2 shape built from its config with "
-        "random weights (135m, 1.7b): no weights needed",
+        choices=["smollm2", *SHAPES],
+        help="smollm2 (the embedded weights), or a shape built from its config with random weights, no weights "
+        "needed: tiny (the tests' model), 135m and 1.7b (SmolLM2's)",
     )
     parser.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up step)")
     parser.add_argument("--batch", type=int, default=8, help="preference pairs per step")

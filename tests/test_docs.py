@@ -162,8 +162,6 @@ def _make_work(folder: Path, tokenizer) -> Path:
     for name in ("recipes", "benchmarks", "eval"):
         shutil.copytree(ROOT / name, folder / name)
     shutil.copy(ROOT / "README.md", folder / "README.md")
-    # benchmarks/bench_trainer.py builds its tiny model from the tests' helpers
-    shutil.copytree(ROOT / "tests" / "helpers", folder / "tests" / "helpers")
     for seed, name in enumerate(("tiny", "tiny_2", "tiny_3")):
         make_tiny_model(tokenizer, seed=seed).save_pretrained(folder / name)
         tokenizer.save_pretrained(folder / name)

@@ -255,7 +255,7 @@ def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenize
     finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
     config = tmp_path / "accuracy.yaml"
     config.write_text(
-        f"dataset: {tmp_path / 'data'}\nmax_pairs: 3\nlocal: {models / 'judge'}\n"
+        f"dataset_name: {tmp_path / 'data'}\nmax_eval_samples: 3\nlocal: {models / 'judge'}\n"
         f"reward_model: {tmp_path / 'rm'}\nout: {tmp_path / 'ignored'}\npublic_splits: [test]\n"
     )
     command = [sys.executable, "eval/judge_accuracy.py", "--config", str(config), "--out", str(tmp_path / "acc")]

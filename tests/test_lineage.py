@@ -184,7 +184,7 @@ def test_reward_trainer_refuses_an_initial_model_trained_on_the_rows(private, to
         gradient_checkpointing=False,
     )
     model = AutoModelForSequenceClassification.from_pretrained(leaky, num_labels=1)
-    with pytest.raises(ValueError, match="the initial model .*leaky_rm was trained on prompts"):
+    with pytest.raises(ValueError, match="the initial model .*leaky_rm.* was trained on prompts"):
         PrivateRewardTrainer(model, args=args, train_dataset=private["released"], processing_class=tokenizer)
 
 

@@ -306,7 +306,7 @@ def _config(pool, folder: Path, name: str) -> Path:
         "ref_model": str(pool["ref"]),
         "dataset_name": str(pool["root"] / "private"),
         "output_dir": str(folder / name),
-        "epsilon": EPSILON_LARGE,
+        "central_epsilon": EPSILON_LARGE,
         "max_length": 128,
         "batch_size": 4,
     }
