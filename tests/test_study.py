@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -763,3 +764,42 @@ def test_a_target_kl_chooses_each_methods_beta_from_the_pilot_by_kl_alone():
     assert betas == {"ctl_eps1_dpo": 0.5, "ctl_eps1_square_chipo": 0.05}
     chosen = _at_chosen_betas(records, design, betas)
     assert sorted({r["arm"] for r in chosen}) == ["ctl_eps1_dpo", "ctl_eps1_square_chipo"] and len(chosen) == 4
+
+
+def test_rows_to_the_clean_gain_are_read_off_the_line_through_the_shares_against_log2_rows():
+    """The rows-needed headline: each method's share at 128, 256 and 512 private rows, DPO's shares taken against
+    Square-χPO's clean arm when DPO's own was cut, and the rows at which the least-squares line through the shares
+    against log2 n reaches 1 (Fieller's interval), beside the clean rows × c(ε)² and × 1/(1 − 2ρ)²."""
+    from squarechipo.privacy.calibration import debias_factor
+    from squarechipo.reproduce.study_design import load_design
+    from squarechipo.reproduce.study_headline import headline, headline_lines, rows_to_clean_gain
+
+    design = load_design(str(ROOT / "recipes" / "studies" / "rows_needed.yaml"))
+    noise = [0.02, -0.03, 0.01, 0.04, -0.02]
+    shares = {
+        "clean_epsinf_square_chipo": 1.0,
+        "ctl_eps1_square_chipo": 0.5, "ctl_eps1_square_chipo_n256": 0.9, "ctl_eps1_square_chipo_n512": 1.1,
+        "ctl_eps1_dpo": 0.25, "ctl_eps1_dpo_n256": 0.5, "ctl_eps1_dpo_n512": 0.75,
+    }  # fmt: skip
+    records = [
+        {"arm": arm, "seed": seed, "summary": {"gold_gain": {"mean": (share + noise[seed] * (1 + i)) * 2.0}}}
+        for i, (arm, share) in enumerate(shares.items())
+        for seed in range(5)
+    ]
+    summary = {"headline": headline(records, design), "rows_needed": rows_to_clean_gain(records, design)}
+    by_arm = {h["arm"]: h for h in summary["headline"]}
+    assert by_arm["ctl_eps1_dpo_n512"]["reference"] == "clean_epsinf_square_chipo"  # DPO's clean arm was cut
+    assert by_arm["ctl_eps1_dpo_n256"]["rows"] == 256 and by_arm["ctl_eps1_dpo"]["rows"] == 128
+    needed = {r["method"]: r for r in summary["rows_needed"]}
+    for method, prefix in (("Square-χPO", "ctl_eps1_square_chipo"), ("DPO", "ctl_eps1_dpo")):
+        # The line through the shares of the mean gains, fitted independently.
+        ratios = [by_arm[arm]["ratio"] for arm in (prefix, f"{prefix}_n256", f"{prefix}_n512")]
+        slope, intercept = np.polyfit(np.log2([128, 256, 512]), ratios, 1)
+        assert needed[method]["rows"] == pytest.approx(2 ** ((1 - intercept) / slope), rel=1e-9)
+        assert needed[method]["low"] < needed[method]["rows"] < needed[method]["high"]
+    assert 256 < needed["Square-χPO"]["rows"] < 512 and needed["DPO"]["rows"] == pytest.approx(1024, rel=0.1)
+    assert needed["DPO"]["c_squared_rows"] == pytest.approx(128 * debias_factor(1.0) ** 2)
+    text = "\n".join(headline_lines(summary, design))
+    assert "| DPO | 1 | 128 | beyond 512 (the line reaches it at " in text
+    assert "DPO's clean reference is clean_epsinf_square_chipo" in text
+    assert re.search(r"\| Square-χPO \| 1 \| 512 \| 1\d\d% \|", text)  # the share table has a rows column

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.reproduce.study_claims import claim_values, metric_at
-from squarechipo.reproduce.study_design import METHOD_NAMES, Arm, StudyDesign, is_win_rate
-from squarechipo.stats import holm, mde, paired_test, ratio_interval, verdict
+from squarechipo.reproduce.study_design import StudyDesign, is_win_rate
+from squarechipo.reproduce.study_headline import headline, headline_lines, rows_to_clean_gain, write_privacy_plot
+from squarechipo.stats import holm, mde, paired_test, verdict
 
 __all__ = [
     "DEVIATIONS",
@@ -277,38 +277,6 @@ def write_training_plot(records, design: StudyDesign, path: Path) -> None:
     plt.close(figure)
 
 
-def _clean_reference(arm: Arm) -> str:
-    """The clean arm a private arm's gain is a share of (rDPO with flip rate 0 is DPO)."""
-    return f"clean_epsinf_{'dpo' if arm.method == 'rdpo' else arm.method}"
-
-
-def _private_arms(design: StudyDesign) -> list[Arm]:
-    """The debiased CTL arms whose clean arm is in the design: the arms the headline reports a share for."""
-    keys = {a.key for a in design.main_arms}
-    return [a for a in design.main_arms if a.setting == "CTL" and a.debias and _clean_reference(a) in keys]
-
-
-def headline(records, design: StudyDesign) -> list[dict[str, Any]]:
-    """Share of the clean gold gain each method keeps at each ε (CTL, debiased), paired by seed, with Fieller's
-    interval, beside what the labels were worth: n labels each wrong with probability ρ carry about n(1 − 2ρ)²
-    clean labels' information (ρ the pipeline's expected wrong-label rate)."""
-    private = _private_arms(design)
-    methods = list(dict.fromkeys(a.method for a in private))
-    rows = []
-    for arm in sorted(private, key=lambda a: (methods.index(a.method), a.epsilon)):
-        clean, gains = _values(records, _clean_reference(arm), "gold_gain"), _values(records, arm.key, "gold_gain")
-        seeds = sorted(set(gains) & set(clean))
-        if len(seeds) < 2:
-            continue
-        ratio = ratio_interval([gains[s] for s in seeds], [clean[s] for s in seeds])
-        wrong = LabelPipeline(arm.epsilon, design.corruption_rate, "flip", "ctl").expected_flip_rate()
-        rows.append({
-            "method": METHOD_NAMES.get(arm.method, arm.method), "arm": arm.key, "epsilon": f"{arm.epsilon:g}", **ratio,
-            "wrong_label_rate": wrong, "clean_equivalent_share": (1 - 2 * wrong) ** 2,
-        })  # fmt: skip
-    return rows
-
-
 def metric_noise(records) -> dict[str, float]:
     """Per metric, the mean over cells of |mean gain| / its standard error over prompts (higher: less noisy)."""
     out = {}
@@ -328,6 +296,7 @@ def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=
         "arms": arm_rows(records, design),
         "claims": claims(records, design, _plan(prereg)[1] or None, _plan_field(prereg, "reference_epochs")),
         "headline": headline(records, design),
+        "rows_needed": rows_to_clean_gain(records, design),
         "along_training": along_training(records, design),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
@@ -418,24 +387,13 @@ def in_short(summary: dict) -> str:
         "not tested": sum(v.startswith("not tested") for v in verdicts),
     }
     said = ", ".join(f"{word} {n}" for word, n in counts.items())
-    shares = "; ".join(f"{h['method']} {100 * h['ratio']:.0f}% at ε = {h['epsilon']}" for h in summary["headline"])
+    several = len({h.get("rows") for h in summary["headline"]}) > 1
+    shares = "; ".join(
+        f"{h['method']} {100 * h['ratio']:.0f}% at ε = {h['epsilon']}" + (f", {h['rows']} rows" if several else "")
+        for h in summary["headline"]
+    )
     kept = f" Share of the clean gold gain kept on private labels: {shares}." if shares else ""
     return f"In short: of {len(verdicts)} claims, {said}.{kept}"
-
-
-def _headline_table(summary: dict, design: StudyDesign) -> list[str]:
-    lines = [
-        f"| method | ε (CTL, α = {design.corruption_rate:g}) | share of the clean gold gain kept "
-        "| 95% Fieller interval | labels wrong (ρ) | clean-label equivalent (1 − 2ρ)² |",
-        "|---|---|---|---|---|---|",
-    ]
-    for h in summary["headline"]:
-        interval = "unbounded" if math.isinf(h["high"]) else f"[{100 * h['low']:.0f}%, {100 * h['high']:.0f}%]"
-        lines.append(
-            f"| {h['method']} | {h['epsilon']} | {100 * h['ratio']:.0f}% | {interval} | "
-            f"{h['wrong_label_rate']:.3f} | {100 * h['clean_equivalent_share']:.0f}% |"
-        )
-    return lines
 
 
 #: How the plan's MDE reads, by the design's effect unit.
@@ -479,7 +437,7 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             "claim from the first not rejected on, r the claims rejected before it); the pre-registered MDE above "
             "is what the budget allowed at the pilot's SD (its 80% upper bound), not what the design was sized for.",
             "",
-            *(_headline_lines(summary, design) if _private_arms(design) else []),
+            *headline_lines(summary, design),
             f"Signal-to-noise of each metric in one cell (mean |gain| ÷ its standard error over prompts): {noise}.",
         ]
     )
@@ -496,15 +454,6 @@ def _reference_lines(plan: dict, design: StudyDesign) -> list[str]:
     return [
         f"A fall is an arm's gold gain at its reference epoch minus its gain at epoch {design.epochs:g}, paired by "
         f"seed; each reference epoch was fixed in the pre-registration from the pilot ({epochs}).",
-        "",
-    ]
-
-
-def _headline_lines(summary: dict, design: StudyDesign) -> list[str]:
-    return [
-        "Share of the clean gain kept (gold gain on private labels ÷ gold gain on clean labels, paired by seed):",
-        "",
-        *_headline_table(summary, design),
         "",
     ]
 
@@ -565,36 +514,6 @@ def write_report(results: Path, design: StudyDesign, prereg: dict | None, stage:
     if len({h["epsilon"] for h in summary["headline"]}) > 1:
         write_privacy_plot(summary["headline"], results / PRIVACY_PLOT)
     return summary
-
-
-def write_privacy_plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Share of the clean gold gain kept against ε, per method with Fieller intervals, beside the clean-label
-    equivalent (1 − 2ρ)² of the labels."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6.5, 4.5))
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    for index, method in enumerate(methods):
-        mine = sorted((r for r in rows if r["method"] == method), key=lambda r: float(r["epsilon"]))
-        eps = [float(r["epsilon"]) * (1 + 0.03 * (index - 1)) for r in mine]  # side by side
-        ratio = np.array([100 * r["ratio"] for r in mine])
-        low = np.array([100 * r["low"] if math.isfinite(r["low"]) else np.nan for r in mine])
-        high = np.array([100 * r["high"] if math.isfinite(r["high"]) else np.nan for r in mine])
-        axis.errorbar(eps, ratio, yerr=[ratio - low, high - ratio], marker="o", capsize=3, label=method)
-    theory = sorted({(float(r["epsilon"]), 100 * r["clean_equivalent_share"]) for r in rows})
-    axis.plot(*zip(*theory), linestyle="--", color="grey", label="clean-label equivalent (1 − 2ρ)²")
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("ε (randomized response, CTL with α corruption)")
-    axis.set_ylabel("share of the clean gold gain kept (%)")
-    axis.axhline(100, color="grey", linewidth=0.5)
-    axis.axhline(0, color="grey", linewidth=0.5)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def readme_markers(name: str = "cpu") -> tuple[str, str]:

@@ -1,0 +1,216 @@
+"""What privacy costs, from a study's records: the share of the clean gold gain each private arm keeps (paired by
+seed, Fieller's interval) beside what its labels were worth, and, where a method was trained on several numbers of
+private rows, the rows at which it reaches the clean gain beside randomized response's variance price c(ε)².
+
+Both are ratios of means of per-seed linear combinations of gold gains, so one interval serves both: Fieller's
+(Student's t, seeds − 1 df; ``squarechipo.stats.ratio_interval``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from squarechipo.privacy.calibration import debias_factor
+from squarechipo.privacy.measurements import LabelPipeline
+from squarechipo.reproduce.study_design import METHOD_NAMES, Arm, StudyDesign
+from squarechipo.stats import ratio_interval
+
+__all__ = ["headline", "headline_lines", "private_arms", "rows_to_clean_gain", "write_privacy_plot"]
+
+
+def _gains(records, arm: str) -> dict[int, float]:
+    return {r["seed"]: r["summary"]["gold_gain"]["mean"] for r in records if r["arm"] == arm}
+
+
+def _own_clean(arm: Arm) -> str:
+    """The clean arm of the same method at the design's rows (rDPO with flip rate 0 is DPO)."""
+    return f"clean_epsinf_{'dpo' if arm.method == 'rdpo' else arm.method}"
+
+
+def _clean_reference(arm: Arm, design: StudyDesign, records) -> str | None:
+    """The clean arm a private arm's gain is a share of: its method's own, or, when the design has that arm but it
+    has no records (cut for the budget), the design's first clean arm at its rows that has them, standing in."""
+    clean = [a.key for a in design.main_arms if a.setting == "clean" and a.rows is None]
+    if _own_clean(arm) not in clean:
+        return None
+    if len(_gains(records, _own_clean(arm))) >= 2:
+        return _own_clean(arm)
+    stand_ins = [key for key in clean if len(_gains(records, key)) >= 2]
+    return stand_ins[0] if stand_ins else None
+
+
+def private_arms(design: StudyDesign) -> list[Arm]:
+    """The debiased CTL arms whose method has a clean arm in the design: the arms the headline reports a share for."""
+    keys = {a.key for a in design.main_arms}
+    return [a for a in design.main_arms if a.setting == "CTL" and a.debias and _own_clean(a) in keys]
+
+
+def _rows(arm: Arm, design: StudyDesign) -> int:
+    return arm.rows or design.train_rows
+
+
+def headline(records, design: StudyDesign) -> list[dict[str, Any]]:
+    """Share of the clean gold gain each private arm keeps, paired by seed, with Fieller's interval, beside what the
+    labels were worth: n labels each wrong with probability ρ carry about n(1 − 2ρ)² clean labels' information (ρ
+    the pipeline's expected wrong-label rate)."""
+    arms = private_arms(design)
+    methods = list(dict.fromkeys(a.method for a in arms))
+    rows = []
+    for arm in sorted(arms, key=lambda a: (methods.index(a.method), a.epsilon, _rows(a, design))):
+        reference = _clean_reference(arm, design, records)
+        clean, gains = _gains(records, reference or ""), _gains(records, arm.key)
+        seeds = sorted(set(gains) & set(clean))
+        if len(seeds) < 2:
+            continue
+        ratio = ratio_interval([gains[s] for s in seeds], [clean[s] for s in seeds])
+        wrong = LabelPipeline(arm.epsilon, design.corruption_rate, "flip", "ctl").expected_flip_rate()
+        rows.append({
+            "method": METHOD_NAMES.get(arm.method, arm.method), "arm": arm.key, "epsilon": f"{arm.epsilon:g}",
+            "rows": _rows(arm, design), "reference": reference, "stand_in": reference != _own_clean(arm), **ratio,
+            "wrong_label_rate": wrong, "clean_equivalent_share": (1 - 2 * wrong) ** 2,
+        })  # fmt: skip
+    return rows
+
+
+def _crossing(clean: dict[int, float], gains: dict[int, dict[int, float]], seeds: list[int]) -> dict[str, float]:
+    """log2 of the rows at which the least-squares line through the shares against log2 n reaches 1.
+
+    With x_i = log2 n_i, the line through the shares G_i/C has slope b = Σ w_i G_i / C (w_i = (x_i − x̄)/Σ(x − x̄)²)
+    and meets 1 at x* = x̄ + (C − mean_i G_i)/Σ w_i G_i: a ratio of means of per-seed linear combinations (C and G
+    each seed's clean and private gains), so Fieller's interval applies to x* − x̄ directly."""
+    x = np.log2(np.array(sorted(gains), dtype=np.float64))
+    weights = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
+    per_seed = np.array([[gains[n][s] for n in sorted(gains)] for s in seeds])
+    slope = per_seed @ weights
+    shortfall = np.array([clean[s] for s in seeds]) - per_seed.mean(axis=1)
+    ratio = ratio_interval(shortfall, slope)
+    return {k: ratio[k] + x.mean() for k in ("ratio", "low", "high")} | {"slope_positive": bool(slope.mean() > 0)}
+
+
+def rows_to_clean_gain(records, design: StudyDesign) -> list[dict[str, Any]]:
+    """For each method and ε trained on several numbers of private rows: the rows at which its share of the clean
+    gain reaches 1, read off the line through the shares against log2 n, with Fieller's interval, beside the
+    rows the theory prices it at: the clean arm's rows × c(ε)² (randomized response's variance price) and
+    × 1/(1 − 2ρ)² (the labels' wrong-label rate ρ)."""
+    out = []
+    by_method: dict[tuple[str, float], list[Arm]] = {}
+    for arm in private_arms(design):
+        by_method.setdefault((arm.method, arm.epsilon), []).append(arm)
+    for (method, epsilon), arms in by_method.items():
+        reference = _clean_reference(arms[0], design, records)
+        clean = _gains(records, reference or "")
+        gains = {_rows(a, design): _gains(records, a.key) for a in arms}
+        seeds = sorted(set(clean).intersection(*gains.values()))
+        if len(gains) < 2 or len(seeds) < 2:
+            continue
+        crossing = _crossing(clean, gains, seeds)
+        wrong = LabelPipeline(epsilon, design.corruption_rate, "flip", "ctl").expected_flip_rate()
+        out.append({
+            "method": METHOD_NAMES.get(method, method), "epsilon": f"{epsilon:g}", "reference": reference,
+            "clean_rows": design.train_rows, "largest_rows": max(gains), "seeds": len(seeds),
+            "rows": 2 ** crossing["ratio"] if crossing["slope_positive"] else math.inf,
+            "low": 2 ** crossing["low"], "high": 2 ** crossing["high"],
+            "c_squared_rows": design.train_rows * debias_factor(epsilon) ** 2,
+            "flip_rate_rows": design.train_rows / (1 - 2 * wrong) ** 2,
+        })  # fmt: skip
+    return out
+
+
+def _share_table(summary: dict, design: StudyDesign) -> list[str]:
+    several = len({h.get("rows") for h in summary["headline"]}) > 1
+    rows_head, rows_rule = (" private rows |", "---|") if several else ("", "")
+    lines = [
+        f"| method | ε (CTL, α = {design.corruption_rate:g}) |{rows_head} share of the clean gold gain kept "
+        "| 95% Fieller interval | labels wrong (ρ) | clean-label equivalent (1 − 2ρ)² |",
+        f"|---|---|{rows_rule}---|---|---|---|",
+    ]
+    for h in summary["headline"]:
+        interval = "unbounded" if math.isinf(h["high"]) else f"[{100 * h['low']:.0f}%, {100 * h['high']:.0f}%]"
+        rows = f" {h['rows']} |" if several else ""
+        lines.append(
+            f"| {h['method']} | {h['epsilon']} |{rows} {100 * h['ratio']:.0f}% | {interval} | "
+            f"{h['wrong_label_rate']:.3f} | {100 * h['clean_equivalent_share']:.0f}% |"
+        )
+    return lines
+
+
+def _rows_cell(row: dict) -> str:
+    if not math.isfinite(row["rows"]):
+        return f"not reached: the share does not grow with the rows up to {row['largest_rows']}"
+    interval = "unbounded" if not math.isfinite(row["high"]) else f"[{row['low']:.0f}, {row['high']:.0f}]"
+    if row["rows"] > row["largest_rows"]:
+        return f"beyond {row['largest_rows']} (the line reaches it at {row['rows']:.0f}, an extrapolation) {interval}"
+    return f"{row['rows']:.0f} {interval}"
+
+
+def _rows_table(summary: dict) -> list[str]:
+    lines = [
+        "Rows at which the share reaches the clean gain (the line through the shares against log2 n, 95% Fieller "
+        "interval), beside the rows the theory prices the clean rows at:",
+        "",
+        "| method | ε | clean rows | private rows to the clean gain [95%] | × c(ε)² | × 1/(1 − 2ρ)² |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in summary["rows_needed"]:
+        lines.append(
+            f"| {r['method']} | {r['epsilon']} | {r['clean_rows']} | {_rows_cell(r)} | {r['c_squared_rows']:.0f} | "
+            f"{r['flip_rate_rows']:.0f} |"
+        )
+    return [*lines, ""]
+
+
+def headline_lines(summary: dict, design: StudyDesign) -> list[str]:
+    """The report's lines for both tables (none when the design has no private arm with a clean reference)."""
+    if not private_arms(design):
+        return []
+    if not summary["headline"]:
+        return [
+            "Share of the clean gain kept: not yet estimable (no private arm has two seeds paired with a clean arm).",
+            "",
+        ]
+    stand_ins = dict.fromkeys((h["method"], h["reference"]) for h in summary["headline"] if h.get("stand_in"))
+    note = "".join(
+        f" {method}'s clean reference is {ref} (its own clean arm has no records: cut for the budget)."
+        for method, ref in stand_ins
+    )
+    return [
+        "Share of the clean gain kept (gold gain on private labels ÷ gold gain on clean labels, paired by seed):"
+        + note,
+        "",
+        *_share_table(summary, design),
+        "",
+        *(_rows_table(summary) if summary.get("rows_needed") else []),
+    ]
+
+
+def write_privacy_plot(rows: list[dict[str, Any]], path) -> None:
+    """Share of the clean gold gain kept against ε, per method with Fieller intervals, beside the clean-label
+    equivalent (1 − 2ρ)² of the labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.5, 4.5))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    for index, method in enumerate(methods):
+        mine = sorted((r for r in rows if r["method"] == method), key=lambda r: float(r["epsilon"]))
+        eps = [float(r["epsilon"]) * (1 + 0.03 * (index - 1)) for r in mine]  # side by side
+        ratio = np.array([100 * r["ratio"] for r in mine])
+        low = np.array([100 * r["low"] if math.isfinite(r["low"]) else np.nan for r in mine])
+        high = np.array([100 * r["high"] if math.isfinite(r["high"]) else np.nan for r in mine])
+        axis.errorbar(eps, ratio, yerr=[ratio - low, high - ratio], marker="o", capsize=3, label=method)
+    theory = sorted({(float(r["epsilon"]), 100 * r["clean_equivalent_share"]) for r in rows})
+    axis.plot(*zip(*theory), linestyle="--", color="grey", label="clean-label equivalent (1 − 2ρ)²")
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("ε (randomized response, CTL with α corruption)")
+    axis.set_ylabel("share of the clean gold gain kept (%)")
+    axis.axhline(100, color="grey", linewidth=0.5)
+    axis.axhline(0, color="grey", linewidth=0.5)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
