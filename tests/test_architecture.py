@@ -30,6 +30,8 @@ LAYERS = (
     "cli",
 )
 MAX_FUNCTION_LINES = 60
+#: A module longer than this does more than one job: split it by concern.
+MAX_MODULE_LINES = 500
 #: A longer function carries a comment starting with this marker that says why it is long.
 LONG_FUNCTION_MARKER = "# Long:"
 
@@ -107,6 +109,15 @@ def test_no_function_is_long_without_a_reason(folder):
         f"functions over {MAX_FUNCTION_LINES} lines: split them, or say why in a '{LONG_FUNCTION_MARKER}' comment:\n"
         + "\n".join(long)
     )
+
+
+def test_no_module_is_long():
+    long = [
+        f"{path.relative_to(ROOT)} ({n} lines)"
+        for path in _package_sources()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: split them by concern:\n" + "\n".join(long)
 
 
 def test_scripts_import_the_installed_package():

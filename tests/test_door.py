@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
+import json
 import pkgutil
 
 import datasets
+import numpy as np
 import pytest
 
 import squarechipo
+from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.data.label_roles import label_role
-from squarechipo.privacy import LabelPipeline, release_dataset
+from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
+from squarechipo.privacy.release_store import release_once
 from squarechipo.trainer.private_base import PrivateTrainerMixin
-from tests.helpers.rows import distinct_pairs
+from tests.helpers.rows import distinct_pairs, plan_rows
+from tests.helpers.runs import SingleProcessState, train_tiny
 
 _DATASET_NAMES = {"dataset", "train_dataset", "eval_dataset", "test_dataset"}
 
@@ -201,3 +207,71 @@ def test_the_threat_models_table_names_tests_that_exist():
             text = (root / current).read_text()
             name = (function or "::" + continued)[2:] if (function or continued) else ""
             assert not name or f"def {name}(" in text, f"{current}::{name} (named in docs/privacy.md) does not exist"
+
+
+def test_evaluation_splits_are_released_or_declared_public_and_raw_ones_are_refused(tmp_path):
+    from squarechipo.privacy.door import RawLabelsError, require_released_or_public
+    from squarechipo.trainer.script_args import TrainScriptArguments
+    from squarechipo.trainer.splits import load_training_splits
+
+    data = datasets.DatasetDict(
+        {"train": plan_rows(40), "validation": plan_rows(12).map(lambda r: {"prompt": "v" + r["prompt"]})}
+    )
+    data.save_to_disk(str(tmp_path / "data"))
+    args = TrainScriptArguments(
+        dataset_name=str(tmp_path / "data"), dataset_test_split="validation", label_epsilon=0.5, label_seed=0
+    )
+    train, validation = load_training_splits(args, str(tmp_path / "out"), SingleProcessState(), with_eval=True)
+    assert get_ledger(validation).total_epsilon == 0.5  # a release of its own
+    assert (tmp_path / "out" / "released_train_validation" / MARKER).is_file()
+    args.public_splits = ["validation"]
+    _, public = load_training_splits(args, str(tmp_path / "out2"), SingleProcessState(), with_eval=True)
+    assert get_ledger(public) is None and public["chosen"] == data["validation"]["chosen"]
+    rule = dict(split="eval", reader="SquareChiPOTrainer", declare="eval_labels_public=True")
+    with pytest.raises(RawLabelsError, match=r"reads the labels of the split 'eval', but it holds raw labels"):
+        require_released_or_public(public, public=False, **rule)
+    require_released_or_public(public, public=True, **rule)
+    require_released_or_public(validation, public=False, **rule)
+
+
+def test_what_a_run_saves_gives_back_the_released_eval_labels_at_best_never_the_raw_ones(
+    tmp_path, tiny_model_factory, tokenizer
+):
+    """The probe's attack: from the saved eval metric (the mean margin over a small validation split), the saved
+    model and the public reference, try every labelling of the split and keep the one that reproduces the saved
+    figure. On released eval labels it finds the released labelling, wrong wherever randomized response flipped."""
+    from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+
+    raw_validation = plan_rows(8).map(lambda r: {"prompt": "v: " + r["prompt"]})
+    train = release_dataset(plan_rows(16), LabelPipeline(epsilon=0.5), seed=4)
+    validation = release_dataset(raw_validation, LabelPipeline(epsilon=0.5), seed=5)
+    trainer = train_tiny(tmp_path, tiny_model_factory, tokenizer, train, validation, max_steps=20, method="dpo")
+    saved = trainer.evaluate()["eval_rewards/margins"]
+    flipped = np.array(validation["chosen"]) != np.array(raw_validation["chosen"])
+    assert flipped.any() and not flipped.all()
+    rows, collator = tokenize_preferences(raw_validation, tokenizer), preference_collator(tokenizer)
+    policy = model_logps(trainer.model, rows, collator, 8, "policy")
+    reference = model_logps(tiny_model_factory(), rows, collator, 8, "reference")  # the public starting model
+    margins = (trainer.beta * ((policy[0] - reference[0]) - (policy[1] - reference[1]))).numpy()
+    best = min(itertools.product([1, -1], repeat=8), key=lambda signs: abs(float(np.mean(margins * signs)) - saved))
+    guessed_raw_chosen_preferred = np.array(best) == 1
+    assert np.array_equal(guessed_raw_chosen_preferred, ~flipped)
+    # The same attack on raw labels, through evaluate(eval_dataset=...) after construction: refused, naming the fix.
+    with pytest.raises(ValueError, match=r"reads the labels of the split 'eval', but it holds raw labels.*public"):
+        trainer.evaluate(eval_dataset=raw_validation)
+
+
+def test_training_on_a_release_folder_whose_ledger_was_deleted_is_refused(tmp_path):
+    from squarechipo.trainer.script_args import TrainScriptArguments
+    from squarechipo.trainer.splits import load_training_splits
+
+    folder = tmp_path / "release"
+    release_once(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=0)
+    args = TrainScriptArguments(dataset_name=str(folder))
+    train, _ = load_training_splits(args, str(tmp_path / "out"), SingleProcessState(), with_eval=False)
+    assert get_ledger(train).total_epsilon == 0.5
+    info = json.loads((folder / "dataset_info.json").read_text())
+    info["description"] = ""
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    with pytest.raises(IntegrityError, match="but no privacy ledger: the ledger was deleted"):
+        load_training_splits(args, str(tmp_path / "out"), SingleProcessState(), with_eval=False)

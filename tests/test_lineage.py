@@ -8,17 +8,19 @@ from __future__ import annotations
 import json
 
 import datasets
+import numpy as np
 import pytest
 
 from squarechipo.data.fingerprint import training_data_record
-from squarechipo.data.integrity import seal
-from squarechipo.privacy import LabelPipeline
+from squarechipo.data.integrity import IntegrityError, seal
+from squarechipo.privacy import LabelPipeline, release_dataset
 from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage
 from squarechipo.privacy.record import PrivacyRecord
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from tests.helpers.models import make_tiny_classifier, make_tiny_model
-from tests.helpers.rows import distinct_pairs, release_rows
+from tests.helpers.rows import distinct_pairs, plan_rows, release_rows
+from tests.helpers.runs import train_tiny
 
 
 def preference_rows(n: int, offset: int = 0) -> datasets.Dataset:
@@ -244,3 +246,72 @@ def test_an_adapter_is_checked_by_its_own_record_when_marked(models, private, to
             train_dataset=private["released"],
             processing_class=tokenizer,
         )
+
+
+def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from squarechipo.privacy.lineage import ModelLineage, check_lineage
+    from squarechipo.privacy.record import PRIVACY_FILE
+
+    train = release_dataset(plan_rows(16), LabelPipeline(epsilon=1.0), seed=6)
+    trainer = train_tiny(
+        tmp_path, tiny_model_factory, tokenizer, train, max_steps=2, save_strategy="steps", save_steps=1
+    )
+    checkpoints = sorted((tmp_path / "run").glob("checkpoint-*"))
+    assert checkpoints and all((c / PRIVACY_FILE).is_file() for c in checkpoints)
+    copy = tmp_path / "copy"
+    trainer.model.save_pretrained(copy)  # a copy saved without the trainer: no record beside it
+    assert not (copy / PRIVACY_FILE).exists()
+    lineage = ModelLineage.of_model(AutoModelForCausalLM.from_pretrained(copy))
+    assert "weights are those of a recorded model" in lineage.name and lineage.recorded
+    with pytest.raises(ValueError, match="labels of these rows are private"):
+        check_lineage([("policy", lineage)], train, private=True, override=False, override_field="x", context="t")
+    # Copies that are not bit-equal: cast to bf16 (and back), or nudged by 1e-6. Both are recognised by their weights'
+    # projection on the run's update; the public model the run started from is not.
+    import torch
+
+    cast = AutoModelForCausalLM.from_pretrained(copy).to(torch.bfloat16)
+    nudged = AutoModelForCausalLM.from_pretrained(copy)
+    with torch.no_grad():
+        for parameter in nudged.parameters():
+            parameter.add_(1e-6)
+    for changed in (cast, cast.to(torch.float32), nudged):
+        found = ModelLineage.of_model(changed)
+        assert "a cast, perturbed, merged or reshaped copy of a recorded model's weights" in found.name
+        assert found.recorded
+        with pytest.raises(ValueError, match="labels of these rows are private"):
+            check_lineage([("policy", found)], train, private=True, override=False, override_field="x", context="t")
+    assert not ModelLineage.of_model(tiny_model_factory()).recorded  # the starting model: public, unrecorded
+    # The public base model of a two-stage pipeline (base → public SFT = this run's start → private run) whose public
+    # update u points against the private one. In the docs' own flow such a base lay as close to the trained weights
+    # as a bf16 cast (0.13%) and projected on the run's update at t = 1.45, so it was taken for a copy and refused. It
+    # differs from the trained weights beyond bf16 precision: public. (Here base = start − u, u = −1.2·update + noise.)
+    from squarechipo.privacy.sketch import bf16_agreement, copy_projection, sketch_model
+
+    base, generator = tiny_model_factory(), torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for weight, trained_weight in zip(base.parameters(), trainer.model.parameters()):
+            noise = torch.randn(weight.shape, generator=generator) * 3e-4 * weight.abs().mean()
+            weight.add_(1.2 * (trained_weight.detach() - weight) + noise)
+    at = sketch_model(tiny_model_factory())[0]
+    start, trained, ancestor = (sketch_model(m, at=at)[0].values for m in (tiny_model_factory(), trainer.model, base))
+    assert 0.5 <= copy_projection(ancestor, trained, start) <= 1.5  # as a copy would
+    assert np.linalg.norm(ancestor - trained) <= 0.02 * np.linalg.norm(trained)  # as close as a cast
+    assert bf16_agreement(ancestor, trained) < 0.5 and not ModelLineage.of_model(base).recorded
+    # A record whose fields were blanked (to pass as an unrecorded, public model) no longer matches its seal.
+    from squarechipo.privacy.record import read_privacy_record
+
+    saved = tmp_path / "run"
+    trainer.save_model()
+    record = json.loads((saved / PRIVACY_FILE).read_text())
+    record["dataset_fingerprint"], record["prompt_sketch"], record["upstream"] = None, None, []
+    (saved / PRIVACY_FILE).write_text(json.dumps(record))
+    with pytest.raises(IntegrityError, match="privacy record does not match its digest"):
+        read_privacy_record(saved)
+    with pytest.raises(IntegrityError, match="privacy record does not match its digest"):
+        ModelLineage.of_model(str(saved))
+    del record["digest"]
+    (saved / PRIVACY_FILE).write_text(json.dumps(record))
+    with pytest.raises(IntegrityError, match="privacy record has no digest"):
+        ModelLineage.of_model(str(saved))

@@ -13,6 +13,8 @@ from squarechipo.sim import bandit as bd
 from squarechipo.sim import bt
 from squarechipo.sim import experiments as ex
 from squarechipo.sim import general as gp
+from squarechipo.sim.experiments import bandit as ex_bandit
+from squarechipo.sim.experiments import grid
 
 
 def two_by_two() -> bd.Bandit:
@@ -460,11 +462,11 @@ def test_robust_points_share_their_clean_data_so_losses_are_paired():
     method of a seed sees the same clean pairs and labels, and the corruption changes about α of the labels."""
     base = {"study": "robust", "method": "dpo", "n": 4000, "epsilon": math.inf, "order": "ctl", "coverage": 0.2}
     clean, corrupt = {**base, "alpha": 0.0, "adversary": "none"}, {**base, "method": "chipo", "alpha": 0.2}
-    assert ex._data_key(clean) == ex._data_key({**corrupt, "adversary": "fixed"})
-    bandit = ex._point_bandit(base)
+    assert grid._data_key(clean) == grid._data_key({**corrupt, "adversary": "fixed"})
+    bandit = ex_bandit._point_bandit(base)
     draws = []
     for point, alpha in ((clean, 0.0), (corrupt, 0.2)):
-        rngs = ex._rngs(0, ex._data_key(point), [0])
+        rngs = grid._rngs(0, grid._data_key(point), [0])
         pipeline = LabelPipeline(epsilon=None, corruption_rate=alpha, adversary="flip")
         draws.append(bd.sample_preferences(bandit, 4000, pipeline, rngs))
     a, b = draws

@@ -671,8 +671,7 @@ def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_b
     """Sampling batch b is seeded seed + b: the first 64 prompts of a 128-prompt set-up, in batches of 64, are paired
     with its SFT samples, and the SFT record is cut to them; 48 prompts (part of a batch) or another sampling size
     are refused, naming the fields."""
-    from squarechipo.reproduce.study import _first_prompts
-    from squarechipo.reproduce.study_setup import check_setup, write_setup
+    from squarechipo.reproduce.study_setup import check_setup, first_prompts, write_setup
 
     fields = {"test_prompts": 128, "generation_batch_size": 64, "samples_per_prompt": 2}
     write_setup(tmp_path, {"digests": {"sft": "a"}, "design": fields})
@@ -681,7 +680,7 @@ def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_b
         with pytest.raises(ValueError, match=rf"the set-up was made with other values of \['{named}'\]"):
             check_setup(tmp_path, {"sft": "a"}, {**fields, **changed})
     record = {"record": {"reward": [[1, 2, 3, 4]] * 2, "examples": ["a", "b"]}, "constants": {"pool": [[5, 6, 7, 8]]}}
-    cut = _first_prompts(record, 2)
+    cut = first_prompts(record, 2)
     assert cut["record"] == {"reward": [[1, 2]] * 2, "examples": ["a", "b"]} and cut["constants"] == {"pool": [[5, 6]]}
 
 

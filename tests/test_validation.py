@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 
 import datasets
+import numpy as np
 import pytest
 
 from squarechipo.data.validation import detect_format, validate_preference_dataset
-from squarechipo.privacy import LabelPipeline, release_dataset
+from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from tests.helpers.rows import plan_rows
 
 
 def rows(**overrides):
@@ -142,3 +144,67 @@ def test_a_file_whose_rows_mix_kinds_is_refused_naming_the_column_and_the_rows(t
     )
     with pytest.raises(ValueError, match=r"column 'prompt' mixes .* row 1 holds a list of messages"):
         load_preference_dataset(formats)
+
+
+def test_label_carrying_columns_are_dropped_and_named_and_undeclared_ones_refused():
+    scores = {
+        "id": lambda n: list(range(n)),
+        "score_chosen": lambda n: [9.0] * n,
+        "score_rejected": lambda n: [2.0] * n,
+        "messages": lambda n: [[{"role": "assistant", "content": f"Save it, plan {i}."}] for i in range(n)],
+    }
+    rows = plan_rows(**scores)
+    released = release_dataset(rows, LabelPipeline(epsilon=0.5), seed=0, public_columns=["id"])
+    assert released.column_names == ["prompt", "chosen", "rejected", "id"]
+    (release,) = get_ledger(released).releases
+    assert sorted(release.dropped_columns) == ["messages", "score_chosen", "score_rejected"]
+    assert release.public_columns == ["id"]
+    # With the scores gone, nothing beside the released pair says which rows were swapped.
+    swapped = np.array(released["chosen"]) != np.array(rows["chosen"])
+    assert 0 < swapped.sum() < len(rows)
+    with pytest.raises(ValueError, match=r"columns \['id'\] are neither prompt/chosen/rejected nor declared public"):
+        release_dataset(rows, LabelPipeline(epsilon=0.5), seed=0)
+    with pytest.raises(ValueError, match=r"columns \['score_chosen'\] can carry the label .* cannot be public"):
+        release_dataset(rows, LabelPipeline(epsilon=0.5), seed=0, public_columns=["id", "score_chosen"])
+
+
+def test_duplicated_rows_are_refused_with_their_count_and_the_helper_drops_them():
+    from squarechipo.data.validation import drop_duplicate_rows
+
+    rows = plan_rows(10)
+    twice = datasets.concatenate_datasets([rows, rows.select([0, 3])])
+    with pytest.raises(ValueError, match=r"2 of 12 rows copy another row's comparison: row 10 copies row 0"):
+        release_dataset(twice, LabelPipeline(epsilon=1.0), seed=0)
+    clean, dropped = drop_duplicate_rows(twice)
+    assert dropped == 2 and clean["prompt"] == rows["prompt"]
+
+
+#: Ways to retype a text without changing it: by accident (spaces, a line break, case, a copy from a web page with a
+#: no-break space or a BOM) and on purpose (zero-width characters, full-width letters, a soft hyphen, bidi marks).
+_RETYPED = {
+    "trailing space": lambda t: t + " ",
+    "double spaces and a line break": lambda t: t.replace(" ", "  ", 1).replace(" ", "\n", 1),
+    "upper case": str.upper,
+    "no-break space": lambda t: t.replace(" ", "\u00a0"),
+    "byte-order mark": lambda t: "\ufeff" + t,
+    "zero-width space and joiners": lambda t: "\u200b".join(t[:5]) + "\u200d" + t[5:],
+    "full-width letters": lambda t: "".join(chr(ord(c) + 0xFEE0) if "a" <= c <= "z" else c for c in t),
+    "soft hyphen and bidi marks": lambda t: "\u00ad\u200e" + t + "\u200f",
+}
+
+
+@pytest.mark.parametrize("name", list(_RETYPED))
+def test_near_duplicates_are_duplicates(name):
+    """Released together, k retyped copies of a row get k independent RR draws, whose majority is the raw label:
+    each variant counts as a copy of its row, in the release's refusal and in drop_duplicate_rows."""
+    from squarechipo.data.validation import drop_duplicate_rows
+
+    rows = plan_rows(10)
+    retype = _RETYPED[name]
+    variants = rows.select(range(4)).map(lambda r: {k: retype(v) for k, v in r.items()})
+    assert variants["prompt"] != rows["prompt"][:4]  # the bytes differ
+    both = datasets.concatenate_datasets([rows, variants])
+    with pytest.raises(ValueError, match=r"4 of 14 rows copy another row's comparison: row 10 copies row 0 \(the"):
+        release_dataset(both, LabelPipeline(epsilon=0.5), seed=0)
+    clean, dropped = drop_duplicate_rows(both)
+    assert dropped == 4 and clean["prompt"] == rows["prompt"]

@@ -36,9 +36,10 @@ from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reproduce.study_design import SETUP_FIELDS, Arm, StudyDesign
+from squarechipo.reproduce.study_setup import first_prompts, library_versions
 from squarechipo.scripts.launch import run_script
 
-__all__ = ["Study", "cell_name", "library_versions"]
+__all__ = ["Study", "cell_name"]
 
 logger = logging.getLogger("squarechipo")
 DONE = "done.json"
@@ -233,7 +234,7 @@ class Study:
         """The SFT policy's per-prompt record and the constants every comparison shares (results/sft.json)."""
         path = self.setup_dir / "sft.json"
         if path.exists():
-            return _first_prompts(json.loads(path.read_text()), self.design.test_prompts)
+            return first_prompts(json.loads(path.read_text()), self.design.test_prompts)
         start = time.time()
         evaluator = self.evaluator()
         samples = evaluator.sample(evaluator.reference)
@@ -479,29 +480,6 @@ class Study:
                     f"{record['train_seconds'] + record['eval_seconds']:.0f} s"
                 )
         return records
-
-
-def _first_prompts(record: dict[str, Any], n: int) -> dict[str, Any]:
-    """The SFT record on the first ``n`` test prompts (a study measured on a prefix of a shared set-up's prompts):
-    every per-prompt list is cut; the examples and the rest are kept."""
-
-    def cut(value):
-        if isinstance(value, list) and value and isinstance(value[0], list):
-            return [row[:n] for row in value]
-        return value
-
-    return {
-        **record,
-        "record": {k: cut(v) for k, v in record["record"].items()},
-        "constants": {k: cut(v) for k, v in record["constants"].items()},
-    }
-
-
-def library_versions() -> dict[str, str]:
-    """The versions that decide whether a retrained set-up reproduces a record."""
-    from importlib.metadata import version
-
-    return {name: version(name) for name in ("torch", "transformers", "trl", "accelerate", "datasets")}
 
 
 def compare_per_prompt(policy: dict, sft: dict) -> dict[str, list[float]]:

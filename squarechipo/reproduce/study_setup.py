@@ -29,6 +29,8 @@ import torch
 __all__ = [
     "SETUP_FILE",
     "check_setup",
+    "first_prompts",
+    "library_versions",
     "merge_adapter",
     "model_digest",
     "rebuild_gold_judge",
@@ -156,3 +158,26 @@ def check_setup(results: Path, found: dict[str, str], design: dict[str, Any] | N
             "on them would not be paired with the committed cells. Delete the work folder's sft/ and gold_judge/ to "
             "rebuild them from the committed adapter and head, or start the study afresh in another --results folder."
         )
+
+
+def first_prompts(record: dict[str, Any], n: int) -> dict[str, Any]:
+    """The SFT record on the first ``n`` test prompts (a study measured on a prefix of a shared set-up's prompts):
+    every per-prompt list is cut; the examples and the rest are kept."""
+
+    def cut(value):
+        if isinstance(value, list) and value and isinstance(value[0], list):
+            return [row[:n] for row in value]
+        return value
+
+    return {
+        **record,
+        "record": {k: cut(v) for k, v in record["record"].items()},
+        "constants": {k: cut(v) for k, v in record["constants"].items()},
+    }
+
+
+def library_versions() -> dict[str, str]:
+    """The versions that decide whether a retrained set-up reproduces a record."""
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("torch", "transformers", "trl", "accelerate", "datasets")}

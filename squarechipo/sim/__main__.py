@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from squarechipo.sim import experiments as ex
-from squarechipo.sim.report import (
+from squarechipo.sim.experiments import (
     bandit_report,
     bt_report,
     general_report,

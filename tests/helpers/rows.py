@@ -43,3 +43,13 @@ def release_rows(dataset, mechanism, **kwargs):
 
     public = [c for c in PUBLIC_METADATA if c in dataset.column_names]
     return release_dataset(dataset, mechanism, public_columns=public, **kwargs)
+
+
+def plan_rows(n=40, **extra):
+    """``n`` rows about spending plans, with optional extra columns (name → function of n)."""
+    data = {
+        "prompt": [f"How should I spend ${100 + i} on plan {i}?" for i in range(n)],
+        "chosen": [f"Save it, plan {i}." for i in range(n)],
+        "rejected": [f"Bet it all, plan {i}!" for i in range(n)],
+    }
+    return datasets.Dataset.from_dict({**data, **{k: v(n) for k, v in extra.items()}})

@@ -1,0 +1,235 @@
+"""The release store under careless and hostile use: every saved form carries a sealed digest of its rows; a
+release is drawn once, staged and renamed, shared by racing runs, composed or refused when its rows are released
+again, and holds no bytes of rows it did not release; a seeded release is called what it is."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+
+from squarechipo.data.integrity import MARKER, IntegrityError
+from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.privacy.release_store import load_release, release_once
+from tests.helpers.rows import plan_rows
+from tests.helpers.runs import train_tiny
+
+
+@pytest.mark.parametrize("name", ["release", "release.jsonl", "release.parquet"])
+def test_every_saved_form_carries_and_checks_a_rows_digest(tmp_path, name):
+    """Folder, JSONL and Parquet alike: edited labels under the original ledger, a deleted marker (or a JSONL sidecar
+    holding the ledger alone, as before markers existed) are refused by every loader."""
+    from squarechipo.data import load_preference_dataset, metadata
+    from squarechipo.privacy import load_privatized, save_privatized
+
+    released = release_dataset(plan_rows(), LabelPipeline(epsilon=0.5), seed=0)
+    path = save_privatized(released, tmp_path / name)
+    for load in (load_privatized, load_preference_dataset):
+        assert load(path)["chosen"] == released["chosen"] and get_ledger(load(path)) == get_ledger(released)
+    # Edit one label (swap a pair) in the stored rows, keeping the ledger and the marker.
+    table = released.data.table.to_pydict()
+    table["chosen"][0], table["rejected"][0] = table["rejected"][0], table["chosen"][0]
+    edited = datasets.Dataset.from_dict(table)
+    if name.endswith(".jsonl"):
+        edited.to_json(str(path), lines=True, force_ascii=False)
+    elif name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(str(path))
+        pq.write_table(edited.data.table.replace_schema_metadata(schema.metadata), str(path))
+    else:
+        shutil.copy(path / MARKER, tmp_path / "marker")
+        shutil.copy(path / "dataset_info.json", tmp_path / "info")
+        shutil.rmtree(path)
+        edited.save_to_disk(str(path))
+        shutil.copy(tmp_path / "info", path / "dataset_info.json")
+        shutil.copy(tmp_path / "marker", path / MARKER)
+    for load in (load_privatized, load_preference_dataset):
+        with pytest.raises(IntegrityError, match="the released rows changed after the release was saved"):
+            load(path)
+    # Delete the marker (the ledger stays): refused, not skipped.
+    save_privatized(released, tmp_path / "again" / name)
+    again = tmp_path / "again" / name
+    if name.endswith(".jsonl"):
+        sidecar = Path(str(again) + metadata.SIDECAR_SUFFIX)
+        sidecar.write_text(json.dumps(json.loads(sidecar.read_text())["ledger"]))
+    elif name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(str(again))
+        stored = {k: v for k, v in table.schema.metadata.items() if k != metadata.PARQUET_MARKER_KEY}
+        pq.write_table(table.replace_schema_metadata(stored), str(again))
+    else:
+        (again / MARKER).unlink()
+    for load in (load_privatized, load_preference_dataset):
+        with pytest.raises(IntegrityError, match="carries a privacy ledger but no release marker"):
+            load(again)
+
+
+def test_a_dataset_dict_is_saved_with_one_marker_record_per_released_split(tmp_path):
+    from squarechipo.data import load_preference_dataset
+    from squarechipo.privacy import load_privatized, save_privatized
+
+    data = datasets.DatasetDict(
+        {"train": release_dataset(plan_rows(), LabelPipeline(epsilon=0.5), seed=0), "test": plan_rows(6)}
+    )
+    path = save_privatized(data, tmp_path / "dict")
+    assert set(json.loads((path / MARKER).read_text())["splits"]) == {"train"}
+    loaded = load_privatized(path)
+    assert loaded["train"]["chosen"] == data["train"]["chosen"] and get_ledger(loaded["test"]) is None
+    (path / MARKER).unlink()
+    with pytest.raises(IntegrityError, match=r"\[train\] carries a privacy ledger but no release marker"):
+        load_preference_dataset(path)
+
+
+def test_an_interrupted_release_is_completed_from_its_staged_copy_or_refused(tmp_path):
+    rows = plan_rows()
+    folder = tmp_path / "release"
+    done = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=1)
+    # Cut off after the staged copy was complete, before the rename: the next run completes it.
+    staging = folder.parent / f".{folder.name}.staging"
+    folder.rename(staging)
+    again = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=2)  # another seed: it must not be used
+    assert again["chosen"] == done["chosen"] and not staging.exists()
+    # Cut off before the marker: refused, with what to do.
+    (staging / "partial").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"an interrupted release left .*staging unfinished .* delete"):
+        release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "release", seed=3)
+
+
+def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_path):
+    """What the one-way release path promises, seen from outside: the released pairs are exactly one seeded draw of
+    the pipeline, the ledger and the folder's marker describe those rows, and a re-run (another seed) returns the
+    same release without drawing noise or rewriting a byte of the folder."""
+    from squarechipo.data.fingerprint import preference_fingerprint
+    from squarechipo.data.integrity import rows_digest
+    from squarechipo.privacy.mechanisms import ctl
+
+    rows, folder = plan_rows(), tmp_path / "release"
+    released = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=1)
+    swap = ctl(np.zeros(len(rows), dtype=bool), 0.5, 0.0, np.random.default_rng(1))  # the first draw of seed 1
+    assert 0 < swap.sum() < len(rows)
+    assert released["chosen"] == [r if s else c for c, r, s in zip(rows["chosen"], rows["rejected"], swap)]
+    ledger = get_ledger(released)
+    (release,) = ledger.releases
+    assert release.data_fingerprint == preference_fingerprint(rows) and release.n_rows == len(rows)
+    marker = json.loads((folder / MARKER).read_text())
+    assert marker["ledger_digest"] == ledger.digest and marker["rows_digest"] == rows_digest(released)
+
+    def files():
+        return {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in folder.rglob("*") if path.is_file()}
+
+    saved = files()
+    again = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=2)
+    assert again["chosen"] == released["chosen"] and get_ledger(again) == ledger
+    assert files() == saved
+
+
+def _release_in_process(folder: str, seed: int, queue) -> None:
+    released = release_once(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=seed)
+    queue.put(released["chosen"])
+
+
+@pytest.mark.integration
+def test_two_runs_racing_on_one_fresh_folder_release_once_and_share_it(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    folder = str(tmp_path / "release")
+    workers = [context.Process(target=_release_in_process, args=(folder, seed, queue)) for seed in (10, 11)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+        assert worker.exitcode == 0
+    first, second = queue.get(timeout=10), queue.get(timeout=10)
+    assert first == second == load_release(folder)["chosen"]
+
+
+def test_a_seeded_release_is_called_seeded_and_is_not_pushed(tmp_path, tiny_model_factory, tokenizer):
+    from squarechipo.privacy.record import read_privacy_record
+    from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+
+    train = release_dataset(plan_rows(16), LabelPipeline(epsilon=1.0), seed=7)
+    trainer = train_tiny(tmp_path, tiny_model_factory, tokenizer, train, max_steps=1)
+    trainer.save_model()
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "seeded release, reproducible by anyone with the seed, not private" in card
+    assert read_privacy_record(tmp_path / "run").seeded
+    args = SquareChiPOConfig(output_dir=str(tmp_path / "push"), push_to_hub=True, hub_model_id="x/y", report_to="none")
+    with pytest.raises(ValueError, match="released with a fixed label_seed, so anyone with the seed can recover"):
+        SquareChiPOTrainer(tiny_model_factory(), args=args, train_dataset=train, processing_class=tokenizer)
+
+
+def test_a_second_release_of_the_same_rows_is_refused_or_composed(tmp_path):
+    """The attack: the same rows released again into new folders, each with fresh noise and each card saying ε 0.5;
+    a majority over the releases recovers the raw labels. This machine's registry refuses the second release (retyped
+    or reordered copies and a superset of the rows included); opting in composes: the ledger states the summed ε,
+    and the flip rate the loss debiases for stays the release's own."""
+    from squarechipo.privacy.calibration import flip_probability
+
+    rows = plan_rows(60)
+    first = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "one")
+    assert get_ledger(first).total_epsilon == 0.5
+    again = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "one")  # the same folder: reused, no new noise
+    assert again["chosen"] == first["chosen"]
+    retyped = rows.map(lambda r: {"prompt": r["prompt"].upper() + " "}).shuffle(seed=0)
+    superset = datasets.concatenate_datasets([plan_rows(70).select(range(60, 70)), rows])
+    for other in (rows, retyped, superset):
+        with pytest.raises(ValueError, match=r"60 row\(s\) were released before \(ε 0.5 at .*rerelease=True"):
+            release_once(other, LabelPipeline(epsilon=0.5), tmp_path / "two")
+        with pytest.raises(ValueError, match=r"60 row\(s\) were released before"):
+            release_dataset(other, LabelPipeline(epsilon=1.0))
+    assert not (tmp_path / "two").exists()
+    second = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "two", rerelease=True)
+    ledger = get_ledger(second)
+    (release,) = ledger.releases
+    assert (release.earlier_epsilon, release.earlier_releases) == (0.5, 1)
+    assert ledger.total_epsilon == 1.0 and ledger.own_epsilon == 0.5
+    assert ledger.rr_flip_rate == pytest.approx(flip_probability(0.5))  # debiasing follows this release's own noise
+    third = release_dataset(superset, LabelPipeline(epsilon=1.0), rerelease=True)
+    assert get_ledger(third).total_epsilon == 2.0  # the worst row: 0.5 + 0.5 before, 1.0 now
+    # Seeded releases are simulations (their cards say not private): neither counted nor refused.
+    fresh = datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Which index fund suits a {i}-year horizon?" for i in range(5)],
+            "chosen": [f"A broad, low-cost one held for {i} years." for i in range(5)],
+            "rejected": [f"Whichever rose most in the last {i} weeks." for i in range(5)],
+        }
+    )
+    for seed in (1, 2):
+        assert get_ledger(release_dataset(fresh, LabelPipeline(epsilon=0.5), seed=seed)).total_epsilon == 0.5
+    assert get_ledger(release_dataset(fresh, LabelPipeline(epsilon=0.5))).total_epsilon == 0.5
+    # The card states the composed ε and says what it composes.
+    from squarechipo.privacy.record import PrivacyRecord
+
+    record = PrivacyRecord.build({"stage": "preference_optimization", "epsilon": 1.0, "ledger": ledger.to_dict()})
+    assert "| ε (local DP, total over releases) | 1.0: basic composition of this data's own release(s) and " in (
+        record.card_section()
+    )
+
+
+def test_a_saved_release_holds_no_bytes_of_rows_it_did_not_release(tmp_path):
+    """Released columns were slices of the input table, and a saved release then held up to 31 bytes of the next,
+    unreleased row (its prompt, id and category). Every column of a release owns its buffers."""
+    from squarechipo.privacy import KaryRR, save_privatized
+
+    n = 40
+    rows = plan_rows(n, category=lambda n: [f"CATEGORY-{i:03d}" for i in range(n)])
+    rows = rows.map(lambda row, i: {"prompt": f"UNRELEASED-{i:03d} " + row["prompt"]}, with_indices=True)
+    part = rows.select(range(10))
+    released = release_dataset(part, LabelPipeline(epsilon=1.0), seed=0, public_columns=["category"])
+    responses = [[c, r, r + " Or wait."] for c, r in zip(rows["chosen"], rows["rejected"])]
+    kary = datasets.Dataset.from_dict({"prompt": rows["prompt"], "responses": responses, "best": [0] * n})
+    kary = kary.add_column("category", rows["category"]).select(range(10))
+    released_k = release_dataset(kary, KaryRR(epsilon=1.0), seed=0)
+    for name, data in (("pairs", released), ("best_of_k", released_k)):
+        folder = save_privatized(data, tmp_path / name)
+        stored = b"".join(path.read_bytes() for path in Path(folder).glob("*.arrow"))
+        assert b"CATEGORY-009" in stored and b"UNRELEASED-009" in stored  # the last released row is there ...
+        for i in range(10, n):  # ... and nothing of the rows after it
+            assert f"CATEGORY-{i:03d}".encode() not in stored and f"UNRELEASED-{i:03d}".encode() not in stored
