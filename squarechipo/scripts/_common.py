@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from pathlib import Path
 
 from squarechipo.data.label_roles import label_free
+from squarechipo.models.runtime import end_run
 
-__all__ = ["declare_public_labels", "setup_logging"]
+__all__ = ["declare_public_labels", "finish_run", "setup_logging"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -36,3 +39,39 @@ def declare_public_labels(script_args, training_args, eval_dataset) -> None:
     if eval_dataset is None and training_args.eval_strategy != "no":
         training_args.eval_strategy = "no"
         training_args.do_eval = False
+
+
+def finish_run(
+    trainer,
+    result,
+    dataset_name: str | None,
+    done: str,
+    *,
+    evaluate: bool,
+    after_card: Callable[[], None] | None = None,
+) -> None:
+    """The end every training script shares, as TRL's scripts end: save the model, the train metrics, a final
+    evaluation (``evaluate``), the card (then ``after_card``, e.g. a record of its own), the state, the push, and a
+    clean exit: every process waits for the others, so none shuts the group down while the main one writes."""
+    args = trainer.args
+    trainer.save_model(args.output_dir)
+    if result is not None:
+        trainer.log_metrics("train", result.metrics)
+        trainer.save_metrics("train", result.metrics)
+    if evaluate:
+        metrics = trainer.evaluate()
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+    trainer.create_model_card(dataset_name=dataset_name)
+    if after_card is not None:
+        after_card()
+    trainer.save_state()
+    if args.push_to_hub:
+        trainer.push_to_hub(dataset_name=dataset_name)
+        trainer.accelerator.print(f"Pushed to https://huggingface.co/{trainer.hub_model_id}")
+    trainer.accelerator.print(f"Done. {done} in {Path(args.output_dir).resolve()}")
+    state = trainer.accelerator.state
+    logger.info("rank %d/%d: finished; waiting for the other processes", state.process_index, state.num_processes)
+    trainer.accelerator.wait_for_everyone()
+    end_run(trainer)  # finishes trackers and shuts the process group down cleanly
+    logger.info("rank %d/%d: process group closed", state.process_index, state.num_processes)

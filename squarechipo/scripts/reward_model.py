@@ -13,17 +13,15 @@ pipeline once (``label_*`` fields; saved and reused under ``privatized_dir``), e
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from accelerate import PartialState
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
-from squarechipo.models.runtime import end_run
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
-from squarechipo.scripts._common import declare_public_labels
+from squarechipo.scripts._common import declare_public_labels, finish_run
 from squarechipo.trainer.script_args import TrainScriptArguments
 from squarechipo.trainer.splits import load_training_splits
 
@@ -59,20 +57,14 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    if eval_dataset is not None:
-        metrics = trainer.evaluate()
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-    trainer.create_model_card(dataset_name=script_args.dataset_name)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    trainer.accelerator.print(
-        f"Done. {training_args.model_type} model, card and privacy record in "
-        f"{Path(training_args.output_dir).resolve()}"
+    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    finish_run(
+        trainer,
+        result,
+        script_args.dataset_name,
+        f"{training_args.model_type} model, card and privacy record are",
+        evaluate=eval_dataset is not None,
     )
-    end_run(trainer)  # finishes trackers and shuts the process group down cleanly
     return trainer
 
 

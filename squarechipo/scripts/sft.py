@@ -19,9 +19,9 @@ from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_co
 
 from squarechipo.models import resolve_model_path
 from squarechipo.models.card import fix_model_card
-from squarechipo.models.runtime import end_run
 from squarechipo.privacy.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.record import write_privacy_record
+from squarechipo.scripts._common import finish_run
 from squarechipo.trainer.config import SFTRecipeConfig
 
 
@@ -58,11 +58,10 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
         peft_config=get_peft_config(model_args),
     )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)  # saves the tokenizer too (processing_class)
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.create_model_card(dataset_name=script_args.dataset_name)
-    if trainer.is_world_process_zero():
+
+    def record_public_rows() -> None:
+        if not trainer.is_world_process_zero():
+            return
         fix_model_card(
             training_args.output_dir, base_model=model_path, dataset_name=script_args.dataset_name, model_name=None
         )
@@ -77,10 +76,16 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
         write_privacy_record(
             training_args.output_dir, record, intro=intro, model=trainer.accelerator.unwrap_model(trainer.model)
         )
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    trainer.accelerator.print(f"SFT model saved to {Path(training_args.output_dir).resolve()}")
-    end_run(trainer)  # finishes trackers and shuts the process group down cleanly
+
+    # The model is saved with its tokenizer (processing_class); SFT evaluates only as its config's strategy says.
+    finish_run(
+        trainer,
+        result,
+        script_args.dataset_name,
+        "SFT model and card are",
+        evaluate=False,
+        after_card=record_public_rows,
+    )
     return trainer
 
 

@@ -14,7 +14,6 @@ its privacy ledger under ``privatized_dir``, and reused by every rank and every 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import torch
 from accelerate import PartialState
@@ -22,9 +21,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
-from squarechipo.models.runtime import end_run
 from squarechipo.privacy.lineage import mark_source
-from squarechipo.scripts._common import declare_public_labels
+from squarechipo.scripts._common import declare_public_labels, finish_run
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.script_args import TrainScriptArguments
 from squarechipo.trainer.splits import load_training_splits
@@ -67,26 +65,13 @@ def main(
         peft_config=peft_config,
     )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    if eval_dataset is not None:
-        metrics = trainer.evaluate()
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-    trainer.create_model_card(dataset_name=script_args.dataset_name)
-    trainer.save_state()
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-        trainer.accelerator.print(f"Pushed to https://huggingface.co/{trainer.hub_model_id}")
-    trainer.accelerator.print(
-        f"Done. Model, card (README.md), privacy record and metrics are in {Path(training_args.output_dir).resolve()}"
+    finish_run(
+        trainer,
+        result,
+        script_args.dataset_name,
+        "Model, card (README.md), privacy record and metrics are",
+        evaluate=eval_dataset is not None,
     )
-    logger.info("rank %d/%d: finished; waiting for the other processes", state.process_index, state.num_processes)
-    # Every process reaches the end together, so none destroys the group while the main one still writes the card.
-    trainer.accelerator.wait_for_everyone()
-    end_run(trainer)  # finishes trackers and shuts the process group down cleanly
-    logger.info("rank %d/%d: process group closed", state.process_index, state.num_processes)
     return trainer
 
 
