@@ -796,6 +796,22 @@ def test_rows_to_the_clean_gain_are_read_off_the_line_through_the_shares_against
         slope, intercept = np.polyfit(np.log2([128, 256, 512]), ratios, 1)
         assert needed[method]["rows"] == pytest.approx(2 ** ((1 - intercept) / slope), rel=1e-9)
         assert needed[method]["low"] < needed[method]["rows"] < needed[method]["high"]
+        # Each bound inverts the paired t-test of each seed's shortfall from the clean gain minus (x − x̄) times its
+        # slope against log2 n (Fieller): there the test sits exactly at Student's 97.5% point, 4 df.
+        x = np.log2([128, 256, 512])
+        gains = {r["seed"]: [] for r in records}
+        for arm in (prefix, f"{prefix}_n256", f"{prefix}_n512"):
+            for r in (r for r in records if r["arm"] == arm):
+                gains[r["seed"]].append(r["summary"]["gold_gain"]["mean"])
+        clean = {
+            r["seed"]: r["summary"]["gold_gain"]["mean"] for r in records if r["arm"] == "clean_epsinf_square_chipo"
+        }
+        slopes = np.array([np.polyfit(x, gains[s], 1)[0] for s in sorted(gains)])
+        shortfalls = np.array([clean[s] - np.mean(gains[s]) for s in sorted(gains)])
+        for bound in (needed[method]["low"], needed[method]["high"]):
+            d = shortfalls - (np.log2(bound) - x.mean()) * slopes
+            t = d.mean() / (d.std(ddof=1) / np.sqrt(d.size))
+            assert abs(t) == pytest.approx(stats.t.ppf(0.975, d.size - 1), rel=1e-6)
     assert 256 < needed["Square-χPO"]["rows"] < 512 and needed["DPO"]["rows"] == pytest.approx(1024, rel=0.1)
     assert needed["DPO"]["c_squared_rows"] == pytest.approx(128 * debias_factor(1.0) ** 2)
     text = "\n".join(headline_lines(summary, design))
