@@ -27,12 +27,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser
 
 from squarechipo.models import resolve_model_path
-from squarechipo.models.runtime import end_run
 from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source
 from squarechipo.privacy.measurements import RRWithPrior
 from squarechipo.privacy.release import combine_parts
 from squarechipo.privacy.release_store import release_once
+from squarechipo.scripts._common import finish_run
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.lp2st import policy_prior
 from squarechipo.trainer.script_args import TrainScriptArguments
@@ -47,13 +47,11 @@ class LP2STScriptArguments(TrainScriptArguments):
     lp2st_temperature: float = field(default=1.0, metadata={"help": "Temperature τ of the prior σ(β·h/τ)."})
 
 
-def _train(model_path, train, args: SquareChiPOConfig, tokenizer) -> SquareChiPOTrainer:
+def _train(model_path, train, args: SquareChiPOConfig, tokenizer):
+    """A Square-χPO run on ``train`` from ``model_path``: the trainer and its train output, nothing saved yet."""
     model = mark_source(AutoModelForCausalLM.from_pretrained(model_path), model_path)
     trainer = SquareChiPOTrainer(model, args=args, train_dataset=train, processing_class=tokenizer)
-    trainer.train()
-    trainer.save_model(args.output_dir)
-    trainer.create_model_card()
-    return trainer
+    return trainer, trainer.train()
 
 
 def _stage1_prior(model_path, stage1, raw2, tokenizer, script_args, training_args):
@@ -112,7 +110,9 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         public_columns=script_args.label_public_columns,
     )
     stage1_args = dataclasses.replace(training_args, output_dir=str(out / "stage1"), push_to_hub=False)
-    stage1 = _train(model_path, part1, stage1_args, tokenizer)
+    stage1, _ = _train(model_path, part1, stage1_args, tokenizer)
+    stage1.save_model(stage1_args.output_dir)
+    stage1.create_model_card()
 
     raw2 = raw.select(range(cut, len(raw)))
     prior, prior_lineage = _stage1_prior(model_path, stage1, raw2, tokenizer, script_args, training_args)
@@ -133,9 +133,8 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         f"({sum(part2['label_from_prior'])} from the prior); ledger total ε = {ledger.total_epsilon}"
     )
     state.print(f"LP-2ST prior lineage: {[finding.to_dict() for finding in prior_lineage.findings]}")
-    final = _train(model_path, combined, training_args, tokenizer)
-    state.print(f"Done. Stage-2 model, card and privacy record in {out.resolve()}")
-    end_run(final)  # finishes trackers and shuts the process group down cleanly
+    final, result = _train(model_path, combined, training_args, tokenizer)
+    finish_run(final, result, script_args.dataset_name, "Stage-2 model, card and privacy record are", evaluate=False)
     return final
 
 
