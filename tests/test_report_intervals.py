@@ -66,8 +66,8 @@ def test_the_gold_reports_intervals_are_student_t_over_prompts():
 
 
 def test_a_studys_arm_intervals_are_student_t_over_seeds():
-    from squarechipo.reproduce.study_design import Arm, StudyDesign
-    from squarechipo.reproduce.study_report import arm_rows, claims
+    from squarechipo.reproduce.study.design import Arm, StudyDesign
+    from squarechipo.reproduce.study.report import arm_rows, claims
 
     arm, other = Arm("dpo", "CTL", 1.0), Arm("square_chipo", "CTL", 1.0)
     design = StudyDesign.from_dict(

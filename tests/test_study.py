@@ -115,8 +115,8 @@ def test_share_explained_regresses_the_gain_on_the_length_difference():
 def test_a_partial_main_run_says_so_and_lists_untestable_claims():
     """One seed done of two: the report counts the cells, says INCOMPLETE, and lists every claim as not tested
     (no t interval from one paired seed) instead of leaving it out."""
-    from squarechipo.reproduce import study_report as sr
-    from squarechipo.reproduce.study_design import CLAIMS, StudyDesign
+    from squarechipo.reproduce.study import report as sr
+    from squarechipo.reproduce.study.design import CLAIMS, StudyDesign
 
     design = StudyDesign()
     arms = [a.key for a in design.main_arms]
@@ -146,8 +146,8 @@ def test_a_partial_main_run_says_so_and_lists_untestable_claims():
 def test_deviations_end_a_run_and_cannot_hide_a_record(tmp_path):
     """Cells of the plan not run, stated with a reason in deviations.json, end the run in the report's words; a
     deviation naming a cell outside the plan, a cell with a record, or no cell at all is refused."""
-    from squarechipo.reproduce import study_report as sr
-    from squarechipo.reproduce.study_design import StudyDesign
+    from squarechipo.reproduce.study import report as sr
+    from squarechipo.reproduce.study.design import StudyDesign
 
     arms = [a.key for a in StudyDesign().main_arms]
     records = [{"arm": a, "seed": 0} for a in arms]
@@ -343,7 +343,7 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert (results / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The report's README block (docs/study.md's `study report --readme README.md`, run here on a copy): only the text
     # between the markers changes, and it is the report of these records.
-    from squarechipo.reproduce.study_report import readme_markers
+    from squarechipo.reproduce.study.report import readme_markers
 
     begin, end = readme_markers("design")  # a design file's study is named after the file
     readme = tmp_path / "README.md"
@@ -387,8 +387,8 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     # last is the cell's result; no weights are kept.
     from dataclasses import replace
 
-    from squarechipo.reproduce.study import Study
-    from squarechipo.reproduce.study_design import load_design
+    from squarechipo.reproduce.study.design import load_design
+    from squarechipo.reproduce.study.runner import Study
 
     along = replace(load_design(str(design)), epochs=2.0, checkpoints=(1.0, 2.0), lr_scheduler_type="constant")
     record = Study(along, out, results).cell(along.main_arms[0], 0, "along")
@@ -419,8 +419,8 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
 def test_a_study_whose_set_up_was_not_committed_is_not_resumed_on_a_fresh_work_folder(tmp_path):
     """Without sft_lora_r the set-up lived only in the work folder: beside committed records, a fresh one is refused
     before anything is trained (a retrained SFT policy would be other weights, and cells would not be paired)."""
-    from squarechipo.reproduce.study import Study
-    from squarechipo.reproduce.study_design import StudyDesign
+    from squarechipo.reproduce.study.design import StudyDesign
+    from squarechipo.reproduce.study.runner import Study
 
     results = tmp_path / "results"
     results.mkdir()
@@ -437,7 +437,7 @@ def test_the_sft_adapter_merges_to_the_float64_sum_of_its_rank_updates(tokenizer
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from squarechipo.reproduce.study_setup import merge_adapter, model_digest
+    from squarechipo.reproduce.study.shared_setup import merge_adapter, model_digest
     from tests.helpers.models import make_tiny_model
 
     make_tiny_model(tokenizer).save_pretrained(tmp_path / "base")
@@ -491,7 +491,7 @@ def _overoptimisation_with_private_arms():
     amendment cut them: a claim on an arm that no pilot ran is sized through another label setting's pilot arm."""
     from dataclasses import replace
 
-    from squarechipo.reproduce.study_design import Arm, Claim, load_design
+    from squarechipo.reproduce.study.design import Arm, Claim, load_design
 
     design = load_design(str(ROOT / "recipes" / "studies" / "overoptimisation.yaml"))
     private = tuple(Arm(method, "CTL", 1.0, tier=2) for method in ("dpo", "chipo", "square_chipo"))
@@ -509,9 +509,9 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     curves, and the power step sizes the main run from the claims' pilot SDs."""
     from dataclasses import replace
 
-    from squarechipo.reproduce import study_report as sr
-    from squarechipo.reproduce.study_claims import claim_values, reference_epochs
-    from squarechipo.reproduce.study_power import analyse_pilot
+    from squarechipo.reproduce.study import report as sr
+    from squarechipo.reproduce.study.claims import claim_values, reference_epochs
+    from squarechipo.reproduce.study.power import analyse_pilot
 
     design = _overoptimisation_with_private_arms()
     epochs = design.checkpoints
@@ -567,8 +567,8 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
 def test_a_matched_kl_claim_compares_gold_gains_at_the_largest_kl_both_arms_reached_in_one_unit():
     """Per seed: KL* = the smaller of the two arms' largest KL; each gain is read off its curve through the SFT
     policy's (0, 0) and its checkpoints, linearly; the claim's value is the difference (hand-computed here)."""
-    from squarechipo.reproduce.study_claims import claim_values, gain_at_kl
-    from squarechipo.reproduce.study_design import Claim, StudyDesign
+    from squarechipo.reproduce.study.claims import claim_values, gain_at_kl
+    from squarechipo.reproduce.study.design import Claim, StudyDesign
 
     epochs = (1, 2, 4, 8, 16)
     dpo = _cell(
@@ -596,10 +596,10 @@ def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_
 
     import yaml
 
-    from squarechipo.reproduce import study_report as sr
     from squarechipo.reproduce.__main__ import main as reproduce_main
-    from squarechipo.reproduce.study_design import load_design
-    from squarechipo.reproduce.study_power import amend, analyse_pilot, check_preregistration, plan_main, preregister
+    from squarechipo.reproduce.study import report as sr
+    from squarechipo.reproduce.study.design import load_design
+    from squarechipo.reproduce.study.power import amend, analyse_pilot, check_preregistration, plan_main, preregister
 
     design = load_design(str(ROOT / "recipes" / "studies" / "privacy_cost.yaml"))
     pilot = [
@@ -641,8 +641,8 @@ def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_
 
 def test_the_share_kept_is_tabulated_at_every_epsilon_beside_the_labels_clean_equivalent(tmp_path):
     from squarechipo.privacy.measurements import LabelPipeline
-    from squarechipo.reproduce import study_report as sr
-    from squarechipo.reproduce.study_design import load_design
+    from squarechipo.reproduce.study import report as sr
+    from squarechipo.reproduce.study.design import load_design
 
     design = load_design(str(ROOT / "recipes" / "studies" / "privacy_cost.yaml"))
     gains = {"clean_epsinf_square_chipo": 1.0, "clean_epsinf_dpo": 1.2, "ctl_eps1_square_chipo": 0.5}
@@ -671,7 +671,7 @@ def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_b
     """Sampling batch b is seeded seed + b: the first 64 prompts of a 128-prompt set-up, in batches of 64, are paired
     with its SFT samples, and the SFT record is cut to them; 48 prompts (part of a batch) or another sampling size
     are refused, naming the fields."""
-    from squarechipo.reproduce.study_setup import check_setup, first_prompts, write_setup
+    from squarechipo.reproduce.study.shared_setup import check_setup, first_prompts, write_setup
 
     fields = {"test_prompts": 128, "generation_batch_size": 64, "samples_per_prompt": 2}
     write_setup(tmp_path, {"digests": {"sft": "a"}, "design": fields})
@@ -690,7 +690,7 @@ def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_pa
     is exactly what the command writes, so no figure in it was typed by hand or left stale. The first study runs the
     default design, pre-registered before generation_batch_size existed (a field added later counts at its default)."""
     from squarechipo.reproduce.__main__ import main
-    from squarechipo.reproduce.study_report import readme_markers
+    from squarechipo.reproduce.study.report import readme_markers
 
     results = tmp_path / "results" / name
     shutil.copytree(ROOT / "results" / name, results, ignore=shutil.ignore_patterns("*.png", "setup"))
@@ -724,8 +724,8 @@ def test_arms_with_their_own_rows_and_beta_have_keys_releases_and_reuse_of_their
     and a cell recorded by the study it shares a set-up with is reused only for the same arm and seed."""
     import json
 
-    from squarechipo.reproduce.study import Study
-    from squarechipo.reproduce.study_design import Arm, StudyDesign
+    from squarechipo.reproduce.study.design import Arm, StudyDesign
+    from squarechipo.reproduce.study.runner import Study
 
     base, more = Arm("dpo", "CTL", 1.0), Arm("dpo", "CTL", 1.0, rows=512, beta=0.02)
     assert (base.key, more.key) == ("ctl_eps1_dpo", "ctl_eps1_dpo_n512_beta0.02")
@@ -745,8 +745,8 @@ def test_arms_with_their_own_rows_and_beta_have_keys_releases_and_reuse_of_their
 def test_a_target_kl_chooses_each_methods_beta_from_the_pilot_by_kl_alone():
     """The rule on KL, fixed before the pilot: each main arm takes the pilot β of its method and labels whose final KL
     is closest to target_kl on a log scale; the pilot's differences are then those of the chosen β."""
-    from squarechipo.reproduce.study_design import load_design
-    from squarechipo.reproduce.study_power import _at_chosen_betas, choose_betas, final_kl
+    from squarechipo.reproduce.study.design import load_design
+    from squarechipo.reproduce.study.power import _at_chosen_betas, choose_betas, final_kl
 
     design = load_design(str(ROOT / "recipes" / "studies" / "overoptimisation_noisy.yaml"))
 
@@ -770,8 +770,8 @@ def test_rows_to_the_clean_gain_are_read_off_the_line_through_the_shares_against
     Square-χPO's clean arm when DPO's own was cut, and the rows at which the least-squares line through the shares
     against log2 n reaches 1 (Fieller's interval), beside the clean rows × c(ε)² and × 1/(1 − 2ρ)²."""
     from squarechipo.privacy.calibration import debias_factor
-    from squarechipo.reproduce.study_design import load_design
-    from squarechipo.reproduce.study_headline import headline, headline_lines, rows_to_clean_gain
+    from squarechipo.reproduce.study.design import load_design
+    from squarechipo.reproduce.study.headline import headline, headline_lines, rows_to_clean_gain
 
     design = load_design(str(ROOT / "recipes" / "studies" / "rows_needed.yaml"))
     noise = [0.02, -0.03, 0.01, 0.04, -0.02]

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.experiment == "table1":
         _table1(args)
     else:
-        from squarechipo.reproduce.study_cli import run_step
+        from squarechipo.reproduce.study.cli import run_step
 
         run_step(args)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from squarechipo.reproduce.study_design import Claim
+from squarechipo.reproduce.study.design import Claim
 
 __all__ = ["METRIC_SCALE", "claim_values", "gain_at_kl", "metric_at", "reference_epochs"]
 

@@ -11,7 +11,7 @@ with ``recipes/train.py`` in its own process, and the gold evaluation against th
 Resuming: a cell is done when its record is in the results folder; a cut-off cell is cleared and redone on the
 saved release, so no fresh noise is drawn. The weights of a cell are deleted once it is measured. With
 ``sft_lora_r`` set, the set-up is committed (the SFT adapter, the gold head, the SFT samples, the seeds' simulated
-labels and the weights' digests, :mod:`squarechipo.reproduce.study_setup`), so a fresh work folder (another
+labels and the weights' digests, :mod:`squarechipo.reproduce.study.shared_setup`), so a fresh work folder (another
 machine, a deleted ``out``) is rebuilt from those files exactly and every cell checks the digests before it
 trains. Without it, a study continues only in the work folder that wrote its records.
 """
@@ -35,8 +35,8 @@ from squarechipo.data import load_preference_dataset
 from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
-from squarechipo.reproduce.study_design import SETUP_FIELDS, Arm, StudyDesign
-from squarechipo.reproduce.study_setup import first_prompts, library_versions
+from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign
+from squarechipo.reproduce.study.shared_setup import first_prompts, library_versions
 from squarechipo.scripts.launch import run_script
 
 __all__ = ["Study", "cell_name"]
@@ -138,7 +138,7 @@ class Study:
     def _portable_sft(self) -> dict[str, Any]:
         """The SFT policy from the committed adapter (results/setup/sft_adapter), trained once if there is none."""
         from squarechipo.models import resolve_model_path
-        from squarechipo.reproduce.study_setup import merge_adapter
+        from squarechipo.reproduce.study.shared_setup import merge_adapter
 
         adapter, start = self.setup_dir / "setup" / "sft_adapter", time.time()
         trained = not adapter.is_dir()
@@ -171,7 +171,7 @@ class Study:
     def _portable_gold(self, config: dict[str, Any], folder: Path) -> dict[str, Any]:
         """The gold judge from the committed head (results/setup/gold_head), fitted once if there is none."""
         from squarechipo.models import resolve_model_path
-        from squarechipo.reproduce.study_setup import rebuild_gold_judge, save_gold_head
+        from squarechipo.reproduce.study.shared_setup import rebuild_gold_judge, save_gold_head
 
         head, start = self.setup_dir / "setup" / "gold_head", time.time()
         trained = not head.is_dir()
@@ -198,7 +198,7 @@ class Study:
 
     def _check_setup(self) -> dict[str, str]:
         """The work folder's set-up digests, checked against results/setup.json (written by the first set-up)."""
-        from squarechipo.reproduce.study_setup import SETUP_FILE, check_setup, model_digest, write_setup
+        from squarechipo.reproduce.study.shared_setup import SETUP_FILE, check_setup, model_digest, write_setup
 
         found = {"sft": model_digest(self.out / "sft"), "gold_judge": model_digest(self.out / "gold_judge", "reward")}
         if not (self.setup_dir / SETUP_FILE).exists():

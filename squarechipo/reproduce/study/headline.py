@@ -15,7 +15,7 @@ import numpy as np
 
 from squarechipo.privacy.calibration import debias_factor
 from squarechipo.privacy.measurements import LabelPipeline
-from squarechipo.reproduce.study_design import METHOD_NAMES, Arm, StudyDesign
+from squarechipo.reproduce.study.design import METHOD_NAMES, Arm, StudyDesign
 from squarechipo.stats import ratio_interval
 
 __all__ = ["headline", "headline_lines", "private_arms", "rows_to_clean_gain", "write_privacy_plot"]

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from squarechipo.reproduce.study_claims import metric_at
-from squarechipo.reproduce.study_design import StudyDesign
+from squarechipo.reproduce.study.claims import metric_at
+from squarechipo.reproduce.study.design import StudyDesign
 from squarechipo.stats import paired_test
 
 #: The plot of gold gain against KL along training.

@@ -64,7 +64,7 @@ class Arm:
         return f"{self.setting.lower()}_eps{_eps_name(self.epsilon)}_alpha{alpha:g}{rows}_seed{seed}"
 
 
-#: What a claim compares, per seed (``squarechipo.reproduce.study_claims``): two arms at the end of training; one
+#: What a claim compares, per seed (``squarechipo.reproduce.study.claims``): two arms at the end of training; one
 #: arm's fall from its reference epoch to the end (over-optimisation); two arms' falls; or two arms' gold gain at
 #: the same KL from the SFT policy.
 CLAIM_KINDS = ("arms", "drop", "drop_difference", "matched_kl")
@@ -178,7 +178,7 @@ class StudyDesign:
     sft_learning_rate: float = 5e-5
     # LoRA rank of the SFT policy (alpha = 2·rank, every linear layer). None: full fine-tuning, as in the first
     # study, whose set-up lived only in its work folder. With a rank, the set-up is committed as the adapter and the
-    # gold judge's head, and every cell checks the rebuilt weights' digests (squarechipo.reproduce.study_setup).
+    # gold judge's head, and every cell checks the rebuilt weights' digests (squarechipo.reproduce.study.shared_setup).
     sft_lora_r: int | None = None
     # Another study's results folder whose committed set-up (SFT adapter, gold head, SFT samples and record) this
     # study shares: its set-up fields (SETUP_FIELDS) must be this design's.

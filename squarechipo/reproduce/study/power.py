@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from squarechipo.reproduce.study_claims import claim_values, reference_epochs
-from squarechipo.reproduce.study_design import StudyDesign
+from squarechipo.reproduce.study.claims import claim_values, reference_epochs
+from squarechipo.reproduce.study.design import StudyDesign
 from squarechipo.stats import mde, seeds_for_power
 
 __all__ = [

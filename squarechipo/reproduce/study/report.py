@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from squarechipo.reproduce.study_claims import claim_values
-from squarechipo.reproduce.study_design import StudyDesign, is_win_rate
-from squarechipo.reproduce.study_headline import headline, headline_lines, rows_to_clean_gain, write_privacy_plot
-from squarechipo.reproduce.study_training import (
+from squarechipo.reproduce.study.claims import claim_values
+from squarechipo.reproduce.study.design import StudyDesign, is_win_rate
+from squarechipo.reproduce.study.headline import headline, headline_lines, rows_to_clean_gain, write_privacy_plot
+from squarechipo.reproduce.study.training import (
     TRAINING_PLOT,
     _along_training_table,
     _fmt,

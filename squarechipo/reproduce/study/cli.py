@@ -7,10 +7,10 @@ import os
 import time
 from pathlib import Path
 
-from squarechipo.reproduce.study import Study, cell_name
-from squarechipo.reproduce.study_design import StudyDesign, load_design
-from squarechipo.reproduce.study_power import amend, analyse_pilot, check_preregistration, plan_main, preregister
-from squarechipo.reproduce.study_report import PRIVACY_PLOT, TRAINING_PLOT, markdown, update_readme, write_report
+from squarechipo.reproduce.study.design import StudyDesign, load_design
+from squarechipo.reproduce.study.power import amend, analyse_pilot, check_preregistration, plan_main, preregister
+from squarechipo.reproduce.study.report import PRIVACY_PLOT, TRAINING_PLOT, markdown, update_readme, write_report
+from squarechipo.reproduce.study.runner import Study, cell_name
 
 __all__ = ["amend_plan", "pilot", "main_run", "report", "run_step"]
 
