@@ -1,5 +1,5 @@
-"""Train a reward model (Chowdhury et al. 2024 (private reward estimation)) or a pairwise preference model (Zhou et al.
-2025 (Square-χPO), §4) on privatized labels.
+"""Train a reward model (Chowdhury et al. 2024 (private reward estimation)) or a pairwise preference model
+(Zhou et al. 2025 (Square-χPO), §4) on privatized labels.
 
     accelerate launch recipes/reward_model.py --config recipes/configs/<config>.yaml
 

@@ -40,7 +40,7 @@ TOOLS = {
     "judge-accuracy": ("squarechipo.scripts.judge_accuracy", "judges' accuracy on gold pairs"),
     "aggregate": ("squarechipo.scripts.aggregate", "seeds of judge runs into one table"),
     "gold-report": ("squarechipo.evaluation.gold_report", "a policy's gold-reward gain over the SFT policy"),
-    "reproduce": ("squarechipo.reproduce.__main__", "Table 1 of Zhou et al. 2025 at a named scale"),
+    "reproduce": ("squarechipo.reproduce.__main__", "Table 1 of Zhou et al. 2025 (Square-χPO) at a named scale"),
     "study": ("squarechipo.reproduce.__main__", "the controlled study: pilot, main run, report"),
     "audit": ("squarechipo.audit.__main__", "empirical ε lower bounds for mechanisms and training runs"),
     "sim": ("squarechipo.sim.__main__", "the simulation lab"),

@@ -108,13 +108,13 @@ def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def dpo_link(log_ratio: torch.Tensor) -> torch.Tensor:
-    """DPO's implicit reward link g(ℓ) = ℓ (Rafailov et al. 2023; Zhou et al. 2025 (Square-χPO), §2, "DPO")."""
+    """DPO's implicit reward link g(ℓ) = ℓ (Rafailov et al. 2023 (DPO); Zhou et al. 2025 (Square-χPO), §2, "DPO")."""
     return log_ratio
 
 
 def chipo_link(log_ratio: torch.Tensor) -> torch.Tensor:
     """χPO's link g(ℓ) = ϕ(e^ℓ) = e^ℓ + ℓ with ϕ(u) = u + log u (Zhou et al. 2025 (Square-χPO), §2, eq. (1), χPO of
-    Huang et al. 2024).
+    Huang et al. 2024 (χPO)).
 
     For one response. The exponential sees min(ℓ, 20). Margins do not use this per side: they use
     :func:`chipo_difference`, which stays exact when both log-ratios are large.
@@ -167,8 +167,8 @@ def margins(
     """m = clip_{2R_max}(β·h), h = g(ℓ⁺) − g(ℓ⁻), ℓ± = log π(a±|x) − log π_ref(a±|x) (Zhou et al. 2025 (Square-χPO),
     Alg. 1).
 
-    ``clip`` is the full bound 2·R_max (None = no clip); it acts on the difference, as in Zhou et al. 2025
-    (Square-χPO). ``log_cap`` overrides the χPO cap of the module docstring (default: exact under ``clip``).
+    ``clip`` is the full bound 2·R_max (None = no clip); it acts on the difference, as in Zhou et al. 2025 (Square-χPO)
+    . ``log_cap`` overrides the χPO cap of the module docstring (default: exact under ``clip``).
     """
     if link not in LINKS:
         raise ValueError(f"link must be one of {tuple(LINKS)} (got {link!r}); chipo is Square-χPO's link.")
@@ -191,12 +191,12 @@ def margins(
 
 
 def log_loss(margin: torch.Tensor) -> torch.Tensor:
-    """−log σ(m): the DPO and χPO loss (Zhou et al. 2025 (Square-χPO), §2; Rafailov et al. 2023)."""
+    """−log σ(m): the DPO and χPO loss (Zhou et al. 2025 (Square-χPO), §2; Rafailov et al. 2023 (DPO))."""
     return -F.logsigmoid(margin)
 
 
 def robust_log_loss(margin: torch.Tensor, flip_rate: float) -> torch.Tensor:
-    """[−(1−ρ)·log σ(m) + ρ·log σ(−m)] / (1 − 2ρ): rDPO (Chowdhury et al. 2024).
+    """[−(1−ρ)·log σ(m) + ρ·log σ(−m)] / (1 − 2ρ): rDPO (Chowdhury et al. 2024 (rDPO)).
 
     With ρ = 1/(1+e^ε) it is the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private reward estimation)
     (§4, eq. (4)) up to the positive factor 1/(1−2ρ). Unbiased for the clean log loss under flips at rate ρ; unbounded
@@ -310,8 +310,8 @@ def self_play_margin(
     """
     if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta > 0):
         raise ValueError(
-            f"eta (the mirror-descent step size η of Zhou et al. 2025, Alg. 3) must be positive and finite "
-            f"(got {eta!r})."
+            f"eta (the mirror-descent step size η of Zhou et al. 2025 (Square-χPO), Alg. 3) must be positive and "
+            f"finite (got {eta!r})."
         )
     # Unclipped until the combination is clipped at ±4, so both margins keep their large terms (exact
     # cancellation) up to SELF_PLAY_LOG_CAP.

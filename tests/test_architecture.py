@@ -4,6 +4,7 @@ import the installed package."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,42 @@ def test_scripts_import_the_installed_package():
         if "sys.path.insert(" in path.read_text(encoding="utf-8") and path.name != "test_architecture.py"
     ]
     assert not offenders, f"remove sys.path.insert from {offenders}"
+
+
+#: A citation: "Surname et al. YEAR (key" on one line; the key ends at its first "," or ")".
+CITATION = re.compile(r"\b([A-Z][a-z]+) et al\. (\d{4}) \(([^(),]+)[),]")
+#: Any mention of "et al.", even one broken over lines or without a year.
+ET_AL = re.compile(r"\b[A-Z][a-z]+\s+et\s+al\.")
+
+
+def _reference_keys() -> set[str]:
+    text = (ROOT / "docs" / "references.md").read_text()
+    return set(re.findall(r"Cited as\s+\*([^*]+)\*", text.replace("\n  ", " ")))
+
+
+def _citation_problems(text: str, keys: set[str]) -> list[str]:
+    problems = []
+    for mention in ET_AL.finditer(text):
+        line = text.count("\n", 0, mention.start()) + 1
+        cited = CITATION.match(text, mention.start())
+        if cited is None:
+            problems.append(f"line {line}: {text[mention.start() : mention.start() + 40]!r} is not a whole key")
+        elif f"{cited[1]} et al. {cited[2]} ({cited[3]})" not in keys:
+            problems.append(f"line {line}: {cited[0]!r} is not a key of docs/references.md")
+    return problems
+
+
+def test_papers_are_cited_by_a_key_of_the_references_on_one_line():
+    keys = _reference_keys()
+    assert "Zhou et al. 2025 (Square-χPO)" in keys and len(keys) >= 10
+    # The check sees a broken key, a missing key and an unknown one.
+    assert len(_citation_problems("(Zhou et al.\n2025 (Square-χPO))", keys)) == 1
+    assert len(_citation_problems("Zhou et al. 2025, Alg. 3 and Huang et al. 2024 (chi)", keys)) == 2
+    assert _citation_problems("(Zhou et al. 2025 (Square-χPO), Alg. 1)", keys) == []
+    files = [
+        p
+        for folder in ("squarechipo", "recipes", "benchmarks", "eval", "data_gen")
+        for p in (ROOT / folder).rglob("*.py")
+    ]
+    problems = [f"{p.relative_to(ROOT)}: {x}" for p in files for x in _citation_problems(p.read_text(), keys)]
+    assert problems == [], "\n".join(problems)

@@ -245,8 +245,8 @@ def test_guard_refuses_unrecorded_candidates_unless_allowed(pool, tokenizer, tmp
 
 
 def test_guard_refuses_a_reference_trained_on_the_private_data(pool, tokenizer, tmp_path):
-    """h depends on π_ref: a reference fit to the private rows voids the sensitivity argument (Zhou et al. 2025
-    (Square-χPO), Alg. 2)."""
+    """h depends on π_ref: a reference fit to the private rows voids the sensitivity argument
+    (Zhou et al. 2025 (Square-χPO), Alg. 2)."""
     leaked_ref = tmp_path / "leaked_ref"
     make_tiny_model(tokenizer, 0).save_pretrained(leaked_ref)
     tokenizer.save_pretrained(leaked_ref)

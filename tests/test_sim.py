@@ -162,8 +162,8 @@ def test_points_reproduce_bit_for_bit_and_the_grid_resumes(tmp_path):
     assert sorted(path_a.read_text().splitlines()) == sorted(path_b.read_text().splitlines())
 
 
-# ----------------------------------------------------------------------------- general preferences (Zhou et al. 2025
-# (Square-χPO), §4)
+# ----------------------------------------------------------------------------- general preferences
+# (Zhou et al. 2025 (Square-χPO), §4)
 
 
 def test_duality_gap_is_exact_on_rock_paper_scissors_and_zero_at_the_lp_winner():
@@ -383,7 +383,8 @@ def test_sgd_rr_follows_theorem_4_5_schedule_and_returns_the_last_iterate():
     out = linear.sgd_debiased(x, observed, epsilon, radius, [1, 40], strong_convexity_lambda=lam)
     rho, theta = flip_probability(epsilon), np.zeros((2, 3))
     sigma_eps = 1 - rho  # σ(ε) = e^ε/(1+e^ε)
-    for t in range(40):  # the definition, written from Chowdhury et al. 2024, eq. (4)–(5) and Algorithm 1
+    # the definition, written from Chowdhury et al. 2024 (private reward estimation), eq. (4)–(5) and Algorithm 1
+    for t in range(40):
         s = np.where(observed[:, t], 1.0, -1.0)
         m = s * np.einsum("td,td->t", x[:, t], theta)
         sig = 1 / (1 + np.exp(-m))
@@ -401,8 +402,8 @@ def test_sgd_rr_follows_theorem_4_5_schedule_and_returns_the_last_iterate():
 
 
 def test_exact_solvers_raise_instead_of_returning_an_inexact_minimiser(monkeypatch):
-    """Objective perturbation's guarantee is for the exact minimiser (Chowdhury et al. 2024 (private reward
-    estimation), Alg. 2): no silent early stop."""
+    """Objective perturbation's guarantee is for the exact minimiser
+    (Chowdhury et al. 2024 (private reward estimation), Alg. 2): no silent early stop."""
     from squarechipo.reward import linear
 
     rng = np.random.default_rng(6)
@@ -483,11 +484,12 @@ def test_robust_points_share_their_clean_data_so_losses_are_paired():
 
 
 def test_dpo_over_optimises_a_rarely_seen_action_where_the_chi_links_do_not_and_a_bounded_class_prevents_it():
-    """The mechanism behind Huang et al. 2024's claim, made deterministic: on the over-optimisation instance, 300 pairs
-    from π_ref plus, in each context, one pair where the rare worst action (π_ref mass 0.002) beat the least
-    rewarded other action (a Bradley–Terry accident). Optimised longer (Adam, 100 → 1000 steps, β = 0.2, no clip), DPO
-    moves mass onto the rare action and loses value to it; χPO and Square-χPO lose a small fraction of that; in the
-    bounded class (π/π_ref ≤ e^4) nobody does. The grid's statistics over seeds are in ``python -m squarechipo.sim``.
+    """The mechanism behind the claim of Huang et al. 2024 (χPO), made deterministic: on the over-optimisation
+    instance, 300 pairs from π_ref plus, in each context, one pair where the rare worst action (π_ref mass 0.002) beat
+    the least rewarded other action (a Bradley–Terry accident). Optimised longer (Adam, 100 → 1000 steps, β = 0.2, no
+    clip), DPO moves mass onto the rare action and loses value to it; χPO and Square-χPO lose a small fraction of that;
+    in the bounded class (π/π_ref ≤ e^4) nobody does. The grid's statistics over seeds are in ``python -m
+    squarechipo.sim``.
     """
     from squarechipo.sim import overopt as oo
 

@@ -5,15 +5,15 @@ about the label) are added to the training rows and released with them. After tr
 guessed from a model's preference between its two responses. If every canary label reaches the model only through
 an ε-label-DP release (training is post-processing), each guess is right with probability at most e^ε/(1 + e^ε),
 whatever the other canaries do, so the number of right guesses is dominated by Binomial(k, e^ε/(1 + e^ε))
-(Steinke, Nasr and Jagielski, "Privacy auditing with one training run", NeurIPS 2023, for pure ε-DP and random
-labels). A one-sided Clopper–Pearson lower bound p on the accuracy then gives ε ≥ log(p / (1 − p)). A label that
-also reaches the model another way (a starting model trained on the canaries' chosen responses) breaks the
-assumption, and the bound shows it.
+(Steinke et al. 2023 (one-run audit), for pure ε-DP and random labels). A one-sided Clopper–Pearson lower bound p on
+the accuracy then gives ε ≥ log(p / (1 − p)). A label that also reaches the model another way (a starting model trained
+on the canaries' chosen responses) breaks the assumption, and the bound shows it.
 
-As in Steinke et al. (§5), the auditor may abstain: it guesses only the k canaries whose scores are largest in
-magnitude, because the domination holds whatever guesses are made and whichever are left out. k is not chosen after
-seeing the outcome: every k of a grid fixed in advance (:data:`GUESS_FRACTIONS` of the canaries) is scored, each at
-confidence 1 − α/|grid| (Bonferroni), and the largest of those bounds is reported, so the whole holds at 1 − α.
+As in Steinke et al. 2023 (one-run audit), §5, the auditor may abstain: it guesses only the k canaries whose scores
+are largest in magnitude, because the domination holds whatever guesses are made and whichever are left out. k is not
+chosen after seeing the outcome: every k of a grid fixed in advance (:data:`GUESS_FRACTIONS` of the canaries) is
+scored, each at confidence 1 − α/|grid| (Bonferroni), and the largest of those bounds is reported, so the whole holds
+at 1 − α.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 For each mechanism a worst-case pair of neighbouring inputs (D, D') and a worst-case output event S are fixed
 in advance, from the mechanism's analysis. The mechanism runs ``n`` times on each input, and the counts of S give
 Clopper–Pearson bounds: a lower bound on P(S | D) and an upper bound on P(S | D'), each at confidence 1 − α/2.
-With probability at least 1 − α both hold, so ε ≥ log(P_low(S | D) / P_high(S | D')) (the audit of Jagielski et
-al. 2020 and Nasr et al. 2021, here in the local model where one run is one draw). A bound above the claimed ε
-refutes the claim. A planted broken mechanism shows the audit has the power to catch a wrong one.
+With probability at least 1 − α both hold, so ε ≥ log(P_low(S | D) / P_high(S | D')) (the audit of
+Jagielski et al. 2020 (auditing DP-SGD) and Nasr et al. 2021 (adversary instantiation), here in the local model where
+one run is one draw). A bound above the claimed ε refutes the claim. A planted broken mechanism shows the audit has the
+power to catch a wrong one.
 """
 
 from __future__ import annotations
@@ -144,8 +145,8 @@ def _binary_cases(epsilon: float, corruption_rate: float) -> list[AuditCase]:
 
 
 def _kary_cases(epsilon: float, num_labels: int) -> list[AuditCase]:
-    """K-RR, the subset mechanism (Chua et al. 2024 (local label DP)) and RRWithPrior with a two-label top (Ghazi et
-    al. 2021 (label DP), Alg. 2)."""
+    """K-RR, the subset mechanism (Chua et al. 2024 (local label DP)) and RRWithPrior with a two-label top
+    (Ghazi et al. 2021 (label DP), Alg. 2)."""
     prior = np.array([0.4, 0.4, 0.1, 0.1])[:num_labels] if num_labels == 4 else np.full(num_labels, 1 / num_labels)
     k_star = int(optimal_top_k(prior[None], epsilon)[0][0])
 

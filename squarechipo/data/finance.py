@@ -224,7 +224,8 @@ def build_datasets(
     splits, sft_splits = _row_pools(n_rows, sft_rows, judge_rows, seed)
     description = (
         f"finance_preference (squarechipo.data.finance, seed {seed}): synthetic prompts about financial "
-        "decisions; chosen = prudent low-risk plan, rejected = high-risk plan (Zhou et al. 2025, App. E/F)."
+        "decisions; chosen = prudent low-risk plan, rejected = high-risk plan "
+        "(Zhou et al. 2025 (Square-χPO), App. E/F)."
     )
 
     def make(transform, parts: dict[str, list[dict]]) -> datasets.DatasetDict:
@@ -270,7 +271,7 @@ def write_datasets(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description="Generate the finance_preference dataset (Zhou et al. 2025, App. E/F)."
+        description="Generate the finance_preference dataset (Zhou et al. 2025 (Square-χPO), App. E/F)."
     )
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="generation seed (the data is a function of it)")

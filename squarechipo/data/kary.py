@@ -1,12 +1,13 @@
-"""Best-of-K rows: a prompt, K responses and the index of the best one; K-ary label DP on them (Ghazi et al. 2021, Chua
-et al. 2024 (local label DP)).
+"""Best-of-K rows: a prompt, K responses and the index of the best one; K-ary label DP on them
+(Ghazi et al. 2021 (label DP); Chua et al. 2024 (local label DP)).
 
 Format (standard or conversational, like TRL's): ``prompt``, ``responses`` (a list of K ≥ 2 responses,
 the same K on every row) and ``best`` (the index of the preferred response, 0 ≤ best < K).
 
 - :func:`validate_kary` checks the format and names the field and the fix.
-- :func:`squarechipo.privacy.release.release_dataset` releases ``best`` once through K-RR, the Chua et al. 2024 (local
-  label DP) subset mechanism or RRWithPrior (the K-ary measurements of :mod:`squarechipo.privacy.measurements`).
+- :func:`squarechipo.privacy.release.release_dataset` releases ``best`` once through K-RR, the
+  Chua et al. 2024 (local label DP) subset mechanism or RRWithPrior (the K-ary measurements of
+  :mod:`squarechipo.privacy.measurements`).
 - :func:`kary_to_pairs` turns raw rows into K − 1 preference pairs (best vs each other response) for the pairwise
   trainers.
 """

@@ -1,7 +1,7 @@
 """The gold-reward protocol: a frozen scalar reward r* defines the truth, for the labels and for the evaluation.
 
-As in the controlled experiments of Gao et al. 2022 (*Scaling laws for reward model overoptimization*) and of
-Rafailov et al. 2023 (DPO, the IMDb sentiment experiment), a fixed reward model stands in for the human:
+As in the controlled experiments of Gao et al. 2022 (reward over-optimisation) and of Rafailov et al. 2023 (DPO, the
+IMDb sentiment experiment), a fixed reward model stands in for the human:
 
 - **labels**: a training pair's clean label comes from the dataset, from argmax r*, or is drawn from
   Bradley–Terry(r*), P(a⁰ ≻ a¹) = σ(r*(x, a⁰) − r*(x, a¹)) (seeded), so the law of the clean label is known

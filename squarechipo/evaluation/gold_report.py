@@ -35,9 +35,9 @@ def label_signal(policy: str) -> dict | None:
     """What the policy's private training labels were worth, from its verified privacy record.
 
     n labels each wrong with probability ρ carry the information of about n(1 − 2ρ)² clean labels (the squared
-    correlation of a flipped label with the true one); ρ is the pipeline's expected wrong-label rate (Zhou et al. 2025
-    (Square-χPO), App. E). None when the folder has no record or its labels were not released by a pipeline whose rate
-    is known.
+    correlation of a flipped label with the true one); ρ is the pipeline's expected wrong-label rate
+    (Zhou et al. 2025 (Square-χPO), App. E). None when the folder has no record or its labels were not released by a
+    pipeline whose rate is known.
     """
     from squarechipo.privacy.ledger import PrivacyLedger
     from squarechipo.privacy.measurements import LabelPipeline

@@ -2,8 +2,8 @@
 
 A template is a system message and a user message with ``{prompt}``, ``{response_a}`` and
 ``{response_b}`` fields; the judge must answer with the letter of the better response. The
-finance default asks which response is more financially prudent and helpful (Zhou et al. 2025
-(Square-χPO), App. E); the general default asks which is more helpful, accurate and harmless.
+finance default asks which response is more financially prudent and helpful
+(Zhou et al. 2025 (Square-χPO), App. E); the general default asks which is more helpful, accurate and harmless.
 """
 
 from __future__ import annotations

@@ -128,8 +128,8 @@ class Release:
         """The probability this release flipped a binary label; None where no flip rate exists (K-ary).
 
         Binary RR flips with q(ε) = 1/(1+e^ε) (Zhou et al. 2025 (Square-χPO), Alg. 1); binary RRWithPrior flips its RR
-        rows at the same rate, and its prior rows are marked in the data (``label_from_prior``) and not debiased (Ghazi
-        et al. 2021 (label DP), Alg. 2). K-RR and the subset mechanism have no flip rate: their analyzer is the
+        rows at the same rate, and its prior rows are marked in the data (``label_from_prior``) and not debiased
+        (Ghazi et al. 2021 (label DP), Alg. 2). K-RR and the subset mechanism have no flip rate: their analyzer is the
         ``label_weights`` column (Chua et al. 2024 (local label DP)).
         """
         if self.mechanism == "none" or self.epsilon is None:

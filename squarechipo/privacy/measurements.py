@@ -6,10 +6,11 @@ turns rows into label arrays, calls the measurement, writes the released labels 
 measurement's :meth:`to_dict` in the ledger; the ledger then answers how to debias (a flip rate and c(ε) for
 binary randomized response, analyzer weights for K-RR and the subset mechanism).
 
-- :class:`LabelPipeline`: binary randomized response and α-Huber corruption in one of two orders (CTL, LTC), Zhou et
-  al. 2025 (Square-χPO), §3. Its fields map one-to-one onto the ``label_*`` fields of the recipes' YAML configs.
-- :class:`KaryRR`, :class:`SubsetMechanism`: K-ary label DP with unbiased analyzers (Chua et al. 2024 (local label
-  DP)).
+- :class:`LabelPipeline`: binary randomized response and α-Huber corruption in one of two orders (CTL, LTC),
+  Zhou et al. 2025 (Square-χPO), §3. Its fields map one-to-one onto the ``label_*`` fields of the recipes' YAML
+  configs.
+- :class:`KaryRR`, :class:`SubsetMechanism`: K-ary label DP with unbiased analyzers
+  (Chua et al. 2024 (local label DP)).
 - :class:`RRWithPrior`: Ghazi et al. 2021 (label DP), Algorithm 2 with a label-independent prior (LP-2ST's stage 2, or
   best-of-K rows).
 """

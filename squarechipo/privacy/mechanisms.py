@@ -52,8 +52,8 @@ def _restore_dtype(result_bool: np.ndarray, like: np.ndarray) -> np.ndarray:
 def randomized_response(labels: np.ndarray, epsilon: float | None, rng: np.random.Generator) -> np.ndarray:
     """Randomized response RR_ε: flip each label independently with probability 1/(1+e^ε).
 
-    ε-label-LDP for binary labels (Zhou et al. 2025 (Square-χPO), §3, eq. (3); Chowdhury et al. 2024 (private reward
-    estimation), §3). ``epsilon=None``/``inf`` returns a copy.
+    ε-label-LDP for binary labels (Zhou et al. 2025 (Square-χPO), §3, eq. (3);
+    Chowdhury et al. 2024 (private reward estimation), §3). ``epsilon=None``/``inf`` returns a copy.
     """
     check_generator(rng)
     array = check_labels(labels)

@@ -108,7 +108,7 @@ def _claims(records, scale, judge: str) -> dict[str, dict[str, Any]]:
 
 def _claim_lines(claims: dict[str, dict[str, Any]]) -> list[str]:
     lines = [
-        "| claim (Zhou et al. 2025) | mean paired difference (points) | 95% t interval | verdict |",
+        "| claim (Zhou et al. 2025 (Square-χPO)) | mean paired difference (points) | 95% t interval | verdict |",
         "|---|---|---|---|",
     ]
     for name, c in claims.items():
@@ -137,8 +137,8 @@ def _markdown(records, calibration, scale) -> str:
         f"# Zhou et al. 2025 (Square-χPO), Table 1, reproduced at scale `{scale.name}`",
         "",
         "Win rate (%) against the SFT policy, ties and identical responses counted ½: mean ± 95% t half-width over "
-        "seeds (n). Zhou et al. 2025 report (GPT2-large, llama3:70b judge): CTL χPO 64.2, Square-χPO 67.0; "
-        "LTC χPO 59.8, Square-χPO 60.0.",
+        "seeds (n). Zhou et al. 2025 (Square-χPO) report (GPT2-large, llama3:70b judge): CTL χPO 64.2, "
+        "Square-χPO 67.0; LTC χPO 59.8, Square-χPO 60.0.",
         "",
         _calibration_line(calibration),
     ]
@@ -146,7 +146,8 @@ def _markdown(records, calibration, scale) -> str:
         title = "gold reward-model judge" if judge == "gold" else "debiased local judge (second opinion)"
         text += ["", f"## By the {title}", "", *_method_table(records, scale, judge)]
     text += ["", "## The cost of privacy (gold judge)", "", *_sweep_table(records, scale, "gold")]
-    text += ["", "## The orderings Zhou et al. 2025 claims (gold judge, paired by seed)", "", *_claim_lines(claims)]
+    heading = "## The orderings Zhou et al. 2025 (Square-χPO) claims (gold judge, paired by seed)"
+    text += ["", heading, "", *_claim_lines(claims)]
     minutes = sum(r["seconds"] for r in records) / 60
     text += ["", f"{len(records)} cells, {minutes:.0f} min of cell time. Scale: `{json.dumps(scale.to_dict())}`"]
     return "\n".join(text) + "\n"

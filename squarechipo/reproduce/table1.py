@@ -223,8 +223,8 @@ class Table1Run:
         """Each judge's gold accuracy on the test split's (chosen, rejected) pairs, measured once."""
         gold = load_preference_dataset(str(self.data / _PREFERENCE), split="test")
         pairs = self.scale.calibration_pairs
-        # The generator's test pairs are gold pairs (labels from its templates, as Zhou et al. 2025's evaluation):
-        # public.
+        # The generator's test pairs are gold pairs (labels from its templates, as in the evaluation of
+        # Zhou et al. 2025 (Square-χPO)): public.
         return _once(
             self.out / "judges",
             lambda: {n: calibrate_judge(j, gold, pairs, labels_public=True) for n, j in judges.items()},

@@ -28,8 +28,8 @@ REWARD_LOSSES = (*PAIRWISE_REWARD_LOSSES, "plackett_luce")
 
 @dataclass
 class PrivateRewardConfig(RewardConfig):
-    """``RewardConfig`` with the label-privacy debiasing (Chowdhury et al. 2024, Zhou et al. 2025 (Square-χPO), Alg. 3
-    line 4).
+    """``RewardConfig`` with the label-privacy debiasing (Chowdhury et al. 2024 (private reward estimation);
+    Zhou et al. 2025 (Square-χPO), Alg. 3 line 4).
 
     The ε of the labels is read from the training dataset's ledger by default; ``debias_epsilon`` is for
     data privatized elsewhere (a disagreement with the ledger raises unless ``privacy_override``).
@@ -47,15 +47,17 @@ class PrivateRewardConfig(RewardConfig):
     loss: str = field(
         default="rdpo",
         metadata={
-            "help": "rdpo (the debiased Bradley–Terry loss, Chowdhury et al. 2024) or square_dpo (Zhou et al. 2025, "
-            "eq. 10): the names of squarechipo.losses.METHODS; plackett_luce for best-of-K rows."
+            "help": "rdpo (the debiased Bradley–Terry loss, Chowdhury et al. 2024 (private reward estimation)) or "
+            "square_dpo (Zhou et al. 2025 (Square-χPO), eq. 10): the names of squarechipo.losses.METHODS; "
+            "plackett_luce for best-of-K rows."
         },
     )
     max_margin: float | None = field(
         default=8.0,
         metadata={
             "help": "Bound B on the reward margin |r(x,a⁺) − r(x,a⁻)| (clipped). The debiased BT loss is "
-            "unbounded below without it (Chowdhury et al. 2024 bounds ‖θ‖). None = no bound (square loss only)."
+            "unbounded below without it (Chowdhury et al. 2024 (private reward estimation) bounds ‖θ‖). None = no "
+            "bound (square loss only)."
         },
     )
     debias_epsilon: float | None = field(
@@ -82,7 +84,8 @@ class PrivateRewardConfig(RewardConfig):
             raise ValueError(f"loss must be one of {REWARD_LOSSES} (got {self.loss!r}).")
         if self.model_type == "preference" and self.loss != "square_dpo":
             raise ValueError(
-                "model_type='preference' is fitted by least squares (Zhou et al. 2025, eq. 10): set loss: square_dpo."
+                "model_type='preference' is fitted by least squares (Zhou et al. 2025 (Square-χPO), eq. 10): "
+                "set loss: square_dpo."
             )
         if self.max_margin is not None and not (self.max_margin > 0 and math.isfinite(self.max_margin)):
             raise ValueError(f"max_margin must be positive and finite, or None (got {self.max_margin!r}).")

@@ -4,9 +4,9 @@ a frozen LM, heads from :mod:`linear`.
 φ(x, a) is the frozen model's last-layer hidden state at the last token of prompt + response (chat template for
 conversational rows). A comparison's feature is the difference φ(x, a⁺) − φ(x, a⁻), clipped to ‖·‖ ≤ L (the L of
 Chowdhury et al. 2024 (private reward estimation)'s guarantees). The head θ is then fitted by
-:func:`~squarechipo.reward.linear.rr_debiased_mle` on RR-released rows (local label DP, Chowdhury et al. 2024 (private
-reward estimation), §4) or by :func:`~squarechipo.reward.linear.objective_perturbation` on the raw rows (central label
-DP, Alg. 2).
+:func:`~squarechipo.reward.linear.rr_debiased_mle` on RR-released rows (local label DP,
+Chowdhury et al. 2024 (private reward estimation), §4) or by :func:`~squarechipo.reward.linear.objective_perturbation`
+on the raw rows (central label DP, Alg. 2).
 """
 
 from __future__ import annotations

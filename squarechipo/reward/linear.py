@@ -216,8 +216,8 @@ def strong_convexity(epsilon: float | None, feature_bound: float, radius: float,
 
 
 def _debiased_gradient_factor(x_t, theta, sign_t, rho) -> np.ndarray:
-    """d/dm of [−(1−ρ) log σ(m) + ρ log σ(−m)]/(1−2ρ) at m = ±⟨x_t, θ⟩ (the normalised loss of Chowdhury et al. 2024
-    (private reward estimation), eq. 4–5)."""
+    """d/dm of [−(1−ρ) log σ(m) + ρ log σ(−m)]/(1−2ρ) at m = ±⟨x_t, θ⟩ (the normalised loss of
+    Chowdhury et al. 2024 (private reward estimation), eq. 4–5)."""
     m = sign_t * np.einsum("td,td->t", x_t, theta)
     return (-(1.0 - rho) * (1.0 - _sigmoid(m)) - rho * _sigmoid(m)) / (1.0 - 2.0 * rho)
 

@@ -1,9 +1,9 @@
 """``PrivateRewardTrainer``: TRL's ``RewardTrainer`` with label-private losses.
 
-- ``model_type: reward``, ``loss: rdpo``: the RR-debiased Bradley–Terry loss of Chowdhury et al. 2024 (private
-  reward estimation), §4, eq. 4: [−(1−ρ)·log σ(m) + ρ·log σ(−m)]/(1−2ρ), ρ = 1/(1+e^ε), on the clipped reward
-  margin m = clip(r(x, a⁺) − r(x, a⁻), ±B). It is unbiased for the clean BT loss but unbounded below, so the margin
-  bound B (``max_margin``) plays the role of that paper's parameter bound.
+- ``model_type: reward``, ``loss: rdpo``: the RR-debiased Bradley–Terry loss of
+  Chowdhury et al. 2024 (private reward estimation), §4, eq. 4: [−(1−ρ)·log σ(m) + ρ·log σ(−m)]/(1−2ρ), ρ = 1/(1+e^ε),
+  on the clipped reward margin m = clip(r(x, a⁺) − r(x, a⁻), ±B). It is unbiased for the clean BT loss but unbounded
+  below, so the margin bound B (``max_margin``) plays the role of that paper's parameter bound.
 - ``loss: square_dpo``: (2σ(m) − 1 − c(ε))², Zhou et al. 2025 (Square-χPO), eq. (10); with ``model_type:
   preference`` the rows are text pairs (see :mod:`squarechipo.reward.pairs`) and this fits the general preference
   model ℓ̂.
@@ -35,8 +35,9 @@ def reward_loss(margin: torch.Tensor, loss: str, flip_rate: float, max_margin: f
     """Per-row loss on the reward margin m = r(a⁺) − r(a⁻) (clipped to ±max_margin), debiased for ``flip_rate``.
 
     ``loss`` names a method of :data:`squarechipo.losses.METHODS` whose link is the identity (the margin is already a
-    reward difference): ``rdpo`` is the debiased Bradley–Terry loss of Chowdhury et al. 2024 (private reward
-    estimation), eq. 4; ``square_dpo`` is Zhou et al. 2025 (Square-χPO), eq. (10)."""
+    reward difference): ``rdpo`` is the debiased Bradley–Terry loss of
+    Chowdhury et al. 2024 (private reward estimation), eq. 4; ``square_dpo`` is
+    Zhou et al. 2025 (Square-χPO), eq. (10)."""
     if loss not in PAIRWISE_REWARD_LOSSES:
         raise ValueError(f"loss must be one of {PAIRWISE_REWARD_LOSSES} (got {loss!r}).")
     if max_margin is not None:
@@ -105,7 +106,7 @@ class PrivateRewardTrainer(PrivateTrainerMixin, RewardTrainer):
         kind = (
             "a pairwise preference model ℓ(x, a⁰, a¹) (Zhou et al. 2025 (Square-χPO), Alg. 3)"
             if self.args.model_type == "preference"
-            else "a reward model (Chowdhury et al. 2024, debiased Bradley–Terry)"
+            else "a reward model (Chowdhury et al. 2024 (private reward estimation), debiased Bradley–Terry)"
         )
         return f"This is {kind} trained with squarechipo on labels released through the mechanism below."
 

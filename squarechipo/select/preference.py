@@ -1,5 +1,5 @@
-"""Central DP for general preferences: pick a preference model by the exponential mechanism (Zhou et al. 2025
-(Square-χPO), Alg. 3, line 6).
+"""Central DP for general preferences: pick a preference model by the exponential mechanism
+(Zhou et al. 2025 (Square-χPO), Alg. 3, line 6).
 
 Given candidate pairwise preference models ℓ_1..ℓ_K chosen without the private data and the private
 (possibly corrupted) rows, L(ℓ) = Σ_i (ℓ(x_i, a⁺_i, a⁻_i) − 1)² with ℓ ∈ [−1, 1], so each row moves

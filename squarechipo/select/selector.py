@@ -153,8 +153,8 @@ def select_policy(
     override_candidate_guard: bool = False,
     override_reference_guard: bool = False,
 ) -> Selection:
-    """Sample one candidate with P ∝ exp(−ε·L/8), L the square loss on the raw private labels (Zhou et al. 2025
-    (Square-χPO), Alg. 2).
+    """Sample one candidate with P ∝ exp(−ε·L/8), L the square loss on the raw private labels
+    (Zhou et al. 2025 (Square-χPO), Alg. 2).
 
     The score h depends on π_ref, so the reference is checked like the candidates: one trained on the
     private rows or their prompts voids the sensitivity argument and is refused unless

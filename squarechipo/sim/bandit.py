@@ -103,8 +103,9 @@ def sample_pairs(
 ) -> PreferenceData:
     """n rows per seed: x uniform, a⁰, a¹ ~ π_ref(x), a⁰ preferred w.p. ``prefer[x, a⁰, a¹]``, then the pipeline.
 
-    ``prefer`` (X, A, A) is any preference probability P(a ≻ b | x): Bradley–Terry or general (Zhou et al. 2025
-    (Square-χPO), §4). ``adversary_prefers`` (X, A, A) booleans is what the ``fixed`` adversary writes (a ≻ b).
+    ``prefer`` (X, A, A) is any preference probability P(a ≻ b | x): Bradley–Terry or general
+    (Zhou et al. 2025 (Square-χPO), §4). ``adversary_prefers`` (X, A, A) booleans is what the ``fixed`` adversary
+    writes (a ≻ b).
     """
     num_contexts, num_actions = ref_policy.shape
     cdf = np.cumsum(ref_policy, axis=1)
@@ -258,8 +259,8 @@ def _solve_chi_ratio(u: np.ndarray) -> np.ndarray:
 
 
 def target_policy(bandit: Bandit, beta: float, link: str, reward: np.ndarray | None = None) -> np.ndarray:
-    """π*_β for a link: argmax_π E[Σ π r] − β·D(π‖π_ref), D = KL (dpo) or χ² + KL (chipo) (Zhou et al. 2025
-    (Square-χPO), eq. 3)."""
+    """π*_β for a link: argmax_π E[Σ π r] − β·D(π‖π_ref), D = KL (dpo) or χ² + KL (chipo)
+    (Zhou et al. 2025 (Square-χPO), eq. 3)."""
     r = bandit.reward if reward is None else reward
     ref = bandit.ref_policy
     if link == "dpo":

@@ -12,8 +12,9 @@ label y ~ Bernoulli(σ(⟨x, θ*⟩)). Estimators, all float64 and vectorised ov
   projected pass, η_t = 1/(λt) with
   λ = γ_ε·κ (γ = 1/(2 + e^{−2LB} + e^{2LB}), κ = λ_min of the features' second moment, public under
   label DP), the last iterate. γ is a worst case: here L·B ≈ 28, so λ ≈ 1e-25 and the steps are huge.
-- ``sgd_rr_averaged``: the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (no theorem of Chowdhury et al. 2024
-  (private reward estimation) covers it). For the SGD estimators the iterate after n samples is the estimate for n.
+- ``sgd_rr_averaged``: the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (no theorem of
+  Chowdhury et al. 2024 (private reward estimation) covers it). For the SGD estimators the iterate after n samples is
+  the estimate for n.
 - ``objective_perturbation``: Chowdhury et al. 2024 (private reward estimation), Algorithm 2 — argmin l_D(θ) +
   λ/(2n)‖θ‖² + wᵀθ/n with w ~ N(0, σ²I), σ = L·√(8 log(2/δ) + 4ε)/ε (Theorem 5.2), over Θ_B, solved to gradient norm <
   1e-10 (the guarantee is for the exact minimiser). λ = L²/(2ε) satisfies the smoothness condition of the
@@ -64,8 +65,8 @@ def sample_bt(
 
 
 def coverage(x: np.ndarray) -> float:
-    """κ: the smallest eigenvalue of the features' second moment E[xxᵀ] (Chowdhury et al. 2024 (private reward
-    estimation) Assumption 4.4), pooled over trials."""
+    """κ: the smallest eigenvalue of the features' second moment E[xxᵀ]
+    (Chowdhury et al. 2024 (private reward estimation) Assumption 4.4), pooled over trials."""
     trials, n, _ = x.shape
     return float(np.linalg.eigvalsh(np.einsum("tnd,tne->de", x, x) / (trials * n)).min())
 

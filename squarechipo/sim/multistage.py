@@ -1,4 +1,5 @@
-"""LP-2ST (Ghazi et al. 2021, multi-stage training with RRWithPrior) against LP-1ST (plain RR) on the alignment bandit.
+"""LP-2ST (Ghazi et al. 2021 (label DP), multi-stage training with RRWithPrior) against LP-1ST (plain RR) on the
+alignment bandit.
 
 LP-1ST: every label through RR_ε once, Square-χPO with c(ε) on all n rows.
 LP-2ST: the n rows are split (``split`` to part 1). Stage 1 fits Square-χPO with RR on part 1. Stage 2

@@ -1,4 +1,4 @@
-"""Over-optimisation as Huang et al. 2024 (*Correcting the mythos of KL-regularization: direct alignment without
+"""Over-optimisation as Huang et al. 2024 (χPO) (*Correcting the mythos of KL-regularization: direct alignment without
 overoptimization via χ²-preference optimization*) pose it, on a bandit with exact values.
 
 The instance keeps the optimal action well covered (π_ref(a*|x) = 1/2) and makes one bad action rare
@@ -6,12 +6,12 @@ The instance keeps the optimal action well covered (π_ref(a*|x) = 1/2) and make
 handful of pairs, and now and then wins one by Bradley–Terry noise. DPO's loss keeps rewarding a larger
 ratio π/π_ref for such an action (its implicit reward β·log(π/π_ref) is unbounded), so optimised longer it moves
 mass onto the rare action: the value rises, then falls. χPO's link ϕ(u) = u + log u grows linearly in the ratio,
-which is what Huang et al. 2024 show prevents this (the χ² term pays for mass on poorly covered actions).
+which is what Huang et al. 2024 (χPO) show prevents this (the χ² term pays for mass on poorly covered actions).
 
 Policies are tabular, log π_θ = log_softmax(log π_ref + g(θ)), trained full batch with Adam for up to ``steps``
 steps and measured at log-spaced checkpoints, every seed at once:
 
-- ``tabular``: g(θ) = θ, unbounded ratios (Assumption 3.3 of Zhou et al. 2025 (Square-χPO) / Huang et al. 2024's
+- ``tabular``: g(θ) = θ, unbounded ratios (Assumption 3.3 of Zhou et al. 2025 (Square-χPO) / Huang et al. 2024 (χPO)'s
   bounded implicit reward does not hold);
 - ``bounded``: g(θ) = B·tanh(θ/B), so π/π_ref ≤ e^{2B}: the bounded class the theorems assume.
 

@@ -29,7 +29,9 @@ class SquareChiPOConfig(DPOConfig):
     )
     r_max: float | None = field(
         default=None,
-        metadata={"help": "R_max of Zhou et al. 2025: the margin β·h is clipped to ±2·R_max. None = no clip."},
+        metadata={
+            "help": "R_max of Zhou et al. 2025 (Square-χPO): the margin β·h is clipped to ±2·R_max. None = no clip."
+        },
     )
     debias_epsilon: float | None = field(
         default=None,
@@ -56,7 +58,7 @@ class SquareChiPOConfig(DPOConfig):
     prior_row_weight: float = field(
         default=1.0,
         metadata={
-            "help": "LP-2ST (Ghazi et al. 2021): weight of rows whose label was released from the prior "
+            "help": "LP-2ST (Ghazi et al. 2021 (label DP)): weight of rows whose label was released from the prior "
             "(pseudo-labels, not debiased); 0 drops them. Used only when the data has a label_from_prior column."
         },
     )

@@ -5,10 +5,10 @@
    once.
 2. For t = 1, 2, …: sample one b̃ ~ πᵗ(x) per prompt, score r̂ᵗ(x, ·) = ℓ̂(x, ·, b̃) with the
    preference model, record log πᵗ(a|x), log πᵗ(b|x), and fit π^{t+1} from πᵗ by eq. (11).
-3. Output (``output_policy``): ``mixture`` (default) — the uniform mixture of π¹..π^T that Zhou et al. 2025
-   (Square-χPO) returns and for which Theorem 4.4 bounds the duality gap; on a non-transitive preference the iterates
-   cycle and the last one carries no guarantee (the lab shows its gap staying high). The folder then holds
-   ``mixture.json`` and the iterates; generation samples one iterate per prompt
+3. Output (``output_policy``): ``mixture`` (default) — the uniform mixture of π¹..π^T that
+   Zhou et al. 2025 (Square-χPO) returns and for which Theorem 4.4 bounds the duality gap; on a non-transitive
+   preference the iterates cycle and the last one carries no guarantee (the lab shows its gap staying high). The folder
+   then holds ``mixture.json`` and the iterates; generation samples one iterate per prompt
    (:func:`squarechipo.models.generation.generate_responses`). ``last`` — π^{T+1} as a plain model folder, one more
    update.
 
@@ -219,7 +219,8 @@ def _save_output(out: Path, record: PrivacyRecord, members: list[str], tokenizer
         )
         tokenizer.save_pretrained(str(out))
     intro = (
-        "This policy was aligned with iterative Square-χPO (Zhou et al. 2025, Algorithm 3) against a pairwise "
+        "This policy was aligned with iterative Square-χPO (Zhou et al. 2025 (Square-χPO), Algorithm 3) against a "
+        "pairwise "
         "preference model trained on labels released through the mechanism below."
     )
     write_privacy_record(out, record, intro=intro)

@@ -51,12 +51,14 @@ class SelfPlayConfig(SquareChiPOConfig):
     label privacy lives in the preference model (its ledger is carried into the output record).
     """
 
-    eta: float = field(default=1.0, metadata={"help": "Mirror-descent step size η of Zhou et al. 2025, eq. (8)."})
+    eta: float = field(
+        default=1.0, metadata={"help": "Mirror-descent step size η of Zhou et al. 2025 (Square-χPO), eq. (8)."}
+    )
     iterations: int = field(
-        default=2, metadata={"help": "T, the number of self-play rounds of Zhou et al. 2025, Alg. 3."}
+        default=2, metadata={"help": "T, the number of self-play rounds of Zhou et al. 2025 (Square-χPO), Alg. 3."}
     )
     output_policy: str = field(
-        default="mixture", metadata={"help": "mixture (default; Zhou et al. 2025, Alg. 3) or last."}
+        default="mixture", metadata={"help": "mixture (default; Zhou et al. 2025 (Square-χPO), Alg. 3) or last."}
     )
     responses_max_new_tokens: int = field(default=64, metadata={"help": "Length of the sampled responses a, b, b̃."})
     responses_temperature: float = field(
@@ -73,7 +75,8 @@ class SelfPlayConfig(SquareChiPOConfig):
         super().__post_init__()
         if not (isinstance(self.eta, (int, float)) and math.isfinite(self.eta) and self.eta > 0):
             raise ValueError(
-                f"eta must be a positive number (got {self.eta!r}); Zhou et al. 2025 uses a constant step size."
+                f"eta must be a positive number (got {self.eta!r}); Zhou et al. 2025 (Square-χPO) uses a constant "
+                "step size."
             )
         if not (isinstance(self.iterations, int) and self.iterations >= 1):
             raise ValueError(f"iterations (T) must be a positive integer (got {self.iterations!r}).")

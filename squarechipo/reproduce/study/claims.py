@@ -3,7 +3,7 @@
 A cell's metric is its summary's mean (expected and hard win in points, the rest in their units), at the end of
 training or at a checkpoint epoch. A ``drop`` claim compares an arm's metric at its reference epoch, fixed in the
 pre-registration from the pilot (:func:`reference_epochs`), with its metric at the end. A ``matched_kl`` claim
-compares two arms' gold gain at the same KL, as Huang et al. 2024 (*Correcting the mythos of KL-regularization*)
+compares two arms' gold gain at the same KL, as Huang et al. 2024 (χPO) (*Correcting the mythos of KL-regularization*)
 compare methods along their reward–KL curves: at the largest KL both reached in the seed, each gain linearly
 interpolated between its checkpoints (and the SFT policy, KL 0 and gain 0).
 """

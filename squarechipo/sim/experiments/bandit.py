@@ -270,7 +270,8 @@ def _order_lines(rows: list[dict], out: Path) -> list[str]:
             d, half = _difference(ltc, ctl)
             diffs.append(d)
             lines.append(
-                f"[order] Zhou et al. 2025, Thm 3.5 (LTC's √(α·c(ε)) against CTL's √α), α = 0.2 flip, ε = {e}: "
+                f"[order] Zhou et al. 2025 (Square-χPO), Thm 3.5 (LTC's √(α·c(ε)) against CTL's √α), α = 0.2 flip, "
+                f"ε = {e}: "
                 f"CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, LTC − CTL = {d:.4f} ± {half:.4f}: "
                 f"LTC above CTL {_verdict(d - half > 0)}"
             )
@@ -353,7 +354,8 @@ def _central_lines(rows: list[dict], out: Path) -> list[str]:
             cen, loc = central[(e, "central")], central[(e, "square_chipo")]
             d, half = _difference(loc, cen)
             lines.append(
-                f"[central] Zhou et al. 2025, Thm 3.7 (central (1 + 1/√ε) against local c(ε)), ε = {e}, α = 0.1, "
+                f"[central] Zhou et al. 2025 (Square-χPO), Thm 3.7 (central (1 + 1/√ε) against local c(ε)), "
+                f"ε = {e}, α = 0.1, "
                 f"n = 2000, |Π| = 16: central selection {_fmt(cen)} vs local square_chipo "
                 f"{_fmt(loc)}; local − central = {d:.4f} ± {half:.4f}: central better {_verdict(d - half > 0)}"
             )

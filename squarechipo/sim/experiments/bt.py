@@ -121,7 +121,8 @@ def bt_report(rows: list[dict], out: Path) -> list[str]:
                 yscale="log",
                 xlabel="n",
                 ylabel="‖θ̂ − θ*‖₂",
-                title=f"Private BT estimation (d = {int(d)}; Chowdhury et al. 2024, Fig. 1)",
+                title=f"Private BT estimation (d = {int(d)}; Chowdhury et al. 2024 (private reward estimation), "
+                "Fig. 1)",
             )
             ax.legend(fontsize=6)
 

@@ -50,7 +50,7 @@ OVEROPT_COLUMNS = [
 
 
 def overopt_grid(scale: str = "default") -> list[dict]:
-    """Over-optimisation as Huang et al. 2024 pose it (:mod:`squarechipo.sim.overopt`): methods × β × n × policy
+    """Over-optimisation as Huang et al. 2024 (χPO) pose it (:mod:`squarechipo.sim.overopt`): methods × β × n × policy
     class, each measured along optimisation steps."""
     points = []
     for n in _pick(scale, [500], [500], [500, 2000]):
@@ -93,8 +93,9 @@ def _rise(by_step: dict[float, dict[float, float]], steps: list[float]) -> np.nd
 
 
 def _overopt_claims(curves, setting: tuple, steps: list[float]) -> list[str]:
-    """Unbounded class: Huang et al.'s premise (DPO over-optimises) and claim (χPO less); bounded class: the
-    theorems' setting, where no method should over-optimise (its rise along training stays under 0.005)."""
+    """Unbounded class: the premise of Huang et al. 2024 (χPO) (DPO over-optimises) and its claim (χPO less);
+    bounded class: the theorems' setting, where no method should over-optimise (its rise along training stays under
+    0.005)."""
     by_method = {m: curves[(*setting, m)] for m in ("dpo", "chipo", "square_chipo")}
     final, lines = steps[-1], []
     if setting[0] == "bounded":
@@ -120,8 +121,8 @@ def _overopt_claims(curves, setting: tuple, steps: list[float]) -> list[str]:
 
 
 def overopt_report(rows: list[dict], out: Path) -> list[str]:
-    """[overopt]: over-optimisation along training, as Huang et al. 2024 pose it, in the unbounded and the bounded
-    policy class."""
+    """[overopt]: over-optimisation along training, as Huang et al. 2024 (χPO) pose it, in the unbounded and the
+    bounded policy class."""
     curves = _overopt_curves(rows)
     if not curves:
         return []
@@ -129,8 +130,9 @@ def overopt_report(rows: list[dict], out: Path) -> list[str]:
     lines = [
         "[overopt] Huang et al. 2024 (χPO), the claim χPO exists for: optimised longer, DPO over-optimises (its value "
         "falls after a peak as mass moves to poorly covered actions, the KL keeps growing) and χPO does not; "
-        "Square-χPO inherits the χ² link (Zhou et al. 2025). Their bounds assume a policy class with bounded "
-        "implicit reward (Zhou et al. 2025, Assumption 3.3). Conditions: π_ref(a*|x) = 1/2, one worst action of "
+        "Square-χPO inherits the χ² link (Zhou et al. 2025 (Square-χPO)). Their bounds assume a policy class with "
+        "bounded implicit reward (Zhou et al. 2025 (Square-χPO), Assumption 3.3). Conditions: π_ref(a*|x) = 1/2, "
+        "one worst action of "
         "π_ref mass 0.002, Adam (lr 0.05) up to 3000 steps, no clip; over-optimisation = J(π*_β) − J(π̂), "
         "paired by seed (the methods share each seed's data)."
     ]
