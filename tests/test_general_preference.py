@@ -14,8 +14,6 @@ from trl.trainer.dpo_trainer import DataCollatorForPreference
 from squarechipo.losses import self_play_loss, self_play_margin
 from squarechipo.models.generation import MIXTURE_FILE, generate_responses, mixture_members
 from squarechipo.models.logprobs import model_logps, tokenize_preferences
-from squarechipo.privacy import LabelPipeline, release_dataset
-from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.record import PrivacyRecord
 from squarechipo.reward import (
     PreferenceModel,
@@ -27,23 +25,7 @@ from squarechipo.trainer import PRIVACY_FILE
 from squarechipo.trainer.iterative import iterative_square_chipo, self_play_dataset
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
 from tests.helpers.models import make_tiny_classifier, make_tiny_model
-
-
-def separable(n: int, offset: int = 0) -> datasets.Dataset:
-    """One comparison asked n times (numbered questions, the same two answers): near-copies of one comparison, which a
-    release takes as distinct units only when a column declares them (``question``, the privacy unit)."""
-    return datasets.Dataset.from_dict(
-        {
-            "prompt": [f"Question {offset + i}: should I keep my savings safe?" for i in range(n)],
-            "chosen": ["Yes, keep an emergency fund in an insured account."] * n,
-            "rejected": ["Bet everything on lottery tickets tonight!"] * n,
-        }
-    )
-
-
-def release_questions(rows: datasets.Dataset, epsilon: float) -> datasets.Dataset:
-    numbered = rows.add_column("question", list(range(len(rows))))
-    return release_dataset(numbered, LabelPipeline(epsilon=epsilon), seed=0, privacy_unit="question")
+from tests.helpers.rows import release_questions, separable
 
 
 def test_preference_model_is_antisymmetric_by_construction(tokenizer):
@@ -58,55 +40,6 @@ def test_preference_model_is_antisymmetric_by_construction(tokenizer):
     np.testing.assert_allclose(model.preference(x, a, a), 0.0, atol=1e-7)
     with pytest.raises(ValueError, match="equal lengths"):
         model.preference(x, a, b[:2])
-
-
-def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(tokenizer, tmp_path):
-    """RR at ε = 2 flips 12% of 64 labels; the least-squares fit of Zhou et al. 2025 (Square-χPO), eq. (10) must still
-    prefer the
-    safe answer on held-out prompts. Under no learning ℓ̂ > 0 on all 16 held-out rows has probability
-    2^-16 for a symmetric random model, so the check tests learning."""
-    released = release_questions(separable(64), 2.0)
-    pairs = to_pairwise_dataset(released)
-    assert len(pairs) == 64 and get_ledger(pairs).total_epsilon == 2.0
-    args = PrivateRewardConfig(
-        output_dir=str(tmp_path / "pm"),
-        model_type="preference",
-        loss="square_dpo",
-        max_margin=None,
-        max_steps=16,
-        learning_rate=3e-3,
-        per_device_train_batch_size=8,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=4,
-        max_length=256,
-    )
-    trainer = PrivateRewardTrainer(
-        make_tiny_classifier(tokenizer), args=args, train_dataset=pairs, processing_class=tokenizer
-    )
-    assert trainer.privacy.epsilon == 2.0 and trainer.privacy.source == "ledger"
-    trainer.train()
-    held = separable(16, offset=1000)
-    scores = PreferenceModel(trainer.model, tokenizer).preference(held["prompt"], held["chosen"], held["rejected"])
-    assert (scores > 0).all(), scores
-    trainer.save_model()
-    trainer.create_model_card()
-    record = json.loads((tmp_path / "pm" / PRIVACY_FILE).read_text())
-    assert (
-        record["model_type"] == "preference"
-        and record["epsilon"] == 2.0
-        and record["mechanism"] == "randomized_response"
-    )
-    assert "| model type | preference |" in (tmp_path / "pm" / "README.md").read_text()
-    reloaded = PreferenceModel.from_pretrained(str(tmp_path / "pm"))
-    np.testing.assert_allclose(
-        reloaded.preference(held["prompt"][:4], held["chosen"][:4], held["rejected"][:4]), scores[:4], atol=1e-5
-    )
-
-
-def test_preference_config_rejects_a_log_loss():
-    with pytest.raises(ValueError, match="loss: square_dpo"):
-        PrivateRewardConfig(output_dir="unused", model_type="preference", loss="rdpo", report_to="none")
 
 
 def _self_play_rows(tokenizer, policy, reference, target):

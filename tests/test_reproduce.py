@@ -1,6 +1,5 @@
 """Zhou et al. 2025 (Square-χPO)'s Table 1 command: the aggregation and paired verdicts on hand-made records, and the
-real run end to end
-on tiny models (real recipes, trainer, release, generation and judges), including resume."""
+real run end to end on tiny models (real recipes, trainer, release, generation and judges), including resume."""
 
 from __future__ import annotations
 

@@ -67,8 +67,7 @@ def test_each_optimiser_recovers_its_target_at_the_rate(method, epsilon, link):
     or steeper), and the large-n error below 0.06 in total variation. Under RR (ε = 1) the debiased
     losses must still converge to the clean target (a biased loss would stall at a fixed distance).
     The margins are clipped at 2·R_max = 6 as in Zhou et al. 2025 (Square-χPO) (the robust log loss is unbounded below
-    without it);
-    the target's margins are at most 3, inside the clip.
+    without it); the target's margins are at most 3, inside the clip.
     """
     bandit = bd.make_bandit(3, 3, 3.0, 0.4, np.random.default_rng(0))
     pipeline = LabelPipeline(epsilon=epsilon) if epsilon else None

@@ -253,8 +253,7 @@ def test_implied_p_chosen_is_the_mean_sigmoid_of_the_clipped_margins(
     tiny_model_factory, tokenizer, finance_splits, tmp_path
 ):
     """The logged ``implied_p_chosen`` is mean σ(m) with m the method's clipped margin (Zhou et al. 2025 (Square-χPO),
-    Alg. 1), recomputed
-    here from the trained policy's and the reference's log-probs, outside the trainer."""
+    Alg. 1), recomputed here from the trained policy's and the reference's log-probs, outside the trainer."""
     from squarechipo.losses import preference_loss
     from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 

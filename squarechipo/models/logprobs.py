@@ -2,9 +2,9 @@
 
 Used wherever a model is scored on (prompt, chosen, rejected) rows outside TRL's training loop: the central
 selector (Zhou et al. 2025 (Square-χPO), Alg. 2), the LP-2ST prior (Ghazi et al. 2021 (label DP)), self-play's π_ref
-and π_t (Zhou et al. 2025 (Square-χPO), Alg. 3) and the tests that
-check the trainer against it. Scoring is gradient-free and batched, with the lean LM head (completion
-positions only, each prompt once) where the model supports it.
+and π_t (Zhou et al. 2025 (Square-χPO), Alg. 3) and the tests that check the trainer against it. Scoring is
+gradient-free and batched, with the lean LM head (completion positions only, each prompt once) where the model supports
+it.
 
 Tokenization follows TRL's DPOTrainer (prompt, prompt + completion, completion starting where the two
 diverge; EOS appended to standard-format completions) but is done here because TRL's version logs a

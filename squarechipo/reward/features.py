@@ -163,8 +163,8 @@ def fit_linear_head(
     - ``rr_mle``: θ̂_RR of Chowdhury et al. 2024 (private reward estimation), §4, the debiased log loss minimised
       exactly over ‖θ‖ ≤ radius (Thm 4.2);
     - ``sgd_rr``: Chowdhury et al. 2024 (private reward estimation), Algorithm 1 with Theorem 4.5's η_t = 1/(λt), last
-      iterate; λ defaults to γ_ε·κ with
-      κ the smallest eigenvalue of the features' second moment (features are public under label DP);
+      iterate; λ defaults to γ_ε·κ with κ the smallest eigenvalue of the features' second moment (features are public
+      under label DP);
     - ``sgd_rr_averaged``: η₀/√t (``step``) with Polyak–Ruppert averaging.
 
     Central label DP: ``objective_perturbation`` on raw rows with (``epsilon``, ``delta``); needs ``rng``.

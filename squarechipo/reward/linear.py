@@ -7,18 +7,16 @@ y (T, n). For one model pass T = 1.
 
 - :func:`mle` — the non-private MLE over Θ_B, solved exactly (Newton + KKT bisection).
 - :func:`rr_debiased_mle` — θ̂_RR of Chowdhury et al. 2024 (private reward estimation), §4 (eq. 6, Theorem 4.2 /
-  Corollary 4.3): the debiased log
-  loss of labels released by RR_ε, minimised exactly over Θ_B like the MLE.
+  Corollary 4.3): the debiased log loss of labels released by RR_ε, minimised exactly over Θ_B like the MLE.
 - :func:`sgd_debiased` — θ̂_SGD-RR, Chowdhury et al. 2024 (private reward estimation), Algorithm 1 with Theorem 4.5's
   schedule: one projected pass, η_t = 1/(λt) with λ = γ_ε·κ, returning the last iterate.
 - :func:`sgd_debiased_averaged` — the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (a
   common practical variant; Theorem 4.5 does not cover it).
 - :func:`objective_perturbation` — Chowdhury et al. 2024 (private reward estimation), Algorithm 2 (central label DP):
-  argmin l_D(θ) + λ/2‖θ‖² + wᵀθ,
-  w ~ N(0, σ²I), σ = L·√(8 log(2/δ) + 4ε)/ε (Theorem 5.2), λ = L²/(2ε), over Θ_B. The guarantee is
-  for the exact minimiser: every Newton solve must reach gradient norm ≤ ``GRADIENT_TOLERANCE``
-  within ``NEWTON_ITERATIONS`` and every bisection step must be decided by a certificate, or
-  :class:`NotConvergedError` is raised instead of returning an inexact θ.
+  argmin l_D(θ) + λ/2‖θ‖² + wᵀθ, w ~ N(0, σ²I), σ = L·√(8 log(2/δ) + 4ε)/ε (Theorem 5.2), λ = L²/(2ε), over Θ_B. The
+  guarantee is for the exact minimiser: every Newton solve must reach gradient norm ≤ ``GRADIENT_TOLERANCE`` within
+  ``NEWTON_ITERATIONS`` and every bisection step must be decided by a certificate, or :class:`NotConvergedError` is
+  raised instead of returning an inexact θ.
 
 Labels released by RR_ε with flip rate ρ = 1/(1+e^ε) enter the debiased loss as the soft labels
 (ỹ − ρ)/(1 − 2ρ): the normalised debiased loss [(1−ρ)·ℓ(m, ỹ) − ρ·ℓ(m, 1−ỹ)]/(1−2ρ) equals the

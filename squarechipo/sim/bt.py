@@ -9,9 +9,9 @@ label y ~ Bernoulli(σ(⟨x, θ*⟩)). Estimators, all float64 and vectorised ov
   RR_ε, then the debiased log loss (Chowdhury et al. 2024 (private reward estimation), eq. 4–6) minimised exactly over
   Θ_B. Theorem 4.2 / Corollary 4.3: its error is c(ε) = (e^ε+1)/(e^ε−1) times the MLE's rate.
 - ``sgd_rr``: Chowdhury et al. 2024 (private reward estimation), Algorithm 1 with Theorem 4.5's schedule — one
-  projected pass, η_t = 1/(λt) with
-  λ = γ_ε·κ (γ = 1/(2 + e^{−2LB} + e^{2LB}), κ = λ_min of the features' second moment, public under
-  label DP), the last iterate. γ is a worst case: here L·B ≈ 28, so λ ≈ 1e-25 and the steps are huge.
+  projected pass, η_t = 1/(λt) with λ = γ_ε·κ (γ = 1/(2 + e^{−2LB} + e^{2LB}), κ = λ_min of the features' second
+  moment, public under label DP), the last iterate. γ is a worst case: here L·B ≈ 28, so λ ≈ 1e-25 and the steps are
+  huge.
 - ``sgd_rr_averaged``: the same pass with η_t = η₀/√t and Polyak–Ruppert averaging (no theorem of
   Chowdhury et al. 2024 (private reward estimation) covers it). For the SGD estimators the iterate after n samples is
   the estimate for n.

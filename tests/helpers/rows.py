@@ -53,3 +53,23 @@ def plan_rows(n=40, **extra):
         "rejected": [f"Bet it all, plan {i}!" for i in range(n)],
     }
     return datasets.Dataset.from_dict({**data, **{k: v(n) for k, v in extra.items()}})
+
+
+def separable(n: int, offset: int = 0) -> datasets.Dataset:
+    """One comparison asked n times (numbered questions, the same two answers): near-copies of one comparison, which a
+    release takes as distinct units only when a column declares them (``question``, the privacy unit)."""
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [f"Question {offset + i}: should I keep my savings safe?" for i in range(n)],
+            "chosen": ["Yes, keep an emergency fund in an insured account."] * n,
+            "rejected": ["Bet everything on lottery tickets tonight!"] * n,
+        }
+    )
+
+
+def release_questions(rows: datasets.Dataset, epsilon: float) -> datasets.Dataset:
+    """Rows released at ε by randomized response, each numbered question its own privacy unit."""
+    from squarechipo.privacy import LabelPipeline, release_dataset
+
+    numbered = rows.add_column("question", list(range(len(rows))))
+    return release_dataset(numbered, LabelPipeline(epsilon=epsilon), seed=0, privacy_unit="question")
