@@ -95,10 +95,9 @@ def test_generation_is_seeded(models, finance_splits):
     assert a == b and a != c
 
 
-@pytest.mark.integration
-def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
-    finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
-    out = subprocess.run(
+def _run_judge(models, tmp_path, *options: str) -> subprocess.CompletedProcess:
+    """eval/judge.py on the policy against the baseline, over 4 prompts of the data saved in tmp_path/data."""
+    return subprocess.run(
         [
             sys.executable,
             "eval/judge.py",
@@ -112,21 +111,24 @@ def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
             "4",
             "--max-new-tokens",
             "6",
-            "--calibration-pairs",
-            "4",
-            "--judge-model",
-            str(models / "judge"),
             "--out",
             str(tmp_path / "eval"),
-            "--seed",
-            "1",
             "--public_splits",
             "test",
+            *options,
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
+    )
+
+
+@pytest.mark.integration
+def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path):
+    finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
+    out = _run_judge(
+        models, tmp_path, "--calibration-pairs", "4", "--judge-model", str(models / "judge"), "--seed", "1"
     )
     assert out.returncode == 0, out.stderr[-3000:]
     # What it prints is what it wrote: the headline (ties as ½) over the 4 prompts, and the judge's accuracy on the
@@ -182,37 +184,17 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
     make_tiny_classifier(tokenizer, seed=5).save_pretrained(tmp_path / "rm")
     tokenizer.save_pretrained(tmp_path / "rm")
     finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "eval/judge.py",
-            "--policy",
-            str(models / "policy"),
-            "--baseline",
-            str(models / "baseline"),
-            "--dataset_name",
-            str(tmp_path / "data"),
-            "--max_eval_samples",
-            "4",
-            "--max-new-tokens",
-            "6",
-            "--calibration-pairs",
-            "6",
-            "--judge",
-            "reward-model",
-            "--judge-model",
-            str(tmp_path / "rm"),
-            "--tie-band",
-            "0.0",
-            "--out",
-            str(tmp_path / "eval"),
-            "--public_splits",
-            "test",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    out = _run_judge(
+        models,
+        tmp_path,
+        "--calibration-pairs",
+        "6",
+        "--judge",
+        "reward-model",
+        "--judge-model",
+        str(tmp_path / "rm"),
+        "--tie-band",
+        "0.0",
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())

@@ -26,6 +26,7 @@ from squarechipo.trainer.iterative import iterative_square_chipo, self_play_data
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
 from tests.helpers.models import make_tiny_classifier, make_tiny_model
 from tests.helpers.rows import release_questions, separable
+from tests.helpers.runs import preference_config
 
 
 def test_preference_model_is_antisymmetric_by_construction(tokenizer):
@@ -124,6 +125,20 @@ def test_self_play_rejects_bad_input(tokenizer, tmp_path):
         _config(tmp_path, eta=0.0)
 
 
+def test_self_play_with_push_to_hub_checks_the_hub_before_anything_runs(tmp_path, monkeypatch):
+    """The script pushes its folder at the end (it used to ignore push_to_hub); an unreachable Hub stops it first."""
+    from trl import ModelConfig
+
+    from squarechipo.scripts.self_play import SelfPlayScriptArguments, main
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    args = _config(tmp_path, push_to_hub=True, hub_model_id="someone/mixture")
+    script = SelfPlayScriptArguments(dataset_name="unused", preference_model=str(tmp_path / "missing"))
+    with pytest.raises(RuntimeError, match="cannot be reached.*before training"):
+        main(script, args, ModelConfig(model_name_or_path="unused"))
+    assert not (tmp_path / "sp").exists()
+
+
 def test_iterative_driver_writes_a_mixture_that_generates_and_carries_the_privacy_record(tokenizer, tmp_path):
     policy = make_tiny_model(tokenizer, seed=0)
     reference_dir = tmp_path / "reference"
@@ -212,19 +227,8 @@ def test_central_preference_model_selection_picks_the_trained_candidate(tokenize
     from squarechipo.select.preference import select_preference_model
 
     pairs = to_pairwise_dataset(separable(48))
-    args = PrivateRewardConfig(
-        output_dir=str(tmp_path / "pm"),
-        model_type="preference",
-        loss="square_dpo",
-        max_margin=None,
-        max_steps=16,
-        learning_rate=3e-3,
-        per_device_train_batch_size=8,
-        report_to="none",
-        save_strategy="no",
-        max_length=256,
-        train_labels_public=True,  # a candidate trained on public rows; the selector's private rows are others
-    )
+    # A candidate trained on public rows; the selector's private rows are others.
+    args = preference_config(tmp_path, train_labels_public=True)
     trainer = PrivateRewardTrainer(
         make_tiny_classifier(tokenizer, seed=1), args=args, train_dataset=pairs, processing_class=tokenizer
     )

@@ -14,6 +14,7 @@ from squarechipo.reward import PreferenceModel, PrivateRewardConfig, PrivateRewa
 from squarechipo.trainer import PRIVACY_FILE
 from tests.helpers.models import make_tiny_classifier
 from tests.helpers.rows import release_questions, release_rows, separable
+from tests.helpers.runs import preference_config
 
 
 def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(tokenizer, tmp_path):
@@ -23,20 +24,7 @@ def test_preference_model_learns_from_privatized_labels_and_records_the_ledger(t
     released = release_questions(separable(64), 2.0)
     pairs = to_pairwise_dataset(released)
     assert len(pairs) == 64 and get_ledger(pairs).total_epsilon == 2.0
-    args = PrivateRewardConfig(
-        output_dir=str(tmp_path / "pm"),
-        model_type="preference",
-        loss="square_dpo",
-        max_margin=None,
-        max_steps=16,
-        learning_rate=3e-3,
-        per_device_train_batch_size=8,
-        report_to="none",
-        save_strategy="steps",
-        save_steps=8,
-        logging_steps=4,
-        max_length=256,
-    )
+    args = preference_config(tmp_path, save_strategy="steps", save_steps=8, logging_steps=4)
     trainer = PrivateRewardTrainer(
         make_tiny_classifier(tokenizer), args=args, train_dataset=pairs, processing_class=tokenizer
     )

@@ -14,7 +14,6 @@ gold pairs of ``dataset_test_split`` is measured and written to ``gold_judge.jso
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from squarechipo.privacy.ledger import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.record import write_privacy_record
 from squarechipo.reward.features import fit_linear_reward_model
+from squarechipo.scripts._common import setup_logging
 
 RESULT_FILE = "gold_judge.json"
 
@@ -101,7 +101,7 @@ def _card(args: GoldJudgeArguments, result: dict) -> str:
 
 
 def main(args: GoldJudgeArguments) -> dict:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     torch.manual_seed(args.seed)
     train, test = _load_gold(args)
     path = resolve_model_path(args.model_name_or_path)

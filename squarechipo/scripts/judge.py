@@ -26,7 +26,6 @@ hard rule (a win needs both orders to agree). Before judging, the judge is score
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from trl import TrlParser
@@ -37,6 +36,7 @@ from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rat
 from squarechipo.evaluation.report import format_line
 from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate
 from squarechipo.privacy.door import require_released_or_public
+from squarechipo.scripts._common import setup_logging
 
 
 def _template(args, test) -> JudgeTemplate:
@@ -80,7 +80,7 @@ def make_parser() -> TrlParser:
 
 def main(argv: list[str] | None = None) -> dict:
     """Flags or ``--config eval.yaml`` (the fields of :class:`WinRateConfig`)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     (args,) = make_parser().parse_args_and_config(argv)
     test = load_preference_dataset(args.dataset_name, split=args.dataset_test_split)
     if args.calibration_pairs != 0:  # calibration reads the split's labels and writes them to calibration.jsonl

@@ -32,7 +32,7 @@ from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source
 from squarechipo.privacy.measurements import RRWithPrior
 from squarechipo.privacy.release import combine_parts
 from squarechipo.privacy.release_store import release_once
-from squarechipo.scripts._common import finish_run
+from squarechipo.scripts._common import finish_run, setup_logging
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.lp2st import policy_prior
 from squarechipo.trainer.script_args import TrainScriptArguments
@@ -80,7 +80,7 @@ def _stage1_prior(model_path, stage1, raw2, tokenizer, script_args, training_arg
 
 
 def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig):
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     _ = training_args.device
     state = PartialState()
     pipeline = script_args.label_pipeline()

@@ -12,8 +12,6 @@ pipeline once (``label_*`` fields; saved and reused under ``privatized_dir``), e
 
 from __future__ import annotations
 
-import logging
-
 from accelerate import PartialState
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
@@ -21,13 +19,13 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from squarechipo.models import resolve_model_path
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
-from squarechipo.scripts._common import declare_public_labels, finish_run
+from squarechipo.scripts._common import declare_public_labels, finish_run, setup_logging
 from squarechipo.trainer.script_args import TrainScriptArguments
 from squarechipo.trainer.splits import load_training_splits
 
 
 def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, model_args: ModelConfig):
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     _ = training_args.device
     state = PartialState()
     with state.main_process_first():

@@ -12,7 +12,6 @@ and ``squarechipo_privacy.json`` recording ε, n and |Π|. Scores are never prin
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from trl import TrlParser
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.runtime import distributed_state
+from squarechipo.scripts._common import setup_logging
 from squarechipo.select import select_policy
 
 
@@ -72,7 +72,7 @@ class SelectConfig:
 
 
 def main(config: SelectConfig):
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     state = distributed_state()
     with state.main_process_first():  # the embedded model is converted once, by the main process
         for name in [config.ref_model, *config.candidates]:

@@ -6,12 +6,12 @@
 The policy starts at π_ref (``model_name_or_path``); ``preference_model`` is a folder written by the first command. By
 default the output folder is the uniform mixture of π¹..π^T (``mixture.json`` + iterates; ``eval/judge.py`` and
 ``generate_responses`` sample one iterate per prompt), as Zhou et al. 2025 (Square-χPO) returns; ``output_policy:
-last`` saves the last iterate as a plain model instead.
+last`` saves the last iterate as a plain model instead. With ``push_to_hub`` the whole output folder (card, privacy
+record, mixture and iterates) is uploaded at the end; the Hub is checked before anything is trained.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from squarechipo.models import resolve_model_path
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.privacy.record import read_privacy_record
 from squarechipo.reward import PreferenceModel
+from squarechipo.scripts._common import setup_logging
+from squarechipo.trainer import check_hub_reachable
 from squarechipo.trainer.iterative import iterative_square_chipo
 from squarechipo.trainer.self_play import SelfPlayConfig
 
@@ -37,9 +39,11 @@ class SelfPlayScriptArguments(ScriptArguments):
 
 
 def main(script_args: SelfPlayScriptArguments, training_args: SelfPlayConfig, model_args: ModelConfig) -> Path:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     _ = training_args.device
     state = PartialState()
+    if training_args.push_to_hub:
+        check_hub_reachable(training_args)  # before anything is trained, as the trainers do
     if not script_args.preference_model or not Path(script_args.preference_model).is_dir():
         raise ValueError(
             f"preference_model must be the folder of a trained preference model (got "
@@ -74,11 +78,26 @@ def main(script_args: SelfPlayScriptArguments, training_args: SelfPlayConfig, mo
     out = iterative_square_chipo(
         policy, tokenizer, prompts, preference, training_args, reference_name=reference, preference_record=record
     )
+    if training_args.push_to_hub and state.is_main_process:
+        _push(out, training_args)
     state.print(
         f"Done. {training_args.output_policy} of iterative Square-χPO (T = {training_args.iterations}) "
         f"in {out.resolve()}"
     )
+    state.wait_for_everyone()
     return out
+
+
+def _push(out: Path, args: SelfPlayConfig) -> None:
+    """Upload the output folder as one model repository (its card and privacy record included)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=args.hub_token)
+    repo = api.create_repo(args.hub_model_id or out.resolve().name, private=args.hub_private_repo, exist_ok=True)
+    api.upload_folder(
+        repo_id=repo.repo_id, folder_path=str(out), commit_message=f"iterative Square-χPO ({args.output_policy})"
+    )
+    print(f"Pushed to {repo}")
 
 
 def make_parser(prog: str | None = None) -> TrlParser:

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from squarechipo.models import resolve_model_path
 from squarechipo.models.card import fix_model_card
 from squarechipo.privacy.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.record import write_privacy_record
-from squarechipo.scripts._common import finish_run
+from squarechipo.scripts._common import finish_run, setup_logging
 from squarechipo.trainer.config import SFTRecipeConfig
 
 
@@ -32,7 +31,7 @@ class SFTScriptArguments(ScriptArguments):
 
 
 def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_args: ModelConfig) -> SFTTrainer:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
     with PartialState().main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)

@@ -22,7 +22,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
 from squarechipo.privacy.lineage import mark_source
-from squarechipo.scripts._common import declare_public_labels, finish_run
+from squarechipo.scripts._common import declare_public_labels, finish_run, setup_logging
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.script_args import TrainScriptArguments
 from squarechipo.trainer.splits import load_training_splits
@@ -33,7 +33,7 @@ logger = logging.getLogger("squarechipo")
 def main(
     script_args: TrainScriptArguments, training_args: SquareChiPOConfig, model_args: ModelConfig
 ) -> SquareChiPOTrainer:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
     state = PartialState()
     with state.main_process_first():  # the embedded model is converted once, by the main process

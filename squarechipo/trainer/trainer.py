@@ -31,7 +31,7 @@ from squarechipo.trainer.checkpoints import EpochCheckpoints
 from squarechipo.trainer.config import SquareChiPOConfig
 from squarechipo.trainer.private_base import PrivateTrainerMixin
 
-__all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE"]
+__all__ = ["SquareChiPOTrainer", "TRL_INTERNALS", "PRIVACY_FILE", "check_hub_reachable"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -59,7 +59,7 @@ TRL_INTERNALS = (
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
-def _check_hub_reachable(args: SquareChiPOConfig) -> None:
+def check_hub_reachable(args) -> None:
     """Fail before training when ``push_to_hub`` is set but the Hub cannot be reached."""
     import huggingface_hub
     from huggingface_hub import constants
@@ -131,7 +131,7 @@ class SquareChiPOTrainer(PrivateTrainerMixin, DPOTrainer):
         self._set_up_privacy(model, ref_model, train_dataset, eval_dataset, args, flip_rate=args.flip_rate)
         self.privacy.refuse_seeded_push(args.push_to_hub, args.push_seeded_release)
         if args.push_to_hub:
-            _check_hub_reachable(args)
+            check_hub_reachable(args)
         self.lean_lm_head = False
         #: Whether the lean head runs each prompt once (decided with the head, see ``_share_prompt``).
         self.shares_prompt = False

@@ -1,4 +1,4 @@
-"""A real policy-trainer run on the tiny model, for the tests that check what a run saves."""
+"""Real runs on the tiny models, and their configs, for the tests that check what a run saves."""
 
 from __future__ import annotations
 
@@ -22,6 +22,25 @@ def train_tiny(tmp_path, tiny_model_factory, tokenizer, train, eval_dataset=None
     )
     trainer.train()
     return trainer
+
+
+def preference_config(tmp_path, **overrides):
+    """A PrivateRewardConfig for a pairwise preference model (least squares, eq. 10) on the tiny classifier."""
+    from squarechipo.reward import PrivateRewardConfig
+
+    values = dict(
+        output_dir=str(tmp_path / "pm"),
+        model_type="preference",
+        loss="square_dpo",
+        max_margin=None,
+        max_steps=16,
+        learning_rate=3e-3,
+        per_device_train_batch_size=8,
+        report_to="none",
+        save_strategy="no",
+        max_length=256,
+    )
+    return PrivateRewardConfig(**{**values, **overrides})
 
 
 class SingleProcessState:
