@@ -281,3 +281,28 @@ def test_cli_judges_the_prompts_of_a_single_jsonl_file(models, finance_splits, t
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["overall"]["n_pairs"] == 3 and summary["calibration"]["n_pairs"] == 2
     assert "its 3 rows are the 'test' split" in out.stderr
+
+
+def test_the_gold_evaluator_reuses_the_sft_records_passes_without_changing_a_number(models, finance_splits, tokenizer):
+    """The SFT policy's record already holds r* of its samples and π_ref's test log-probs, and its own samples are
+    its pool: reusing them gives exactly what computing them again gives."""
+    from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings
+    from squarechipo.judge.reward_model import RewardModelJudge
+    from tests.helpers.models import make_tiny_classifier
+
+    make_tiny_classifier(tokenizer, seed=5).save_pretrained(models / "gold")
+    tokenizer.save_pretrained(models / "gold")
+    reference = make_tiny_model(tokenizer, seed=2).eval()
+    test = finance_splits["finance_preference_conversational"]["test"].select(range(4))
+    evaluator = GoldEvaluator(
+        reference,
+        tokenizer,
+        RewardModelJudge(str(models / "gold"), batch_size=4),
+        test,
+        SamplingSettings(samples_per_prompt=2, max_new_tokens=4, batch_size=4, logp_batch_size=4),
+        labels_public=True,
+    )
+    samples = evaluator.sample(reference)
+    record = evaluator.measure_samples(reference, samples)
+    assert record == evaluator.measure_samples(reference, samples, pool=samples)
+    assert evaluator.constants(samples, record) == evaluator.constants(samples)

@@ -83,7 +83,10 @@ def gold_comparison(
     sft_record = evaluator.measure_samples(reference, sft_samples)
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=dtype).eval()
     record = evaluator.measure(model, pool=sft_samples)
-    return {**compare(record, sft_record, evaluator.constants(sft_samples)), "label_signal": label_signal(policy)}
+    return {
+        **compare(record, sft_record, evaluator.constants(sft_samples, sft_record)),
+        "label_signal": label_signal(policy),
+    }
 
 
 def format_summary(summary: dict) -> list[str]:

@@ -122,34 +122,41 @@ class GoldEvaluator:
         """The per-prompt record of ``model`` (lists of floats, JSON-ready) on ``samples`` drawn from it.
         ``pool``: the SFT policy's samples, the extra candidates of the fixed pool (None: this model is the SFT
         policy and its samples are the pool)."""
-        pool = samples if pool is None else pool
         test_logps = self.logps(model, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
+        logp = self._sample_logps(model, samples)
         record = {
             "reward": np.stack([gold_rewards(self.gold, self.prompts, s) for s in samples]),
-            "logp": (logp := self._sample_logps(model, samples)),
+            "logp": logp,
             # The reference's own record: the same pass (its log-probs are the reference's).
             "logp_ref": logp if model is self.reference else self._sample_logps(self.reference, samples),
             "words": np.array([[len(r.split()) for r in s] for s in samples], dtype=float),
             "loop": np.array([[has_loop(r) for r in s] for s in samples], dtype=float),
             "test_logp": test_logps,
-            "pool_logp": np.concatenate([test_logps, self._sample_logps(model, pool)]),
+            # Without a pool the model's own samples are the pool: their log-probs are the pass above.
+            "pool_logp": np.concatenate([test_logps, logp if pool is None else self._sample_logps(model, pool)]),
         }
         out = {k: v.tolist() for k, v in record.items()}
         out["examples"] = [samples[0][i] for i in range(min(4, len(self.prompts)))]
         return out
 
-    def constants(self, sft_samples: list[list[str]]) -> dict:
+    def constants(self, sft_samples: list[list[str]], sft_record: dict | None = None) -> dict:
         """What every comparison shares: π_ref's log-probs on the test pairs, r* of the test pairs (their clean
-        label is argmax r*) and r* of the fixed pool (test pair + the SFT policy's samples)."""
+        label is argmax r*) and r* of the fixed pool (test pair + the SFT policy's samples). ``sft_record``, the
+        SFT policy's record on these samples, already holds r* of the samples and π_ref's test log-probs: they
+        are taken from it instead of being computed again."""
         chosen = [response_text(p["chosen"]) for p in self.pairs]
         rejected = [response_text(p["rejected"]) for p in self.pairs]
         pair_rewards = np.stack(
             [gold_rewards(self.gold, self.prompts, chosen), gold_rewards(self.gold, self.prompts, rejected)]
         )
-        pool_rewards = np.concatenate(
-            [pair_rewards, np.stack([gold_rewards(self.gold, self.prompts, s) for s in sft_samples])]
-        )
-        ref_test = self.logps(self.reference, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
+        if sft_record is None:
+            sample_rewards = np.stack([gold_rewards(self.gold, self.prompts, s) for s in sft_samples])
+            ref_test = self.logps(
+                self.reference, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs]
+            )
+        else:
+            sample_rewards, ref_test = np.asarray(sft_record["reward"]), np.asarray(sft_record["test_logp"])
+        pool_rewards = np.concatenate([pair_rewards, sample_rewards])
         return {
             "ref_test_logp": ref_test.tolist(),
             "pair_reward": pair_rewards.tolist(),

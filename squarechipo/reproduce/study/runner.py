@@ -242,7 +242,7 @@ class Study:
         record = evaluator.measure_samples(evaluator.reference, samples)
         result = {
             "record": record,
-            "constants": evaluator.constants(samples),
+            "constants": evaluator.constants(samples, record),
             "seconds": round(time.time() - start, 1),
             "versions": library_versions(),
         }
