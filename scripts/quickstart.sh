@@ -53,7 +53,7 @@ echo "== [4/7] the gold reward-model judge on public gold pairs -> outputs/quick
 echo "== [5/7] gold-reward gain over the SFT policy: 64 test prompts x 2 samples -> outputs/quickstart/eval/gold.json"
 "$PY" -m squarechipo.evaluation.gold_report --policy outputs/quickstart/square_chipo_ctl --sft outputs/quickstart/sft \
   --gold outputs/quickstart/gold_judge --dataset_name data/finance_preference_conversational --dataset_test_split test \
-  --max_eval_samples 64 --samples 2 --public_splits test --out outputs/quickstart/eval/gold.json
+  --max_eval_samples 64 --samples 2 --public_splits test --skip_generation_free --out outputs/quickstart/eval/gold.json
 
 echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
 "$PY" eval/judge.py --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \

@@ -285,8 +285,11 @@ def test_cli_judges_the_prompts_of_a_single_jsonl_file(models, finance_splits, t
 
 def test_the_gold_evaluator_reuses_the_sft_records_passes_without_changing_a_number(models, finance_splits, tokenizer):
     """The SFT policy's record already holds r* of its samples and π_ref's test log-probs, and its own samples are
-    its pool: reusing them gives exactly what computing them again gives."""
-    from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings
+    its pool: reusing them gives exactly what computing them again gives. Leaving out the generation-free measures
+    changes no other figure."""
+    from dataclasses import replace
+
+    from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
     from squarechipo.judge.reward_model import RewardModelJudge
     from tests.helpers.models import make_tiny_classifier
 
@@ -305,4 +308,13 @@ def test_the_gold_evaluator_reuses_the_sft_records_passes_without_changing_a_num
     samples = evaluator.sample(reference)
     record = evaluator.measure_samples(reference, samples)
     assert record == evaluator.measure_samples(reference, samples, pool=samples)
-    assert evaluator.constants(samples, record) == evaluator.constants(samples)
+    constants = evaluator.constants(samples, record)
+    assert constants == evaluator.constants(samples)
+    # Without the generation-free measures the sampled ones are the same numbers, and the others are absent.
+    policy = make_tiny_model(tokenizer, seed=1).eval()
+    full = compare(evaluator.measure(policy, pool=samples), record, constants)
+    evaluator.settings = replace(evaluator.settings, generation_free=False)
+    light_record = evaluator.measure_samples(reference, samples)
+    light = compare(evaluator.measure(policy, pool=samples), light_record, evaluator.constants(samples, light_record))
+    assert {"pool_gain", "implicit_accuracy"} <= set(full) and not {"pool_gain", "implicit_accuracy"} & set(light)
+    assert {k: v for k, v in full.items() if k not in ("pool_gain", "implicit_accuracy")} == light

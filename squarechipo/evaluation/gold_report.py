@@ -58,7 +58,16 @@ def label_signal(policy: str) -> dict | None:
 
 
 def gold_comparison(
-    policy: str, sft: str, gold: str, dataset: str, *, split="test", prompts=64, samples=2, labels_public=False
+    policy: str,
+    sft: str,
+    gold: str,
+    dataset: str,
+    *,
+    split="test",
+    prompts=64,
+    samples=2,
+    labels_public=False,
+    generation_free=True,
 ) -> dict:
     """The paired comparison of :func:`squarechipo.evaluation.policy.compare`, loaded from model folders."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -76,7 +85,7 @@ def gold_comparison(
         AutoTokenizer.from_pretrained(sft),
         RewardModelJudge(gold, batch_size=32, dtype=dtype),
         test,
-        SamplingSettings(samples_per_prompt=samples),
+        SamplingSettings(samples_per_prompt=samples, generation_free=generation_free),
         labels_public=labels_public,
     )
     sft_samples = evaluator.sample(reference)
@@ -126,6 +135,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--samples", type=int, default=2, help="samples per prompt and policy (default 2)")
     parser.add_argument("--out", default=None, help="write the figures to this JSON file")
     parser.add_argument(
+        "--skip_generation_free",
+        action="store_true",
+        help="leave out the measures that need no sample of the policy (implicit-reward accuracy on the test pairs, "
+        "pool value): three log-prob passes and two scoring passes fewer; the printed lines do not use them",
+    )
+    parser.add_argument(
         "--public_splits",
         nargs="*",
         default=[],
@@ -145,6 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
         prompts=args.max_eval_samples,
         samples=args.samples,
         labels_public=args.dataset_test_split in args.public_splits,
+        generation_free=not args.skip_generation_free,
     )
     for line in format_summary(summary):
         print(line)

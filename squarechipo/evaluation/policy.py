@@ -36,13 +36,16 @@ __all__ = ["SamplingSettings", "GoldEvaluator", "compare"]
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """K samples per prompt at temperature 1, whole vocabulary; sample k is drawn with seeds ``seed + 1000·k``."""
+    """K samples per prompt at temperature 1, whole vocabulary; sample k is drawn with seeds ``seed + 1000·k``.
+    ``generation_free``: also the measures that need no sample of the policy (the implicit-reward accuracy on the
+    test pairs and the pool value); off, each policy has two log-prob passes fewer and they are not reported."""
 
     samples_per_prompt: int = 2
     max_new_tokens: int = 128
     batch_size: int = 32
     logp_batch_size: int = 16
     seed: int = 0
+    generation_free: bool = True
 
 
 def _as_messages(response: str) -> list[dict]:
@@ -122,7 +125,6 @@ class GoldEvaluator:
         """The per-prompt record of ``model`` (lists of floats, JSON-ready) on ``samples`` drawn from it.
         ``pool``: the SFT policy's samples, the extra candidates of the fixed pool (None: this model is the SFT
         policy and its samples are the pool)."""
-        test_logps = self.logps(model, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
         logp = self._sample_logps(model, samples)
         record = {
             "reward": np.stack([gold_rewards(self.gold, self.prompts, s) for s in samples]),
@@ -131,10 +133,14 @@ class GoldEvaluator:
             "logp_ref": logp if model is self.reference else self._sample_logps(self.reference, samples),
             "words": np.array([[len(r.split()) for r in s] for s in samples], dtype=float),
             "loop": np.array([[has_loop(r) for r in s] for s in samples], dtype=float),
-            "test_logp": test_logps,
-            # Without a pool the model's own samples are the pool: their log-probs are the pass above.
-            "pool_logp": np.concatenate([test_logps, logp if pool is None else self._sample_logps(model, pool)]),
         }
+        if self.settings.generation_free:
+            test_logps = self.logps(model, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
+            record["test_logp"] = test_logps
+            # Without a pool the model's own samples are the pool: their log-probs are the pass above.
+            record["pool_logp"] = np.concatenate(
+                [test_logps, logp if pool is None else self._sample_logps(model, pool)]
+            )
         out = {k: v.tolist() for k, v in record.items()}
         out["examples"] = [samples[0][i] for i in range(min(4, len(self.prompts)))]
         return out
@@ -143,7 +149,9 @@ class GoldEvaluator:
         """What every comparison shares: π_ref's log-probs on the test pairs, r* of the test pairs (their clean
         label is argmax r*) and r* of the fixed pool (test pair + the SFT policy's samples). ``sft_record``, the
         SFT policy's record on these samples, already holds r* of the samples and π_ref's test log-probs: they
-        are taken from it instead of being computed again."""
+        are taken from it instead of being computed again. Empty without the generation-free measures."""
+        if not self.settings.generation_free:
+            return {}
         chosen = [response_text(p["chosen"]) for p in self.pairs]
         rejected = [response_text(p["rejected"]) for p in self.pairs]
         pair_rewards = np.stack(
@@ -186,15 +194,17 @@ def compare(policy: dict, sft: dict, constants: dict) -> dict:
         "hard_win": ((delta > 0) + 0.5 * (delta == 0)).mean(axis=0),
         "kl": (a["logp"] - a["logp_ref"]).mean(axis=0),
         "length_difference": (a["words"] - b["words"]).mean(axis=0),
-        "pool_gain": _pool_value(a["pool_logp"], np.asarray(constants["pool_reward"]))
-        - _pool_value(b["pool_logp"], np.asarray(constants["pool_reward"])),
     }
-    ref = np.asarray(constants["ref_test_logp"])
-    pair_reward = np.asarray(constants["pair_reward"])
-    first_better = pair_reward[0] >= pair_reward[1]
-    implied = (a["test_logp"][0] - ref[0]) - (a["test_logp"][1] - ref[1])
+    generation_free = "pool_logp" in a and "pool_reward" in constants
+    if generation_free:
+        pool_reward = np.asarray(constants["pool_reward"])
+        per_prompt["pool_gain"] = _pool_value(a["pool_logp"], pool_reward) - _pool_value(b["pool_logp"], pool_reward)
     summary = {name: paired_test(values).to_dict() for name, values in per_prompt.items()}
-    summary["implicit_accuracy"] = float(np.mean((implied > 0) == first_better))
+    if generation_free:
+        ref = np.asarray(constants["ref_test_logp"])
+        first_better = np.asarray(constants["pair_reward"])[0] >= np.asarray(constants["pair_reward"])[1]
+        implied = (a["test_logp"][0] - ref[0]) - (a["test_logp"][1] - ref[1])
+        summary["implicit_accuracy"] = float(np.mean((implied > 0) == first_better))
     summary["loop_rate"] = float(a["loop"].mean())
     summary["sft_loop_rate"] = float(b["loop"].mean())
     summary["words"] = float(a["words"].mean())
