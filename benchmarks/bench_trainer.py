@@ -34,7 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-RUNNERS = ("trl_sigmoid", "ours_dpo", "ours_square_chipo")
+#: ``ours_dpo_packed``: ours with each prompt shared in one backbone call ([prompt, chosen, rejected] under a
+#: block-causal mask, ``share_prompt_layout: packed``), on every device; the other two take the device's default.
+RUNNERS = ("trl_sigmoid", "ours_dpo", "ours_square_chipo", "ours_dpo_packed")
 #: Shapes of SmolLM2 built from a config with random weights (no weights travel to an offline GPU machine).
 SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -190,12 +192,13 @@ def _worker(args: argparse.Namespace) -> dict:
             processing_class=tokenizer,
         )
     else:
-        method = args.runner.removeprefix("ours_")
+        method = args.runner.removeprefix("ours_").removesuffix("_packed")
+        packed = dict(share_prompt=True, share_prompt_layout="packed") if args.runner.endswith("_packed") else {}
         trainer = SquareChiPOTrainer(
             load(),
             ref_model=load(),
             # The benchmark's labels are the generator's (public), as TRL's run reads them: declared so.
-            args=SquareChiPOConfig(method=method, train_labels_public=True, **common),
+            args=SquareChiPOConfig(method=method, train_labels_public=True, **packed, **common),
             train_dataset=train,
             processing_class=tokenizer,
         )

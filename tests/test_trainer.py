@@ -111,16 +111,24 @@ def _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory, n=6
     return next(iter(trainer.get_train_dataloader()))
 
 
-@pytest.mark.parametrize("share_prompt", [False, True])
-def test_lean_head_equals_trl_fused_head(tokenizer, finance_splits, tmp_path, tiny_model_factory, share_prompt):
+@pytest.mark.parametrize(
+    "share_prompt,attention", [(False, "sdpa"), (True, "sdpa"), ("packed", "sdpa"), ("packed", "eager")]
+)
+def test_lean_head_equals_trl_fused_head(
+    tokenizer, finance_splits, tmp_path, tiny_model_factory, share_prompt, attention
+):
+    """Log-probs and gradients equal TRL's fused head: plain, each prompt on a KV cache, and packed (one call over
+    [prompt, chosen, rejected] under a block-causal mask, with SDPA's boolean and eager's additive mask)."""
     batch = _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory)
     labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+    assert len(set(batch["completion_mask"].sum(1).tolist())) > 2  # completions of several lengths, so padding
     results = []
     for patch in (
         lambda m: add_fused_lm_head(m, outputs=("log_probs", "entropy", "mean_logits", "is_top1")),
         lambda m: add_lean_lm_head(m, share_prompt=share_prompt),
     ):
         model = tiny_model_factory(3, torch.float64)
+        model.set_attn_implementation(attention)
         patch(model)
         out = model(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels, fused_lm_head=True
@@ -137,19 +145,30 @@ def test_lean_head_equals_trl_fused_head(tokenizer, finance_splits, tmp_path, ti
 def test_share_prompt_defaults_on_for_cpu_and_can_be_switched_off_with_equal_losses(
     tokenizer, finance_splits, tmp_path, tiny_model_factory
 ):
-    """The policy's backbone runs twice per forward when prompts are shared (prompt, then both responses on its
-    cache) and once when not; on CPU the default shares, and both give the same loss."""
+    """The policy's backbone runs twice per forward when prompts are shared on a KV cache (prompt, then both
+    responses) and once when not; packed, it runs once on one row per pair (prompt, chosen, rejected), shorter than
+    two rows. On CPU the default shares on the cache, and all give the same loss."""
     train = rows(finance_splits, 4)
     losses = {}
-    for share in (None, True, False):
-        trainer = build(tiny_model_factory, tokenizer, make_config(tmp_path, share_prompt=share), train)
+    for share, layout in ((None, "cache"), (True, "cache"), (False, "cache"), (True, "packed")):
+        config = make_config(tmp_path, share_prompt=share, share_prompt_layout=layout)
+        trainer = build(tiny_model_factory, tokenizer, config, train)
         calls = []
-        trainer.model.model.register_forward_hook(lambda *_, calls=calls: calls.append(1))
+        trainer.model.model.register_forward_hook(
+            lambda _m, _a, kwargs, _o, calls=calls: calls.append(kwargs["input_ids"].shape), with_kwargs=True
+        )
         batch = next(iter(trainer.get_train_dataloader()))
-        losses[share] = trainer.compute_loss(trainer.model, batch).item()
-        assert len(calls) == (1 if share is False else 2), share
-    assert losses[None] == losses[True]
-    assert losses[False] == pytest.approx(losses[True], abs=1e-5)
+        losses[share, layout] = trainer.compute_loss(trainer.model, batch).item()
+        rows_in, width = batch["input_ids"].shape
+        if layout == "packed":
+            assert len(calls) == 1 and calls[0][0] == rows_in // 2 and calls[0][1] < 2 * width
+        else:
+            assert len(calls) == (1 if share is False else 2), share
+    assert losses[None, "cache"] == losses[True, "cache"]
+    assert losses[False, "cache"] == pytest.approx(losses[True, "cache"], abs=1e-5)
+    assert losses[True, "packed"] == pytest.approx(losses[True, "cache"], abs=1e-5)
+    with pytest.raises(ValueError, match="share_prompt_layout"):
+        make_config(tmp_path, share_prompt_layout="paged")
 
 
 def test_lean_head_falls_back_when_prompts_differ(tokenizer, tiny_model_factory):

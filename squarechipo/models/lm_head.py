@@ -108,18 +108,76 @@ def _shared_prompt_hidden(model, input_ids, labels, layout, kwargs):
     return hidden[local_rows, local_cols], comp_ids[local_rows, local_cols], rows, cols
 
 
+#: Attention implementations that take a custom 4D mask as it is: a boolean one (SDPA) or an additive one (eager).
+_PACKED_MASKS = {"sdpa": "bool", "eager": "additive"}
+
+
+def _packed_mask_kind(model) -> str | None:
+    """How the backbone takes the packed layout's block-causal mask, or None when it cannot (flash, flex, ...)."""
+    return _PACKED_MASKS.get(getattr(model.config, "_attn_implementation", None))
+
+
+def _packed_hidden(model, input_ids, layout, mask_kind: str, kwargs):
+    """One backbone call over [prompt, chosen, rejected] per pair; return hidden states per target token.
+
+    Row i of the packed batch holds prompt i once, then its chosen completion, then its rejected one, with position
+    ids restarting at the prompt's length for the rejected completion, and a block-causal mask: every token sees
+    the tokens before it, except that the rejected completion does not see the chosen one. Each completion token
+    therefore attends to exactly the keys, at exactly the positions, it has in its own row of the plain forward, and
+    the prompt runs once. One batched call with one shape per batch: no KV cache to copy, no second pass, and it
+    works under gradient checkpointing. Returns what :func:`_shared_prompt_hidden` returns.
+    """
+    start, length, _ = layout
+    half, seq = input_ids.size(0) // 2, input_ids.size(1)
+    device = input_ids.device
+    prompt, chosen, rejected = start[:half], length[:half], length[half:]
+    rejected_at = prompt + chosen  # first packed position of the rejected completion
+    total = rejected_at + rejected
+    width = int(total.max())  # the one host sync: the packed batch's width
+    j = torch.arange(width, device=device)[None, :]
+    in_rejected = j >= rejected_at[:, None]
+    source_row = torch.arange(half, device=device)[:, None] + half * in_rejected
+    source_col = (j - chosen[:, None] * in_rejected).clamp(max=seq - 1)
+    valid = j < total[:, None]
+    packed = input_ids[source_row, source_col].masked_fill(~valid, 0)
+    positions = torch.where(in_rejected, j - chosen[:, None], j).masked_fill(~valid, 0)
+    query, key = j[:, :, None], j[:, None, :]  # (1, W, 1) and (1, 1, W)
+    in_chosen = (j >= prompt[:, None]) & ~in_rejected
+    allowed = (key <= query) & valid[:, None, :] & ~(in_rejected[:, :, None] & in_chosen[:, None, :])
+    if mask_kind == "additive":
+        dtype = next(model.parameters()).dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    else:
+        mask = allowed
+    hidden = model.base_model(
+        input_ids=packed, attention_mask=mask[:, None], position_ids=positions, use_cache=False, **kwargs
+    ).last_hidden_state
+    # Completion token k of output row r (chosen rows first, then rejected) is predicted at packed position
+    # start − 1 + k (chosen, and the first rejected token) or rejected_at + k − 1 (the other rejected tokens).
+    k = torch.arange(seq, device=device)[None, :]
+    rows, ks = (k < length[:, None]).nonzero(as_tuple=True)
+    pair = rows % half
+    is_rejected = rows >= half
+    at = torch.where(is_rejected & (ks > 0), rejected_at[pair] + ks - 1, prompt[pair] - 1 + ks)
+    targets = input_ids[rows, start[rows] + ks]
+    return hidden[pair, at], targets, rows, start[rows] - 1 + ks
+
+
 def _checkpointing_active(model) -> bool:
     return torch.is_grad_enabled() and bool(getattr(model.base_model, "gradient_checkpointing", False))
 
 
-def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_prompt: bool = True) -> bool:
+def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_prompt: bool | str = True) -> bool:
     """Patch ``model.forward`` so ``fused_lm_head=True`` returns completion-only log-probs.
 
     With ``share_prompt`` (default) a batch laid out by TRL's preference collator — rows
     [chosen; rejected] with the same prompts — runs each prompt through the backbone once and both
-    completions on its KV cache. It falls back to the plain forward when the layout does not match,
-    under gradient checkpointing with gradients on (a checkpointed recompute would grow the cache
-    again), with padding-free inputs (``position_ids``), or with ``inputs_embeds``.
+    completions on its KV cache. ``share_prompt="packed"`` instead runs one backbone call over
+    [prompt, chosen, rejected] per pair under a block-causal mask (:func:`_packed_hidden`), with SDPA or
+    eager attention (other implementations take the plain forward). It falls back to the plain forward
+    when the layout does not match, with padding-free inputs (``position_ids``) or ``inputs_embeds``, and
+    (the cache path only) under gradient checkpointing with gradients on, where a checkpointed recompute
+    would grow the cache again.
 
     Returns False (and leaves the model alone) when :func:`supports_lean_lm_head` is False.
     """
@@ -149,18 +207,22 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
         kwargs["use_cache"] = False
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         layout = None
+        packing = share_prompt == "packed" and _packed_mask_kind(self) is not None
         if (
             share_prompt
             and shift_labels is None
             and input_ids is not None
             and not args[1:]
             and set(kwargs) <= {"input_ids", "attention_mask", "use_cache"}
-            and not _checkpointing_active(self)
+            and (packing or not _checkpointing_active(self))
         ):
             layout = _prompt_layout(input_ids, labels, kwargs.get("attention_mask"))
         if layout is not None:
             extra = {k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask", "use_cache")}
-            hidden, targets, rows, cols = _shared_prompt_hidden(self, input_ids, labels, layout, extra)
+            if packing:
+                hidden, targets, rows, cols = _packed_hidden(self, input_ids, layout, _packed_mask_kind(self), extra)
+            else:
+                hidden, targets, rows, cols = _shared_prompt_hidden(self, input_ids, labels, layout, extra)
             shape = (input_ids.size(0), input_ids.size(1) - 1)
         else:
             hidden = self.base_model(*args, **kwargs).last_hidden_state

@@ -93,6 +93,14 @@ class SquareChiPOConfig(DPOConfig):
             "FSDP/DeepSpeed and under gradient checkpointing."
         },
     )
+    share_prompt_layout: str = field(
+        default="cache",
+        metadata={
+            "help": "How a shared prompt runs (with share_prompt): 'cache' runs the prompt, then both responses on "
+            "its KV cache (two backbone calls); 'packed' runs [prompt, chosen, rejected] as one row in one backbone "
+            "call under a block-causal mask (SDPA or eager attention; works under gradient checkpointing)."
+        },
+    )
     checkpoint_epochs: list[float] | None = field(
         default=None,
         metadata={
@@ -124,6 +132,8 @@ class SquareChiPOConfig(DPOConfig):
                 self.debias_epsilon = None
         if self.flip_rate is not None:
             self.flip_rate = check_flip_rate(self.flip_rate)
+        if self.share_prompt_layout not in ("cache", "packed"):
+            raise ValueError(f"share_prompt_layout must be 'cache' or 'packed' (got {self.share_prompt_layout!r}).")
         if not (math.isfinite(self.prior_row_weight) and self.prior_row_weight >= 0):
             raise ValueError(f"prior_row_weight must be ≥ 0 (got {self.prior_row_weight!r}); 0 drops the prior rows.")
         if self.checkpoint_epochs is not None:

@@ -195,17 +195,17 @@ class SquareChiPOTrainer(PrivateTrainerMixin, DPOTrainer):
             share_prompt,
         )
 
-    def _share_prompt(self) -> bool:
-        """Whether the lean head runs each prompt once (``share_prompt``; its default follows the device)."""
+    def _share_prompt(self) -> bool | str:
+        """Whether the lean head runs each prompt once (``share_prompt``; its default follows the device), and
+        how: True (on a KV cache) or "packed" (``share_prompt_layout``)."""
         # Running each prompt once calls the backbone twice in one forward; that is checked with DDP
         # and single processes, not with FSDP or DeepSpeed, where each prompt is run twice as in TRL.
         if self.is_fsdp_enabled or self.is_deepspeed_enabled:
             if self.args.share_prompt:
                 logger.warning("share_prompt is ignored under FSDP/DeepSpeed: each prompt runs twice, as in TRL.")
             return False
-        if self.args.share_prompt is None:
-            return self.accelerator.device.type == "cpu"
-        return self.args.share_prompt
+        share = self.accelerator.device.type == "cpu" if self.args.share_prompt is None else self.args.share_prompt
+        return share and ("packed" if self.args.share_prompt_layout == "packed" else True)
 
     def _extra_columns_for(self, columns: list[str]) -> dict[str, torch.dtype]:
         """Dataset columns the collator passes through to the loss (name → tensor dtype)."""
