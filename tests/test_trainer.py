@@ -112,13 +112,21 @@ def _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory, n=6
 
 
 @pytest.mark.parametrize(
-    "share_prompt,attention", [(False, "sdpa"), (True, "sdpa"), ("packed", "sdpa"), ("packed", "eager")]
+    "share_prompt,attention,checkpointing",
+    [
+        (False, "sdpa", False),
+        (True, "sdpa", False),
+        ("packed", "sdpa", False),
+        ("packed", "eager", False),
+        ("packed", "sdpa", True),
+    ],
 )
 def test_lean_head_equals_trl_fused_head(
-    tokenizer, finance_splits, tmp_path, tiny_model_factory, share_prompt, attention
+    tokenizer, finance_splits, tmp_path, tiny_model_factory, share_prompt, attention, checkpointing
 ):
     """Log-probs and gradients equal TRL's fused head: plain, each prompt on a KV cache, and packed (one call over
-    [prompt, chosen, rejected] under a block-causal mask, with SDPA's boolean and eager's additive mask)."""
+    [prompt, chosen, rejected] under a block-causal mask, with SDPA's boolean and eager's additive mask, and under
+    gradient checkpointing, which the cache layout cannot share prompts under)."""
     batch = _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory)
     labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
     assert len(set(batch["completion_mask"].sum(1).tolist())) > 2  # completions of several lengths, so padding
@@ -129,12 +137,18 @@ def test_lean_head_equals_trl_fused_head(
     ):
         model = tiny_model_factory(3, torch.float64)
         model.set_attn_implementation(attention)
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            model.train()
         patch(model)
+        calls = []
+        model.model.register_forward_hook(lambda *_, calls=calls: calls.append(1))
         out = model(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels, fused_lm_head=True
         )
         out.log_probs.sum().backward()
         results.append((out.log_probs.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert len(calls) == (2 if share_prompt is True else 1)  # the lean head's backbone calls (packed: one)
     (trl_lp, trl_grads), (lean_lp, lean_grads) = results
     # The kernel accumulates in float32, so float64 models agree to float32 rounding.
     torch.testing.assert_close(lean_lp, trl_lp, rtol=1e-6, atol=1e-5)
@@ -147,11 +161,12 @@ def test_share_prompt_defaults_on_for_cpu_and_can_be_switched_off_with_equal_los
 ):
     """The policy's backbone runs twice per forward when prompts are shared on a KV cache (prompt, then both
     responses) and once when not; packed, it runs once on one row per pair (prompt, chosen, rejected), shorter than
-    two rows. On CPU the default shares on the cache, and all give the same loss."""
+    two rows. On CPU the default shares, packed, and all give the same loss."""
     train = rows(finance_splits, 4)
     losses = {}
-    for share, layout in ((None, "cache"), (True, "cache"), (False, "cache"), (True, "packed")):
-        config = make_config(tmp_path, share_prompt=share, share_prompt_layout=layout)
+    for share, layout in ((None, None), (True, "cache"), (False, "cache"), (True, "packed")):
+        layouts = {} if layout is None else {"share_prompt_layout": layout}
+        config = make_config(tmp_path, share_prompt=share, **layouts)
         trainer = build(tiny_model_factory, tokenizer, config, train)
         calls = []
         trainer.model.model.register_forward_hook(
@@ -160,11 +175,11 @@ def test_share_prompt_defaults_on_for_cpu_and_can_be_switched_off_with_equal_los
         batch = next(iter(trainer.get_train_dataloader()))
         losses[share, layout] = trainer.compute_loss(trainer.model, batch).item()
         rows_in, width = batch["input_ids"].shape
-        if layout == "packed":
+        if layout in ("packed", None):
             assert len(calls) == 1 and calls[0][0] == rows_in // 2 and calls[0][1] < 2 * width
         else:
             assert len(calls) == (1 if share is False else 2), share
-    assert losses[None, "cache"] == losses[True, "cache"]
+    assert losses[None, None] == losses[True, "packed"]
     assert losses[False, "cache"] == pytest.approx(losses[True, "cache"], abs=1e-5)
     assert losses[True, "packed"] == pytest.approx(losses[True, "cache"], abs=1e-5)
     with pytest.raises(ValueError, match="share_prompt_layout"):

@@ -114,7 +114,7 @@ def completion_logps(model: PreTrainedModel, batch: dict, lean: bool) -> tuple[t
 def model_logps(model: PreTrainedModel, rows: list[dict], collator, batch_size: int, desc: str) -> torch.Tensor:
     """(2, n) float64 summed completion log-probs [chosen; rejected] of tokenized rows, gradient-free."""
     model.eval()
-    lean = add_lean_lm_head(model, share_prompt=True)
+    lean = add_lean_lm_head(model, share_prompt="packed")  # 10-15% faster than the KV-cache layout here
     chosen, rejected = [], []
     total = (len(rows) + batch_size - 1) // batch_size
     for batch in tqdm(

@@ -87,18 +87,19 @@ class SquareChiPOConfig(DPOConfig):
     share_prompt: bool | None = field(
         default=None,
         metadata={
-            "help": "Run each prompt once and both responses on its KV cache (two backbone calls per forward). "
-            "Default: on for CPU processes, where it saves the prompt's compute, and off on accelerators, where one "
-            "batched call is faster (on an H100 the shared forward made a step 1.8x TRL's). Always off under "
-            "FSDP/DeepSpeed and under gradient checkpointing."
+            "help": "Run each prompt once for both responses (how: share_prompt_layout). Default: on for CPU "
+            "processes, where it saves the prompt's compute, and off on accelerators until the packed layout is "
+            "measured there (on an H100 the cache layout made a step 1.8-8x TRL's). Always off under FSDP/DeepSpeed; "
+            "the cache layout is also off under gradient checkpointing."
         },
     )
     share_prompt_layout: str = field(
-        default="cache",
+        default="packed",
         metadata={
             "help": "How a shared prompt runs (with share_prompt): 'cache' runs the prompt, then both responses on "
             "its KV cache (two backbone calls); 'packed' runs [prompt, chosen, rejected] as one row in one backbone "
-            "call under a block-causal mask (SDPA or eager attention; works under gradient checkpointing)."
+            "call under a block-causal mask (SDPA or eager attention; works under gradient checkpointing). Default "
+            "packed: on a 2-core CPU 0.51x TRL's step against 0.53x for cache, with 8% less peak memory."
         },
     )
     checkpoint_epochs: list[float] | None = field(
