@@ -709,3 +709,27 @@ def test_reference_log_probs_stay_those_of_the_frozen_reference_after_training(
     torch.testing.assert_close(torch.stack([ref_chosen, ref_rejected]).double(), frozen, rtol=0, atol=1e-4)
     moved = (torch.stack([policy_chosen, policy_rejected]).double() - frozen).abs().max()
     assert moved > 1e-2  # the policy did move: a reference read from it would differ
+
+
+def test_packed_layout_is_not_used_where_the_model_masks_otherwise(
+    tokenizer, finance_splits, tmp_path, tiny_model_factory
+):
+    """A custom 4D mask would replace a sliding-window or chunked model's own mask: those models share the prompt
+    on its KV cache instead (two calls, the model's own masks), with the same log-probs."""
+    batch = _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory, n=2)
+    labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+    seen = {}
+    for window in (None, 4096):
+        model = tiny_model_factory(3, torch.float64)
+        model.config.sliding_window = window
+        add_lean_lm_head(model, share_prompt="packed")
+        shapes = []
+        model.model.register_forward_hook(
+            lambda _m, _a, kwargs, _o, shapes=shapes: shapes.append(kwargs["input_ids"].shape), with_kwargs=True
+        )
+        out = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels, fused_lm_head=True
+        )
+        seen[window] = (len(shapes), out.log_probs)
+    assert seen[None][0] == 1 and seen[4096][0] == 2  # packed: one call; the cache layout: prompt, then responses
+    torch.testing.assert_close(seen[None][1], seen[4096][1], rtol=1e-6, atol=1e-6)

@@ -113,7 +113,14 @@ _PACKED_MASKS = {"sdpa": "bool", "eager": "additive"}
 
 
 def _packed_mask_kind(model) -> str | None:
-    """How the backbone takes the packed layout's block-causal mask, or None when it cannot (flash, flex, ...)."""
+    """How the backbone takes the packed layout's block-causal mask, or None when it cannot: flash or flex
+    attention, or a model whose own mask is not plain causal (sliding windows, chunked attention), which a custom
+    4D mask would replace."""
+    config = model.config.get_text_config()
+    if getattr(config, "sliding_window", None) is not None or getattr(config, "attention_chunk_size", None):
+        return None
+    if any("sliding" in str(kind) or "chunk" in str(kind) for kind in getattr(config, "layer_types", None) or ()):
+        return None
     return _PACKED_MASKS.get(getattr(model.config, "_attn_implementation", None))
 
 
@@ -174,7 +181,7 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
     [chosen; rejected] with the same prompts — runs each prompt through the backbone once and both
     completions on its KV cache. ``share_prompt="packed"`` instead runs one backbone call over
     [prompt, chosen, rejected] per pair under a block-causal mask (:func:`_packed_hidden`), with SDPA or
-    eager attention (other implementations take the plain forward). It falls back to the plain forward
+    eager attention and a plain causal model (otherwise the cache layout is used). It falls back to the plain forward
     when the layout does not match, with padding-free inputs (``position_ids``) or ``inputs_embeds``, and
     (the cache path only) under gradient checkpointing with gradients on, where a checkpointed recompute
     would grow the cache again.
