@@ -111,6 +111,43 @@ def _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory, n=6
     return next(iter(trainer.get_train_dataloader()))
 
 
+@pytest.fixture(scope="module")
+def collated_batch(tokenizer, finance_splits, tmp_path_factory):
+    """One batch of 6 pairs as the trainer's collator lays it out, shared by the lean-head tests (read only)."""
+    from tests.helpers.models import make_tiny_model
+
+    def factory(seed=0, dtype=None):
+        return make_tiny_model(tokenizer, seed, dtype)
+
+    return _collated_batch(tokenizer, finance_splits, tmp_path_factory.mktemp("batch"), factory)
+
+
+def _head_run(batch, model, patch, attention: str = "sdpa", checkpointing: bool = False):
+    """Log-probs and gradients of a float64 tiny model under a head patch; and its backbone calls."""
+    labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+    model.set_attn_implementation(attention)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+        model.train()
+    patch(model)
+    calls = []
+    model.model.register_forward_hook(lambda *_: calls.append(1))
+    out = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels, fused_lm_head=True
+    )
+    out.log_probs.sum().backward()
+    return out.log_probs.detach(), [p.grad.clone() for p in model.parameters()], len(calls)
+
+
+@pytest.fixture(scope="module")
+def trl_head_run(collated_batch, tokenizer):
+    """TRL's fused head on the shared batch: the reference every lean-head layout is held to."""
+    from tests.helpers.models import make_tiny_model
+
+    patch = lambda m: add_fused_lm_head(m, outputs=("log_probs", "entropy", "mean_logits", "is_top1"))  # noqa: E731
+    return _head_run(collated_batch, make_tiny_model(tokenizer, 3, torch.float64), patch)
+
+
 @pytest.mark.parametrize(
     "share_prompt,attention,checkpointing",
     [
@@ -122,34 +159,21 @@ def _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory, n=6
     ],
 )
 def test_lean_head_equals_trl_fused_head(
-    tokenizer, finance_splits, tmp_path, tiny_model_factory, share_prompt, attention, checkpointing
+    collated_batch, trl_head_run, tiny_model_factory, share_prompt, attention, checkpointing
 ):
     """Log-probs and gradients equal TRL's fused head: plain, each prompt on a KV cache, and packed (one call over
     [prompt, chosen, rejected] under a block-causal mask, with SDPA's boolean and eager's additive mask, and under
     gradient checkpointing, which the cache layout cannot share prompts under)."""
-    batch = _collated_batch(tokenizer, finance_splits, tmp_path, tiny_model_factory)
-    labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
-    assert len(set(batch["completion_mask"].sum(1).tolist())) > 2  # completions of several lengths, so padding
-    results = []
-    for patch in (
-        lambda m: add_fused_lm_head(m, outputs=("log_probs", "entropy", "mean_logits", "is_top1")),
+    assert len(set(collated_batch["completion_mask"].sum(1).tolist())) > 2  # completions of several lengths
+    lean_lp, lean_grads, calls = _head_run(
+        collated_batch,
+        tiny_model_factory(3, torch.float64),
         lambda m: add_lean_lm_head(m, share_prompt=share_prompt),
-    ):
-        model = tiny_model_factory(3, torch.float64)
-        model.set_attn_implementation(attention)
-        if checkpointing:
-            model.gradient_checkpointing_enable()
-            model.train()
-        patch(model)
-        calls = []
-        model.model.register_forward_hook(lambda *_, calls=calls: calls.append(1))
-        out = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels, fused_lm_head=True
-        )
-        out.log_probs.sum().backward()
-        results.append((out.log_probs.detach(), [p.grad.clone() for p in model.parameters()]))
-    assert len(calls) == (2 if share_prompt is True else 1)  # the lean head's backbone calls (packed: one)
-    (trl_lp, trl_grads), (lean_lp, lean_grads) = results
+        attention,
+        checkpointing,
+    )
+    assert calls == (2 if share_prompt is True else 1)  # the lean head's backbone calls (packed: one)
+    trl_lp, trl_grads, _ = trl_head_run
     # The kernel accumulates in float32, so float64 models agree to float32 rounding.
     torch.testing.assert_close(lean_lp, trl_lp, rtol=1e-6, atol=1e-5)
     for a, b in zip(lean_grads, trl_grads):
