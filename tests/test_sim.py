@@ -462,11 +462,11 @@ def test_robust_points_share_their_clean_data_so_losses_are_paired():
     method of a seed sees the same clean pairs and labels, and the corruption changes about α of the labels."""
     base = {"study": "robust", "method": "dpo", "n": 4000, "epsilon": math.inf, "order": "ctl", "coverage": 0.2}
     clean, corrupt = {**base, "alpha": 0.0, "adversary": "none"}, {**base, "method": "chipo", "alpha": 0.2}
-    assert grid._data_key(clean) == grid._data_key({**corrupt, "adversary": "fixed"})
-    bandit = ex_bandit._point_bandit(base)
+    assert grid.data_key(clean) == grid.data_key({**corrupt, "adversary": "fixed"})
+    bandit = ex_bandit.point_bandit(base)
     draws = []
     for point, alpha in ((clean, 0.0), (corrupt, 0.2)):
-        rngs = grid._rngs(0, grid._data_key(point), [0])
+        rngs = grid.seed_rngs(0, grid.data_key(point), [0])
         pipeline = LabelPipeline(epsilon=None, corruption_rate=alpha, adversary="flip")
         draws.append(bd.sample_preferences(bandit, 4000, pipeline, rngs))
     a, b = draws

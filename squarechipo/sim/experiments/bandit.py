@@ -12,19 +12,19 @@ from squarechipo.losses import margin_clip
 from squarechipo.privacy.calibration import debias_factor
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
-from squarechipo.sim.experiments.grid import _PIPELINE_COLUMNS, _data_key, _eps, _pick, _rngs, point_key
+from squarechipo.sim.experiments.grid import PIPELINE_COLUMNS, by_scale, data_key, epsilon_of, point_key, seed_rngs
 from squarechipo.sim.experiments.tables import (
-    _by_seed,
-    _difference,
-    _errorbar,
-    _fmt,
-    _group,
-    _mean_ci,
-    _paired,
-    _plot,
-    _plot_curves,
-    _slope,
-    _verdict,
+    bootstrap_slope,
+    difference_ci,
+    draw_errorbars,
+    fmt_ci,
+    group_metric,
+    mean_ci,
+    metric_by_seed,
+    paired_values,
+    plot_curves,
+    save_plot,
+    verdict_of,
 )
 
 __all__ = ["INSTANCE", "BANDIT_COLUMNS", "RATE_NS", "RATE_BETA0", "bandit_grid", "run_bandit_point", "bandit_report"]
@@ -35,7 +35,7 @@ INSTANCE = {"num_contexts": 8, "num_actions": 6, "r_max": 4.0, "beta": 0.5, "ins
 
 
 BANDIT_COLUMNS = [
-    *_PIPELINE_COLUMNS,
+    *PIPELINE_COLUMNS,
     "coverage",
     "beta",
     "seed",
@@ -48,7 +48,7 @@ BANDIT_COLUMNS = [
 ]
 
 
-def _point_bandit(point: dict) -> bd.Bandit:
+def point_bandit(point: dict) -> bd.Bandit:
     """The fixed bandit instance (:data:`INSTANCE`) at the point's coverage, drawn from the instance seed."""
     inst = INSTANCE
     rng = np.random.default_rng(inst["instance_seed"])
@@ -76,19 +76,19 @@ def bandit_grid(scale: str = "default") -> list[dict]:
     for n in ns:
         add("rate", method="square_chipo", n=n)
         add("rate_beta", method="square_chipo", n=n, beta=RATE_BETA0 * math.sqrt(ns[0] / n))
-    for eps in _pick(scale, [0.5, inf], [0.1, 0.5, 1.0, 2.0, inf], [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, inf]):
+    for eps in by_scale(scale, [0.5, inf], [0.1, 0.5, 1.0, 2.0, inf], [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, inf]):
         add("privacy", method="square_chipo", epsilon=eps)
-    for eps in _pick(scale, [1.0], [0.5, 1.0, 2.0], [0.25, 0.5, 1.0, 2.0, 5.0]):
+    for eps in by_scale(scale, [1.0], [0.5, 1.0, 2.0], [0.25, 0.5, 1.0, 2.0, 5.0]):
         for order in ("ctl", "ltc"):
             add("order", method="square_chipo", epsilon=eps, alpha=0.2, order=order)
     methods = ("square_chipo", "chipo", "dpo")
     for method in methods:  # the α = 0 reference each method's loss is measured against
         add("robust", method=method, adversary="none")
-    for alpha in _pick(scale, [0.2], [0.1, 0.2, 0.4], [0.1, 0.2, 0.3, 0.4]):
-        for adversary in _pick(scale, ["flip"], ["flip", "fixed"], ["flip", "fixed", "random"]):
+    for alpha in by_scale(scale, [0.2], [0.1, 0.2, 0.4], [0.1, 0.2, 0.3, 0.4]):
+        for adversary in by_scale(scale, ["flip"], ["flip", "fixed"], ["flip", "fixed", "random"]):
             for method in methods:
                 add("robust", method=method, alpha=alpha, adversary=adversary)
-    for eps in _pick(scale, [1.0], [0.5, 1.0], [0.25, 0.5, 1.0, 2.0]):
+    for eps in by_scale(scale, [1.0], [0.5, 1.0], [0.25, 0.5, 1.0, 2.0]):
         for method in ("central", "square_chipo"):
             add("central", method=method, epsilon=eps, alpha=0.1)
     if scale == "full":
@@ -103,9 +103,9 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
     """Every seed of one grid point: data, label pipeline, fit (or central selection), exact gaps."""
     key = point_key(point)
     inst = INSTANCE
-    bandit = _point_bandit(point)
-    rngs = _rngs(base_seed, _data_key(point), seeds)
-    epsilon = _eps(point["epsilon"])
+    bandit = point_bandit(point)
+    rngs = seed_rngs(base_seed, data_key(point), seeds)
+    epsilon = epsilon_of(point["epsilon"])
     clip = margin_clip(inst["r_max"])
     beta = point.get("beta", inst["beta"])
     adversary = "flip" if point["adversary"] == "none" else point["adversary"]  # "none": α = 0, no adversary
@@ -180,11 +180,11 @@ def _convergence(rows: list[dict], study: str) -> str:
 def _rate_lines(rows: list[dict], out: Path, rng: np.random.Generator) -> list[str]:
     """[rate]: the two rate statements of Zhou et al. 2025 (Square-χPO), each in its own regime."""
     lines: list[str] = []
-    rate = _group(rows, "rate", "n", metric="gap_target")
+    rate = group_metric(rows, "rate", "n", metric="gap_target")
     if rate:
         ns = np.array(sorted(k[0] for k in rate))
         groups = [rate[(n,)] for n in ns]
-        slope, low, high = _slope(ns, groups, rng)
+        slope, low, high = bootstrap_slope(ns, groups, rng)
         lines.append(
             "[rate, fixed β] Zhou et al. 2025 (Square-χPO), Thm 3.5 / Thm C.1 at a fixed β: the error to the method's "
             "own target π*_β falls as n^-1/2 asymptotically. Conditions: Square-χPO, β = 0.5, α = 0, ε = ∞, "
@@ -193,94 +193,98 @@ def _rate_lines(rows: list[dict], out: Path, rng: np.random.Generator) -> list[s
         )
         lines.append(
             f"       slope of log |J(π*_β) − J(π̂)| on log n = {slope:.3f} (95% CI [{low:.3f}, {high:.3f}]; "
-            f"n^-1/2 is −0.5, accept [−0.6, −0.4]): {_verdict(-0.6 <= slope <= -0.4)}"
+            f"n^-1/2 is −0.5, accept [−0.6, −0.4]): {verdict_of(-0.6 <= slope <= -0.4)}"
         )
         for n, g in zip(ns, groups):
-            lines.append(f"       n = {int(n):>6}: |J(π*_β) − J(π̂)| = {_fmt(g)}, √n·error = {_fmt(np.sqrt(n) * g)}")
+            lines.append(
+                f"       n = {int(n):>6}: |J(π*_β) − J(π̂)| = {fmt_ci(g)}, √n·error = {fmt_ci(np.sqrt(n) * g)}"
+            )
         lines += _rate_beta_lines(rows, rng)
 
         def draw(ax):
-            _errorbar(ax, ns, groups, "square_chipo |J(π*_β) − J(π̂)|, β = 0.5")
+            draw_errorbars(ax, ns, groups, "square_chipo |J(π*_β) − J(π̂)|, β = 0.5")
             ax.plot(ns, groups[0].mean() * (ns / ns[0]) ** -0.5, "k--", label="n^-1/2")
-            beta = _group(rows, "rate_beta", "n", metric="gap_best")
+            beta = group_metric(rows, "rate_beta", "n", metric="gap_best")
             if beta:
-                _errorbar(ax, ns, [beta[(n,)] for n in ns], "J(π_best) − J(π̂), β ∝ n^-1/2")
+                draw_errorbars(ax, ns, [beta[(n,)] for n in ns], "J(π_best) − J(π̂), β ∝ n^-1/2")
             ax.set(xscale="log", yscale="log", xlabel="n", ylabel="gap", title="Rate in n (α = 0, ε = ∞)")
             ax.legend()
 
-        _plot(out / "bandit_rate.png", draw)
+        save_plot(out / "bandit_rate.png", draw)
     return lines
 
 
 def _rate_beta_lines(rows: list[dict], rng: np.random.Generator) -> list[str]:
-    rate = _group(rows, "rate_beta", "n", metric="gap_best")
+    rate = group_metric(rows, "rate_beta", "n", metric="gap_best")
     if not rate:
         return []
     ns = np.array(sorted(k[0] for k in rate))
     groups = [rate[(n,)] for n in ns]
-    slope, low, high = _slope(ns, groups, rng)
+    slope, low, high = bootstrap_slope(ns, groups, rng)
     betas = sorted({row["beta"] for row in rows if row["study"] == "rate_beta"}, reverse=True)
     lines = [
         "[rate, β ∝ n^-1/2] Zhou et al. 2025 (Square-χPO), Thm 3.5 with β chosen for n: the gap to the comparator "
         "(here the best policy, C* = 5) is O(n^-1/2). Conditions: Square-χPO, α = 0, ε = ∞, "
         f"β = {betas[0]:g}·√({int(ns[0])}/n) ({betas[0]:g} to {betas[-1]:.3f}), {_convergence(rows, 'rate_beta')}.",
         f"       slope of log(J(π_best) − J(π̂)) on log n = {slope:.3f} (95% CI [{low:.3f}, {high:.3f}]; holds when "
-        f"the whole interval is at or below −0.4, a decay at least about as fast as n^-1/2): {_verdict(high <= -0.4)}",
+        "the whole interval is at or below −0.4, a decay at least about as fast as n^-1/2): "
+        f"{verdict_of(high <= -0.4)}",
     ]
-    return lines + [f"       n = {int(n):>6}: J(π_best) − J(π̂) = {_fmt(g)}" for n, g in zip(ns, groups)]
+    gaps = [f"       n = {int(n):>6}: J(π_best) − J(π̂) = {fmt_ci(g)}" for n, g in zip(ns, groups)]
+    return lines + gaps
 
 
 def _privacy_lines(rows: list[dict], out: Path) -> list[str]:
     """[privacy]: the gap grows with c(ε)."""
     lines: list[str] = []
-    privacy = _group(rows, "privacy", "epsilon", metric="gap_target")
+    privacy = group_metric(rows, "privacy", "epsilon", metric="gap_target")
     if privacy:
         eps = sorted(k[0] for k in privacy)
         c = np.array([debias_factor(None if e == math.inf else e) for e in eps])
         groups = [privacy[(e,)] for e in eps]
         means = np.array([g.mean() for g in groups])
         order = np.argsort(c)
-        monotone = bool(np.all(np.diff(means[order]) >= -np.array([_mean_ci(groups[i])[1] for i in order[1:]])))
+        monotone = bool(np.all(np.diff(means[order]) >= -np.array([mean_ci(groups[i])[1] for i in order[1:]])))
         lines.append(
             "[privacy] Zhou et al. 2025 (Square-χPO), Thm 3.5: the error grows with c(ε) (the privacy cost). "
-            f"Conditions: Square-χPO, CTL, α = 0, β = 0.5, n = 2000: gap grows with c(ε): {_verdict(monotone)} "
+            f"Conditions: Square-χPO, CTL, α = 0, β = 0.5, n = 2000: gap grows with c(ε): {verdict_of(monotone)} "
             f"(non-decreasing in c(ε) within the 95% half-widths; corr(log c, gap) = "
             f"{np.corrcoef(np.log(c), means)[0, 1]:.3f})"
         )
         for e, cc, g in zip(eps, c, groups):
-            lines.append(f"       ε = {e:>5}: c(ε) = {cc:7.3f}, |J(π*_β) − J(π̂)| = {_fmt(g)}")
+            lines.append(f"       ε = {e:>5}: c(ε) = {cc:7.3f}, |J(π*_β) − J(π̂)| = {fmt_ci(g)}")
 
         def draw(ax):
-            _errorbar(ax, c, groups, "square_chipo")
+            draw_errorbars(ax, c, groups, "square_chipo")
             ax.set(xscale="log", xlabel="c(ε)", ylabel="|J(π*_β) − J(π̂)|", title="Cost of local DP (n = 2000)")
 
-        _plot(out / "bandit_privacy.png", draw)
+        save_plot(out / "bandit_privacy.png", draw)
     return lines
 
 
 def _order_lines(rows: list[dict], out: Path) -> list[str]:
     """[order]: LTC above CTL, more so as ε shrinks (Zhou et al. 2025 (Square-χPO), §3)."""
     lines: list[str] = []
-    order = _group(rows, "order", "epsilon", "order", metric="gap_best")
+    order = group_metric(rows, "order", "epsilon", "order", metric="gap_best")
     if order:
         eps = sorted({k[0] for k in order})
         diffs = []
         for e in eps:
             ctl, ltc = order[(e, "ctl")], order[(e, "ltc")]
-            d, half = _difference(ltc, ctl)
+            d, half = difference_ci(ltc, ctl)
             diffs.append(d)
             lines.append(
                 f"[order] Zhou et al. 2025 (Square-χPO), Thm 3.5 (LTC's √(α·c(ε)) against CTL's √α), α = 0.2 flip, "
                 f"ε = {e}: "
-                f"CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, LTC − CTL = {d:.4f} ± {half:.4f}: "
-                f"LTC above CTL {_verdict(d - half > 0)}"
+                f"CTL {fmt_ci(ctl)}, LTC {fmt_ci(ltc)}, LTC − CTL = {d:.4f} ± {half:.4f}: "
+                f"LTC above CTL {verdict_of(d - half > 0)}"
             )
         shrinking = all(a >= b for a, b in zip(diffs, diffs[1:]))
         lines.append(
-            f"        difference grows as ε shrinks: {_verdict(shrinking)} ({', '.join(f'{d:.4f}' for d in diffs)} "
+            f"        difference grows as ε shrinks: {verdict_of(shrinking)} ({', '.join(f'{d:.4f}' for d in diffs)} "
             f"for ε = {', '.join(str(e) for e in eps)})"
         )
-        _plot_curves(
+        plot_curves(
             out / "bandit_ctl_vs_ltc.png",
             eps,
             {o.upper(): [order[(e, o)] for e in eps] for o in ("ctl", "ltc")},
@@ -292,7 +296,7 @@ def _order_lines(rows: list[dict], out: Path) -> list[str]:
 
 def _robust_lines(rows: list[dict], out: Path) -> list[str]:
     """[robust]: the loss of value under Huber corruption, against each method's own α = 0 fit."""
-    values = _by_seed(rows, "robust", "alpha", "adversary", "method")
+    values = metric_by_seed(rows, "robust", "alpha", "adversary", "method")
     if not values:
         return []
     methods = sorted({k[2] for k in values})
@@ -307,7 +311,7 @@ def _robust_lines(rows: list[dict], out: Path) -> list[str]:
     for adversary in sorted({k[1] for k in values if k[0] > 0}):
         alphas = sorted({k[0] for k in values if k[0] > 0 and k[1] == adversary})
         for method in methods:
-            losses = [_paired(values[(0.0, "none", method)], values[(a, adversary, method)]) for a in alphas]
+            losses = [paired_values(values[(0.0, "none", method)], values[(a, adversary, method)]) for a in alphas]
             curves[f"{method} ({adversary})"] = losses
             means = np.array([loss.mean() for loss in losses])
             # Graceful: the loss shrinks at least as fast as √α as α → 0, i.e. the slope of log loss on log α is
@@ -318,49 +322,49 @@ def _robust_lines(rows: list[dict], out: Path) -> list[str]:
             shape = f"slope of log loss on log α {slope:.2f}" if slope is not None else "one α"
             lines.append(
                 f"         {adversary:5} {method:13}: "
-                + ", ".join(f"α = {a:g}: {_fmt(loss)}" for a, loss in zip(alphas, losses))
-                + f" ({shape}): {_verdict(ok)}"
+                + ", ".join(f"α = {a:g}: {fmt_ci(loss)}" for a, loss in zip(alphas, losses))
+                + f" ({shape}): {verdict_of(ok)}"
             )
         for a in alphas:
-            d = _paired(values[(a, adversary, "square_chipo")], values[(a, adversary, "chipo")])
+            d = paired_values(values[(a, adversary, "square_chipo")], values[(a, adversary, "chipo")])
             if len(d) >= 2:
-                mean, half = _mean_ci(d)
+                mean, half = mean_ci(d)
                 result = "no advantage either way" if abs(mean) <= half else ("Square-χPO better" if mean > 0 else
                                                                                 "χPO better")  # fmt: skip
                 lines.append(
                     f"         {adversary:5} α = {a:g}: J(Square-χPO) − J(χPO) = {mean:+.4f} ± {half:.4f} (paired): "
                     f"{result} (a result, not a claim of the paper)"
                 )
-    lines.insert(1, f"         the loss grows no faster than √α for every method and adversary: {_verdict(grow_ok)}")
+    lines.insert(1, f"         the loss grows no faster than √α for every method and adversary: {verdict_of(grow_ok)}")
 
     def draw(ax):
         for label, losses in curves.items():
             alphas = sorted({k[0] for k in values if k[0] > 0 and k[1] == label.split("(")[1][:-1]})
-            _errorbar(ax, alphas, losses, label)
+            draw_errorbars(ax, alphas, losses, label)
         ax.set(xscale="log", yscale="log", xlabel="α", ylabel="J(π̂, α = 0) − J(π̂, α)", title="Huber corruption")
         ax.legend(fontsize="small")
 
-    _plot(out / "bandit_robust.png", draw)
+    save_plot(out / "bandit_robust.png", draw)
     return lines
 
 
 def _central_lines(rows: list[dict], out: Path) -> list[str]:
     """[central]: the central selector against local Square-χPO."""
     lines: list[str] = []
-    central = _group(rows, "central", "epsilon", "method", metric="gap_best")
+    central = group_metric(rows, "central", "epsilon", "method", metric="gap_best")
     if central:
         eps = sorted({k[0] for k in central})
         for e in eps:
             cen, loc = central[(e, "central")], central[(e, "square_chipo")]
-            d, half = _difference(loc, cen)
+            d, half = difference_ci(loc, cen)
             lines.append(
                 f"[central] Zhou et al. 2025 (Square-χPO), Thm 3.7 (central (1 + 1/√ε) against local c(ε)), "
                 f"ε = {e}, α = 0.1, "
-                f"n = 2000, |Π| = 16: central selection {_fmt(cen)} vs local square_chipo "
-                f"{_fmt(loc)}; local − central = {d:.4f} ± {half:.4f}: central better {_verdict(d - half > 0)}"
+                f"n = 2000, |Π| = 16: central selection {fmt_ci(cen)} vs local square_chipo "
+                f"{fmt_ci(loc)}; local − central = {d:.4f} ± {half:.4f}: central better {verdict_of(d - half > 0)}"
             )
         labels = {"central": "central (exp. mechanism, |Π| = 16)", "square_chipo": "local (square_chipo, CTL)"}
-        _plot_curves(
+        plot_curves(
             out / "bandit_central_vs_local.png",
             eps,
             {label: [central[(e, m)] for e in eps] for m, label in labels.items()},

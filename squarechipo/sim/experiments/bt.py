@@ -10,8 +10,8 @@ import numpy as np
 
 from squarechipo.privacy.calibration import debias_factor
 from squarechipo.sim import bt
-from squarechipo.sim.experiments.grid import _pick, _rngs, point_key
-from squarechipo.sim.experiments.tables import _errorbar, _fmt, _group, _plot, _verdict
+from squarechipo.sim.experiments.grid import by_scale, point_key, seed_rngs
+from squarechipo.sim.experiments.tables import draw_errorbars, fmt_ci, group_metric, save_plot, verdict_of
 
 __all__ = ["BT_COLUMNS", "bt_grid", "BT_NS", "BT_DELTA", "run_bt_point", "bt_report"]
 
@@ -23,9 +23,9 @@ def bt_grid(scale: str = "default") -> list[dict]:
     """Chowdhury et al. 2024 (private reward estimation), Figure 1: d = 5 (default), plus d = 3 and 10 in the full
     grid; every estimator and ε."""
     points = []
-    for d in _pick(scale, [5], [5], [3, 5, 10]):
+    for d in by_scale(scale, [5], [5], [3, 5, 10]):
         points.append({"study": "bt", "estimator": "mle", "epsilon": math.inf, "d": d})
-        for eps in _pick(scale, (1.0,), (0.1, 0.5, 1.0), (0.1, 0.5, 1.0)):
+        for eps in by_scale(scale, (1.0,), (0.1, 0.5, 1.0), (0.1, 0.5, 1.0)):
             for estimator in ("objective_perturbation", "rr_mle", "sgd_rr", "sgd_rr_averaged"):
                 points.append({"study": "bt", "estimator": estimator, "epsilon": eps, "d": d})
     return points
@@ -46,7 +46,7 @@ def run_bt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict
     theta_star = data_rng.standard_normal((max(seeds) + 1, d))[seeds]
     feature_bound = math.sqrt(d) + 2.0
     x, y = bt.sample_bt(theta_star, max(BT_NS), feature_bound, data_rng)
-    rng = _rngs(base_seed, key, [0])[0]
+    rng = seed_rngs(base_seed, key, [0])[0]
     radius = 3.0 * math.sqrt(d)  # Θ_B; ‖θ*‖ ≤ B except with negligible probability
     estimates = {}
     if point["estimator"] == "sgd_rr":
@@ -72,7 +72,7 @@ def run_bt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict
 
 def bt_report(rows: list[dict], out: Path) -> list[str]:
     lines = []
-    errors = _group(rows, "bt", "d", "estimator", "epsilon", "n", metric="error")
+    errors = group_metric(rows, "bt", "d", "estimator", "epsilon", "n", metric="error")
     for d in sorted({k[0] for k in errors}):
         ns = sorted({k[3] for k in errors if k[0] == d})
         eps = sorted({k[2] for k in errors if k[0] == d and k[1] != "mle"})
@@ -91,25 +91,25 @@ def bt_report(rows: list[dict], out: Path) -> list[str]:
                 }
                 sgd_text = ", ".join(f"{name}/MLE = {ratio:.2f}" for name, ratio in sgd.items())
                 lines.append(
-                    f"[bt d={int(d)}] ε = {e}, n = {int(n):>5}: MLE {_fmt(mle[n])} < central {_fmt(central)} < local "
-                    f"θ̂_RR {_fmt(local)}: {_verdict(ok)}; θ̂_RR/MLE = {local.mean() / mle[n].mean():6.2f} "
+                    f"[bt d={int(d)}] ε = {e}, n = {int(n):>5}: MLE {fmt_ci(mle[n])} < central {fmt_ci(central)} "
+                    f"< local θ̂_RR {fmt_ci(local)}: {verdict_of(ok)}; θ̂_RR/MLE = {local.mean() / mle[n].mean():6.2f} "
                     f"beside c(ε) = (e^ε+1)/(e^ε−1) = {c:.2f}" + (f"; {sgd_text}" if sgd_text else "")
                 )
         lines.append(
-            f"[bt d={int(d)}] ordering non-private < central < local (θ̂_RR) at every n and ε: {_verdict(all_ok)}"
+            f"[bt d={int(d)}] ordering non-private < central < local (θ̂_RR) at every n and ε: {verdict_of(all_ok)}"
         )
 
         def draw(ax, d=d, ns=ns, eps=eps, mle=mle):
-            _errorbar(ax, ns, [mle[n] for n in ns], "MLE (non-private)", color="k")
+            draw_errorbars(ax, ns, [mle[n] for n in ns], "MLE (non-private)", color="k")
             for e, colour in zip(eps, ("C0", "C1", "C2", "C3")):
-                _errorbar(
+                draw_errorbars(
                     ax, ns, [errors[(d, "objective_perturbation", e, n)] for n in ns], f"central ε={e}", color=colour
                 )
-                _errorbar(
+                draw_errorbars(
                     ax, ns, [errors[(d, "rr_mle", e, n)] for n in ns], f"local θ̂_RR ε={e}", color=colour, ls="--"
                 )
                 if (d, "sgd_rr_averaged", e, ns[0]) in errors:
-                    _errorbar(
+                    draw_errorbars(
                         ax,
                         ns,
                         [errors[(d, "sgd_rr_averaged", e, n)] for n in ns],
@@ -126,5 +126,5 @@ def bt_report(rows: list[dict], out: Path) -> list[str]:
             )
             ax.legend(fontsize=6)
 
-        _plot(out / f"bt_error_d{int(d)}.png", draw)
+        save_plot(out / f"bt_error_d{int(d)}.png", draw)
     return lines

@@ -12,8 +12,8 @@ from squarechipo.privacy.calibration import debias_factor
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import general as gp
-from squarechipo.sim.experiments.grid import _PIPELINE_COLUMNS, _eps, _pick, _rngs, point_key
-from squarechipo.sim.experiments.tables import _difference, _fmt, _group, _plot_curves, _verdict
+from squarechipo.sim.experiments.grid import PIPELINE_COLUMNS, by_scale, epsilon_of, point_key, seed_rngs
+from squarechipo.sim.experiments.tables import difference_ci, fmt_ci, group_metric, plot_curves, verdict_of
 
 __all__ = [
     "GENERAL_COLUMNS",
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-GENERAL_COLUMNS = [*_PIPELINE_COLUMNS, "seed", "iterations", "dg_mixture", "dg_last", "model_error", "key"]
+GENERAL_COLUMNS = [*PIPELINE_COLUMNS, "seed", "iterations", "dg_mixture", "dg_last", "model_error", "key"]
 
 
 #: The non-transitive instance of Zhou et al. 2025 (Square-χPO), §4 (fixed before the first run): 4 contexts, 5 actions
@@ -64,12 +64,12 @@ def general_grid(scale: str = "default") -> list[dict]:
         "adversary": "fixed",
         "n": 4000,
     }
-    ns = _pick(scale, [250, 2000], [250, 2000, 16000], [250, 1000, 4000, 16000, 64000])
+    ns = by_scale(scale, [250, 2000], [250, 2000, 16000], [250, 1000, 4000, 16000, 64000])
     if scale == "smoke":
         base["max_iterations"] = 4  # the plumbing only
     points = [{**base, "n": n} for n in ns]
-    for eps in _pick(scale, [1.0], [1.0], [0.5, 1.0, 2.0]):
-        for adversary in _pick(scale, ["fixed"], ["fixed"], ["fixed", "flip"]):
+    for eps in by_scale(scale, [1.0], [1.0], [0.5, 1.0, 2.0]):
+        for adversary in by_scale(scale, ["fixed"], ["fixed"], ["fixed", "flip"]):
             for method, order in (("local", "ctl"), ("local", "ltc"), ("central", "ctl")):
                 points.append(
                     {
@@ -91,8 +91,8 @@ def run_general_point(point: dict, seeds: list[int], base_seed: int = 0) -> list
     inst = GENERAL_INSTANCE
     shape = (inst["num_contexts"], inst["num_actions"], inst["cycle_strength"], inst["reward_scale"])
     instance = gp.make_general_instance(*shape, np.random.default_rng(inst["instance_seed"]))
-    rngs = _rngs(base_seed, key, seeds)
-    epsilon = _eps(point["epsilon"])
+    rngs = seed_rngs(base_seed, key, seeds)
+    epsilon = epsilon_of(point["epsilon"])
     actions = np.arange(inst["num_actions"])
     lower_first = np.broadcast_to(actions[:, None] < actions[None, :], instance.preference.shape)
     if point["method"] == "central":
@@ -157,37 +157,37 @@ def _general_rate_lines(rows: list[dict], out: Path) -> list[str]:
     """[general T], [general n]: the mixture's duality gap falls with T and with n."""
     lines: list[str] = []
     dg_label = _DG_LABEL
-    rate = _group(rows, "general_rate", "n", "iterations", metric="dg_mixture")
+    rate = group_metric(rows, "general_rate", "n", "iterations", metric="dg_mixture")
     if rate:
         ns = sorted({k[0] for k in rate})
         ts = sorted({k[1] for k in rate})
         t_max = ts[-1]
         for n in ns:
-            curve = ", ".join(f"T={int(t)}: {_fmt(rate[(n, t)])}" for t in ts)
+            curve = ", ".join(f"T={int(t)}: {fmt_ci(rate[(n, t)])}" for t in ts)
             first, last = rate[(n, ts[0])], rate[(n, t_max)]
-            d, half = _difference(first, last)
+            d, half = difference_ci(first, last)
             lines.append(f"[general T] n = {int(n):>6}, ε = ∞, α = 0: mixture of π¹..π^T: {curve}")
             lines.append(
                 f"            DG(T={int(ts[0])}) − DG(T={int(t_max)}) = {d:.4f} ± {half:.4f}: falls with T "
-                f"{_verdict(d - half > 0)}"
+                f"{verdict_of(d - half > 0)}"
             )
-        last_iterate = _group(rows, "general_rate", "n", "iterations", metric="dg_last")
+        last_iterate = group_metric(rows, "general_rate", "n", "iterations", metric="dg_last")
         lines.append(
             "            last iterate π^{T+1} at T = "
             + f"{int(t_max)}: "
-            + ", ".join(f"n={int(n)} {_fmt(last_iterate[(n, t_max)])}" for n in ns)
+            + ", ".join(f"n={int(n)} {fmt_ci(last_iterate[(n, t_max)])}" for n in ns)
             + " (self-play cycles on a non-transitive game; the mixture is what Alg. 3 returns)"
         )
         ends = [rate[(n, t_max)] for n in ns]
-        d, half = _difference(ends[0], ends[-1])
+        d, half = difference_ci(ends[0], ends[-1])
         steps = all(a.mean() > b.mean() for a, b in zip(ends, ends[1:]))
         lines.append(
             f"[general n] DG at T = {int(t_max)}: "
-            + ", ".join(f"n={int(n)} {_fmt(e)}" for n, e in zip(ns, ends))
+            + ", ".join(f"n={int(n)} {fmt_ci(e)}" for n, e in zip(ns, ends))
             + f"; DG(n={int(ns[0])}) − DG(n={int(ns[-1])}) = {d:.4f} ± {half:.4f}: falls with n "
-            + _verdict(d - half > 0 and steps)
+            + verdict_of(d - half > 0 and steps)
         )
-        _plot_curves(
+        plot_curves(
             out / "general_dg_vs_T.png",
             ts,
             {f"n = {int(n)}": [rate[(n, t)] for t in ts] for n in ns},
@@ -195,7 +195,7 @@ def _general_rate_lines(rows: list[dict], out: Path) -> list[str]:
             "Iterative Square-χPO: mixture of iterates",
             ylabel=dg_label,
         )
-        _plot_curves(
+        plot_curves(
             out / "general_dg_vs_n.png",
             ns,
             {f"T = {int(t)}": [rate[(n, t)] for n in ns] for t in ts[1:]},
@@ -210,27 +210,29 @@ def _general_order_lines(rows: list[dict], out: Path) -> list[str]:
     """[general order]: CTL against LTC against the central selector at the last T."""
     lines: list[str] = []
     dg_label = _DG_LABEL
-    order = _group(rows, "general_order", "epsilon", "adversary", "method", "order", "iterations", metric="dg_mixture")
+    order = group_metric(
+        rows, "general_order", "epsilon", "adversary", "method", "order", "iterations", metric="dg_mixture"
+    )
     if order:
         t_max = max(k[4] for k in order)
         for eps, adversary in sorted({(k[0], k[1]) for k in order}):
             ctl, ltc = order[(eps, adversary, "local", "ctl", t_max)], order[(eps, adversary, "local", "ltc", t_max)]
             central = order[(eps, adversary, "central", "ctl", t_max)]
-            d, half = _difference(ltc, ctl)
-            dc, halfc = _difference(ctl, central)
+            d, half = difference_ci(ltc, ctl)
+            dc, halfc = difference_ci(ctl, central)
             lines.append(
                 f"[general order] ε = {eps}, α = 0.1 ({adversary} adversary), n = 4000, T = {int(t_max)}: "
-                f"CTL {_fmt(ctl)}, LTC {_fmt(ltc)}, central {_fmt(central)}"
+                f"CTL {fmt_ci(ctl)}, LTC {fmt_ci(ltc)}, central {fmt_ci(central)}"
             )
             lines.append(
-                f"            LTC − CTL = {d:.4f} ± {half:.4f}: CTL better {_verdict(d - half > 0)}; "
-                f"CTL − central = {dc:.4f} ± {halfc:.4f}: central at least as good {_verdict(dc + halfc >= 0)} "
+                f"            LTC − CTL = {d:.4f} ± {half:.4f}: CTL better {verdict_of(d - half > 0)}; "
+                f"CTL − central = {dc:.4f} ± {halfc:.4f}: central at least as good {verdict_of(dc + halfc >= 0)} "
                 f"(Thm 4.4 terms at this ε: c(ε) = {debias_factor(eps):.2f} vs 1 + 1/√ε = {1 + eps**-0.5:.2f})"
             )
         eps_adv = sorted({(k[0], k[1]) for k in order})
         ts = sorted({k[4] for k in order})
         e0, a0 = eps_adv[0]
-        _plot_curves(
+        plot_curves(
             out / "general_order.png",
             ts,
             {

@@ -21,14 +21,14 @@ __all__ = ["point_key", "SCALES", "run_grid"]
 
 
 #: The label-pipeline columns every alignment study shares (the bandit and the general-preference lab).
-_PIPELINE_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary"]
+PIPELINE_COLUMNS = ["study", "method", "n", "epsilon", "alpha", "order", "adversary"]
 
 
 def point_key(point: dict) -> str:
     return json.dumps(point, sort_keys=True)
 
 
-def _rngs(base_seed: int, key: str, seeds: Iterable[int]) -> list[np.random.Generator]:
+def seed_rngs(base_seed: int, key: str, seeds: Iterable[int]) -> list[np.random.Generator]:
     return [np.random.default_rng([base_seed, zlib.crc32(key.encode()), s]) for s in seeds]
 
 
@@ -38,12 +38,12 @@ def _rngs(base_seed: int, key: str, seeds: Iterable[int]) -> list[np.random.Gene
 _PAIRED = {"robust": ("method", "alpha", "adversary"), "overopt": ("method",)}
 
 
-def _data_key(point: dict) -> str:
+def data_key(point: dict) -> str:
     shared = _PAIRED.get(point["study"], ())
     return point_key({k: v for k, v in point.items() if k not in shared})
 
 
-def _eps(value) -> float | None:
+def epsilon_of(value) -> float | None:
     return None if value is None or math.isinf(value) else float(value)
 
 
@@ -52,7 +52,7 @@ def _eps(value) -> float | None:
 SCALES = ("smoke", "default", "full")
 
 
-def _pick(scale: str, smoke, default, full):
+def by_scale(scale: str, smoke, default, full):
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES} (got {scale!r}).")
     return {"smoke": smoke, "default": default, "full": full}[scale]

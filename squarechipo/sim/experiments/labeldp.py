@@ -10,9 +10,9 @@ import numpy as np
 from squarechipo.losses import margin_clip
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import multistage as ms
-from squarechipo.sim.experiments.bandit import INSTANCE, _point_bandit
-from squarechipo.sim.experiments.grid import _pick, _rngs, point_key
-from squarechipo.sim.experiments.tables import _fmt, _group, _mean_ci, _plot, _plot_curves
+from squarechipo.sim.experiments.bandit import INSTANCE, point_bandit
+from squarechipo.sim.experiments.grid import by_scale, point_key, seed_rngs
+from squarechipo.sim.experiments.tables import fmt_ci, group_metric, mean_ci, plot_curves, save_plot
 
 __all__ = [
     "MULTISTAGE_COLUMNS",
@@ -44,8 +44,8 @@ MULTISTAGE_METHODS = ("lp1st", "lp2st", "lp2st_drop")
 def multistage_grid(scale: str = "default") -> list[dict]:
     """LP-2ST vs LP-1ST (Ghazi et al. 2021 (label DP)) on the bandit of :data:`INSTANCE` (coverage 0.2, n = 2000)
     across ε."""
-    eps = _pick(scale, [0.5, 2.0], [0.1, 0.5, 1.0, 2.0], [0.1, 0.25, 0.5, 1.0, 2.0, 4.0])
-    splits = _pick(scale, [0.5], [0.5], [0.3, 0.5, 0.7])
+    eps = by_scale(scale, [0.5, 2.0], [0.1, 0.5, 1.0, 2.0], [0.1, 0.25, 0.5, 1.0, 2.0, 4.0])
+    splits = by_scale(scale, [0.5], [0.5], [0.3, 0.5, 0.7])
     return [
         {"study": "multistage", "n": 2000, "epsilon": e, "split": sp, "coverage": 0.2, "temperature": 1.0}
         for e in eps
@@ -57,12 +57,12 @@ def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> l
     """LP-1ST, LP-2ST (prior rows weighted 1) and LP-2ST (prior rows dropped) on the same clean rows per seed."""
     key = point_key(point)
     inst = INSTANCE
-    bandit = _point_bandit(point)
+    bandit = point_bandit(point)
     beta, clip = inst["beta"], margin_clip(inst["r_max"])
     target = bd.value(bandit, bd.target_policy(bandit, beta, "chipo"))
     rows = []
     for method in MULTISTAGE_METHODS:
-        rngs = _rngs(base_seed, key, seeds)  # the same clean rows and noise stream for every method
+        rngs = seed_rngs(base_seed, key, seeds)  # the same clean rows and noise stream for every method
         clean = bd.sample_preferences(bandit, point["n"], None, rngs)
         share = 0.0
         if method == "lp1st":
@@ -98,15 +98,15 @@ def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> l
 def multistage_report(rows: list[dict], out: Path) -> list[str]:
     """LP-2ST vs LP-1ST (Ghazi et al. 2021 (label DP)) on the bandit, paired by seed (same clean rows)."""
     lines = []
-    gaps = _group(rows, "multistage", "epsilon", "split", "method", metric="gap_best")
-    shares = _group(rows, "multistage", "epsilon", "split", "method", metric="prior_share")
+    gaps = group_metric(rows, "multistage", "epsilon", "split", "method", metric="gap_best")
+    shares = group_metric(rows, "multistage", "epsilon", "split", "method", metric="prior_share")
     points = sorted({(k[0], k[1]) for k in gaps})
     for eps, split in points:
         one = gaps[(eps, split, "lp1st")]
         parts = []
         for method in ("lp2st", "lp2st_drop"):
             diff = one - gaps[(eps, split, method)]  # paired: > 0 means LP-2ST better
-            mean, half = _mean_ci(diff)
+            mean, half = mean_ci(diff)
             verdict = (
                 "LP-2ST better"
                 if mean - half > 0
@@ -115,18 +115,18 @@ def multistage_report(rows: list[dict], out: Path) -> list[str]:
                 else "no significant difference"
             )
             parts.append(
-                f"{method} {_fmt(gaps[(eps, split, method)])} (LP-1ST − it = {mean:+.4f} ± {half:.4f}: {verdict})"
+                f"{method} {fmt_ci(gaps[(eps, split, method)])} (LP-1ST − it = {mean:+.4f} ± {half:.4f}: {verdict})"
             )
         lines.append(
             f"[multistage] Ghazi et al. 2021 (label DP), LP-2ST vs LP-1ST, ε = {eps}, split {split}, n = 2000: "
-            f"LP-1ST {_fmt(one)}; "
+            f"LP-1ST {fmt_ci(one)}; "
             + "; ".join(parts)
             + f"; part-2 rows released from the prior: {shares[(eps, split, 'lp2st')].mean():.1%}"
         )
     if points:
         split0 = points[0][1]
         eps = [p[0] for p in points if p[1] == split0]
-        _plot_curves(
+        plot_curves(
             out / "multistage_lp2st.png",
             eps,
             {m: [gaps[(e, split0, m)] for e in eps] for m in ("lp1st", "lp2st", "lp2st_drop")},
@@ -170,5 +170,5 @@ def kary_report(out: Path, ks=(2, 4, 8, 16, 32, 64), epsilons=(0.5, 1.0, 2.0, 4.
         )
         ax.legend(fontsize=6)
 
-    _plot(out / "kary_variance.png", draw)
+    save_plot(out / "kary_variance.png", draw)
     return lines

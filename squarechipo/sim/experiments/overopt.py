@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from squarechipo.sim import overopt
-from squarechipo.sim.experiments.grid import _data_key, _pick, _rngs, point_key
-from squarechipo.sim.experiments.tables import _group, _mean_ci, _paired, _plot, _verdict
+from squarechipo.sim.experiments.grid import by_scale, data_key, point_key, seed_rngs
+from squarechipo.sim.experiments.tables import group_metric, mean_ci, paired_values, save_plot, verdict_of
 
 __all__ = [
     "OVEROPT_SEEDS",
@@ -53,8 +53,8 @@ def overopt_grid(scale: str = "default") -> list[dict]:
     """Over-optimisation as Huang et al. 2024 (χPO) pose it (:mod:`squarechipo.sim.overopt`): methods × β × n × policy
     class, each measured along optimisation steps."""
     points = []
-    for n in _pick(scale, [500], [500], [500, 2000]):
-        for beta in _pick(scale, [0.2], [0.05, 0.2], [0.02, 0.05, 0.2, 0.5]):
+    for n in by_scale(scale, [500], [500], [500, 2000]):
+        for beta in by_scale(scale, [0.2], [0.05, 0.2], [0.02, 0.05, 0.2, 0.5]):
             for policy_class in overopt.CLASSES:
                 for method in ("dpo", "chipo", "square_chipo"):
                     point = {"study": "overopt", "method": method, "n": n, "beta": beta, "policy_class": policy_class}
@@ -73,7 +73,7 @@ def overopt_rows_per_seed(point: dict) -> int:
 def run_overopt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict]:
     """Every seed and checkpoint of one over-optimisation point (:func:`squarechipo.sim.overopt.run_point`)."""
     key = point_key(point)
-    rows = overopt.run_point(point, _rngs(base_seed, _data_key(point), seeds), OVEROPT_INSTANCE)
+    rows = overopt.run_point(point, seed_rngs(base_seed, data_key(point), seeds), OVEROPT_INSTANCE)
     return [{**point, **row, "seed": seeds[row["seed"]], "key": key} for row in rows]
 
 
@@ -100,22 +100,22 @@ def _overopt_claims(curves, setting: tuple, steps: list[float]) -> list[str]:
     final, lines = steps[-1], []
     if setting[0] == "bounded":
         for method, by_step in by_method.items():
-            mean, half = _mean_ci(_rise(by_step, steps))
+            mean, half = mean_ci(_rise(by_step, steps))
             lines.append(
                 f"         {method} does not over-optimise in the bounded class (final − its best along training = "
-                f"{mean:+.4f} ± {half:.4f}, at most 0.005): {_verdict(mean + half <= 0.005)}"
+                f"{mean:+.4f} ± {half:.4f}, at most 0.005): {verdict_of(mean + half <= 0.005)}"
             )
         return lines
-    mean, half = _mean_ci(_rise(by_method["dpo"], steps))
+    mean, half = mean_ci(_rise(by_method["dpo"], steps))
     lines.append(
         f"         DPO over-optimises (final − its best along training = {mean:+.4f} ± {half:.4f}, paired t): "
-        f"{_verdict(mean - half > 0)}"
+        f"{verdict_of(mean - half > 0)}"
     )
     for method, label in (("chipo", "χPO"), ("square_chipo", "Square-χPO")):
-        mean, half = _mean_ci(_paired(by_method["dpo"][final], by_method[method][final]))
+        mean, half = mean_ci(paired_values(by_method["dpo"][final], by_method[method][final]))
         lines.append(
             f"         {label} over-optimises less than DPO at step {int(final)} (DPO − {label} = "
-            f"{mean:+.4f} ± {half:.4f}, paired t): {_verdict(mean - half > 0)}"
+            f"{mean:+.4f} ± {half:.4f}, paired t): {verdict_of(mean - half > 0)}"
         )
     return lines
 
@@ -126,7 +126,7 @@ def overopt_report(rows: list[dict], out: Path) -> list[str]:
     curves = _overopt_curves(rows)
     if not curves:
         return []
-    rare = _group(rows, "overopt", "policy_class", "beta", "n", "method", "step", metric="rare_loss")
+    rare = group_metric(rows, "overopt", "policy_class", "beta", "n", "method", "step", metric="rare_loss")
     lines = [
         "[overopt] Huang et al. 2024 (χPO), the claim χPO exists for: optimised longer, DPO over-optimises (its value "
         "falls after a peak as mass moves to poorly covered actions, the KL keeps growing) and χPO does not; "
@@ -156,5 +156,5 @@ def overopt_report(rows: list[dict], out: Path) -> list[str]:
         ax.set(xscale="log", xlabel="optimisation step", ylabel="J(π*_β) − J(π̂)", title="Over-optimisation (tabular)")
         ax.legend()
 
-    _plot(out / "overopt.png", draw)
+    save_plot(out / "overopt.png", draw)
     return lines

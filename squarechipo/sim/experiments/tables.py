@@ -30,7 +30,7 @@ def load_rows(path: Path) -> list[dict]:
     return rows
 
 
-def _group(rows, study, *fields, metric):
+def group_metric(rows, study, *fields, metric):
     out = defaultdict(list)
     for row in rows:
         if row["study"] == study:
@@ -38,22 +38,22 @@ def _group(rows, study, *fields, metric):
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def _mean_ci(values: np.ndarray) -> tuple[float, float]:
+def mean_ci(values: np.ndarray) -> tuple[float, float]:
     """Mean and 95% half-width over seeds: Student's t with n − 1 degrees of freedom (a handful of seeds)."""
     mean, low, high = t_interval(values)
     return mean, (high - low) / 2 if len(values) >= 2 else 0.0
 
 
-def _fmt(values: np.ndarray) -> str:
-    mean, half = _mean_ci(values)
+def fmt_ci(values: np.ndarray) -> str:
+    mean, half = mean_ci(values)
     return f"{mean:.4f} ± {half:.4f}"
 
 
-def _verdict(ok: bool) -> str:
+def verdict_of(ok: bool) -> str:
     return "holds" if ok else "DOES NOT HOLD"
 
 
-def _slope(ns: np.ndarray, groups: list[np.ndarray], rng: np.random.Generator, boot: int = 2000):
+def bootstrap_slope(ns: np.ndarray, groups: list[np.ndarray], rng: np.random.Generator, boot: int = 2000):
     """Least-squares slope of log(mean gap) on log n, with a 95% percentile bootstrap interval that resamples
     the seeds of each n independently (``scipy.stats.bootstrap`` over the groups as separate samples)."""
     x = np.log(ns)
@@ -66,26 +66,26 @@ def _slope(ns: np.ndarray, groups: list[np.ndarray], rng: np.random.Generator, b
     return float(slope(*groups)), float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def _difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+def difference_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """mean(a) − mean(b) and its 95% half-width: Welch's t interval (independent samples, unequal variances)."""
     result = stats.ttest_ind(a, b, equal_var=False)
     low, high = result.confidence_interval(0.95)
     return float(a.mean() - b.mean()), float((high - low) / 2)
 
 
-def _plot_curves(
+def plot_curves(
     path: Path, xs, curves: dict[str, list[np.ndarray]], xlabel: str, title: str, ylabel: str = "J(π_best) − J(π̂)"
 ) -> None:
     def draw(ax):
         for label, groups in curves.items():
-            _errorbar(ax, xs, groups, label)
+            draw_errorbars(ax, xs, groups, label)
         ax.set(xscale="log", xlabel=xlabel, ylabel=ylabel, title=title)
         ax.legend()
 
-    _plot(path, draw)
+    save_plot(path, draw)
 
 
-def _plot(path: Path, draw) -> None:
+def save_plot(path: Path, draw) -> None:
     # The object-oriented Figure needs no pyplot backend, so the caller's backend is left alone.
     from matplotlib.figure import Figure
 
@@ -97,12 +97,12 @@ def _plot(path: Path, draw) -> None:
     fig.savefig(path, dpi=120)
 
 
-def _errorbar(ax, xs, groups, label, **kw):
-    stats = [_mean_ci(g) for g in groups]
+def draw_errorbars(ax, xs, groups, label, **kw):
+    stats = [mean_ci(g) for g in groups]
     ax.errorbar(xs, [m for m, _ in stats], yerr=[h for _, h in stats], marker="o", capsize=3, label=label, **kw)
 
 
-def _by_seed(rows: list[dict], study: str, *fields) -> dict[tuple, dict[float, float]]:
+def metric_by_seed(rows: list[dict], study: str, *fields) -> dict[tuple, dict[float, float]]:
     out: dict[tuple, dict[float, float]] = defaultdict(dict)
     for row in rows:
         if row["study"] == study:
@@ -110,6 +110,6 @@ def _by_seed(rows: list[dict], study: str, *fields) -> dict[tuple, dict[float, f
     return out
 
 
-def _paired(a: dict[float, float], b: dict[float, float]) -> np.ndarray:
+def paired_values(a: dict[float, float], b: dict[float, float]) -> np.ndarray:
     """a − b over the seeds both have (a seed's draws are shared, so the difference is paired)."""
     return np.array([a[s] - b[s] for s in sorted(set(a) & set(b))])
