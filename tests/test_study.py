@@ -555,7 +555,7 @@ def test_training_length_claims_are_paired_falls_from_a_pilot_fixed_epoch(tmp_pa
     assert verdicts["Square-χPO over-optimises less than DPO (clean)"]["verdict"] == (
         "not tested: no reference epoch was pre-registered for clean_epsinf_square_chipo"
     )  # the hand-made pilot has no Square-χPO arm
-    lines = sr._along_training_table(summary, design)
+    lines = sr.along_training_table(summary, design)
     table = "\n".join(line for line in lines if line.startswith("|"))
     assert "| DPO, clean | 2 | 0.25 [" in table and table.count("KL 10.0") == len(epochs)
     turned = [line for line in lines if line.startswith("- DPO, clean:")]

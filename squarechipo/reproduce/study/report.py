@@ -16,10 +16,10 @@ from squarechipo.reproduce.study.design import StudyDesign, is_win_rate
 from squarechipo.reproduce.study.headline import headline, headline_lines, rows_to_clean_gain, write_privacy_plot
 from squarechipo.reproduce.study.training import (
     TRAINING_PLOT,
-    _along_training_table,
-    _fmt,
-    _reference_lines,
     along_training,
+    along_training_table,
+    fmt_interval,
+    reference_lines,
     write_training_plot,
 )
 from squarechipo.stats import holm, mde, paired_test, verdict
@@ -266,8 +266,9 @@ def _arm_table(summary: dict) -> list[str]:
     ]
     for row in summary["arms"]:
         lines.append(
-            f"| {row['label']} | {row['n']} | {_fmt(row['expected_win'])} | {_fmt(row['gold_gain'], digits=2)} | "
-            f"{_fmt(row['kl'], digits=2)} | {_fmt(row['hard_win'])} | {100 * row['implicit_accuracy']:.1f} | "
+            f"| {row['label']} | {row['n']} | {fmt_interval(row['expected_win'])} | "
+            f"{fmt_interval(row['gold_gain'], digits=2)} | {fmt_interval(row['kl'], digits=2)} | "
+            f"{fmt_interval(row['hard_win'])} | {100 * row['implicit_accuracy']:.1f} | "
             f"{100 * row['loop_rate']:.1f} | {row['words']:.0f} |"
         )
     return lines
@@ -340,10 +341,10 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             *_deviation_lines(summary.get("deviations", [])),
             *_arm_table(summary),
             "",
-            *_along_training_table(summary, design),
+            *along_training_table(summary, design),
             *_claim_table(summary),
             "",
-            *_reference_lines(plan, design),
+            *reference_lines(plan, design),
             "A claim's MDE is the one at its seeds' observed SD of the paired difference, which few seeds estimate "
             "poorly, and at the level Holm's step-down decides it at (α/(m − k) at its step; α/(m − r) for every "
             "claim from the first not rejected on, r the claims rejected before it); the pre-registered MDE above "

@@ -31,7 +31,7 @@ def along_training(records, design: StudyDesign) -> list[dict[str, Any]]:
     return rows
 
 
-def _along_training_table(summary: dict, design: StudyDesign) -> list[str]:
+def along_training_table(summary: dict, design: StudyDesign) -> list[str]:
     if not summary.get("along_training"):
         return []
     epochs = list(design.checkpoints)
@@ -43,7 +43,7 @@ def _along_training_table(summary: dict, design: StudyDesign) -> list[str]:
     ]
     for label in dict.fromkeys(r["label"] for r in summary["along_training"]):
         rows = [r for r in summary["along_training"] if r["label"] == label]
-        cells = [f"{_fmt(r['gold_gain'], digits=2)}, KL {r['kl']['mean']:.1f}" for r in rows]
+        cells = [f"{fmt_interval(r['gold_gain'], digits=2)}, KL {r['kl']['mean']:.1f}" for r in rows]
         lines.append(f"| {label} | {rows[0]['n']} | " + " | ".join(cells) + " |")
     return [*lines, "", *turn_down_lines(summary["along_training"]), ""]
 
@@ -107,13 +107,13 @@ def write_training_plot(records, design: StudyDesign, path: Path) -> None:
     plt.close(figure)
 
 
-def _fmt(test: dict, scale: float = 1.0, digits: int = 1) -> str:
+def fmt_interval(test: dict, scale: float = 1.0, digits: int = 1) -> str:
     if math.isnan(test["low"]):
         return f"{scale * test['mean']:.{digits}f}"
     return f"{scale * test['mean']:.{digits}f} [{scale * test['low']:.{digits}f}, {scale * test['high']:.{digits}f}]"
 
 
-def _reference_lines(plan: dict, design: StudyDesign) -> list[str]:
+def reference_lines(plan: dict, design: StudyDesign) -> list[str]:
     """Which epoch each over-optimisation claim measures its fall from (fixed in the pre-registration)."""
     reference = plan.get("reference_epochs") or {}
     arms = {a.key: a.label for a in design.main_arms}
