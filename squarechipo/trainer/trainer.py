@@ -148,7 +148,7 @@ class SquareChiPOTrainer(PrivateTrainerMixin, DPOTrainer):
         self._tag_names = list(self._tag_names) + [args.method]
         self._warn_if_fsdp_fell_back(args)
         self._install_lean_lm_head()
-        if self.lean_lm_head and args.gradient_checkpointing and self.shares_prompt:
+        if self.lean_lm_head and args.gradient_checkpointing and self.shares_prompt is True:  # the cache layout
             logger.warning(
                 "gradient_checkpointing is on: the policy forward cannot share each prompt between chosen and "
                 "rejected (the reference forward still does). Set gradient_checkpointing=False when memory allows."
