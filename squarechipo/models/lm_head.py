@@ -214,7 +214,8 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
         kwargs["use_cache"] = False
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         layout = None
-        packing = share_prompt == "packed" and _packed_mask_kind(self) is not None
+        mask_kind = _packed_mask_kind(self) if share_prompt == "packed" else None
+        packing = mask_kind is not None
         if (
             share_prompt
             and shift_labels is None
@@ -227,7 +228,7 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
         if layout is not None:
             extra = {k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask", "use_cache")}
             if packing:
-                hidden, targets, rows, cols = _packed_hidden(self, input_ids, layout, _packed_mask_kind(self), extra)
+                hidden, targets, rows, cols = _packed_hidden(self, input_ids, layout, mask_kind, extra)
             else:
                 hidden, targets, rows, cols = _shared_prompt_hidden(self, input_ids, labels, layout, extra)
             shape = (input_ids.size(0), input_ids.size(1) - 1)
