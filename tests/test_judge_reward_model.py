@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from scipy import stats
 
 from squarechipo.data.text import prompt_text
@@ -165,6 +166,8 @@ def test_gold_judge_recipe_beats_chance_on_held_out_gold_pairs(finance_splits, t
             "16",
             "--test_labels_public",
             "true",
+            "--bf16",  # the feature pass under bfloat16 autocast, as the main job runs it
+            "true",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -173,6 +176,8 @@ def test_gold_judge_recipe_beats_chance_on_held_out_gold_pairs(finance_splits, t
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "accuracy on 28 held-out gold pairs" in out.stdout
+    weights = load_file(str(tmp_path / "judge" / "model.safetensors"))
+    assert {w.dtype for w in weights.values()} == {torch.float32}  # autocast leaves the saved judge float32
     result = json.loads((tmp_path / "judge" / "gold_judge.json").read_text())
     correct = round(result["test_accuracy"] * result["test_pairs"])
     # One-sided binomial test against a coin: the judge must be above chance at p < 1e-3.

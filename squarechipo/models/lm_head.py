@@ -174,8 +174,16 @@ def _checkpointing_active(model) -> bool:
     return torch.is_grad_enabled() and bool(getattr(model.base_model, "gradient_checkpointing", False))
 
 
-def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_prompt: bool | str = True) -> bool:
+def add_lean_lm_head(
+    model: PreTrainedModel,
+    temperature: float = 1.0,
+    share_prompt: bool | str = True,
+    outputs: tuple[str, ...] = ("log_probs",),
+) -> bool:
     """Patch ``model.forward`` so ``fused_lm_head=True`` returns completion-only log-probs.
+
+    ``outputs`` names the per-token fields computed, as in TRL's ``add_fused_lm_head`` (e.g. ``("log_probs",
+    "entropy", "is_top1")`` for the SFT trainer's metrics); the others are None.
 
     With ``share_prompt`` (default) a batch laid out by TRL's preference collator — rows
     [chosen; rejected] with the same prompts — runs each prompt through the backbone once and both
@@ -247,7 +255,7 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
             weight = weight.full_tensor()
             bias = bias.full_tensor() if bias is not None else None
         with maybe_gather_lm_head_ctx(weight, bias):
-            selected = ChunkedLogProbFunction.apply(
+            per_token = ChunkedLogProbFunction.apply(
                 hidden.to(weight.device),
                 weight,
                 bias,
@@ -256,15 +264,26 @@ def add_lean_lm_head(model: PreTrainedModel, temperature: float = 1.0, share_pro
                 VOCAB_CHUNK_SIZE,
                 softcap,
                 logit_scale,
-                (),
-            )[0]
+                outputs,
+            )
         # index_put keeps the graph connected even when a micro-batch has no completion token.
-        log_probs = selected.new_zeros(shape).index_put((rows.to(selected.device), cols.to(selected.device)), selected)
-        label_mask = torch.zeros(shape, dtype=torch.bool, device=selected.device).index_put(
-            (rows.to(selected.device), cols.to(selected.device)), torch.ones_like(selected, dtype=torch.bool)
+        where = (rows.to(weight.device), cols.to(weight.device))
+        log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1 = (
+            None if x is None else x.new_zeros(shape).index_put(where, x) for x in per_token
+        )
+        label_mask = torch.zeros(shape, dtype=torch.bool, device=weight.device).index_put(
+            where, torch.ones_like(per_token[0], dtype=torch.bool)
         )
         denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-        return FusedCausalLMOutput(loss=-log_probs.sum() / denominator, log_probs=log_probs, label_mask=label_mask)
+        return FusedCausalLMOutput(
+            loss=-log_probs.sum() / denominator,
+            log_probs=log_probs,
+            entropy=entropy,
+            log_sum_sq_probs=log_sum_sq_probs,
+            mean_logits=mean_logits,
+            is_top1=is_top1,
+            label_mask=label_mask,
+        )
 
     model.forward = types.MethodType(_lean_forward, model)
     return True

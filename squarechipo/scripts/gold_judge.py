@@ -57,6 +57,13 @@ class GoldJudgeArguments:
     radius: float = field(default=10.0, metadata={"help": "Bound B on ‖θ‖ for features scaled to median norm 1."})
     batch_size: int = field(default=16)
     max_length: int = field(default=512)
+    bf16: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the frozen feature pass under bfloat16 autocast (the weights, the fit and the saved judge "
+            "stay float32): about 3x faster on a CPU with AVX512-BF16."
+        },
+    )
     seed: int = field(default=0)
 
 
@@ -111,10 +118,11 @@ def main(args: GoldJudgeArguments) -> dict:
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
     model.config.pad_token_id = tokenizer.pad_token_id
     # The gold split's labels are public by this script's contract (the docstring; the fit refuses released rows).
-    fit = fit_linear_reward_model(
-        model, tokenizer, train, radius=args.radius, labels_public=True, batch_size=args.batch_size,
-        max_length=args.max_length,
-    )  # fmt: skip
+    with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=args.bf16):
+        fit = fit_linear_reward_model(
+            model, tokenizer, train, radius=args.radius, labels_public=True, batch_size=args.batch_size,
+            max_length=args.max_length,
+        )  # fmt: skip
     out = Path(args.output_dir)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

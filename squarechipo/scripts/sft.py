@@ -1,4 +1,4 @@
-"""Supervised fine-tuning on finance_sft (prompt + chosen) with TRL's SFTTrainer.
+"""Supervised fine-tuning on finance_sft (prompt + chosen) with TRL's SFTTrainer (with the lean LM head).
 
     accelerate launch recipes/sft.py --config recipes/configs/sft.yaml
 
@@ -14,7 +14,7 @@ import datasets
 import torch
 from accelerate import PartialState
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import ModelConfig, ScriptArguments, SFTTrainer, TrlParser, get_peft_config
+from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
 from squarechipo.models.card import fix_model_card
@@ -22,6 +22,7 @@ from squarechipo.privacy.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.record import write_privacy_record
 from squarechipo.scripts._common import finish_run, setup_logging
 from squarechipo.trainer.config import SFTRecipeConfig
+from squarechipo.trainer.sft import LeanSFTTrainer
 
 
 @dataclass
@@ -30,7 +31,7 @@ class SFTScriptArguments(ScriptArguments):
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N rows."})
 
 
-def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_args: ModelConfig) -> SFTTrainer:
+def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_args: ModelConfig) -> LeanSFTTrainer:
     setup_logging()
     _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
     with PartialState().main_process_first():
@@ -48,7 +49,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
-    trainer = SFTTrainer(
+    trainer = LeanSFTTrainer(
         model,
         args=training_args,
         train_dataset=train,
