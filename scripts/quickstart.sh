@@ -58,6 +58,7 @@ echo "== [5/7] gold-reward gain over the SFT policy: 64 test prompts x 2 samples
 echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
 "$PY" eval/judge.py --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
   --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 16 --max-new-tokens 64 \
+  --dtype bfloat16 \
   --judge reward-model --judge-model outputs/quickstart/gold_judge --judge-batch-size 16 \
   --calibration-pairs 64 --public_splits test --setting CTL --method square_chipo --out outputs/quickstart/eval
 

@@ -195,10 +195,13 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
         str(tmp_path / "rm"),
         "--tie-band",
         "0.0",
+        "--dtype",  # policies and judge in bfloat16 weights, as the main job runs them
+        "bfloat16",
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["judge"].startswith("reward-model:") and summary["decision_rule"] == "soft"
+    assert summary["generation"]["dtype"] == "bfloat16"
     cal = summary["calibration"]
     assert cal["hard_accuracy"] == cal["soft_accuracy"]  # position-free: both orders always agree
     for row in map(json.loads, (tmp_path / "eval" / "judgments.jsonl").read_text().splitlines()):
@@ -220,6 +223,8 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
     ]
     with pytest.raises(ValueError, match="--judge reward-model needs --judge-model"):
         judge_main([*common, "--judge", "reward-model"])
+    with pytest.raises(ValueError, match=r"dtype must be one of bfloat16, float16, float32 \(got 'bf16'\)"):
+        judge_main([*common, "--dtype", "bf16"])
     # Calibration reads the test split's labels: a raw split not declared public is refused before anything runs.
     with pytest.raises(ValueError, match=r"reads the labels of the split 'test', but it holds raw labels.*--public_"):
         judge_main(common)

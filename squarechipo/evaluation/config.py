@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from squarechipo.judge.templates import TEMPLATES
+from squarechipo.models.runtime import WEIGHT_DTYPES
 
 __all__ = ["JudgeAccuracyConfig", "WinRateConfig"]
 
@@ -58,6 +59,13 @@ class WinRateConfig:
     temperature: float = field(default=0.7, metadata=_help("sampling temperature (with do_sample)"))
     top_p: float = field(default=0.95, metadata=_help("nucleus sampling mass (with do_sample)"))
     seed: int = field(default=0, metadata=_help("generation seed"))
+    dtype: str | None = field(
+        default=None,
+        metadata=_help(
+            "weights' dtype for generation and a local or reward-model judge: bfloat16, float16 or float32 "
+            "(default: the checkpoint's)"
+        ),
+    )
     # Judge
     judge: Literal["local", "reward-model", "openai"] = field(
         default="local",
@@ -101,6 +109,8 @@ class WinRateConfig:
         )
         if self.template != "auto" and self.template not in TEMPLATES:
             raise ValueError(f"template must be auto or one of {sorted(TEMPLATES)} (got {self.template!r}).")
+        if self.dtype not in (None, *WEIGHT_DTYPES):
+            raise ValueError(f"dtype must be one of {', '.join(WEIGHT_DTYPES)} (got {self.dtype!r}).")
         if self.judge == "reward-model" and not self.judge_model:
             raise ValueError(
                 "--judge reward-model needs --judge-model PATH (judge_model in a YAML config): a "

@@ -51,6 +51,7 @@ class GenerationSettings:
     temperature: float = 0.7
     top_p: float = 0.95
     seed: int = 0
+    dtype: str | None = None  # the policies' weights (None: the checkpoint's)
 
 
 @dataclass

@@ -32,10 +32,11 @@ class TransformersJudge(PairwiseJudge):
         batch_size: int = 8,
         device: str | None = None,
         max_length: int = 2048,
+        dtype: torch.dtype | None = None,
     ) -> None:
         path = self._setup_local(model, "transformers", batch_size, max_length, device, padding_side="left")
         self.template = template
-        self.model = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.option_ids = [self._letter_ids(option) for option in template.options]
 
     def _letter_ids(self, letter: str) -> list[int]:

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from squarechipo.models.embedded import resolve_model_path
+from squarechipo.models.runtime import torch_dtype
 
 __all__ = ["MIXTURE_FILE", "generate_responses", "generate_with_model", "mixture_members"]
 
@@ -23,7 +24,8 @@ def generate_responses(model_name_or_path: str, prompts: list, *, device: str | 
     """One response per prompt (string or list of messages) from a model folder, hub id or ``embedded``.
 
     ``settings`` are the keyword arguments of :func:`generate_with_model` (``max_new_tokens``, ``batch_size``,
-    ``do_sample``, ``temperature``, ``top_p``, ``seed``, ``desc``). A folder holding a self-play ``mixture.json``
+    ``do_sample``, ``temperature``, ``top_p``, ``seed``, ``desc``) and ``dtype``, the weights' dtype by name
+    (default: the checkpoint's). A folder holding a self-play ``mixture.json``
     (iterative Square-χPO, Zhou et al. 2025 (Square-χPO), Alg. 3) is a uniform mixture of policies: each prompt is
     answered by an iterate drawn uniformly, seeded by ``seed``.
     """
@@ -47,7 +49,10 @@ def generate_responses(model_name_or_path: str, prompts: list, *, device: str | 
     path = resolve_model_path(model_name_or_path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+    settings = dict(settings)
+    dtype = settings.pop("dtype", None)
+    loaded = {} if dtype is None else {"dtype": torch_dtype(dtype)}
+    model = AutoModelForCausalLM.from_pretrained(path, **loaded).to(device).eval()
     return generate_with_model(model, tokenizer, prompts, **settings)
 
 

@@ -1,4 +1,4 @@
-"""Where a run executes: the accelerator, Accelerate's process state, and defaults for CPU-only machines.
+"""Where a run executes: the accelerator, Accelerate's process state, weight dtypes, and CPU-only defaults.
 
 On a machine with no CUDA/XPU/NPU device (or with ``use_cpu`` set):
 
@@ -14,10 +14,26 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["accelerator_available", "apply_cpu_defaults", "check_resume", "distributed_state", "end_run"]
+__all__ = [
+    "WEIGHT_DTYPES",
+    "accelerator_available",
+    "apply_cpu_defaults",
+    "check_resume",
+    "distributed_state",
+    "end_run",
+    "torch_dtype",
+]
+
+#: The weight dtypes a ``dtype`` option takes by name, besides ``auto`` (the checkpoint's own).
+WEIGHT_DTYPES = ("bfloat16", "float16", "float32")
 
 #: Process groups held until the interpreter exits (see :func:`end_run`).
 _KEPT_GROUPS: list = []
+
+
+def torch_dtype(name: str | None) -> torch.dtype | str | None:
+    """``from_pretrained``'s ``dtype`` for an option's value: ``torch.<name>``; None and ``auto`` as they are."""
+    return name if name in (None, "auto") else getattr(torch, name)
 
 
 def accelerator_available() -> bool:

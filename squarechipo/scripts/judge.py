@@ -35,6 +35,7 @@ from squarechipo.evaluation.config import WinRateConfig
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.evaluation.report import format_line
 from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate
+from squarechipo.models.runtime import torch_dtype
 from squarechipo.privacy.door import require_released_or_public
 from squarechipo.scripts._common import setup_logging
 
@@ -54,11 +55,13 @@ def build_judge(args: WinRateConfig, template: JudgeTemplate):
     if args.judge == "reward-model":
         from squarechipo.judge.reward_model import RewardModelJudge
 
-        return RewardModelJudge(args.judge_model, batch_size=args.judge_batch_size)
+        return RewardModelJudge(args.judge_model, batch_size=args.judge_batch_size, dtype=torch_dtype(args.dtype))
     if args.judge == "local":
         from squarechipo.judge.local import TransformersJudge
 
-        return TransformersJudge(args.judge_model or "embedded", template, batch_size=args.judge_batch_size)
+        return TransformersJudge(
+            args.judge_model or "embedded", template, batch_size=args.judge_batch_size, dtype=torch_dtype(args.dtype)
+        )
     from squarechipo.judge.openai_compatible import OpenAICompatibleJudge
 
     return OpenAICompatibleJudge(
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     template = _template(args, test)
     judge = build_judge(args, template)
     generation = GenerationSettings(
-        args.max_new_tokens, args.batch_size, args.do_sample, args.temperature, args.top_p, args.seed
+        args.max_new_tokens, args.batch_size, args.do_sample, args.temperature, args.top_p, args.seed, args.dtype
     )
     result = evaluate_win_rate(
         args.policy,

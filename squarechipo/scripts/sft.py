@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-import torch
 from accelerate import PartialState
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
 from squarechipo.models.card import fix_model_card
+from squarechipo.models.runtime import torch_dtype
 from squarechipo.privacy.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.record import write_privacy_record
 from squarechipo.scripts._common import finish_run, setup_logging
@@ -47,7 +47,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
         train = train.select(range(min(script_args.max_train_samples, len(train))))
     eval_dataset = data.get(script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    dtype = torch_dtype(model_args.dtype)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
     trainer = LeanSFTTrainer(
         model,

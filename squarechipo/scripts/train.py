@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 
-import torch
 from accelerate import PartialState
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
+from squarechipo.models.runtime import torch_dtype
 from squarechipo.privacy.lineage import mark_source
 from squarechipo.scripts._common import declare_public_labels, finish_run, setup_logging
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
@@ -45,7 +45,7 @@ def main(
     declare_public_labels(script_args, training_args, eval_dataset)
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    dtype = torch_dtype(model_args.dtype)
     init_kwargs = dict(
         revision=model_args.model_revision, dtype=dtype, attn_implementation=model_args.attn_implementation
     )
