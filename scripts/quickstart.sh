@@ -12,7 +12,7 @@
 #   6. a judged win rate against the SFT policy (greedy answers, 16 prompts) -> outputs/quickstart/eval
 #   7. central DP (Zhou et al. 2025 (Square-χPO), Alg. 2): the exponential mechanism picks one of {embedded
 #      base, SFT, Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
-# About 11-13 minutes on 2 CPU cores with the packages downloaded (11 min 20 s and 12 min 39 s, 2026-11-27). llama.cpp, which only the judge-server tests
+# About 9-11 minutes on 2 CPU cores with the packages downloaded (9 min 21 s alone, 2026-11-27; docs/testing.md). llama.cpp, which only the judge-server tests
 # use, is not built here (scripts/test.sh builds it). Re-running reuses the released (privatized) labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
