@@ -32,6 +32,8 @@ __all__ = ["add_lean_lm_head", "supports_lean_lm_head"]
 #: Vocabulary tile width; the same as TRL's fused head.
 VOCAB_CHUNK_SIZE = 32768
 _UNSUPPORTED_SCALINGS = ("lm_head_multiplier", "logits_scaling", "output_multiplier")
+#: The per-token fields the kernel returns, in its order (``outputs`` picks which are computed; the rest are None).
+_KERNEL_FIELDS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 
 
 def supports_lean_lm_head(model: PreTrainedModel) -> bool:
@@ -268,22 +270,15 @@ def add_lean_lm_head(
             )
         # index_put keeps the graph connected even when a micro-batch has no completion token.
         where = (rows.to(weight.device), cols.to(weight.device))
-        log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1 = (
-            None if x is None else x.new_zeros(shape).index_put(where, x) for x in per_token
-        )
+        fields = {
+            name: None if x is None else x.new_zeros(shape).index_put(where, x)
+            for name, x in zip(_KERNEL_FIELDS, per_token, strict=True)
+        }
         label_mask = torch.zeros(shape, dtype=torch.bool, device=weight.device).index_put(
             where, torch.ones_like(per_token[0], dtype=torch.bool)
         )
         denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-        return FusedCausalLMOutput(
-            loss=-log_probs.sum() / denominator,
-            log_probs=log_probs,
-            entropy=entropy,
-            log_sum_sq_probs=log_sum_sq_probs,
-            mean_logits=mean_logits,
-            is_top1=is_top1,
-            label_mask=label_mask,
-        )
+        return FusedCausalLMOutput(loss=-fields["log_probs"].sum() / denominator, label_mask=label_mask, **fields)
 
     model.forward = types.MethodType(_lean_forward, model)
     return True
