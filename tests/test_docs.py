@@ -54,6 +54,7 @@ SIZES = [
     (r"bench_privatize\.py", "bench_privatize.py --labels 100000 --rows 2000 --repeats 1"),
     (r"bench_trainer\.py(?!.*--dry-run)", "bench_trainer.py --models tiny --steps 1 --checkpointing off"),
     (r"bench_lineage\.py", "bench_lineage.py --layers 2"),
+    (r"bench_sft\.py", "bench_sft.py --model tiny --steps 1"),
     (r"(squarechipo gold-report .*)", r"\1 --max_eval_samples 4"),
     (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge --model tiny"),
     # The small data's train split holds 119 rows: 16 training rows and 40 canaries after them. The release draws
