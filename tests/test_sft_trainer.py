@@ -10,13 +10,14 @@ from trl.kernels import ChunkedLogProbFunction
 from squarechipo.trainer.sft import LeanSFTTrainer
 
 
-def _step(trainer_class, model, tokenizer, rows, tmp_path, monkeypatch):
+def _step(trainer_class, model, tokenizer, rows, tmp_path, monkeypatch, padding_free=False):
     """One batch through ``compute_loss`` and backward: the loss, the gradients, the logged metrics and how many
     positions the LM head projected."""
     args = SFTConfig(
         output_dir=str(tmp_path / trainer_class.__name__),
         per_device_train_batch_size=8,
-        max_length=128,
+        max_length=None if padding_free else 128,  # TRL: padding-free without packing does not truncate
+        padding_free=padding_free,
         report_to="none",
         use_cpu=True,
     )
@@ -37,14 +38,19 @@ def _step(trainer_class, model, tokenizer, rows, tmp_path, monkeypatch):
     return loss.detach(), grads, metrics, sum(projected), batch
 
 
+@pytest.mark.parametrize("padding_free", [False, True])
 def test_lean_sft_head_gives_trls_loss_gradients_and_metrics_from_the_completion_positions_alone(
-    tokenizer, tiny_model_factory, finance_splits, tmp_path, monkeypatch
+    tokenizer, tiny_model_factory, finance_splits, tmp_path, monkeypatch, padding_free
 ):
-    """Prompt-completion rows (TRL's completion-only loss): the lean head projects only the completion positions
-    (no prompt, no padding) and gives TRL's SFT loss, gradients, entropy and token accuracy."""
+    """Prompt-completion rows (TRL's completion-only loss), padded or padding-free (one row, position ids restarting
+    at each sequence): the lean head projects only the completion positions and gives TRL's SFT loss, gradients,
+    entropy and token accuracy."""
     rows = finance_splits["finance_sft_mixed_conversational"]["train"].select(range(8))
-    want = _step(SFTTrainer, tiny_model_factory(1, torch.float64), tokenizer, rows, tmp_path, monkeypatch)
-    got = _step(LeanSFTTrainer, tiny_model_factory(1, torch.float64), tokenizer, rows, tmp_path, monkeypatch)
+    runs = [
+        _step(trainer, tiny_model_factory(1, torch.float64), tokenizer, rows, tmp_path, monkeypatch, padding_free)
+        for trainer in (SFTTrainer, LeanSFTTrainer)
+    ]
+    want, got = runs
     batch = want[4]
     completion = int((batch["labels"][:, 1:] != -100).sum())
     assert want[3] == batch["labels"][:, 1:].numel() > 1.5 * completion  # TRL's head: every position (CPU)
