@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
 from trl.kernels import ChunkedLogProbFunction
 
 from squarechipo.trainer.sft import LeanSFTTrainer
 
 
-def _step(trainer_class, model, tokenizer, rows, tmp_path, monkeypatch, padding_free=False):
-    """One batch through ``compute_loss`` and backward: the loss, the gradients, the logged metrics and how many
-    positions the LM head projected."""
+def _step(trainer_class, model, tokenizer, rows, tmp_path, monkeypatch, layout):
+    """One batch through ``compute_loss`` and backward: the loss, the trainable parameters' gradients, the logged
+    metrics and how many positions the LM head projected."""
+    padding_free = layout == "padding_free"
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     args = SFTConfig(
         output_dir=str(tmp_path / trainer_class.__name__),
         per_device_train_batch_size=8,
@@ -21,7 +24,8 @@ def _step(trainer_class, model, tokenizer, rows, tmp_path, monkeypatch, padding_
         report_to="none",
         use_cpu=True,
     )
-    trainer = trainer_class(model, args=args, train_dataset=rows, processing_class=tokenizer)
+    peft = {"peft_config": lora} if layout == "lora" else {}
+    trainer = trainer_class(model, args=args, train_dataset=rows, processing_class=tokenizer, **peft)
     batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     projected = []
     apply = ChunkedLogProbFunction.apply
@@ -30,24 +34,26 @@ def _step(trainer_class, model, tokenizer, rows, tmp_path, monkeypatch, padding_
         projected.append(hidden.shape[0])
         return apply(hidden, *rest)
 
-    monkeypatch.setattr(ChunkedLogProbFunction, "apply", counting_apply)
-    loss = trainer.compute_loss(trainer.model, batch)
+    with monkeypatch.context() as patch:
+        patch.setattr(ChunkedLogProbFunction, "apply", counting_apply)
+        loss = trainer.compute_loss(trainer.model, batch)
     loss.backward()
     metrics = {key: values[-1] for key, values in trainer._metrics["train"].items()}
-    grads = [p.grad.clone() for p in trainer.model.parameters()]
+    grads = [p.grad.clone() for p in trainer.model.parameters() if p.requires_grad]
+    assert any(g.abs().sum() > 0 for g in grads)  # (LoRA: B starts at zero, so only B has a gradient)
     return loss.detach(), grads, metrics, sum(projected), batch
 
 
-@pytest.mark.parametrize("padding_free", [False, True])
+@pytest.mark.parametrize("layout", ["padded", "padding_free", "lora"])
 def test_lean_sft_head_gives_trls_loss_gradients_and_metrics_from_the_completion_positions_alone(
-    tokenizer, tiny_model_factory, finance_splits, tmp_path, monkeypatch, padding_free
+    tokenizer, tiny_model_factory, finance_splits, tmp_path, monkeypatch, layout
 ):
-    """Prompt-completion rows (TRL's completion-only loss), padded or padding-free (one row, position ids restarting
-    at each sequence): the lean head projects only the completion positions and gives TRL's SFT loss, gradients,
-    entropy and token accuracy."""
+    """Prompt-completion rows (TRL's completion-only loss), padded, padding-free (one row, position ids restarting
+    at each sequence) or with LoRA adapters: the lean head projects only the completion positions and gives TRL's
+    SFT loss, gradients, entropy and token accuracy."""
     rows = finance_splits["finance_sft_mixed_conversational"]["train"].select(range(8))
     runs = [
-        _step(trainer, tiny_model_factory(1, torch.float64), tokenizer, rows, tmp_path, monkeypatch, padding_free)
+        _step(trainer, tiny_model_factory(1, torch.float64), tokenizer, rows, tmp_path, monkeypatch, layout)
         for trainer in (SFTTrainer, LeanSFTTrainer)
     ]
     want, got = runs
