@@ -16,17 +16,16 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from bench_trainer import SHAPES, _from_config
+from bench_trainer import SHAPES, _from_config, step_timer
 
 RUNNERS = ("trl", "lean")
 
 
 def _worker(args: argparse.Namespace) -> dict:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     from squarechipo.data.finance import build_datasets
@@ -49,15 +48,7 @@ def _worker(args: argparse.Namespace) -> dict:
     trainer_class = LeanSFTTrainer if args.worker == "lean" else SFTTrainer
     trainer = trainer_class(model, args=config, train_dataset=train.select(range(rows)), processing_class=tokenizer)
     times: list[float] = []
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, *_, **__):
-            self.start = time.perf_counter()
-
-        def on_step_end(self, *_, **__):
-            times.append(time.perf_counter() - self.start)
-
-    trainer.add_callback(Timer())
+    trainer.add_callback(step_timer(times))
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {"times": times, "losses": losses, "device": "cuda" if torch.cuda.is_available() else "cpu"}

@@ -142,6 +142,20 @@ def _breakdown(trainer, repeats: int = 2) -> dict[str, float]:
     }
 
 
+def step_timer(times: list[float]):
+    """A trainer callback that appends each optimizer step's wall time to ``times``."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            times.append(time.perf_counter() - self.start)
+
+    return StepTimer()
+
+
 @functools.cache
 def _source_rows(n: int):
     """The generator's preference rows, built once per process (the dry run's sixteen configurations share them)."""
@@ -152,7 +166,7 @@ def _source_rows(n: int):
 
 def _worker(args: argparse.Namespace) -> dict:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
     from squarechipo.models import embedded_model_path
@@ -212,15 +226,7 @@ def _worker(args: argparse.Namespace) -> dict:
         )
 
     times: list[float] = []
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, *_, **__):
-            self.start = time.perf_counter()
-
-        def on_step_end(self, *_, **__):
-            times.append(time.perf_counter() - self.start)
-
-    trainer.add_callback(Timer())
+    trainer.add_callback(step_timer(times))
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
