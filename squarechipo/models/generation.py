@@ -50,9 +50,8 @@ def generate_responses(model_name_or_path: str, prompts: list, *, device: str | 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(path)
     settings = dict(settings)
-    dtype = settings.pop("dtype", None)
-    loaded = {} if dtype is None else {"dtype": torch_dtype(dtype)}
-    model = AutoModelForCausalLM.from_pretrained(path, **loaded).to(device).eval()
+    dtype = torch_dtype(settings.pop("dtype", None))  # None: the checkpoint's, as from_pretrained's default
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     return generate_with_model(model, tokenizer, prompts, **settings)
 
 

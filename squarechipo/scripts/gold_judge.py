@@ -61,7 +61,7 @@ class GoldJudgeArguments:
         default=False,
         metadata={
             "help": "Run the frozen feature pass under bfloat16 autocast (the weights, the fit and the saved judge "
-            "stay float32): about 3x faster on a CPU with AVX512-BF16."
+            "stay float32): the step about 2x faster on a CPU with AVX512-BF16."
         },
     )
     seed: int = field(default=0)

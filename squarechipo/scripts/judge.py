@@ -98,7 +98,13 @@ def main(argv: list[str] | None = None) -> dict:
     template = _template(args, test)
     judge = build_judge(args, template)
     generation = GenerationSettings(
-        args.max_new_tokens, args.batch_size, args.do_sample, args.temperature, args.top_p, args.seed, args.dtype
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        do_sample=args.do_sample,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        dtype=args.dtype,
     )
     result = evaluate_win_rate(
         args.policy,

@@ -15,12 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from trl import TrlParser
 
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
-from squarechipo.models.runtime import distributed_state
+from squarechipo.models.runtime import distributed_state, torch_dtype
 from squarechipo.scripts._common import setup_logging
 from squarechipo.select import select_policy
 
@@ -91,7 +90,7 @@ def main(config: SelectConfig):
         max_length=config.max_length,
         truncation_mode=config.truncation_mode,
         batch_size=config.batch_size,
-        dtype=getattr(torch, config.dtype),
+        dtype=torch_dtype(config.dtype),
         output_dir=config.output_dir,
         seed=config.seed,
         allow_unrecorded_candidates=config.allow_unrecorded_candidates,
