@@ -818,3 +818,39 @@ def test_rows_to_the_clean_gain_are_read_off_the_line_through_the_shares_against
     assert "| DPO | 1 | 128 | beyond 512 (the line reaches it at " in text
     assert "DPO's clean reference is clean_epsinf_square_chipo" in text
     assert re.search(r"\| Square-χPO \| 1 \| 512 \| 1\d\d% \|", text)  # the share table has a rows column
+
+
+def test_a_pre_registered_reading_is_shown_only_if_its_claims_hold_and_none_it_forbids_is_reversed():
+    """The noisy over-optimisation design's reading, "Square-χPO over-optimises less than DPO": shown only if the
+    drop_difference claim holds and the matched-KL claim is not reversed; the report names what stands in the way.
+    A reading naming a claim the design lacks is refused, and the design round-trips through its record."""
+    from dataclasses import replace
+
+    from squarechipo.reproduce.study import report as sr
+    from squarechipo.reproduce.study.design import Conclusion, StudyDesign, load_design
+
+    design = load_design(str(ROOT / "recipes" / "studies" / "overoptimisation_noisy.yaml"))
+    (reading,) = design.conclusions
+    less, matched = reading.holds[0], reading.not_reversed[0]
+
+    def rows(**verdicts):
+        return [{"claim": c.name, "verdict": verdicts.get(c.name, "holds")} for c in design.claims]
+
+    def shown(**verdicts):
+        return [(c["shown"], c["because"]) for c in sr.conclusions(design, rows(**verdicts))]
+
+    assert shown() == [(True, [])]
+    assert shown(**{matched: "not decided at MDE 0.5 (gold gain (r*)) (α = 0.0125, Holm)"}) == [(True, [])]
+    assert shown(**{matched: "reversed"}) == [(False, [f"{matched}: reversed"])]
+    undecided = "not decided at MDE 0.9 (gold gain (r*)) (α = 0.0167, Holm)"
+    assert shown(**{less: undecided}) == [(False, [f"{less}: {undecided}"])]
+    assert shown(**{less: "reversed", matched: "reversed"}) == [(False, [f"{less}: reversed", f"{matched}: reversed"])]
+    # The report says it in words; a design without readings has no such lines and no such field.
+    summary = {"conclusions": sr.conclusions(design, rows(**{matched: "reversed"}))}
+    assert sr._conclusion_lines(summary)[2] == f"- {reading.name}: **not shown** ({matched}: reversed)."
+    assert sr._conclusion_lines({}) == []
+    with pytest.raises(ValueError, match=r"names claims that are not in claims: \['no such claim'\]"):
+        replace(design, conclusions=(Conclusion("x", holds=("no such claim",)),))
+    with pytest.raises(ValueError, match="at least one claim that must hold"):
+        Conclusion("x", not_reversed=(matched,))
+    assert StudyDesign.from_dict(design.to_dict()) == design

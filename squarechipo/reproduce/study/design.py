@@ -14,7 +14,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Arm", "Claim", "CLAIMS", "MAIN_ARMS", "PILOT_ARMS", "SETUP_FIELDS", "StudyDesign", "load_design"]
+__all__ = [
+    "Arm",
+    "Claim",
+    "CLAIMS",
+    "Conclusion",
+    "MAIN_ARMS",
+    "PILOT_ARMS",
+    "SETUP_FIELDS",
+    "StudyDesign",
+    "load_design",
+]
 
 METHOD_NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
 
@@ -112,6 +122,23 @@ class Claim:
     @property
     def arms(self) -> tuple[str, ...]:
         return (self.first,) if self.kind == "drop" else (self.first, self.second)
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """A pre-registered reading that combines claims: it counts as shown only if every claim in ``holds`` holds
+    and no claim in ``not_reversed`` is reversed (e.g. "over-optimises less": the falls differ and the matched-KL
+    comparison does not go the other way). Written before the pilot, so the report states it, not a reader."""
+
+    name: str
+    holds: tuple[str, ...] = ()
+    not_reversed: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "holds", tuple(self.holds))
+        object.__setattr__(self, "not_reversed", tuple(self.not_reversed))
+        if not self.holds:
+            raise ValueError(f"conclusion {self.name!r}: name at least one claim that must hold (`holds`).")
 
 
 def _arm(method: str, setting: str, epsilon: float | None, debias: bool = True, tier: int = 1) -> Arm:
@@ -222,6 +249,8 @@ class StudyDesign:
     effect_points: float = 2.0  # the effect the power step is sized for, in the claims' metric (win: points)
     # The claims (None: the first study's CLAIMS); each names arms of main_arms.
     claims: tuple[Claim, ...] | None = None
+    # Readings that combine claims (Conclusion), each stated as shown or not in the report. None: none.
+    conclusions: tuple[Conclusion, ...] | None = None
     power: float = 0.8
     alpha: float = 0.05
     budget_hours: float = 7.5
@@ -236,6 +265,11 @@ class StudyDesign:
         unknown = sorted({arm for c in self.claims or () for arm in c.arms} - keys)
         if unknown:
             raise ValueError(f"claims name arms that are not in main_arms: {unknown} (the arms are {sorted(keys)}).")
+        names = {c.name for c in self.all_claims}
+        for reading in self.conclusions or ():
+            missing = sorted(set(reading.holds + reading.not_reversed) - names)
+            if missing:
+                raise ValueError(f"conclusion {reading.name!r} names claims that are not in claims: {missing}.")
         units = {is_win_rate(c.metric) for c in self.claims or ()}
         if len(units) > 1:  # the plan has one effect size and one MDE: the power step pools the claims' SDs
             raise ValueError(
@@ -263,8 +297,9 @@ class StudyDesign:
         out = asdict(self)
         for key in ("pilot_arms", "main_arms"):
             out[key] = [asdict(a) for a in getattr(self, key)]
-        if self.claims is not None:
-            out["claims"] = [asdict(c) for c in self.claims]
+        for key in ("claims", "conclusions"):
+            if getattr(self, key) is not None:
+                out[key] = [asdict(c) for c in getattr(self, key)]
         out["pilot_seeds"] = list(self.pilot_seeds)
         if self.checkpoints is not None:
             out["checkpoints"] = list(self.checkpoints)
@@ -280,8 +315,9 @@ class StudyDesign:
         for key in ("pilot_arms", "main_arms"):
             if key in data:
                 data[key] = tuple(Arm(**a) if isinstance(a, dict) else a for a in data[key])
-        if data.get("claims") is not None:
-            data["claims"] = tuple(Claim(**c) if isinstance(c, dict) else c for c in data["claims"])
+        for key, kind in (("claims", Claim), ("conclusions", Conclusion)):
+            if data.get(key) is not None:
+                data[key] = tuple(kind(**c) if isinstance(c, dict) else c for c in data[key])
         for key in ("pilot_seeds", "checkpoints"):
             if data.get(key) is not None:
                 data[key] = tuple(data[key])

@@ -115,6 +115,18 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
     return found + untested
 
 
+def conclusions(design: StudyDesign, claim_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each pre-registered conclusion (``design.conclusions``): shown only if its ``holds`` claims hold and none of
+    its ``not_reversed`` claims is reversed, with the claims that stand in the way."""
+    verdicts = {row["claim"]: row["verdict"] for row in claim_rows}
+    out = []
+    for reading in design.conclusions or ():
+        against = [f"{name}: {verdicts[name]}" for name in reading.holds if verdicts[name] != "holds"]
+        against += [f"{name}: reversed" for name in reading.not_reversed if verdicts[name] == "reversed"]
+        out.append({"conclusion": reading.name, "shown": not against, "because": against})
+    return out
+
+
 def holm_levels(p_values: list[float], alpha: float) -> list[float]:
     """The level each claim is decided at in Holm's step-down: α/(m − k) for the k-th smallest p (k from 0) while
     they are rejected; the procedure stops at the first that is not, and every claim from there on is decided at
@@ -210,9 +222,11 @@ def metric_noise(records) -> dict[str, float]:
 
 
 def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=None) -> dict[str, Any]:
+    claim_rows = claims(records, design, _plan(prereg)[1] or None, _plan_field(prereg, "reference_epochs"))
     return {
         "arms": arm_rows(records, design),
-        "claims": claims(records, design, _plan(prereg)[1] or None, _plan_field(prereg, "reference_epochs")),
+        "claims": claim_rows,
+        **({"conclusions": conclusions(design, claim_rows)} if design.conclusions else {}),
         "headline": headline(records, design),
         "rows_needed": rows_to_clean_gain(records, design),
         "along_training": along_training(records, design),
@@ -290,6 +304,26 @@ def _claim_table(summary: dict) -> list[str]:
     return lines
 
 
+def _conclusion_lines(summary: dict) -> list[str]:
+    readings = summary.get("conclusions") or []
+    lines = [
+        f"- {c['conclusion']}: **{'shown' if c['shown'] else 'not shown'}**"
+        + ("" if c["shown"] else f" ({'; '.join(c['because'])})")
+        + "."
+        for c in readings
+    ]
+    return (
+        [
+            "Readings fixed in the design before its pilot (shown only if the claims each needs hold and none it forbids is reversed):",
+            "",
+            *lines,
+            "",
+        ]
+        if lines
+        else []
+    )
+
+
 def in_short(summary: dict) -> str:
     """The verdicts counted, and the headline shares, in one sentence (the README's first line of results)."""
     verdicts = [c["verdict"] for c in summary["claims"]]
@@ -344,6 +378,7 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             *along_training_table(summary, design),
             *_claim_table(summary),
             "",
+            *_conclusion_lines(summary),
             *reference_lines(plan, design),
             "A claim's MDE is the one at its seeds' observed SD of the paired difference, which few seeds estimate "
             "poorly, and at the level Holm's step-down decides it at (α/(m − k) at its step; α/(m − r) for every "
