@@ -684,7 +684,7 @@ def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_b
     assert cut["record"] == {"reward": [[1, 2]] * 2, "examples": ["a", "b"]} and cut["constants"] == {"pool": [[5, 6]]}
 
 
-@pytest.mark.parametrize("name", ["study", "privacy_cost", "overoptimisation"])
+@pytest.mark.parametrize("name", ["study", "privacy_cost", "overoptimisation", "rows_needed"])
 def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_path, capsys):
     """docs/study.md's `study report --readme README.md`, run on a copy of the committed records: the README's block
     is exactly what the command writes, so no figure in it was typed by hand or left stale. The first study runs the
@@ -765,13 +765,13 @@ def test_a_target_kl_chooses_each_methods_beta_from_the_pilot_by_kl_alone():
     assert sorted({r["arm"] for r in chosen}) == ["ctl_eps1_dpo", "ctl_eps1_square_chipo"] and len(chosen) == 4
 
 
-def test_rows_to_the_clean_gain_are_read_off_the_line_through_the_shares_against_log2_rows():
+def test_rows_to_the_clean_gain_are_read_off_the_line_through_the_shares_against_log2_rows(tmp_path):
     """The rows-needed headline: each method's share at 128, 256 and 512 private rows, DPO's shares taken against
     Square-χPO's clean arm when DPO's own was cut, and the rows at which the least-squares line through the shares
     against log2 n reaches 1 (Fieller's interval), beside the clean rows × c(ε)² and × 1/(1 − 2ρ)²."""
     from squarechipo.privacy.calibration import debias_factor
     from squarechipo.reproduce.study.design import load_design
-    from squarechipo.reproduce.study.headline import headline, headline_lines, rows_to_clean_gain
+    from squarechipo.reproduce.study.headline import headline, headline_lines, rows_to_clean_gain, write_rows_plot
 
     design = load_design(str(ROOT / "recipes" / "studies" / "rows_needed.yaml"))
     noise = [0.02, -0.03, 0.01, 0.04, -0.02]
@@ -818,6 +818,8 @@ def test_rows_to_the_clean_gain_are_read_off_the_line_through_the_shares_against
     assert "| DPO | 1 | 128 | beyond 512 (the line reaches it at " in text
     assert "DPO's clean reference is clean_epsinf_square_chipo" in text
     assert re.search(r"\| Square-χPO \| 1 \| 512 \| 1\d\d% \|", text)  # the share table has a rows column
+    write_rows_plot(summary["headline"], summary["rows_needed"], tmp_path / "rows.png")
+    assert (tmp_path / "rows.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_pre_registered_reading_is_shown_only_if_its_claims_hold_and_none_it_forbids_is_reversed():

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from squarechipo.reproduce.study.design import StudyDesign, load_design
 from squarechipo.reproduce.study.power import amend, analyse_pilot, check_preregistration, plan_main, preregister
-from squarechipo.reproduce.study.report import PRIVACY_PLOT, TRAINING_PLOT, markdown, update_readme, write_report
+from squarechipo.reproduce.study.report import (
+    PRIVACY_PLOT,
+    ROWS_PLOT,
+    TRAINING_PLOT,
+    markdown,
+    update_readme,
+    write_report,
+)
 from squarechipo.reproduce.study.runner import Study, cell_name
 
 __all__ = ["amend_plan", "pilot", "main_run", "report", "run_step"]
@@ -92,6 +99,8 @@ def report(study: Study, readme: str | None = None) -> dict:
             plots = [("Gold gain against KL along training", TRAINING_PLOT)]
         if len({h["epsilon"] for h in summary["headline"]}) > 1:
             plots.append(("Share of the clean gain kept against ε", PRIVACY_PLOT))
+        if summary["rows_needed"]:
+            plots.append(("Share of the clean gain kept against the private rows", ROWS_PLOT))
         where = Path(readme).resolve().parent
         links = "".join(f"\n\n![{title}]({os.path.relpath(study.results / f, where)})" for title, f in plots)
         update_readme(Path(readme), markdown(summary, study.design) + links, study.design.name)

@@ -214,3 +214,50 @@ def write_privacy_plot(rows: list[dict[str, Any]], path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def write_rows_plot(shares: list[dict[str, Any]], needed: list[dict[str, Any]], path) -> None:
+    """Share of the clean gold gain kept against the private rows, per method with Fieller intervals; each method's
+    rows to the clean gain (a cross on the 100% line, with its interval) beside the theory's prices of the clean
+    rows: × c(ε)² and × 1/(1 − 2ρ)² (dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.5, 4.5))
+    largest = max(int(r["rows"]) for r in shares)
+    for index, method in enumerate(dict.fromkeys(r["method"] for r in shares)):
+        mine = sorted((r for r in shares if r["method"] == method), key=lambda r: int(r["rows"]))
+        rows = [int(r["rows"]) * (1 + 0.03 * (index - 0.5)) for r in mine]  # side by side
+        ratio = np.array([100 * r["ratio"] for r in mine])
+        low = np.array([100 * r["low"] if math.isfinite(r["low"]) else np.nan for r in mine])
+        high = np.array([100 * r["high"] if math.isfinite(r["high"]) else np.nan for r in mine])
+        line = axis.errorbar(rows, ratio, yerr=[ratio - low, high - ratio], marker="o", capsize=3, label=method)
+        crossing = next((n for n in needed if n["method"] == method and math.isfinite(n["rows"])), None)
+        if crossing is not None:
+            high_rows = crossing["high"] if math.isfinite(crossing["high"]) else 8 * largest
+            spread = [[crossing["rows"] - crossing["low"]], [high_rows - crossing["rows"]]]
+            axis.errorbar(
+                [crossing["rows"]],
+                [100],
+                xerr=spread,
+                marker="x",
+                capsize=3,
+                color=line[0].get_color(),
+                linestyle="none",
+                label=f"{method}: rows to the clean gain",
+            )
+    for key, text, style in (("c_squared_rows", "clean rows × c(ε)²", "--"), ("flip_rate_rows", "× 1/(1 − 2ρ)²", ":")):
+        for n in {round(row[key]) for row in needed}:
+            axis.axvline(n, linestyle=style, color="grey", label=f"{text} = {n}")
+    axis.set_xscale("log", base=2)
+    axis.set_xlim(right=8 * largest)
+    axis.set_xlabel("private rows (ε = " + ", ".join(sorted({r["epsilon"] for r in shares})) + ")")
+    axis.set_ylabel("share of the clean gold gain kept (%)")
+    axis.axhline(100, color="grey", linewidth=0.5)
+    axis.axhline(0, color="grey", linewidth=0.5)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
