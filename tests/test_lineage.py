@@ -20,7 +20,7 @@ from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from tests.helpers.models import make_tiny_classifier, make_tiny_model
 from tests.helpers.rows import distinct_pairs, plan_rows, release_rows
-from tests.helpers.runs import train_tiny
+from tests.helpers.runs import tiny_config, train_tiny
 
 
 def preference_rows(n: int, offset: int = 0) -> datasets.Dataset:
@@ -43,19 +43,7 @@ def save_model(folder, tokenizer, record: dict | None, seed: int = 0, classifier
 
 
 def config(tmp_path, **overrides) -> SquareChiPOConfig:
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        max_steps=1,
-        learning_rate=1e-3,
-        report_to="none",
-        save_strategy="no",
-        gradient_checkpointing=False,
-        max_length=128,
-        seed=0,
-        disable_tqdm=True,
-    )
-    return SquareChiPOConfig(**{**values, **overrides})
+    return tiny_config(tmp_path / "out", **overrides)
 
 
 def trainer(policy_dir, ref_dir, train, args, tokenizer):

@@ -21,9 +21,10 @@ from squarechipo.select import select_policy
 from squarechipo.select.candidates import Candidate, load_candidate
 from squarechipo.select.exponential import row_square_losses
 from squarechipo.select.scoring import score_candidates
-from squarechipo.trainer import PRIVACY_FILE, SquareChiPOConfig, SquareChiPOTrainer
+from squarechipo.trainer import PRIVACY_FILE, SquareChiPOTrainer
 from tests.helpers.launch import launch
 from tests.helpers.models import make_tiny_model
+from tests.helpers.runs import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -43,20 +44,8 @@ def separable(n: int, offset: int = 0, reverse: bool = False) -> datasets.Datase
 
 
 def _train(tokenizer, folder: Path, data: datasets.Dataset) -> Path:
-    args = SquareChiPOConfig(
-        output_dir=str(folder),
-        method="square_chipo",
-        max_steps=12,
-        learning_rate=3e-3,
-        per_device_train_batch_size=4,
-        report_to="none",
-        save_strategy="no",
-        gradient_checkpointing=False,
-        max_length=128,
-        seed=0,
-        disable_tqdm=True,
-        train_labels_public=True,  # the candidates train on public rows: the selector's private rows are others
-    )
+    # The candidates train on public rows: the selector's private rows are others.
+    args = tiny_config(folder, method="square_chipo", max_steps=12, learning_rate=3e-3, train_labels_public=True)
     trainer = SquareChiPOTrainer(
         make_tiny_model(tokenizer, 0),
         ref_model=make_tiny_model(tokenizer, 0),

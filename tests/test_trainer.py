@@ -24,28 +24,13 @@ from squarechipo.privacy.calibration import flip_probability
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
 from tests.helpers.rows import release_rows
+from tests.helpers.runs import tiny_config
 
 
 def make_config(tmp_path, **overrides) -> SquareChiPOConfig:
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        per_device_eval_batch_size=8,
-        max_steps=2,
-        logging_steps=1,
-        learning_rate=1e-3,
-        report_to="none",
-        save_strategy="no",
-        gradient_checkpointing=False,
-        max_length=128,
-        seed=0,
-        disable_tqdm=True,
-        # The trainer mechanics are tested on the generator's simulated labels: public, and declared so.
-        train_labels_public=True,
-        eval_labels_public=True,
-    )
-    values.update(overrides)
-    return SquareChiPOConfig(**values)
+    # The trainer mechanics are tested on the generator's simulated labels: public, and declared so.
+    values = dict(per_device_eval_batch_size=8, max_steps=2, logging_steps=1, train_labels_public=True)
+    return tiny_config(tmp_path / "out", **{**values, "eval_labels_public": True, **overrides})
 
 
 def rows(finance_splits, n, split="train"):

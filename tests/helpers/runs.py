@@ -3,6 +3,25 @@
 from __future__ import annotations
 
 
+def tiny_config(output_dir, **overrides):
+    """A SquareChiPOConfig for the tiny models: one seeded step, nothing saved or reported, no progress bar."""
+    from squarechipo.trainer import SquareChiPOConfig
+
+    values = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        max_steps=1,
+        learning_rate=1e-3,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        max_length=128,
+        seed=0,
+        disable_tqdm=True,
+    )
+    return SquareChiPOConfig(**{**values, **overrides})
+
+
 def train_tiny(tmp_path, tiny_model_factory, tokenizer, train, eval_dataset=None, **config):
     """A real SquareChiPOTrainer run on the tiny model (reference log-probs precomputed from the start model)."""
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
