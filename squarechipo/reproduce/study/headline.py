@@ -199,21 +199,10 @@ def write_privacy_plot(rows: list[dict[str, Any]], path) -> None:
     for index, method in enumerate(methods):
         mine = sorted((r for r in rows if r["method"] == method), key=lambda r: float(r["epsilon"]))
         eps = [float(r["epsilon"]) * (1 + 0.03 * (index - 1)) for r in mine]  # side by side
-        ratio = np.array([100 * r["ratio"] for r in mine])
-        low = np.array([100 * r["low"] if math.isfinite(r["low"]) else np.nan for r in mine])
-        high = np.array([100 * r["high"] if math.isfinite(r["high"]) else np.nan for r in mine])
-        axis.errorbar(eps, ratio, yerr=[ratio - low, high - ratio], marker="o", capsize=3, label=method)
+        _share_errorbars(axis, eps, mine, method)
     theory = sorted({(float(r["epsilon"]), 100 * r["clean_equivalent_share"]) for r in rows})
     axis.plot(*zip(*theory), linestyle="--", color="grey", label="clean-label equivalent (1 − 2ρ)²")
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("ε (randomized response, CTL with α corruption)")
-    axis.set_ylabel("share of the clean gold gain kept (%)")
-    axis.axhline(100, color="grey", linewidth=0.5)
-    axis.axhline(0, color="grey", linewidth=0.5)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _finish_share_plot(figure, axis, "ε (randomized response, CTL with α corruption)", path)
 
 
 def write_rows_plot(shares: list[dict[str, Any]], needed: list[dict[str, Any]], path) -> None:
@@ -230,10 +219,7 @@ def write_rows_plot(shares: list[dict[str, Any]], needed: list[dict[str, Any]], 
     for index, method in enumerate(dict.fromkeys(r["method"] for r in shares)):
         mine = sorted((r for r in shares if r["method"] == method), key=lambda r: int(r["rows"]))
         rows = [int(r["rows"]) * (1 + 0.03 * (index - 0.5)) for r in mine]  # side by side
-        ratio = np.array([100 * r["ratio"] for r in mine])
-        low = np.array([100 * r["low"] if math.isfinite(r["low"]) else np.nan for r in mine])
-        high = np.array([100 * r["high"] if math.isfinite(r["high"]) else np.nan for r in mine])
-        line = axis.errorbar(rows, ratio, yerr=[ratio - low, high - ratio], marker="o", capsize=3, label=method)
+        line = _share_errorbars(axis, rows, mine, method)
         crossing = next((n for n in needed if n["method"] == method and math.isfinite(n["rows"])), None)
         if crossing is not None:
             high_rows = crossing["high"] if math.isfinite(crossing["high"]) else 8 * largest
@@ -251,9 +237,26 @@ def write_rows_plot(shares: list[dict[str, Any]], needed: list[dict[str, Any]], 
     for key, text, style in (("c_squared_rows", "clean rows × c(ε)²", "--"), ("flip_rate_rows", "× 1/(1 − 2ρ)²", ":")):
         for n in {round(row[key]) for row in needed}:
             axis.axvline(n, linestyle=style, color="grey", label=f"{text} = {n}")
+    xlabel = "private rows (ε = " + ", ".join(sorted({r["epsilon"] for r in shares})) + ")"
+    _finish_share_plot(figure, axis, xlabel, path, right=8 * largest)
+
+
+def _share_errorbars(axis, x: list[float], rows: list[dict[str, Any]], label: str):
+    """One method's shares of the clean gain (%) at ``x`` with their Fieller intervals (an open side left out)."""
+    ratio = np.array([100 * r["ratio"] for r in rows])
+    low = np.array([100 * r["low"] if math.isfinite(r["low"]) else np.nan for r in rows])
+    high = np.array([100 * r["high"] if math.isfinite(r["high"]) else np.nan for r in rows])
+    return axis.errorbar(x, ratio, yerr=[ratio - low, high - ratio], marker="o", capsize=3, label=label)
+
+
+def _finish_share_plot(figure, axis, xlabel: str, path, right: float | None = None) -> None:
+    """A share plot's log2 x axis (up to ``right``), the 0% and 100% lines, the legend, saved and closed."""
+    import matplotlib.pyplot as plt
+
     axis.set_xscale("log", base=2)
-    axis.set_xlim(right=8 * largest)
-    axis.set_xlabel("private rows (ε = " + ", ".join(sorted({r["epsilon"] for r in shares})) + ")")
+    if right is not None:  # after the scale: a limit set on the linear scale does not carry over
+        axis.set_xlim(right=right)
+    axis.set_xlabel(xlabel)
     axis.set_ylabel("share of the clean gold gain kept (%)")
     axis.axhline(100, color="grey", linewidth=0.5)
     axis.axhline(0, color="grey", linewidth=0.5)
