@@ -742,6 +742,31 @@ def test_arms_with_their_own_rows_and_beta_have_keys_releases_and_reuse_of_their
     assert study._reused(more, 3, "main") is None and study._reused(base, 4, "main") is None
 
 
+def test_a_shared_set_ups_labels_are_taken_only_when_they_hold_the_rows_the_design_asks_for(tmp_path):
+    """A study sharing another's set-up takes its committed labels for a seed only if they are that seed's draw
+    for this design: a set-up study of 128 rows commits 128 rows under the name a 32-row study looks for."""
+    import json
+
+    from squarechipo.reproduce.study.design import StudyDesign
+    from squarechipo.reproduce.study.runner import Study
+
+    shared = tmp_path / "setup" / "labels"
+    shared.mkdir(parents=True)
+    for seed, rows in ((0, 128), (1, 32)):
+        kept = {"rows": list(range(rows)), "keep": [True] * rows, "summary": {"source": "bt", "rows": rows}}
+        (shared / f"seed{seed}.json").write_text(json.dumps(kept))
+    results = tmp_path / "results"
+    study = Study(StudyDesign(setup_from=str(tmp_path / "setup"), train_rows=32), tmp_path / "out", results)
+    assert study._committed_labels(0, None) == results / "labels" / "seed0.json"  # 128 rows: not this draw
+    assert study._committed_labels(1, None) == shared / "seed1.json"
+    other_source = Study(
+        StudyDesign(setup_from=str(tmp_path / "setup"), train_rows=32, label_source="argmax"),
+        tmp_path / "out",
+        results,
+    )
+    assert other_source._committed_labels(1, None) == results / "labels" / "seed1.json"
+
+
 def test_a_target_kl_chooses_each_methods_beta_from_the_pilot_by_kl_alone():
     """The rule on KL, fixed before the pilot: each main arm takes the pilot β of its method and labels whose final KL
     is closest to target_kl on a log scale; the pilot's differences are then those of the chosen β."""

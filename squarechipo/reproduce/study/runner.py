@@ -63,6 +63,12 @@ def _once(folder: Path, build, marker: str = DONE) -> dict[str, Any]:
     return result
 
 
+def _holds(committed: Path, rows: int, source: str) -> bool:
+    """Whether a committed labels file holds ``rows`` rows labelled from ``source``."""
+    kept = json.loads(committed.read_text())
+    return len(kept["rows"]) == rows and kept["summary"].get("source") == source
+
+
 def _timed(step) -> dict[str, Any]:
     start = time.time()
     step()
@@ -286,7 +292,12 @@ class Study:
         name = f"seed{seed}.json" if rows is None else f"seed{seed}_n{rows}.json"
         own = self.results / "labels" / name
         shared = [Path(p) / "labels" / name for p in (self.design.cells_from, self.design.setup_from) if p]
-        return next((p for p in [own, *shared] if p.exists()), own)
+        wanted = self.design.train_rows if rows is None else rows
+        # Another study's file is this seed's draw only if it holds the rows and label source asked for: a set-up
+        # shared by a study of another train_rows commits other rows under the same name.
+        if own.exists():
+            return own
+        return next((p for p in shared if p.exists() and _holds(p, wanted, self.design.label_source)), own)
 
     def labels(self, seed: int, rows: int | None = None) -> Path:
         """This seed's training rows, drawn from the train split and labelled by r* (raw, private labels).
