@@ -36,7 +36,7 @@ from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign
-from squarechipo.reproduce.study.shared_setup import first_prompts, library_versions
+from squarechipo.reproduce.study.shared_setup import first_prompts, labels_hold, library_versions
 from squarechipo.scripts.launch import run_script
 
 __all__ = ["Study", "cell_name"]
@@ -61,12 +61,6 @@ def _once(folder: Path, build, marker: str = DONE) -> dict[str, Any]:
     result = build()
     record.write_text(json.dumps(result, indent=2, default=str))
     return result
-
-
-def _holds(committed: Path, rows: int, source: str) -> bool:
-    """Whether a committed labels file holds ``rows`` rows labelled from ``source``."""
-    kept = json.loads(committed.read_text())
-    return len(kept["rows"]) == rows and kept["summary"].get("source") == source
 
 
 def _timed(step) -> dict[str, Any]:
@@ -293,11 +287,11 @@ class Study:
         own = self.results / "labels" / name
         shared = [Path(p) / "labels" / name for p in (self.design.cells_from, self.design.setup_from) if p]
         wanted = self.design.train_rows if rows is None else rows
-        # Another study's file is this seed's draw only if it holds the rows and label source asked for: a set-up
-        # shared by a study of another train_rows commits other rows under the same name.
+        # Another study's file is this seed's draw only if it holds these rows and label source (another train_rows
+        # commits other rows under the same name).
         if own.exists():
             return own
-        return next((p for p in shared if p.exists() and _holds(p, wanted, self.design.label_source)), own)
+        return next((p for p in shared if p.exists() and labels_hold(p, wanted, self.design.label_source)), own)
 
     def labels(self, seed: int, rows: int | None = None) -> Path:
         """This seed's training rows, drawn from the train split and labelled by r* (raw, private labels).

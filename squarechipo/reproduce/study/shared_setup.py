@@ -30,6 +30,7 @@ __all__ = [
     "SETUP_FILE",
     "check_setup",
     "first_prompts",
+    "labels_hold",
     "library_versions",
     "merge_adapter",
     "model_digest",
@@ -174,6 +175,13 @@ def first_prompts(record: dict[str, Any], n: int) -> dict[str, Any]:
         "record": {k: cut(v) for k, v in record["record"].items()},
         "constants": {k: cut(v) for k, v in record["constants"].items()},
     }
+
+
+def labels_hold(committed: Path, rows: int, source: str) -> bool:
+    """Whether a committed labels file (a seed's simulated labels) holds ``rows`` rows labelled from ``source``: a
+    study sharing another's set-up may take that study's labels for a seed only then."""
+    kept = json.loads(committed.read_text())
+    return len(kept["rows"]) == rows and kept["summary"].get("source") == source
 
 
 def library_versions() -> dict[str, str]:
