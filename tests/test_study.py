@@ -684,7 +684,9 @@ def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_b
     assert cut["record"] == {"reward": [[1, 2]] * 2, "examples": ["a", "b"]} and cut["constants"] == {"pool": [[5, 6]]}
 
 
-@pytest.mark.parametrize("name", ["study", "privacy_cost", "overoptimisation", "rows_needed"])
+@pytest.mark.parametrize(
+    "name", ["study", "privacy_cost", "overoptimisation", "rows_needed", "overoptimisation_noisy"]
+)
 def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_path, capsys):
     """docs/study.md's `study report --readme README.md`, run on a copy of the committed records: the README's block
     is exactly what the command writes, so no figure in it was typed by hand or left stale. The first study runs the
