@@ -165,7 +165,7 @@ def test_the_trainers_refuse_raw_labels_on_every_path(trainer_parts, tokenizer):
     tokenised = released.map(lambda row: {"prompt_ids": [1, 2], "chosen_ids": [3], "rejected_ids": [4]})
     from squarechipo.data.integrity import IntegrityError
 
-    with pytest.raises(IntegrityError, match="hold no prompt/chosen/rejected"):
+    with pytest.raises(IntegrityError, match=r"columns changed after the release \(added \['chosen_ids'"):
         trainer_parts(tokenised.remove_columns(["prompt", "chosen", "rejected"]))
     with pytest.raises(ValueError, match="train_dataset is a DatasetDict .* pass the split"):
         trainer_parts(datasets.DatasetDict({"train": released}))

@@ -144,7 +144,7 @@ def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(f
     import datasets
 
     from squarechipo.privacy import LabelPipeline
-    from squarechipo.privacy.ledger import get_ledger
+    from squarechipo.privacy.binding import get_ledger
     from squarechipo.privacy.measurements import RRWithPrior
     from squarechipo.privacy.release import (
         FROM_PRIOR_COLUMN,
@@ -183,7 +183,7 @@ def test_kary_rows_release_and_convert():
     import datasets
 
     from squarechipo.data.kary import kary_to_pairs, validate_kary
-    from squarechipo.privacy.ledger import get_ledger
+    from squarechipo.privacy.binding import get_ledger
     from squarechipo.privacy.measurements import KaryRR, RRWithPrior, SubsetMechanism
 
     n, k = 4000, 4
@@ -226,7 +226,7 @@ def test_kary_ledger_has_its_own_semantics_and_fingerprint():
     import datasets
 
     from squarechipo.data.fingerprint import preference_fingerprint
-    from squarechipo.privacy.ledger import get_ledger
+    from squarechipo.privacy.binding import get_ledger
     from squarechipo.privacy.measurements import KaryRR, SubsetMechanism
 
     responses = [[f"r{i}-{j}" for j in range(3)] for i in range(30)]
@@ -262,7 +262,7 @@ def test_trainers_ask_the_ledger_and_refuse_kary_labels(tokenizer, tmp_path):
     import datasets
 
     from squarechipo.privacy.debiasing import resolve_privacy
-    from squarechipo.privacy.ledger import get_ledger
+    from squarechipo.privacy.binding import get_ledger
     from squarechipo.privacy.measurements import KaryRR
     from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer

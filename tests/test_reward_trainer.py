@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.binding import get_ledger
 from squarechipo.reward import PreferenceModel, PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
 from squarechipo.trainer import PRIVACY_FILE
 from tests.helpers.models import make_tiny_classifier

@@ -37,6 +37,7 @@ __all__ = [
     "PROMPT_HASH_CHARS",
     "ROW_SET_BYTES",
     "encode_row_set",
+    "exact_row_hashes",
     "released_row_hashes",
     "rows_outside",
     "canonical_rows",
@@ -287,6 +288,20 @@ def released_row_hashes(dataset: datasets.Dataset) -> list[bytes] | None:
         text = _canonical_column(table[name])
         columns.append(text.to_pylist() if text is not None else [_dump(v) for v in table[name].to_pylist()])
     joined = (_SEPARATOR.join("" if v is None else v for v in row) for row in zip(*columns))
+    return [hashlib.sha256(row.encode("utf-8")).digest() for row in joined]
+
+
+@label_free("compared with a ledger's row set, never stored or shown (a release stores those of its released rows)")
+def exact_row_hashes(dataset: datasets.Dataset, columns: list[str] | tuple[str, ...] | None = None) -> list[bytes]:
+    """sha256 of each row exactly as stored: every column (or ``columns``), by name, each value as JSON (text byte
+    for byte: no canonical form, so an upper-cased or look-alike letter is a changed row). Two rows hash alike only
+    if every column holds the same value; a ledger bound to these hashes is void on any edited, added or moved
+    value, and holds through selection, reordering and repetition of whole rows."""
+    names = sorted(dataset.column_names if columns is None else columns)
+    table = dataset.with_format("arrow")[:].select(names)
+    header = [_dump(name) for name in names]
+    values = [_dumped(table[name]).to_pylist() for name in names]
+    joined = (_SEPARATOR.join(f"{h}:{v}" for h, v in zip(header, row)) for row in zip(*values))
     return [hashlib.sha256(row.encode("utf-8")).digest() for row in joined]
 
 

@@ -5,7 +5,7 @@ One flattener for every consumer: generation, the judges, the pairwise preferenc
 
 from __future__ import annotations
 
-__all__ = ["prompt_text", "response_text"]
+__all__ = ["PAIR_TEMPLATE", "pair_text", "pairwise_row", "prompt_text", "response_text"]
 
 
 def prompt_text(prompt) -> str:
@@ -21,3 +21,20 @@ def response_text(response) -> str:
     if isinstance(response, str):
         return response
     return "\n".join(message["content"] for message in response if message.get("role", "assistant") == "assistant")
+
+
+#: The text a pairwise preference model scores for s(x, a, b) (Zhou et al. 2025 (Square-χPO), §4, Alg. 3 line 4).
+PAIR_TEMPLATE = "Prompt:\n{prompt}\n\nResponse A:\n{first}\n\nResponse B:\n{second}\n\nIs response A better than B?"
+
+
+def pair_text(prompt, first, second) -> str:
+    """The text the classifier scores for s(x, first, second)."""
+    return PAIR_TEMPLATE.format(prompt=prompt_text(prompt), first=response_text(first), second=response_text(second))
+
+
+def pairwise_row(row: dict) -> dict:
+    """A preference row (x, a⁺, a⁻) as the pair of texts chosen = text(x, a⁺, a⁻), rejected = text(x, a⁻, a⁺)."""
+    return {
+        "chosen": pair_text(row["prompt"], row["chosen"], row["rejected"]),
+        "rejected": pair_text(row["prompt"], row["rejected"], row["chosen"]),
+    }

@@ -18,18 +18,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from squarechipo.data.text import prompt_text, response_text
+from squarechipo.data.text import PAIR_TEMPLATE, pair_text
 from squarechipo.losses import preference_value
 
 __all__ = ["PAIR_TEMPLATE", "PreferenceModel", "pair_text"]
-
-PAIR_TEMPLATE = "Prompt:\n{prompt}\n\nResponse A:\n{first}\n\nResponse B:\n{second}\n\nIs response A better than B?"
-
-
-def pair_text(prompt, first, second) -> str:
-    """The text the classifier scores for s(x, first, second)."""
-    return PAIR_TEMPLATE.format(prompt=prompt_text(prompt), first=response_text(first), second=response_text(second))
-
 
 class PreferenceModel:
     """ℓ̂(x, a, b) from a trained pairwise classifier (a folder saved by the preference-model recipe)."""

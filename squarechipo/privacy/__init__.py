@@ -6,7 +6,8 @@ from squarechipo.privacy.calibration import (
     debias_factor_from_flip_rate,
     flip_probability,
 )
-from squarechipo.privacy.ledger import PrivacyLedger, Release, get_ledger
+from squarechipo.privacy.binding import get_ledger
+from squarechipo.privacy.ledger import PrivacyLedger, Release
 from squarechipo.privacy.measurements import KaryRR, LabelPipeline, RRWithPrior, SubsetMechanism
 from squarechipo.privacy.mechanisms import (
     ADVERSARIES,

@@ -3,7 +3,7 @@
 Preference labels are private by default. Whatever reads them — training, evaluation, prediction, a judge's
 calibration, a judge's accuracy on gold pairs — reads them through :func:`require_released_or_public`: the rows were
 released through a privacy mechanism (they carry a ledger, matched to the rows by
-:func:`squarechipo.privacy.ledger.get_ledger`) or the caller declares their labels public. Nothing else passes: raw
+:func:`squarechipo.privacy.binding.get_ledger`) or the caller declares their labels public. Nothing else passes: raw
 rows, a streamed or pre-tokenised copy that lost its ledger, rows added to a release.
 
 Every public callable of the package that takes a dataset carries one of three roles (a decorator, so a test can find
@@ -46,7 +46,7 @@ class RawLabelsError(ValueError):
 def labels_status(dataset) -> str:
     """``released`` (it carries a ledger that matches its rows), or ``raw``. Raises when a ledger is there but does
     not match (:class:`squarechipo.privacy.ledger.IntegrityError`)."""
-    from squarechipo.privacy.ledger import get_ledger
+    from squarechipo.privacy.binding import get_ledger
 
     return "released" if get_ledger(dataset) is not None else "raw"
 

@@ -32,7 +32,6 @@ __all__ = [
     "Release",
     "PrivacyLedger",
     "extend_ledger",
-    "get_ledger",
     "with_ledger",
     "read_ledger_for_path",
 ]
@@ -108,6 +107,9 @@ class Release:
     #: The rows as released (:func:`squarechipo.data.fingerprint.encode_row_set`: 4-byte prefixes of their hashes,
     #: labels included): every reader checks that a dataset's rows are among them (:func:`get_ledger`).
     row_set: str | None = None
+    #: The columns the row set's hashes cover, exactly as released (:func:`squarechipo.data.fingerprint.
+    #: exact_row_hashes`); None for a ledger written before row sets covered every column byte for byte.
+    row_columns: list[str] | None = None
     #: The declared unit of privacy (a labeller or comparison id column; None: one comparison) and the most rows one
     #: unit has in this release: that unit's labels compose, so the release is ε × rows_per_unit per unit.
     privacy_unit: str | None = None
@@ -176,6 +178,7 @@ class Release:
         earlier_epsilon: float = 0.0,
         earlier_releases: int = 0,
         row_set: str | None = None,
+        row_columns: list[str] | None = None,
         privacy_unit: str | None = None,
         rows_per_unit: int = 1,
     ) -> Release:
@@ -198,6 +201,7 @@ class Release:
             earlier_epsilon=float(earlier_epsilon),
             earlier_releases=int(earlier_releases),
             row_set=row_set,
+            row_columns=None if row_columns is None else sorted(row_columns),
             privacy_unit=privacy_unit,
             rows_per_unit=int(rows_per_unit),
         )
@@ -409,33 +413,17 @@ class PrivacyLedger:
             raise IntegrityError(f"{where}: its privacy ledger must be a JSON object (got {type(record).__name__}).")
         return cls.from_dict(record, where)
 
-    def current_row_sets(self) -> list[str] | None:
-        """The row sets the rows must come from: each part's latest release (a later release of the same part, e.g.
-        ``compose=True``, relabels its rows). None when a release predates row sets."""
+    def current_row_sets(self) -> list[tuple[str, tuple[str, ...] | None]] | None:
+        """(row set, the columns it covers) of each part's latest release, which the rows must come from (a later
+        release of the same part, e.g. ``compose=True``, relabels its rows). None when a release predates row sets."""
         latest: dict[str | None, Release] = {}
         for release in self.releases:
             latest[release.part] = release
-        sets = [release.row_set for release in latest.values()]
-        return None if any(s is None for s in sets) else sets
-
-
-@label_free("reads and checks the ledger (the rule's own test)")
-def get_ledger(dataset, where: str = "dataset") -> PrivacyLedger | None:
-    """The ledger a dataset carries, its seal checked and its rows matched to the rows it released; None for data
-    that was never privatized here.
-
-    Raises:
-        IntegrityError: when the ledger was edited, is not valid, or does not describe these rows (rows added, edited
-            or relabelled after the release; rows that cannot be checked: a streamed or pre-tokenised dataset).
-    """
-    block = metadata.read_block(dataset)
-    if not block:
-        return None
-    ledger = PrivacyLedger.from_json(block, where)
-    from squarechipo.privacy.binding import check_rows  # binding reads ledgers: imported here, not at the top
-
-    check_rows(ledger, dataset, where)
-    return ledger
+        if any(release.row_set is None for release in latest.values()):
+            return None
+        return [
+            (r.row_set, None if r.row_columns is None else tuple(r.row_columns)) for r in latest.values()
+        ]
 
 
 def extend_ledger(

@@ -4,7 +4,8 @@ Randomized response protects a label once. Released again with fresh noise, into
 the same rows give an attacker several independent noisy copies, and their majority is the raw label. Each ledger
 describes one dataset's own releases, so it cannot see the others; this registry can. For every release drawn from
 OS entropy it keeps each released unit's key (the hash of a row's canonical content, :func:`squarechipo.data.
-fingerprint.row_hashes`, label-free and equal for retyped copies; or the hash of a declared privacy-unit value), the
+fingerprint.row_hashes`, label-free and equal for retyped copies; and, where a privacy unit is declared, the hash of
+its value too: a unit groups rows, never splits one comparison's history), the
 rows' MinHash signatures and LSH band keys (so near-copies, :mod:`squarechipo.data.near_duplicates`, are found
 too), the release's ε, its time and where it was saved.
 
@@ -185,7 +186,9 @@ def _query(db: sqlite3.Connection, units: list[bytes], marks: np.ndarray | None)
         per_row[i] += epsilon
         involved[release] = (epsilon, made)
     releases = tuple(sorted(((k, *v) for k, v in involved.items()), key=lambda r: r[2]))
-    return EarlierReleases(len(per_row), max(per_row.values(), default=0.0), releases, len(near), frozenset(involved))
+    # A row can hold several keys (its content, its declared unit), laid out in blocks of one key per row.
+    rows = len({i % len(marks) for i in per_row}) if marks is not None and len(marks) else len(per_row)
+    return EarlierReleases(rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved))
 
 
 def _near_copies(db: sqlite3.Connection, marks: np.ndarray, exact: set[int]) -> dict[int, tuple[str, float, str]]:
@@ -222,7 +225,8 @@ def _near_copies(db: sqlite3.Connection, marks: np.ndarray, exact: set[int]) -> 
 
 def earlier_releases(units: list[bytes], marks: np.ndarray | None = None) -> EarlierReleases:
     """The earlier releases of any of these rows recorded here: by unit key, and by near-copy when ``marks`` (the
-    rows' MinHash signatures) are given."""
+    rows' MinHash signatures) are given. ``units`` holds one content key per row, then (for a declared privacy unit)
+    one unit key per row."""
     db = _connect()
     try:
         return _query(db, units, marks)

@@ -34,12 +34,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from squarechipo.data.fingerprint import encode_row_set, fingerprint_of, released_row_hashes
+from squarechipo.data.fingerprint import encode_row_set, exact_row_hashes, fingerprint_of
 from squarechipo.data.kary import validate_kary
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import describe_copies
 from squarechipo.data.validation import validate_preference_dataset
-from squarechipo.privacy.ledger import PrivacyLedger, extend_ledger, get_ledger, with_ledger
+from squarechipo.privacy.binding import _rebind, get_ledger
+from squarechipo.privacy.ledger import PrivacyLedger, extend_ledger
 from squarechipo.privacy.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 from squarechipo.privacy.registry import EarlierReleases, earlier_releases, register_release
 
@@ -295,13 +296,16 @@ def _identity(dataset, mechanism, counted: bool, rerelease: bool, privacy_unit: 
     rows = canonical_rows(dataset.with_format("arrow")[:])
     hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
     fingerprint, _ = fingerprint_of(hashes)
+    units, per_unit = hashes, 1
     if privacy_unit is None:
         _refuse_copies(copies(rows), len(dataset))
-        units, marks, per_unit = hashes, (signatures(rows) if counted else None), 1
     else:
-        (units, per_unit), marks = _unit_keys(dataset, privacy_unit), None
+        # A unit groups rows, never splits a comparison's history: the registry counts the content too.
+        unit_keys, per_unit = _unit_keys(dataset, privacy_unit)
+        units = hashes + unit_keys
     if not counted:
         return fingerprint, None, per_unit
+    marks = signatures(rows)
     earlier = _earlier(units, marks, mechanism.epsilon * per_unit, rerelease)
     return fingerprint, _Registration(units, marks, mechanism.epsilon, earlier), per_unit
 
@@ -407,7 +411,7 @@ def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelea
         )
     if privacy_unit is not None:
         fields.update(privacy_unit=privacy_unit, rows_per_unit=per_unit)
-    fields["row_set"] = encode_row_set(released_row_hashes(datasets.Dataset(table)))
+    fields.update(row_set=encode_row_set(exact_row_hashes(datasets.Dataset(table))), row_columns=table.column_names)
     info, digest = extend_ledger(dataset.info, existing, **fields, data_fingerprint=fingerprint, part=part)
     # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
     info.features = datasets.Features.from_arrow_schema(table.schema)
@@ -432,5 +436,5 @@ def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets
         for p in (first, second)
     ]
     combined = datasets.concatenate_datasets([parts_data[0].cast(parts_data[1].features), parts_data[1]])
-    ledger = PrivacyLedger(releases=ledgers[0].releases + ledgers[1].releases)
-    return with_ledger(combined, ledger)
+    # Both parts were verified above and the join adds only a constant public column: bound to the joined rows.
+    return _rebind(PrivacyLedger(releases=ledgers[0].releases + ledgers[1].releases), combined)

@@ -25,7 +25,8 @@ from squarechipo.data.fingerprint import canonical_rows, preference_fingerprint
 from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.loading import load_data_file, load_saved_folder
-from squarechipo.privacy.ledger import PrivacyLedger, get_ledger, with_ledger
+from squarechipo.privacy.binding import get_ledger
+from squarechipo.privacy.ledger import PrivacyLedger, with_ledger
 from squarechipo.privacy.measurements import Measurement
 from squarechipo.privacy.registry import RegistryError, earlier_releases, register_release
 from squarechipo.privacy.release import _release

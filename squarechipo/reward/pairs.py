@@ -17,13 +17,14 @@ from __future__ import annotations
 import datasets
 
 from squarechipo.data.label_roles import label_free
-from squarechipo.models.preference import PreferenceModel, pair_text
-from squarechipo.privacy.binding import derive_rows
+from squarechipo.data.text import pair_text
+from squarechipo.models.preference import PreferenceModel
+from squarechipo.privacy.binding import pairwise_rows
 
 __all__ = ["pair_text", "to_pairwise_dataset", "PreferenceModel"]
 
 
-@label_free("derives text pairs row by row (derive_rows keeps a release's ledger bound; raw stays raw)")
+@label_free("derives text pairs row by row (pairwise_rows carries a checked ledger over; raw stays raw)")
 def to_pairwise_dataset(dataset: datasets.Dataset) -> datasets.Dataset:
     """prompt/chosen/rejected rows → text pairs (chosen = text(x, a⁺, a⁻), rejected = text(x, a⁻, a⁺)).
 
@@ -35,12 +36,4 @@ def to_pairwise_dataset(dataset: datasets.Dataset) -> datasets.Dataset:
             f"a preference-model dataset needs prompt/chosen/rejected columns; missing {sorted(missing)}. "
             "Implicit-prompt rows: apply trl.extract_prompt first."
         )
-    return derive_rows(
-        dataset,
-        lambda row: {
-            "chosen": pair_text(row["prompt"], row["chosen"], row["rejected"]),
-            "rejected": pair_text(row["prompt"], row["rejected"], row["chosen"]),
-        },
-        remove_columns=dataset.column_names,
-        desc="pairing responses",
-    )
+    return pairwise_rows(dataset, desc="pairing responses")

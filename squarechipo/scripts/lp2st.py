@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser
 
 from squarechipo.models import resolve_model_path
-from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.binding import get_ledger
 from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source
 from squarechipo.privacy.measurements import RRWithPrior
 from squarechipo.privacy.release import combine_parts

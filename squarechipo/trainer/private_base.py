@@ -5,7 +5,7 @@
 the privacy set-up that both ran in copies (which had drifted):
 
 1. **Admission of the training split**, whatever its kind: a ``DatasetDict`` is refused (name the split); a
-   ``datasets.Dataset`` must carry a ledger that matches its rows (:func:`squarechipo.privacy.ledger.get_ledger`) or
+   ``datasets.Dataset`` must carry a ledger that matches its rows (:func:`squarechipo.privacy.binding.get_ledger`) or
    be declared public (``train_labels_public``, or a config ε for data released elsewhere); a streamed
    (``IterableDataset``) or pre-tokenised split cannot be matched to a ledger, so it is accepted only as public, and
    its model is recorded as trained on unknown rows (a later private run refuses to start from it).
@@ -31,7 +31,7 @@ from squarechipo.data.label_roles import tag_role
 from squarechipo.models.card import fix_model_card
 from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.door import RawLabelsError, require_released_or_public
-from squarechipo.privacy.ledger import get_ledger
+from squarechipo.privacy.binding import get_ledger
 from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
 from squarechipo.privacy.record import PrivacyRecord, start_sketch, write_privacy_record
 
