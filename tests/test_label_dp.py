@@ -261,8 +261,8 @@ def test_trainers_ask_the_ledger_and_refuse_kary_labels(tokenizer, tmp_path):
     binary flip rate, refuse such data by name instead of training without debiasing."""
     import datasets
 
-    from squarechipo.privacy.debiasing import resolve_privacy
     from squarechipo.privacy.binding import get_ledger
+    from squarechipo.privacy.debiasing import resolve_privacy
     from squarechipo.privacy.measurements import KaryRR
     from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer

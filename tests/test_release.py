@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from squarechipo.data.integrity import IntegrityError
-
 from squarechipo.privacy import (
     LabelPipeline,
     get_ledger,

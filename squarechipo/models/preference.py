@@ -23,6 +23,7 @@ from squarechipo.losses import preference_value
 
 __all__ = ["PAIR_TEMPLATE", "PreferenceModel", "pair_text"]
 
+
 class PreferenceModel:
     """ℓ̂(x, a, b) from a trained pairwise classifier (a folder saved by the preference-model recipe)."""
 

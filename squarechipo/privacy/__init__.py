@@ -1,12 +1,12 @@
 """Label privacy: the mechanisms (as functions and as measurements), the one dataset-level release, the
 ledger, the privacy record, debiasing and the lineage of models."""
 
+from squarechipo.privacy.binding import get_ledger
 from squarechipo.privacy.calibration import (
     debias_factor,
     debias_factor_from_flip_rate,
     flip_probability,
 )
-from squarechipo.privacy.binding import get_ledger
 from squarechipo.privacy.ledger import PrivacyLedger, Release
 from squarechipo.privacy.measurements import KaryRR, LabelPipeline, RRWithPrior, SubsetMechanism
 from squarechipo.privacy.mechanisms import (

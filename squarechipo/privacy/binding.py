@@ -87,10 +87,10 @@ def _outside(ledger: PrivacyLedger, dataset: datasets.Dataset, where: str):
     if not exact and not legacy:
         raise _column_change(columns, [bound for _, bound in sets], where)
     outside = None
-    for encoded, hashes in ((exact, lambda: exact_row_hashes(dataset)), (legacy, lambda: released_row_hashes(dataset))):
+    for encoded, hashing in ((exact, exact_row_hashes), (legacy, released_row_hashes)):
         if not encoded:
             continue
-        row_hashes = hashes()
+        row_hashes = hashing(dataset)
         if row_hashes is None:
             raise IntegrityError(
                 f"{where}: these rows hold no prompt/chosen/rejected (or responses) text, so they cannot be matched "

@@ -421,9 +421,7 @@ class PrivacyLedger:
             latest[release.part] = release
         if any(release.row_set is None for release in latest.values()):
             return None
-        return [
-            (r.row_set, None if r.row_columns is None else tuple(r.row_columns)) for r in latest.values()
-        ]
+        return [(r.row_set, None if r.row_columns is None else tuple(r.row_columns)) for r in latest.values()]
 
 
 def extend_ledger(

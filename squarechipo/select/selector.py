@@ -28,8 +28,8 @@ from squarechipo.losses import LINKS, margin_clip
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import tokenize_preferences
 from squarechipo.models.runtime import distributed_state
-from squarechipo.privacy.calibration import check_epsilon
 from squarechipo.privacy.binding import get_ledger
+from squarechipo.privacy.calibration import check_epsilon
 from squarechipo.privacy.lineage import ModelLineage, check_lineage
 from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, read_privacy_record, write_privacy_record
 from squarechipo.select.candidates import Candidate, check_candidates, load_candidate

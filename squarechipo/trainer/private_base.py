@@ -29,9 +29,9 @@ import datasets
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.data.label_roles import tag_role
 from squarechipo.models.card import fix_model_card
+from squarechipo.privacy.binding import get_ledger
 from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.door import RawLabelsError, require_released_or_public
-from squarechipo.privacy.binding import get_ledger
 from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
 from squarechipo.privacy.record import PrivacyRecord, start_sketch, write_privacy_record
 
