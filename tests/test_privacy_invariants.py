@@ -1,0 +1,223 @@
+"""The privacy invariants of docs/privacy.md, each as a property, and an adversary that looks for a way around them.
+
+The adversary is a hypothesis state machine: it applies random sequences of what a user reaches for — the
+``datasets.Dataset`` methods, pandas, lists, Parquet and disk round trips, squarechipo's own functions that take or
+return rows, and a hand-copied ledger — to raw and released rows, and after every step checks the invariant: where
+a ledger is accepted, every row, column for column, is a row the release wrote (or the library's fixed pairwise
+transform of one). The quick tier runs a bounded number of sequences; ``bash scripts/adversary.sh`` runs many more.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+
+import datasets
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule
+
+from squarechipo.data import metadata
+from squarechipo.data.integrity import IntegrityError
+from squarechipo.data.text import pairwise_row
+from squarechipo.privacy import LabelPipeline, get_ledger, load_privatized, release_dataset, save_privatized
+from squarechipo.privacy.binding import pairwise_rows
+from tests.helpers.rows import distinct_pairs
+
+settings.register_profile(
+    "quick", max_examples=12, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck)
+)
+settings.register_profile(
+    "long", max_examples=400, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)
+)
+_PROFILE = os.environ.get("SQUARECHIPO_ADVERSARY", "quick")
+
+N_ROWS = 10
+
+
+def _row_key(row: dict) -> str:
+    return json.dumps(row, sort_keys=True, ensure_ascii=False)
+
+
+@functools.cache
+def _world() -> tuple[datasets.Dataset, datasets.Dataset, frozenset[str], dict[str, str]]:
+    """(raw rows, their release, every row a ledger may vouch for, the raw chosen answer by prompt)."""
+    raw = distinct_pairs(N_ROWS, offset=900).add_column("row_id", list(range(N_ROWS)))
+    released = release_dataset(raw, LabelPipeline(epsilon=0.5), seed=0, public_columns=["row_id"])
+    rows = released.to_list()
+    pair_rows = [pairwise_row(row) for row in rows]
+    allowed = frozenset(_row_key(row) for row in rows + pair_rows)
+    return raw, released, allowed, dict(zip(raw["prompt"], raw["chosen"]))
+
+
+def assert_invariant(data: datasets.Dataset) -> None:
+    """Where ``data``'s ledger is accepted, each of its rows is exactly a row the release wrote."""
+    try:
+        ledger = get_ledger(data)
+    except IntegrityError:
+        return  # void, and said so
+    if ledger is None:
+        return
+    allowed = _world()[2]
+    stray = [row for row in data.to_list() if _row_key(row) not in allowed]
+    assert not stray, f"a ledger (ε {ledger.total_epsilon}) vouches for rows it never released: {stray[:2]}"
+
+
+def _raw_labels_back(data: datasets.Dataset) -> datasets.Dataset:
+    truth = _world()[3]
+
+    def restore(row):
+        if truth.get(row["prompt"]) == row["rejected"]:
+            return {"chosen": row["rejected"], "rejected": row["chosen"]}
+        return {}
+
+    return data.map(restore)
+
+
+def _raw_label_column(data: datasets.Dataset) -> list[float]:
+    truth = _world()[3]
+    return [float(truth.get(p) == c) for p, c in zip(data["prompt"], data["chosen"])]
+
+
+class Adversary(RuleBasedStateMachine):
+    """Random sequences of public operations on raw and released rows; the invariant checked after each."""
+
+    data = Bundle("data")
+
+    @initialize(target=data)
+    def start(self):
+        datasets.disable_progress_bars()
+        raw, released, _, _ = _world()
+        return multiple(raw, released)
+
+    def _keep(self, result: datasets.Dataset) -> datasets.Dataset:
+        assert_invariant(result)
+        return result
+
+    @rule(target=data, d=data, picks=st.lists(st.integers(0, N_ROWS - 1), min_size=1, max_size=12))
+    def select(self, d, picks):
+        return self._keep(d.select([i % len(d) for i in picks])) if len(d) else d
+
+    @rule(target=data, d=data, seed=st.integers(0, 3))
+    def shuffle_or_filter(self, d, seed):
+        return self._keep(d.shuffle(seed=seed) if seed % 2 else d.filter(lambda _, i: i % 2 == 0, with_indices=True))
+
+    @rule(target=data, a=data, b=data)
+    def concatenate(self, a, b):
+        try:
+            return self._keep(datasets.concatenate_datasets([a, b]))
+        except (ValueError, TypeError):
+            return a
+
+    @rule(target=data, d=data, name=st.sampled_from(["score_chosen", "row_note", "shown_first"]))
+    def add_label_column(self, d, name):
+        if "prompt" not in d.column_names or "chosen" not in d.column_names or name in d.column_names:
+            return d
+        return self._keep(d.add_column(name, _raw_label_column(d)))
+
+    @rule(target=data, d=data, how=st.sampled_from(["remove", "rename", "cast"]))
+    def change_a_column(self, d, how):
+        if "row_id" not in d.column_names:
+            return d
+        if how == "remove":
+            return self._keep(d.remove_columns(["row_id"]))
+        if how == "rename":
+            return self._keep(d.rename_column("row_id", "id"))
+        return self._keep(d.cast_column("row_id", datasets.Value("string")))
+
+    @rule(target=data, d=data, edit=st.sampled_from(["upper", "look-alike", "space", "raw labels"]))
+    def edit_rows(self, d, edit):
+        if not {"prompt", "chosen", "rejected"} <= set(d.column_names):
+            return d
+        if edit == "raw labels":
+            return self._keep(_raw_labels_back(d))
+        change = {
+            "upper": str.upper,
+            "look-alike": lambda t: t.replace("e", "\u0435", 1),
+            "space": lambda t: t + " ",
+        }[edit]
+        return self._keep(d.map(lambda row, i: {"chosen": change(row["chosen"])} if i == 0 else {}, with_indices=True))
+
+    @rule(target=data, d=data, via=st.sampled_from(["pandas", "list", "parquet", "disk", "privatized"]))
+    def round_trip(self, d, via):
+        folder = tempfile.mkdtemp(prefix="adversary-")
+        info = datasets.DatasetInfo(description=d.info.description)  # what a user copies to keep the ledger
+        if via == "pandas":
+            back = datasets.Dataset.from_pandas(d.to_pandas(), info=info, preserve_index=False)
+        elif via == "list":
+            back = datasets.Dataset.from_list(d.to_list(), info=info)
+        elif via == "parquet":
+            d.to_parquet(os.path.join(folder, "d.parquet"))
+            back = datasets.Dataset.from_parquet(os.path.join(folder, "d.parquet"), info=info)
+        elif via == "disk":
+            d.save_to_disk(os.path.join(folder, "d"))
+            back = datasets.load_from_disk(os.path.join(folder, "d"))
+        else:
+            try:
+                back = load_privatized(save_privatized(d, os.path.join(folder, "d")))
+            except ValueError:  # IntegrityError included: refused to seal
+                return d
+        return self._keep(back)
+
+    @rule(target=data, d=data)
+    def pairwise(self, d):
+        try:
+            return self._keep(pairwise_rows(d))
+        except (ValueError, KeyError):
+            return d
+
+    @rule(target=data, donor=data, d=data)
+    def graft_ledger(self, donor, d):
+        block = metadata.read_block(donor)
+        return self._keep(metadata.with_block(d, block)) if block else d
+
+
+Adversary.TestCase.settings = settings.get_profile(_PROFILE)
+test_no_sequence_of_public_operations_makes_a_ledger_vouch_for_other_rows = Adversary.TestCase
+
+
+# ---------------------------------------------------------------------------------------------- the found leaks
+
+
+@pytest.fixture(scope="module")
+def released():
+    return _world()[1]
+
+
+def test_a_ledger_cannot_be_rebound_to_changed_labels(released):
+    """A ledger re-bound to raw labels by a mapping function carried ε 0.5 onto raw rows, sealed and trained."""
+    import squarechipo.privacy.binding as binding
+
+    assert not hasattr(binding, "derive_rows")  # no door takes a caller's function and re-binds
+    with pytest.raises(IntegrityError, match="not rows its privacy ledger released"):
+        get_ledger(_raw_labels_back(released))
+    pairs = pairwise_rows(released)  # the library's fixed transform carries the checked ledger over ...
+    assert get_ledger(pairs).total_epsilon == 0.5
+    with pytest.raises(IntegrityError, match="not rows its privacy ledger released"):  # ... and nothing else
+        get_ledger(pairs.map(lambda row: pairwise_row({"prompt": "p", "chosen": row["rejected"], "rejected": "x"})))
+
+
+def test_a_label_carrying_column_cannot_be_sealed_into_a_release(released, tmp_path):
+    scored = released.add_column("score_chosen", _raw_label_column(released))
+    with pytest.raises(IntegrityError, match=r"columns changed after the release \(added \['score_chosen'\]\)"):
+        save_privatized(scored, tmp_path / "sealed")
+    assert not (tmp_path / "sealed").exists()
+
+
+def test_a_privacy_unit_declaration_does_not_escape_the_registry():
+    """The same rows released with no unit, then under a unit, then under another, were four releases at ε 0.5."""
+    rows = distinct_pairs(16, offset=700)
+    release_dataset(rows, LabelPipeline(epsilon=0.5))
+    for unit, values in {"uid": range(16), "annotator": [i % 4 for i in range(16)]}.items():
+        with pytest.raises(ValueError, match=r"16 row\(s\) were released before"):
+            release_dataset(rows.add_column(unit, list(values)), LabelPipeline(epsilon=0.5), privacy_unit=unit)
+    again = release_dataset(
+        rows.add_column("uid", [i + 100 for i in range(16)]),
+        LabelPipeline(epsilon=0.5),
+        privacy_unit="uid",
+        rerelease=True,
+    )
+    assert get_ledger(again).total_epsilon == pytest.approx(1.0)  # composed with the first release
