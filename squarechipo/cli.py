@@ -34,6 +34,16 @@ TRAINING = {
     "lp2st": "lp2st",
     "self-play": "self_play",
 }
+#: What each training job does (its help line); each runs under ``accelerate launch``, on one or more processes.
+TRAINING_HELP = {
+    "train": "align a policy on preference labels (χPO, Square-χPO, DPO, rDPO), privatized or corrupted",
+    "sft": "supervised fine-tuning: the reference policy the alignment starts from",
+    "gold-judge": "fit the gold reward (a linear head) that the studies evaluate policies with",
+    "reward-model": "train a pairwise preference model ℓ(x, a, b), debiased for private labels",
+    "select": "pick one policy among candidates with central DP (the exponential mechanism)",
+    "lp2st": "label privacy in two stages (Ghazi et al. 2021 (label DP)): a prior, then RRWithPrior",
+    "self-play": "iterative Square-χPO for general preferences (Zhou et al. 2025 (Square-χPO), Alg. 3)",
+}
 #: Subcommand → (module, help): run in this process with ``main(argv)``.
 TOOLS = {
     "judge": ("squarechipo.scripts.judge", "win rate of a policy against a baseline, judged pairwise"),
@@ -46,6 +56,7 @@ TOOLS = {
     "sim": ("squarechipo.sim.__main__", "the simulation lab"),
     "data": ("squarechipo.data.finance", "generate a dataset: data finance --out DIR"),
     "registry": ("squarechipo.privacy.registry", "the registry of releases on this machine: init | show"),
+    "key": ("squarechipo.data.integrity", "a new random secret key that seals privacy ledgers: key new"),
 }
 
 
@@ -112,29 +123,50 @@ def _tool(name: str, argv: list[str]) -> int:
         argv = ["study", *argv]
     elif name == "reproduce" and argv[:1] not in (["table1"], ["study"]):
         argv = ["table1", *argv]  # `squarechipo reproduce --scale tiny` is Table 1
-    result = module.main(argv)
+    result = module.main(argv, prog="squarechipo") if name == "study" else module.main(argv)
     return result if isinstance(result, int) else 0
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="squarechipo", description=__doc__.splitlines()[0], add_help=True)
     parser.add_argument("--version", action="version", version=f"squarechipo {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (anywhere on the line)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in TRAINING.items():
-        commands.add_parser(name, help=f"launch squarechipo.scripts.{module} through Accelerate", add_help=False)
+    for name in TRAINING:
+        commands.add_parser(name, help=TRAINING_HELP[name], add_help=False)
     for name, (_, text) in TOOLS.items():
         commands.add_parser(name, help=text, add_help=False)
     return parser
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The errors that are the user's to fix (a missing file, a bad option or value, a refused release or ledger):
+    each message names the file or field and the fix, so the CLI prints it as one line."""
+    from squarechipo.privacy.registry import RegistryError
+
+    return (ValueError, RegistryError, FileNotFoundError, NotADirectoryError, PermissionError)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. The project's own errors print as one line (``--debug`` anywhere shows the traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = _parser()
     if not argv or argv[0] not in {*TRAINING, *TOOLS}:
         parser.parse_args(argv or ["--help"])  # --help, --version, or an error naming the choices
         return 2
     name, rest = argv[0], argv[1:]
-    return _train(name, rest) if name in TRAINING else _tool(name, rest)
+    try:
+        return _train(name, rest) if name in TRAINING else _tool(name, rest)
+    except _user_errors() as error:
+        if debug:
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        if isinstance(error, FileNotFoundError) and error.filename:
+            message = f"no such file or folder: {error.filename}; check the path (configs live in recipes/configs/)"
+        print(f"squarechipo {name}: error: {message} (--debug shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

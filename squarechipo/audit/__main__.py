@@ -76,7 +76,7 @@ def _training(args) -> int:
 def _parser() -> argparse.ArgumentParser:
     """One sub-command per audit, so an option of the other audit is refused rather than silently ignored."""
     description = "Empirical lower bounds on ε for the label mechanisms and for training runs."
-    parser = argparse.ArgumentParser(prog="python -m squarechipo.audit", description=description)
+    parser = argparse.ArgumentParser(prog="squarechipo audit", description=description)
     audits = parser.add_subparsers(dest="audit", required=True, metavar="{mechanisms,training}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--seed", type=int, default=0)

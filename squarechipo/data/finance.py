@@ -271,7 +271,8 @@ def write_datasets(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description="Generate the finance_preference dataset (Zhou et al. 2025 (Square-χPO), App. E/F)."
+        prog="squarechipo data finance",
+        description="Generate the finance_preference dataset (Zhou et al. 2025 (Square-χPO), App. E/F).",
     )
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="generation seed (the data is a function of it)")

@@ -125,7 +125,7 @@ def _scope(signal: dict | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="squarechipo gold-report", description=__doc__.splitlines()[0])
     parser.add_argument("--policy", required=True, help="the aligned policy's folder")
     parser.add_argument("--sft", required=True, help="the SFT policy's folder (the baseline and π_ref)")
     parser.add_argument("--gold", required=True, help="a one-output reward model folder (e.g. recipes/gold_judge.py)")

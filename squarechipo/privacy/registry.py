@@ -78,7 +78,7 @@ def registry_path() -> Path:
 
 def _missing(path: Path) -> RegistryError:
     return RegistryError(
-        f"there is no registry of releases at {path} ({REGISTRY_ENV} or the cache root), so this release cannot be "
+        f"there is no registry of releases at {path} ({REGISTRY_ENV} or the cache root), so no release can be "
         "checked against earlier releases of the same rows, and squarechipo does not start one silently (a lost or "
         "redirected registry would count from zero). If no release was ever made with this registry's setting, "
         "start one: `squarechipo registry init` (or squarechipo.privacy.registry.init_registry()). If it was moved, "
@@ -133,8 +133,9 @@ def _connect() -> sqlite3.Connection:
     except sqlite3.DatabaseError as error:
         raise RegistryError(
             f"the registry of releases at {path} cannot be read ({type(error).__name__}: {error}): it is corrupt or "
-            "not a registry. Restore it from a backup; squarechipo will not release rows it cannot check against it. "
-            "Only if it is lost for good, move it away and start a new one (squarechipo registry init): releases it "
+            "not a registry. Restore it from a backup (a backup older than the last release under-counts: releases made "
+            "since it are not in it, so their rows could be released again; add them back by hand or treat their rows "
+            "as spent); squarechipo will not release rows it cannot check against it. Only if it is lost for good, move it away and start a new one (squarechipo registry init): releases it "
             "recorded are then no longer counted."
         ) from None
     if not _TABLES <= tables or meta.get("format") != REGISTRY_FORMAT:
@@ -142,7 +143,8 @@ def _connect() -> sqlite3.Connection:
         state = "empty" if not tables else f"not a squarechipo registry ({REGISTRY_FORMAT})"
         raise RegistryError(
             f"the registry of releases at {path} is {state}: it was emptied, replaced or written by another version, "
-            "so it cannot say which rows were released. Restore it; only if it is lost for good, move it away and "
+            "so it cannot say which rows were released. Restore it (a backup older than the last release under-counts the "
+            "releases made since); only if it is lost for good, move it away and "
             "start a new one (squarechipo registry init)."
         )
     return db

@@ -50,8 +50,9 @@ def _table1(args) -> None:
     print(f"Table, CSV, plot and per-cell reports: {run.out.resolve()}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m squarechipo.reproduce", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str = "squarechipo reproduce") -> None:
+    """Table 1 or the study; ``prog`` names the command in usage lines (``squarechipo`` for ``squarechipo study``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="experiment", required=True)
     table1 = commands.add_parser("table1", help="Table 1 of Zhou et al. 2025 (Square-χPO) at a named scale")
     table1.add_argument(

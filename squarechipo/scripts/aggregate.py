@@ -12,7 +12,7 @@ from squarechipo.evaluation.report import aggregate_runs
 
 
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="squarechipo aggregate", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="output folders of eval/judge.py (each with summary.json)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)

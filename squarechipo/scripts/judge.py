@@ -78,7 +78,7 @@ def build_judge(args: WinRateConfig, template: JudgeTemplate):
 
 
 def make_parser() -> TrlParser:
-    return TrlParser((WinRateConfig,))
+    return TrlParser((WinRateConfig,), prog="squarechipo judge")
 
 
 def main(argv: list[str] | None = None) -> dict:

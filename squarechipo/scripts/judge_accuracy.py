@@ -50,7 +50,7 @@ def _judges(args):
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Flags or ``--config x.yaml`` (the fields of :class:`JudgeAccuracyConfig`)."""
-    (args,) = TrlParser((JudgeAccuracyConfig,)).parse_args_and_config(argv)
+    (args,) = TrlParser((JudgeAccuracyConfig,), prog="squarechipo judge-accuracy").parse_args_and_config(argv)
     gold = load_preference_dataset(args.dataset_name, split=args.dataset_test_split)
     split = args.dataset_test_split
     require_released_or_public(

@@ -1,4 +1,4 @@
-"""python -m squarechipo.sim [bandit|overopt|bt|general|labeldp|all] [--smoke | --full] [--seeds N] [--out DIR]
+"""squarechipo sim [bandit|overopt|bt|general|labeldp|all] [--smoke | --full] [--seeds N] [--out DIR]
 
 Runs the default reduced grid (minutes on 2 CPU cores), ``--smoke`` (seconds: every study at its smallest, to check
 an install) or ``--full`` (hours; resumable: a re-run skips finished grid points), writes
@@ -64,7 +64,7 @@ EXPERIMENTS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m squarechipo.sim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="squarechipo sim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("experiment", nargs="?", default="all", choices=["all", *EXPERIMENTS])
     size = parser.add_mutually_exclusive_group()

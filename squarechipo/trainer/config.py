@@ -99,7 +99,7 @@ class SquareChiPOConfig(DPOConfig):
             "help": "How a shared prompt runs (with share_prompt): 'cache' runs the prompt, then both responses on "
             "its KV cache (two backbone calls); 'packed' runs [prompt, chosen, rejected] as one row in one backbone "
             "call under a block-causal mask (SDPA or eager attention; works under gradient checkpointing). Default "
-            "packed: on a 2-core CPU 0.51x TRL's step against 0.53x for cache, with 8% less peak memory."
+            "packed, the faster and leaner of the two on a CPU (figures in docs/benchmarks.md)."
         },
     )
     checkpoint_epochs: list[float] | None = field(
