@@ -133,19 +133,19 @@ def _connect() -> sqlite3.Connection:
     except sqlite3.DatabaseError as error:
         raise RegistryError(
             f"the registry of releases at {path} cannot be read ({type(error).__name__}: {error}): it is corrupt or "
-            "not a registry. Restore it from a backup (a backup older than the last release under-counts: releases made "
-            "since it are not in it, so their rows could be released again; add them back by hand or treat their rows "
-            "as spent); squarechipo will not release rows it cannot check against it. Only if it is lost for good, move it away and start a new one (squarechipo registry init): releases it "
-            "recorded are then no longer counted."
+            "not a registry. Restore it from a backup (a backup older than the last release under-counts: releases "
+            "made since it are not in it, so their rows could be released again; add them back or treat their rows as "
+            "spent); squarechipo will not release rows it cannot check against it. Only if it is lost for good, move "
+            "it away and start a new one (squarechipo registry init): releases it recorded are then no longer counted."
         ) from None
     if not _TABLES <= tables or meta.get("format") != REGISTRY_FORMAT:
         db.close()
         state = "empty" if not tables else f"not a squarechipo registry ({REGISTRY_FORMAT})"
         raise RegistryError(
             f"the registry of releases at {path} is {state}: it was emptied, replaced or written by another version, "
-            "so it cannot say which rows were released. Restore it (a backup older than the last release under-counts the "
-            "releases made since); only if it is lost for good, move it away and "
-            "start a new one (squarechipo registry init)."
+            "so it cannot say which rows were released. Restore it (a backup older than the last release "
+            "under-counts the releases made since); only if it is lost for good, move it away and start a new one "
+            "(squarechipo registry init)."
         )
     return db
 
