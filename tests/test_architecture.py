@@ -169,3 +169,69 @@ def test_papers_are_cited_by_a_key_of_the_references_on_one_line():
     ]
     problems = [f"{p.relative_to(ROOT)}: {x}" for p in files for x in _citation_problems(p.read_text(), keys)]
     assert problems == [], "\n".join(problems)
+
+
+def _module_name(path: Path) -> str:
+    """``squarechipo.privacy.binding`` for its file; a package's name for its ``__init__.py`` or its folder."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module → the package modules it imports, deferred (function-level) imports included: ``from a.b import c``
+    points at ``a.b.c`` where that is a module, else at ``a.b``."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("squarechipo"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    targets.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name in modules}
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each a cycle of imports."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_modules_import_each_other_deferred_imports_included():
+    """privacy/binding.py and privacy/ledger.py imported each other through an import deferred into a function, which
+    the layer check (between packages) could not see. Package ``__init__`` files, which re-export, are left out."""
+    packages = {_module_name(p.parent) for p in PACKAGE.rglob("__init__.py")}
+    graph = {m: targets - packages for m, targets in _module_graph().items() if m not in packages}
+    assert not _cycles(graph), _cycles(graph)
+    probe = {"a": {"b"}, "b": {"a"}, "c": {"a"}}
+    assert _cycles(probe) == [["a", "b"]]

@@ -167,3 +167,25 @@ def test_squarechipo_key_new_prints_a_key_that_seals(monkeypatch, capsys):
     assert keys[0] != keys[1] and all(len(k) == 64 and key_weakness(k.encode()) is None for k in keys)
     monkeypatch.setenv(KEY_ENV, keys[0])
     assert get_ledger(release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)).digest.startswith("hmac")
+
+
+def test_an_edited_record_or_release_is_met_with_its_own_fix_never_a_second_release(tmp_path):
+    """An edited model record advised "release the raw rows again", which spends ε a second time and cannot repair
+    a model; an edited release advised the same."""
+    import json
+
+    from squarechipo.data.integrity import seal
+    from squarechipo.privacy.record import PRIVACY_FILE, read_privacy_record
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / PRIVACY_FILE).write_text(json.dumps({**seal({"stage": "training", "epsilon": 0.5}), "epsilon": 5.0}))
+    with pytest.raises(IntegrityError, match="does not match its digest") as refused:
+        read_privacy_record(model)
+    assert "train the model again" in str(refused.value) and "raw rows again" not in str(refused.value)
+    folder = tmp_path / "release"
+    release_once(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=0)
+    _edit_ledger(folder, lambda ledger: ledger["releases"][0].update(epsilon=5.0))
+    with pytest.raises(IntegrityError, match="does not match its digest") as refused:
+        load_release(folder)
+    assert "Restore the release as it was saved" in str(refused.value) and "a second time" in str(refused.value)

@@ -56,6 +56,11 @@ _KEYED = "hmac-sha256:"
 #: The shortest key accepted, in bytes (UTF-8): 256 bits, the HMAC-SHA256 key size.
 MIN_KEY_BYTES = 32
 _GENERATE = "the output of `squarechipo key new`"
+#: What to do about a release that fails its checks: releasing the raw rows again is not a fix.
+_RESTORE = (
+    "Restore the release as it was saved (its folder or file). Releasing the raw rows again would spend their ε a "
+    "second time (the registry of releases refuses it unless rerelease=True, and the ledger then adds both)."
+)
 
 
 class IntegrityError(ValueError):
@@ -151,7 +156,7 @@ def check_seal(
     record: dict[str, Any],
     where: str,
     what: str = "privacy ledger",
-    fix: str = "Release the raw rows again with this version.",
+    fix: str = _RESTORE,
 ) -> None:
     """Raise :class:`IntegrityError` unless ``record``'s digest matches its fields under this machine's key setting.
 
@@ -190,7 +195,7 @@ def check_seal(
     if not hmac.compare_digest(stated, expected):
         raise IntegrityError(
             f"{where}: the {what} does not match its digest: it was changed after it was written, so what it states "
-            "cannot be trusted. Restore the original release, or release the raw rows again."
+            f"cannot be trusted. {fix}"
         )
 
 
@@ -239,7 +244,7 @@ def check_marker(
     if ledger_digest is None:
         raise IntegrityError(
             f"{where} holds released labels (its {MARKER} says so) but no privacy ledger: the ledger was deleted, so "
-            "nothing says how the labels were released. Restore the release folder, or release the raw rows again."
+            f"nothing says how the labels were released. {_RESTORE}"
         )
     if ledger_digest != marker["ledger_digest"]:
         raise IntegrityError(f"{where}: the privacy ledger is not the one this release was saved with.")
