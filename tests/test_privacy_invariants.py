@@ -18,7 +18,7 @@ import datasets
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule, run_state_machine_as_test
 
 from squarechipo.data import metadata
 from squarechipo.data.integrity import IntegrityError
@@ -175,8 +175,8 @@ class Adversary(RuleBasedStateMachine):
         return self._keep(metadata.with_block(d, block)) if block else d
 
 
-Adversary.TestCase.settings = settings.get_profile(_PROFILE)
-test_no_sequence_of_public_operations_makes_a_ledger_vouch_for_other_rows = Adversary.TestCase
+def test_no_sequence_of_public_operations_makes_a_ledger_vouch_for_other_rows():
+    run_state_machine_as_test(Adversary, settings=settings.get_profile(_PROFILE))
 
 
 # ---------------------------------------------------------------------------------------------- the found leaks
