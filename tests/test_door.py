@@ -7,11 +7,14 @@ unless they are declared public. The next entry point is covered the day it is a
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import itertools
 import json
 import pkgutil
+import re
+import textwrap
 
 import datasets
 import numpy as np
@@ -42,6 +45,35 @@ def _takes_a_dataset(function) -> str | None:
         untyped = parameter.annotation is inspect.Parameter.empty and parameter.name in _DATASET_NAMES
         if typed or untyped:
             return parameter.name
+    return None
+
+
+#: Annotations of rows in any form: datasets, Arrow tables, data frames, lists or sequences of row dicts.
+_ROWS = re.compile(r"Dataset(?!Info)|pa\.Table|DataFrame|(list|Sequence|Iterable)\[(dict|Mapping)")
+#: What a callable reads that makes it a reader of labels: the orientation of a pair, or a best-of-K label.
+_LABEL_KEYS = {"chosen", "rejected", "best"}
+
+
+def _reads_rows(function) -> str | None:
+    """Why ``function`` takes rows, by what it reads (a row-typed parameter, or a row's label key), or None."""
+    named = _takes_a_dataset(function)
+    if named:
+        return named
+    try:
+        parameters = inspect.signature(function).parameters.values()
+        source = textwrap.dedent(inspect.getsource(function))
+    except (TypeError, ValueError, OSError):
+        return None  # generated code (a dataclass's __init__) reads nothing
+    for parameter in parameters:
+        if parameter.annotation is not inspect.Parameter.empty and _ROWS.search(str(parameter.annotation)):
+            return parameter.name
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and node.slice.value in _LABEL_KEYS
+        ):
+            return f"reads [{node.slice.value!r}]"
     return None
 
 
@@ -77,6 +109,27 @@ def test_every_public_callable_that_takes_a_dataset_declares_its_label_role():
     )
     roles = {label_role(f)["role"] for _, f, _ in found}
     assert roles == {"reads_labels", "releases_labels", "label_free"}
+
+
+def test_every_public_callable_that_reads_rows_in_any_form_declares_its_label_role():
+    """score_candidates, model_logps, GoldEvaluator.logps and the study's label helpers took rows as lists: a scan by
+    parameter name did not see them. What a callable reads decides: row-typed parameters, or a row's label key."""
+    found = [(q, f, _reads_rows(f)) for q, f, _ in _public_callables() if _reads_rows(f)]
+    assert len(found) > len(_entry_points())  # it sees more than the dataset-taking entry points
+    missing = [f"{name} ({why})" for name, function, why in found if label_role(function) is None]
+    assert not missing, f"these public callables read rows but declare no label role: {missing}"
+    assert {label_role(f)["role"] for _, f, _ in found} >= {"reads_labels", "reads_passed_rows", "label_free"}
+    probe = textwrap.dedent(
+        """
+        def probe(items):
+            return [item["chosen"] for item in items]
+        """
+    )
+    scope: dict = {}
+    exec(compile(probe, "<probe>", "exec"), scope)  # noqa: S102 - the scan itself, on a function it never saw
+    scope["probe"].__module__ = "probe"
+    assert _reads_rows(scope["probe"]) is None  # no source file: nothing to read ...
+    assert _ROWS.search("list[dict]") and not _ROWS.search("datasets.DatasetInfo")  # ... and the annotations it sees
 
 
 def _raw() -> datasets.Dataset:

@@ -156,6 +156,7 @@ def _dumped(column: pa.ChunkedArray) -> pa.Array:
     return pa.array([_dump(v) for v in column.to_pylist()], pa.large_string())
 
 
+@label_free("sorts each pair's responses: a canonical row carries no label")
 def canonical_rows(table: pa.Table) -> list:
     """One canonical value per row: prompt, then the responses in sorted order (2, or K for best-of-K rows), each text
     in its canonical form (:func:`canonical_text`)."""

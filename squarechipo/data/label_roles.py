@@ -6,7 +6,12 @@ The roles (:mod:`squarechipo.privacy.door` adds the third, which applies the rul
 - :func:`releases_labels` — it is a privacy mechanism, or simulates labels for a study: it takes raw labels by design
   and what comes out is released (or is the mechanism's output);
 - ``reads_labels`` (:func:`squarechipo.privacy.door.reads_labels`) — it reads labels, and raw ones are refused unless
-  declared public.
+  declared public;
+- :func:`reads_passed_rows` — it reads the labels of rows handed to it as lists or tensors, which carry no ledger to
+  check: the callers that passed those rows through the door are named in its ``why``.
+
+A callable takes rows when it takes a dataset, a table or a list of row dicts, or reads a row's ``chosen``,
+``rejected`` or ``best``: what it reads decides, not a parameter's name (the door's test finds them all).
 
 They live in the data layer so that every layer can tag its callables.
 """
@@ -17,7 +22,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["label_free", "label_role", "releases_labels", "tag_role"]
+__all__ = ["label_free", "label_role", "reads_passed_rows", "releases_labels", "tag_role"]
 
 _ROLE = "__squarechipo_label_role__"
 
@@ -43,3 +48,9 @@ def releases_labels(why: str) -> Callable:
 def label_free(why: str) -> Callable:
     """Mark a callable that reads no label (or only released ones); ``why`` says so."""
     return lambda function: tag_role(function, "label_free", why=why)
+
+
+def reads_passed_rows(why: str) -> Callable:
+    """Mark a helper that reads labels of rows given as lists or tensors (no ledger travels with them); ``why`` names
+    the callers that apply the door before passing rows on."""
+    return lambda function: tag_role(function, "reads_passed_rows", why=why)

@@ -24,6 +24,7 @@ from typing import Any
 import datasets
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.data.text import prompt_text, response_text
 from squarechipo.evaluation.report import write_chart, write_report
 from squarechipo.judge.base import PairwiseJudge, Verdict
@@ -159,6 +160,7 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
+@label_free("judged outcomes of generated responses, no preference label of the data")
 def length_breakdown(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean response length (words) of each side, and the ties-as-½ win rate split by which side is longer.
 
@@ -180,6 +182,7 @@ def length_breakdown(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return lengths
 
 
+@label_free("judged outcomes of generated responses, no preference label of the data")
 def summarize_rows(rows: list[dict]) -> dict:
     """Overall (rule in use and hard rule), per-category and length summaries of judged rows."""
     categories = sorted({r["category"] for r in rows})

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from scipy.special import expit, softmax
 
+from squarechipo.data.label_roles import reads_passed_rows
 from squarechipo.data.text import response_text
 from squarechipo.evaluation.gold import gold_rewards, has_loop
 from squarechipo.judge.reward_model import RewardModelJudge
@@ -95,6 +96,7 @@ class GoldEvaluator:
             for k in range(s.samples_per_prompt)
         ]
 
+    @reads_passed_rows("this GoldEvaluator's test pairs, which its constructor took through the door")
     def logps(self, model, first: list, second: list) -> np.ndarray:
         """(2, n) summed log-probs of two responses per prompt (strings or messages), each prompt run once."""
         rows = [
@@ -121,6 +123,7 @@ class GoldEvaluator:
         """The per-prompt record of ``model`` on its own samples (see :meth:`measure_samples`)."""
         return self.measure_samples(model, self.sample(model), pool)
 
+    @reads_passed_rows("this GoldEvaluator's test pairs, which its constructor took through the door")
     def measure_samples(self, model, samples: list[list[str]], pool: list[list[str]] | None = None) -> dict:
         """The per-prompt record of ``model`` (lists of floats, JSON-ready) on ``samples`` drawn from it.
         ``pool``: the SFT policy's samples, the extra candidates of the fixed pool (None: this model is the SFT
@@ -145,6 +148,7 @@ class GoldEvaluator:
         out["examples"] = [samples[0][i] for i in range(min(4, len(self.prompts)))]
         return out
 
+    @reads_passed_rows("this GoldEvaluator's test pairs, which its constructor took through the door")
     def constants(self, sft_samples: list[list[str]], sft_record: dict | None = None) -> dict:
         """What every comparison shares: π_ref's log-probs on the test pairs, r* of the test pairs (their clean
         label is argmax r*) and r* of the fixed pool (test pair + the SFT policy's samples). ``sft_record``, the

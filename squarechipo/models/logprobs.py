@@ -24,7 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl.data_utils import extract_prompt, is_conversational
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-from squarechipo.data.label_roles import label_free
+from squarechipo.data.label_roles import label_free, reads_passed_rows
 from squarechipo.models.lm_head import add_lean_lm_head
 
 __all__ = ["completion_logps", "model_logps", "preference_collator", "tokenize_preferences"]
@@ -111,6 +111,9 @@ def completion_logps(model: PreTrainedModel, batch: dict, lean: bool) -> tuple[t
     return logps.chunk(2, dim=0)
 
 
+@reads_passed_rows(
+    "tokenised rows from callers that apply the door: select_policy, comparison_features, GoldEvaluator"
+)
 def model_logps(model: PreTrainedModel, rows: list[dict], collator, batch_size: int, desc: str) -> torch.Tensor:
     """(2, n) float64 summed completion log-probs [chosen; rejected] of tokenized rows, gradient-free."""
     model.eval()

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.stats import t_interval
 
 __all__ = ["paired_difference", "verdict", "win_interval", "write_table1", "PAPER"]
@@ -209,6 +210,7 @@ def _plot(records, scale, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+@label_free("result records of released-label runs, no row of data")
 def write_table1(records: list[dict[str, Any]], calibration: dict[str, Any], scale, out: str | Path) -> str:
     """Write ``table1.md``, ``table1.csv``, ``table1.json`` (claims) and ``table1.png`` into ``out``; return the
     Markdown."""

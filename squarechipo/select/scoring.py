@@ -19,6 +19,7 @@ from accelerate.utils import reduce
 from transformers import PreTrainedModel
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
+from squarechipo.data.label_roles import reads_passed_rows
 from squarechipo.losses import margins as policy_margins
 from squarechipo.models.logprobs import model_logps
 from squarechipo.select.exponential import row_square_losses
@@ -26,6 +27,7 @@ from squarechipo.select.exponential import row_square_losses
 __all__ = ["score_candidates"]
 
 
+@reads_passed_rows("select_policy's private rows; the scores go only into the exponential mechanism (select_index)")
 def score_candidates(
     rows: list[dict],
     load_reference: Callable[[], PreTrainedModel],

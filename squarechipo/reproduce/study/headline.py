@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.privacy.calibration import debias_factor
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.reproduce.study.design import METHOD_NAMES, Arm, StudyDesign
@@ -186,6 +187,7 @@ def headline_lines(summary: dict, design: StudyDesign) -> list[str]:
     ]
 
 
+@label_free("result records of released-label runs, no row of data")
 def write_privacy_plot(rows: list[dict[str, Any]], path) -> None:
     """Share of the clean gold gain kept against ε, per method with Fieller intervals, beside the clean-label
     equivalent (1 − 2ρ)² of the labels."""
@@ -205,6 +207,7 @@ def write_privacy_plot(rows: list[dict[str, Any]], path) -> None:
     _finish_share_plot(figure, axis, "ε (randomized response, CTL with α corruption)", path)
 
 
+@label_free("result records of released-label runs, no row of data")
 def write_rows_plot(shares: list[dict[str, Any]], needed: list[dict[str, Any]], path) -> None:
     """Share of the clean gold gain kept against the private rows, per method with Fieller intervals; each method's
     rows to the clean gain (a cross on the 100% line, with its interval) beside the theory's prices of the clean

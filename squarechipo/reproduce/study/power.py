@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.reproduce.study.claims import claim_values, reference_epochs
 from squarechipo.reproduce.study.design import StudyDesign
 from squarechipo.stats import mde, seeds_for_power
@@ -126,6 +127,7 @@ def _at_chosen_betas(records: list[dict], design: StudyDesign, betas: dict[str, 
     ]
 
 
+@label_free("result records of released-label runs, no row of data")
 def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
     """Between-seed SDs of the paired differences, the seeds for power, and the measured cost of a cell. With
     ``target_kl`` the differences are those of the β the rule chooses (:func:`choose_betas`)."""
@@ -151,6 +153,7 @@ def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
     }
 
 
+@label_free("result records of released-label runs, no row of data")
 def final_kl(records: list[dict]) -> dict[str, dict[str, Any]]:
     """Per pilot arm: its method, label setting, β and mean KL(π‖π_ref) at the end of training over seeds."""
     out: dict[str, dict[str, Any]] = {}
@@ -289,6 +292,7 @@ def check_preregistration(results: Path, design: StudyDesign) -> dict[str, Any]:
     return record
 
 
+@label_free("result records of released-label runs, no row of data")
 def amend(
     results: Path, design: StudyDesign, records: list[dict], reason: str, seed_minutes: float = 1.0
 ) -> dict[str, Any]:

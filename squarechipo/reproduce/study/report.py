@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.reproduce.study.claims import claim_values
 from squarechipo.reproduce.study.design import StudyDesign, is_win_rate
 from squarechipo.reproduce.study.headline import (
@@ -123,6 +124,7 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
     return found + untested
 
 
+@label_free("claims decided from result records, no row of data")
 def conclusions(design: StudyDesign, claim_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each pre-registered conclusion (``design.conclusions``): shown only if its ``holds`` claims hold and none of
     its ``not_reversed`` claims is reversed, with the claims that stand in the way."""
@@ -187,6 +189,7 @@ def _planned_cells(prereg: dict | None) -> list[str]:
     return [f"{k}_seed{s}" for s in seeds for k in keys]
 
 
+@label_free("result records and deviations, no row of data")
 def progress(records, prereg: dict | None, deviations: list[dict] | None = None) -> str:
     """How much of the pre-registered main run the records hold, in words."""
     seeds, keys = _plan(prereg)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.reproduce.study.claims import metric_at
 from squarechipo.reproduce.study.design import StudyDesign
 from squarechipo.stats import paired_test
@@ -48,6 +49,7 @@ def along_training_table(summary: dict, design: StudyDesign) -> list[str]:
     return [*lines, "", *turn_down_lines(summary["along_training"]), ""]
 
 
+@label_free("result records of released-label runs, no row of data")
 def turn_down_lines(rows: list[dict]) -> list[str]:
     """Per arm, in words: where its mean gold gain peaked along training and how far it fell by the end, or that it
     never turned down, with the largest KL it reached (an observation on the means, not a test: the claims test)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.losses import margin_clip
 from squarechipo.privacy.calibration import debias_factor
 from squarechipo.privacy.measurements import LabelPipeline
@@ -160,6 +161,7 @@ def run_bandit_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[
     ]
 
 
+@label_free("simulation results, no row of data")
 def bandit_report(rows: list[dict], out: Path) -> list[str]:
     """Print-ready lines for every bandit claim; writes the PNGs next to the CSV."""
     rng = np.random.default_rng(0)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.privacy.calibration import debias_factor
 from squarechipo.sim import bt
 from squarechipo.sim.experiments.grid import by_scale, point_key, seed_rngs
@@ -70,6 +71,7 @@ def run_bt_point(point: dict, seeds: list[int], base_seed: int = 0) -> list[dict
     return rows
 
 
+@label_free("simulation results, no row of data")
 def bt_report(rows: list[dict], out: Path) -> list[str]:
     lines = []
     errors = group_metric(rows, "bt", "d", "estimator", "epsilon", "n", metric="error")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.privacy.calibration import debias_factor
 from squarechipo.privacy.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
@@ -144,6 +145,7 @@ def general_rows_per_seed(point: dict) -> int:
     return len(_general_iterations(point))
 
 
+@label_free("simulation results, no row of data")
 def general_report(rows: list[dict], out: Path) -> list[str]:
     """Iterative Square-χPO on the non-transitive instance (Zhou et al. 2025 (Square-χPO), §4, Thm 4.4): duality gaps
     in T, n and setting."""

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from squarechipo.data.label_roles import label_free
+
 __all__ = ["point_key", "SCALES", "run_grid"]
 
 
@@ -76,6 +78,7 @@ def _done_keys(path: Path, columns: list[str], expected_rows: dict[str, int]) ->
     return complete
 
 
+@label_free("grid points of a simulation, no row of data")
 def run_grid(
     points: list[dict],
     runner,

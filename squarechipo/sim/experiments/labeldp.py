@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.losses import margin_clip
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import multistage as ms
@@ -95,6 +96,7 @@ def run_multistage_point(point: dict, seeds: list[int], base_seed: int = 0) -> l
     return rows
 
 
+@label_free("simulation results, no row of data")
 def multistage_report(rows: list[dict], out: Path) -> list[str]:
     """LP-2ST vs LP-1ST (Ghazi et al. 2021 (label DP)) on the bandit, paired by seed (same clean rows)."""
     lines = []

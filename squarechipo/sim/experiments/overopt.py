@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.sim import overopt
 from squarechipo.sim.experiments.grid import by_scale, data_key, point_key, seed_rngs
 from squarechipo.sim.experiments.tables import group_metric, mean_ci, paired_values, save_plot, verdict_of
@@ -120,6 +121,7 @@ def _overopt_claims(curves, setting: tuple, steps: list[float]) -> list[str]:
     return lines
 
 
+@label_free("simulation results, no row of data")
 def overopt_report(rows: list[dict], out: Path) -> list[str]:
     """[overopt]: over-optimisation along training, as Huang et al. 2024 (χPO) pose it, in the unbounded and the
     bounded policy class."""

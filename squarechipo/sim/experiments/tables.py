@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from squarechipo.data.label_roles import label_free
 from squarechipo.stats import t_interval
 
 __all__ = ["load_rows"]
@@ -102,6 +103,7 @@ def draw_errorbars(ax, xs, groups, label, **kw):
     ax.errorbar(xs, [m for m, _ in stats], yerr=[h for _, h in stats], marker="o", capsize=3, label=label, **kw)
 
 
+@label_free("simulation results, no row of data")
 def metric_by_seed(rows: list[dict], study: str, *fields) -> dict[tuple, dict[float, float]]:
     out: dict[tuple, dict[float, float]] = defaultdict(dict)
     for row in rows:
