@@ -9,12 +9,22 @@ Papers are cited by author, year and title; ``docs/references.md`` lists them (Z
 Square-χPO, is the one the losses, pipelines and selector come from).
 """
 
-from squarechipo.losses import METHODS, PreferenceLossOutput, preference_loss
-from squarechipo.privacy.calibration import debias_factor, flip_probability
-from squarechipo.privacy.measurements import LabelPipeline
+from typing import TYPE_CHECKING
+
+from squarechipo._lazy import lazy_exports
 
 __version__ = "0.3.0"
 
+#: The top-level names, imported on first use: ``import squarechipo`` stays cheap.
+_EXPORTS = {
+    "METHODS": "squarechipo.losses",
+    "PreferenceLossOutput": "squarechipo.losses",
+    "preference_loss": "squarechipo.losses",
+    "debias_factor": "squarechipo.privacy.calibration",
+    "flip_probability": "squarechipo.privacy.calibration",
+    "LabelPipeline": "squarechipo.privacy.measurements",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = [
     "__version__",
     "METHODS",
@@ -24,3 +34,8 @@ __all__ = [
     "flip_probability",
     "LabelPipeline",
 ]
+
+if TYPE_CHECKING:
+    from squarechipo.losses import METHODS, PreferenceLossOutput, preference_loss
+    from squarechipo.privacy.calibration import debias_factor, flip_probability
+    from squarechipo.privacy.measurements import LabelPipeline

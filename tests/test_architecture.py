@@ -14,6 +14,7 @@ PACKAGE = ROOT / "squarechipo"
 
 #: The pipeline's order (README "Layout"): a package may import only itself and those before it.
 LAYERS = (
+    "_lazy",  # the re-exports of package __init__ files, resolved on first use
     "stats",
     "data",
     "privacy",
@@ -235,3 +236,23 @@ def test_no_modules_import_each_other_deferred_imports_included():
     assert not _cycles(graph), _cycles(graph)
     probe = {"a": {"b"}, "b": {"a"}, "c": {"a"}}
     assert _cycles(probe) == [["a", "b"]]
+
+
+def test_importing_the_losses_or_the_package_loads_neither_datasets_nor_the_release_machinery():
+    """`import squarechipo.losses` (pure maths) took about 2 s beyond torch: the package __init__ files loaded
+    `datasets` and the whole privacy package. Their re-exports now resolve on first use, and every one resolves."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, squarechipo, squarechipo.losses; "
+        "print(sorted(m for m in sys.modules if m == 'datasets' or m.startswith(('trl', 'squarechipo.privacy.r'))))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", loaded
+    import squarechipo
+    import squarechipo.privacy
+
+    for package in (squarechipo, squarechipo.privacy):
+        assert set(package.__all__) - {"__version__"} == set(package._EXPORTS)
+        assert all(getattr(package, name) is not None for name in package._EXPORTS)
