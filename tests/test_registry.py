@@ -107,7 +107,7 @@ def test_a_missing_emptied_redirected_or_corrupt_registry_stops_the_release(tmp_
     }.items():
         saved = path.read_bytes()
         prepare()
-        refusal = "(no registry of releases at|registry of releases at .* is empty)"
+        refusal = "(no registry of releases at|at .* is empty|was started on this machine .* is now missing)"
         with pytest.raises(RegistryError, match=refusal) as refused:
             release_dataset(_rows(), LabelPipeline(epsilon=0.5))
         assert str(registry_path()) in str(refused.value) and "squarechipo registry init" in str(refused.value), state
@@ -156,3 +156,28 @@ def test_the_registry_is_one_sqlite_file_with_its_format(tmp_path):
     db = sqlite3.connect(str(path))
     meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
     assert meta["format"] == "squarechipo.release_registry/2" and len(meta["registry_id"]) == 32
+
+
+def test_the_first_release_on_a_machine_starts_its_registry_and_a_lost_or_redirected_one_still_stops(
+    tmp_path, monkeypatch, caplog
+):
+    """The README's example stopped on a fresh machine (no registry). The first release where the default registry
+    was never started now starts it, logged; a registry started and then lost, or one named by the environment and
+    missing, still stops a release."""
+    import logging
+
+    monkeypatch.delenv(REGISTRY_ENV)
+    monkeypatch.setenv("SQUARECHIPO_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level(logging.WARNING, logger="squarechipo"):
+        release_dataset(_rows(), LabelPipeline(epsilon=0.5))
+    assert registry_path().is_file() and "started a new registry of releases" in caplog.text
+    with pytest.raises(ValueError, match=r"30 row\(s\) were released before"):  # it counts from then on
+        release_dataset(_rows(), LabelPipeline(epsilon=0.5))
+    for leftover in registry_path().parent.glob("releases.sqlite*"):
+        if not leftover.name.endswith(".started"):
+            leftover.unlink()
+    with pytest.raises(RegistryError, match="was started on this machine .* and is now missing"):
+        release_dataset(_rows(), LabelPipeline(epsilon=0.5))
+    monkeypatch.setenv(REGISTRY_ENV, str(tmp_path / "elsewhere.sqlite"))
+    with pytest.raises(RegistryError, match="there is no registry of releases at .*elsewhere.sqlite"):
+        release_dataset(_rows(5, start=300), LabelPipeline(epsilon=0.5))

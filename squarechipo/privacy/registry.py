@@ -18,9 +18,11 @@ It is authoritative:
 - **Registered before it is visible.** The release path enters a release after its staged copy is complete and
   before it is renamed into place (:mod:`squarechipo.privacy.release_store`); a release completed after an
   interruption is entered then, from its released rows.
-- **Fail closed.** A registry that is missing, emptied, not a registry or unreadable stops a release with its path
-  and the fix; it never silently starts from zero. Starting one is an explicit, logged step: :func:`init_registry`
-  (``squarechipo registry init``).
+- **Fail closed.** A registry that is lost (missing where one was started: a marker beside it says so), emptied,
+  redirected to a missing file (``$SQUARECHIPO_RELEASE_REGISTRY``), not a registry or unreadable stops a release with
+  its path and the fix; it never silently starts from zero. The one exception is a machine's first release: where the
+  default registry was never started (no marker), that release starts it and logs so. Starting one by hand is
+  :func:`init_registry` (``squarechipo registry init``).
 
 A new release of raw rows that were released before is refused unless the caller opts in (``rerelease=True``,
 ``label_rerelease: true`` in a config). Then the ledger records ``earlier_epsilon``: basic composition, the largest
@@ -76,7 +78,27 @@ def registry_path() -> Path:
     return Path(os.environ.get(REGISTRY_ENV) or cache_root() / "releases.sqlite").expanduser()
 
 
+def _started_marker(path: Path) -> Path:
+    """The file that says a registry was started at ``path``: with it, a missing registry is a lost one."""
+    return path.with_name(path.name + ".started")
+
+
+def _first_on_this_machine(path: Path) -> bool:
+    """The default registry, never started here (no marker beside it): the first release starts it. A registry named
+    by ``$SQUARECHIPO_RELEASE_REGISTRY``, or one started before and now missing, is never started silently."""
+    return not os.environ.get(REGISTRY_ENV) and not _started_marker(path).exists()
+
+
 def _missing(path: Path) -> RegistryError:
+    marker = _started_marker(path)
+    if marker.exists():
+        started = marker.read_text().split()
+        return RegistryError(
+            f"the registry of releases at {path} was started on this machine ({' '.join(started[1:2])}) and is now "
+            "missing, so the releases it recorded cannot be counted. Restore it (a backup older than the last "
+            "release under-counts the releases made since); only if it is lost for good, start a new one by hand "
+            "(squarechipo registry init): the rows it recorded could then be released again."
+        )
     return RegistryError(
         f"there is no registry of releases at {path} ({REGISTRY_ENV} or the cache root), so no release can be "
         "checked against earlier releases of the same rows, and squarechipo does not start one silently (a lost or "
@@ -117,6 +139,7 @@ def init_registry(path: str | os.PathLike | None = None) -> Path:
             db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
     finally:
         db.close()
+    _started_marker(path).write_text(f"{meta['registry_id']} {created}\n")
     logger.warning("started a new registry of releases at %s: releases made before it are not counted", path)
     return path
 
@@ -124,6 +147,8 @@ def init_registry(path: str | os.PathLike | None = None) -> Path:
 def _connect() -> sqlite3.Connection:
     """The registry, checked: refuses a missing, emptied, foreign or unreadable file with its path and the fix."""
     path = registry_path()
+    if not path.is_file() and _first_on_this_machine(path):
+        init_registry(path)  # logged: the first release on this machine starts its registry
     if not path.is_file():
         raise _missing(path)
     try:
