@@ -688,17 +688,19 @@ def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_b
     "name", ["study", "privacy_cost", "overoptimisation", "rows_needed", "overoptimisation_noisy"]
 )
 def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_path, capsys):
-    """docs/study.md's `study report --readme README.md`, run on a copy of the committed records: the README's block
-    is exactly what the command writes, so no figure in it was typed by hand or left stale. The first study runs the
-    default design, pre-registered before generation_batch_size existed (a field added later counts at its default)."""
+    """docs/study.md's `study report --readme docs/results.md`, run on a copy of the committed records: the block in
+    docs/results.md is exactly what the command writes, so no figure in it was typed by hand or left stale. The first
+    study runs the default design, pre-registered before generation_batch_size existed (a field added later counts at
+    its default)."""
     from squarechipo.reproduce.__main__ import main
     from squarechipo.reproduce.study.report import readme_markers
 
     results = tmp_path / "results" / name
     shutil.copytree(ROOT / "results" / name, results, ignore=shutil.ignore_patterns("*.png", "setup"))
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "docs" / "results.md"
+    readme.parent.mkdir()
     begin, end = readme_markers("cpu" if name == "study" else name)  # the first study's design is named cpu
-    committed = (ROOT / "README.md").read_text(encoding="utf-8")
+    committed = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     readme.write_text(begin + "\nstale\n" + end + "\n", encoding="utf-8")
     design = [] if name == "study" else ["--design", str(ROOT / "recipes" / "studies" / f"{name}.yaml")]
     main(
