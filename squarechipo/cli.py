@@ -103,7 +103,7 @@ def _train(name: str, argv: list[str]) -> int:
 
 
 #: ``squarechipo data --help``: the generators (each takes ``--help`` of its own).
-_DATA_HELP = """usage: squarechipo data GENERATOR [options]
+_DATA_HELP = """usage: squarechipo data {finance} [options]
 
 generators:
   finance   finance_preference (Zhou et al. 2025 (Square-χPO), App. E/F): preference pairs, SFT rows and public

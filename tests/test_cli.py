@@ -20,6 +20,8 @@ def _help(argv: list[str]) -> tuple[int, str]:
             code = main([*argv, "--help"])
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1
+        except Exception as error:  # noqa: BLE001 - a help that crashes is a failure to report, with its error
+            return 1, f"{type(error).__name__}: {error}"
     return code, out.getvalue() + err.getvalue()
 
 
