@@ -1,8 +1,8 @@
 """Benchmark (not a test): what the lineage guard costs at trainer construction, on a 0.45B model built from a config.
 
 Prints the seconds of the weights' identity, the sketch of a private run's starting model, and the whole lookup of an
-unrecorded model (:meth:`squarechipo.privacy.lineage.ModelLineage.of_model`), beside the exact float32 digest that the
-guard used to compute (still used for the studies' set-up digests), each the best of 3 after a warm-up.
+unrecorded model (:meth:`squarechipo.privacy.provenance.lineage.ModelLineage.of_model`), beside the exact float32
+digest that the guard used to compute (still used for the studies' set-up digests), each the best of 3 after a warm-up.
 
     .venv/bin/python benchmarks/bench_lineage.py            # a 0.45B Llama (24 layers, 1024 wide, 49,152 tokens)
     .venv/bin/python benchmarks/bench_lineage.py --layers 2 # a quick look
@@ -25,9 +25,9 @@ def main() -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from squarechipo.privacy.lineage import ModelLineage
-    from squarechipo.privacy.record import start_sketch, weights_fingerprint
-    from squarechipo.privacy.sketch import weights_identity
+    from squarechipo.privacy.provenance.lineage import ModelLineage
+    from squarechipo.privacy.provenance.record import start_sketch, weights_fingerprint
+    from squarechipo.privacy.provenance.sketch import weights_identity
 
     config = LlamaConfig(
         vocab_size=49152, hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,

@@ -34,7 +34,7 @@ else
   echo "data/ already exists; delete it to regenerate"
 fi
 
-# The registry of releases (squarechipo.privacy.registry) refuses a second release of the same rows and never starts
+# The registry of releases (squarechipo.privacy.release.registry) refuses a second release of the same rows and never starts
 # silently: the main job keeps one of its own beside its outputs, started explicitly before its first release.
 export SQUARECHIPO_RELEASE_REGISTRY="${SQUARECHIPO_RELEASE_REGISTRY:-$PWD/outputs/quickstart/releases.sqlite}"
 if [ ! -e "$SQUARECHIPO_RELEASE_REGISTRY" ] && [ ! -d outputs/quickstart/square_chipo_ctl/released_train ]; then

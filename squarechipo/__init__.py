@@ -20,9 +20,9 @@ _EXPORTS = {
     "METHODS": "squarechipo.losses",
     "PreferenceLossOutput": "squarechipo.losses",
     "preference_loss": "squarechipo.losses",
-    "debias_factor": "squarechipo.privacy.calibration",
-    "flip_probability": "squarechipo.privacy.calibration",
-    "LabelPipeline": "squarechipo.privacy.measurements",
+    "debias_factor": "squarechipo.privacy.mechanisms.calibration",
+    "flip_probability": "squarechipo.privacy.mechanisms.calibration",
+    "LabelPipeline": "squarechipo.privacy.mechanisms.measurements",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = [
@@ -37,5 +37,5 @@ __all__ = [
 
 if TYPE_CHECKING:
     from squarechipo.losses import METHODS, PreferenceLossOutput, preference_loss
-    from squarechipo.privacy.calibration import debias_factor, flip_probability
-    from squarechipo.privacy.measurements import LabelPipeline
+    from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
+    from squarechipo.privacy.mechanisms.measurements import LabelPipeline

@@ -55,7 +55,7 @@ TOOLS = {
     "audit": ("squarechipo.audit.__main__", "empirical ε lower bounds for mechanisms and training runs"),
     "sim": ("squarechipo.sim.__main__", "the simulation lab"),
     "data": ("squarechipo.data.finance", "generate a dataset: data finance --out DIR"),
-    "registry": ("squarechipo.privacy.registry", "the registry of releases on this machine: init | show"),
+    "registry": ("squarechipo.privacy.release.registry", "the registry of releases on this machine: init | show"),
     "key": ("squarechipo.data.integrity", "a new random secret key that seals privacy ledgers: key new"),
 }
 
@@ -142,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The errors that are the user's to fix (a missing file, a bad option or value, a refused release or ledger):
     each message names the file or field and the fix, so the CLI prints it as one line."""
-    from squarechipo.privacy.registry import RegistryError
+    from squarechipo.privacy.release.registry import RegistryError
 
     return (ValueError, RegistryError, FileNotFoundError, NotADirectoryError, PermissionError)
 

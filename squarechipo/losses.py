@@ -34,7 +34,7 @@ from typing import Literal, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from squarechipo.privacy.calibration import (
+from squarechipo.privacy.mechanisms.calibration import (
     check_flip_rate,
     debias_factor_from_flip_rate,
 )
@@ -232,10 +232,10 @@ def preference_loss(
         ``robust_chipo``. policy_*_logps, ref_*_logps: summed log-probs of the stored chosen/rejected responses. beta:
         KL (χ²) regularisation strength β. clip: 2·R_max, the bound on |β·h| (None = no clip): :func:`margin_clip`.
         flip_rate: the one way to say how noisy the labels are: the probability ρ that a label is wrong (None or 0:
-        clean), or a :class:`squarechipo.privacy.ledger.Debiasing` (a ledger's answer). Square losses use c = 1/(1 −
-        2ρ) (c(ε) = (e^ε+1)/(e^ε−1) for randomized response at ε, ρ = 1/(1+e^ε):
-        :func:`squarechipo.privacy.calibration.flip_probability`); the robust losses use ρ. The plain log losses
-        (``dpo``, ``chipo``) do not debias: they are the non-private baselines and ignore it.
+        clean), or a :class:`squarechipo.privacy.ledger.records.Debiasing` (a ledger's answer). Square losses use c =
+        1/(1 − 2ρ) (c(ε) = (e^ε+1)/(e^ε−1) for randomized response at ε, ρ = 1/(1+e^ε):
+        :func:`squarechipo.privacy.mechanisms.calibration.flip_probability`); the robust losses use ρ. The plain log
+        losses (``dpo``, ``chipo``) do not debias: they are the non-private baselines and ignore it.
 
     Returns:
         :class:`PreferenceLossOutput` (per-row losses, margins), in float32 or wider.
@@ -341,10 +341,11 @@ def plackett_luce_top1_loss(scores: torch.Tensor, label_weights: torch.Tensor) -
     """−Σ_k a_k·log softmax(s)_k per row: the top-1 Plackett–Luce (best-of-K) loss, debiased.
 
     ``scores`` (n, K) are rewards or implicit rewards of the K responses; ``label_weights`` (n, K) are the one-hot best
-    response (clean) or a label-DP analyzer's unbiased weights (:func:`squarechipo.privacy.label_dp.k_rr_weights`,
-    :func:`~squarechipo.privacy.label_dp.subset_weights`): the loss is linear in the label, so E[loss | y] is the clean
-    loss (Chua et al. 2024 (local label DP), §3, the analyzer trick). Like the debiased BT loss it is unbounded below;
-    bound the scores (clip or a norm bound).
+    response (clean) or a label-DP analyzer's unbiased weights
+    (:func:`squarechipo.privacy.mechanisms.label_dp.k_rr_weights`,
+    :func:`~squarechipo.privacy.mechanisms.label_dp.subset_weights`): the loss is linear in the label, so E[loss | y]
+    is the clean loss (Chua et al. 2024 (local label DP), §3, the analyzer trick). Like the debiased BT loss it is
+    unbounded below; bound the scores (clip or a norm bound).
     """
     if scores.shape != label_weights.shape or scores.ndim != 2:
         raise ValueError(

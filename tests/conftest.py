@@ -22,13 +22,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
-# This machine's registry of releases (squarechipo.privacy.registry) refuses a second release of the same rows. The
-# tests release the same finance rows in many tests, so each test, and each test session (module fixtures, the
+# This machine's registry of releases (squarechipo.privacy.release.registry) refuses a second release of the same rows.
+# The tests release the same finance rows in many tests, so each test, and each test session (module fixtures, the
 # processes tests start), gets a registry of its own instead of the user's.
-# A registry is started explicitly (squarechipo.privacy.registry.init_registry): a missing one stops a release.
+# A registry is started explicitly (squarechipo.privacy.release.registry.init_registry): a missing one stops a release.
 os.environ["SQUARECHIPO_RELEASE_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-registry-"), "r.sqlite")
-# Likewise the store of privacy records and weight sketches (squarechipo.privacy.record), which the lineage guard
-# matches models to: a session never sees the records of earlier sessions or of the user's own runs.
+# Likewise the store of privacy records and weight sketches (squarechipo.privacy.provenance.record), which the lineage
+# guard matches models to: a session never sees the records of earlier sessions or of the user's own runs.
 os.environ["SQUARECHIPO_RECORD_STORE"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-records-"), "r.sqlite")
 
 
@@ -45,14 +45,14 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_release_registry():
-    from squarechipo.privacy.registry import init_registry
+    from squarechipo.privacy.release.registry import init_registry
 
     init_registry(os.environ["SQUARECHIPO_RELEASE_REGISTRY"])
 
 
 @pytest.fixture(autouse=True)
 def _own_release_registry(monkeypatch, tmp_path_factory):
-    from squarechipo.privacy.registry import init_registry
+    from squarechipo.privacy.release.registry import init_registry
 
     path = tmp_path_factory.mktemp("registry") / "releases.sqlite"
     monkeypatch.setenv("SQUARECHIPO_RELEASE_REGISTRY", str(path))

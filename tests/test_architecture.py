@@ -173,7 +173,7 @@ def test_papers_are_cited_by_a_key_of_the_references_on_one_line():
 
 
 def _module_name(path: Path) -> str:
-    """``squarechipo.privacy.binding`` for its file; a package's name for its ``__init__.py`` or its folder."""
+    """``squarechipo.privacy.ledger.binding`` for its file; a package's name for its ``__init__.py`` or its folder."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -229,8 +229,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_modules_import_each_other_deferred_imports_included():
-    """privacy/binding.py and privacy/ledger.py imported each other through an import deferred into a function, which
-    the layer check (between packages) could not see. Package ``__init__`` files, which re-export, are left out."""
+    """privacy/ledger/binding.py and privacy/ledger/records.py imported each other through an import deferred into a
+    function, which the layer check (between packages) could not see. Package ``__init__`` files, which re-export, are
+    left out."""
     packages = {_module_name(p.parent) for p in PACKAGE.rglob("__init__.py")}
     graph = {m: targets - packages for m, targets in _module_graph().items() if m not in packages}
     assert not _cycles(graph), _cycles(graph)

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from squarechipo.privacy.calibration import (
+from squarechipo.privacy.mechanisms.calibration import (
     check_corruption_rate,
     debias_factor,
     debias_factor_from_flip_rate,
@@ -57,13 +57,13 @@ def test_corruption_rate_outside_range_raises(bad):
 
 
 def test_an_epsilon_too_small_to_carry_a_label_is_refused_and_a_small_one_warns(caplog):
-    from squarechipo.privacy.calibration import MIN_EPSILON, check_epsilon
+    from squarechipo.privacy.mechanisms.calibration import MIN_EPSILON, check_epsilon
 
     for tiny in (1e-300, 1e-12):
         with pytest.raises(ValueError, match=r"label_epsilon=1e-\d+ is below 1e-06: .* coin flips"):
             check_epsilon(tiny, field="label_epsilon")
     assert check_epsilon(MIN_EPSILON) == MIN_EPSILON
-    from squarechipo.privacy import calibration
+    from squarechipo.privacy.mechanisms import calibration
 
     calibration._warn_large_factor.cache_clear()  # once per ε and process: another test may have warned already
     with caplog.at_level("WARNING", logger="squarechipo"):

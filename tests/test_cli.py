@@ -73,7 +73,7 @@ def _run(argv: list[str], capsys) -> tuple[int, str]:
 def test_the_projects_own_errors_are_one_line_naming_the_file_and_the_fix(tmp_path, monkeypatch, capsys):
     """`registry show` with no registry, `registry init` twice and `train --config` of a missing file printed
     tracebacks."""
-    from squarechipo.privacy.registry import REGISTRY_ENV
+    from squarechipo.privacy.release.registry import REGISTRY_ENV
 
     monkeypatch.setenv(REGISTRY_ENV, str(tmp_path / "r.sqlite"))
     cases = {

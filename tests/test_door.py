@@ -19,13 +19,13 @@ import textwrap
 import datasets
 import numpy as np
 import pytest
+from squarechipo.privacy.release.store import release_once
 
 import squarechipo
 from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.data.label_roles import label_role
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
-from squarechipo.privacy.release_store import release_once
 from squarechipo.trainer.private_base import PrivateTrainerMixin
 from tests.helpers.rows import distinct_pairs, plan_rows
 from tests.helpers.runs import SingleProcessState, train_tiny
@@ -229,7 +229,7 @@ def test_a_model_trained_on_streamed_rows_cannot_launder_them(trainer_parts, tmp
     from it was accepted. Its rows are now recorded as unknown, and a private run refuses it."""
     from transformers import AutoModelForCausalLM
 
-    from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source
+    from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage, mark_source
 
     rows = distinct_pairs(8, offset=40)
     first = trainer_parts(rows.to_iterable_dataset(), train_labels_public=True)

@@ -14,7 +14,7 @@ from trl.trainer.dpo_trainer import DataCollatorForPreference
 from squarechipo.losses import self_play_loss, self_play_margin
 from squarechipo.models.generation import MIXTURE_FILE, generate_responses, mixture_members
 from squarechipo.models.logprobs import model_logps, tokenize_preferences
-from squarechipo.privacy.record import PrivacyRecord
+from squarechipo.privacy.provenance.record import PrivacyRecord
 from squarechipo.reward import (
     PreferenceModel,
     PrivateRewardConfig,

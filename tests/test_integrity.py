@@ -9,10 +9,10 @@ from pathlib import Path
 
 import datasets
 import pytest
+from squarechipo.privacy.release.store import load_release, release_once
 
 from squarechipo.data.integrity import KEY_ENV, MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
-from squarechipo.privacy.release_store import load_release, release_once
 from tests.helpers.rows import plan_rows
 
 
@@ -175,7 +175,7 @@ def test_an_edited_record_or_release_is_met_with_its_own_fix_never_a_second_rele
     import json
 
     from squarechipo.data.integrity import seal
-    from squarechipo.privacy.record import PRIVACY_FILE, read_privacy_record
+    from squarechipo.privacy.provenance.record import PRIVACY_FILE, read_privacy_record
 
     model = tmp_path / "model"
     model.mkdir()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from squarechipo.losses import plackett_luce_top1_loss
-from squarechipo.privacy import label_dp as ld
+from squarechipo.privacy.mechanisms import label_dp as ld
 from tests.helpers.rows import release_rows
 
 
@@ -144,9 +144,9 @@ def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(f
     import datasets
 
     from squarechipo.privacy import LabelPipeline
-    from squarechipo.privacy.binding import get_ledger
-    from squarechipo.privacy.measurements import RRWithPrior
-    from squarechipo.privacy.release import (
+    from squarechipo.privacy.ledger.binding import get_ledger
+    from squarechipo.privacy.mechanisms.measurements import RRWithPrior
+    from squarechipo.privacy.release.dataset import (
         FROM_PRIOR_COLUMN,
         canonical_pairs,
         combine_parts,
@@ -183,8 +183,8 @@ def test_kary_rows_release_and_convert():
     import datasets
 
     from squarechipo.data.kary import kary_to_pairs, validate_kary
-    from squarechipo.privacy.binding import get_ledger
-    from squarechipo.privacy.measurements import KaryRR, RRWithPrior, SubsetMechanism
+    from squarechipo.privacy.ledger.binding import get_ledger
+    from squarechipo.privacy.mechanisms.measurements import KaryRR, RRWithPrior, SubsetMechanism
 
     n, k = 4000, 4
     rng = np.random.default_rng(0)
@@ -226,8 +226,8 @@ def test_kary_ledger_has_its_own_semantics_and_fingerprint():
     import datasets
 
     from squarechipo.data.fingerprint import preference_fingerprint
-    from squarechipo.privacy.binding import get_ledger
-    from squarechipo.privacy.measurements import KaryRR, SubsetMechanism
+    from squarechipo.privacy.ledger.binding import get_ledger
+    from squarechipo.privacy.mechanisms.measurements import KaryRR, SubsetMechanism
 
     responses = [[f"r{i}-{j}" for j in range(3)] for i in range(30)]
     rows = datasets.Dataset.from_dict(
@@ -261,9 +261,9 @@ def test_trainers_ask_the_ledger_and_refuse_kary_labels(tokenizer, tmp_path):
     binary flip rate, refuse such data by name instead of training without debiasing."""
     import datasets
 
-    from squarechipo.privacy.binding import get_ledger
-    from squarechipo.privacy.debiasing import resolve_privacy
-    from squarechipo.privacy.measurements import KaryRR
+    from squarechipo.privacy.ledger.binding import get_ledger
+    from squarechipo.privacy.ledger.debiasing import resolve_privacy
+    from squarechipo.privacy.mechanisms.measurements import KaryRR
     from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
     from tests.helpers.models import make_tiny_classifier, make_tiny_model

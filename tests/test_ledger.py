@@ -1,4 +1,4 @@
-"""squarechipo.privacy.ledger: a ledger is bound to the rows it released, and every reader checks it."""
+"""squarechipo.privacy.ledger.records: a ledger is bound to the rows it released, and every reader checks it."""
 
 from __future__ import annotations
 

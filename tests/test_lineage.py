@@ -14,8 +14,8 @@ import pytest
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.data.integrity import IntegrityError, seal
 from squarechipo.privacy import LabelPipeline, release_dataset
-from squarechipo.privacy.lineage import PRIVACY_FILE, ModelLineage, check_lineage
-from squarechipo.privacy.record import PrivacyRecord
+from squarechipo.privacy.provenance.lineage import PRIVACY_FILE, ModelLineage, check_lineage
+from squarechipo.privacy.provenance.record import PrivacyRecord
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from tests.helpers.models import make_tiny_classifier, make_tiny_model
@@ -217,7 +217,7 @@ def test_an_adapter_is_checked_by_its_own_record_when_marked(models, private, to
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from squarechipo.privacy.lineage import mark_source
+    from squarechipo.privacy.provenance.lineage import mark_source
 
     base = AutoModelForCausalLM.from_pretrained(models["bare"])
     adapter_dir = tmp_path / "adapter"
@@ -239,8 +239,8 @@ def test_an_adapter_is_checked_by_its_own_record_when_marked(models, private, to
 def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory, tokenizer):
     from transformers import AutoModelForCausalLM
 
-    from squarechipo.privacy.lineage import ModelLineage, check_lineage
-    from squarechipo.privacy.record import PRIVACY_FILE
+    from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage
+    from squarechipo.privacy.provenance.record import PRIVACY_FILE
 
     train = release_dataset(plan_rows(16), LabelPipeline(epsilon=1.0), seed=6)
     trainer = train_tiny(
@@ -275,7 +275,7 @@ def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory,
     # update u points against the private one. In the docs' own flow such a base lay as close to the trained weights
     # as a bf16 cast (0.13%) and projected on the run's update at t = 1.45, so it was taken for a copy and refused. It
     # differs from the trained weights beyond bf16 precision: public. (Here base = start − u, u = −1.2·update + noise.)
-    from squarechipo.privacy.sketch import bf16_agreement, copy_projection, sketch_model
+    from squarechipo.privacy.provenance.sketch import bf16_agreement, copy_projection, sketch_model
 
     base, generator = tiny_model_factory(), torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -288,7 +288,7 @@ def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory,
     assert np.linalg.norm(ancestor - trained) <= 0.02 * np.linalg.norm(trained)  # as close as a cast
     assert bf16_agreement(ancestor, trained) < 0.5 and not ModelLineage.of_model(base).recorded
     # A record whose fields were blanked (to pass as an unrecorded, public model) no longer matches its seal.
-    from squarechipo.privacy.record import read_privacy_record
+    from squarechipo.privacy.provenance.record import read_privacy_record
 
     saved = tmp_path / "run"
     trainer.save_model()

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from squarechipo.privacy.mechanisms.binary import randomized_response
+from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 
 from squarechipo.losses import (
     CHIPO_LOG_RATIO_CLAMP,
@@ -18,8 +20,6 @@ from squarechipo.losses import (
     self_play_loss,
     self_play_margin,
 )
-from squarechipo.privacy.calibration import debias_factor, flip_probability
-from squarechipo.privacy.mechanisms import randomized_response
 from tests.helpers.stats import Z_TOLERANCE
 
 
@@ -146,7 +146,7 @@ def test_bad_arguments_raise_naming_the_field():
         preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=-0.1)
     with pytest.raises(TypeError, match="flip_rate must be a number"):
         preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate="0.1")
-    from squarechipo.privacy.ledger import Debiasing
+    from squarechipo.privacy.ledger.records import Debiasing
 
     with pytest.raises(ValueError, match="analyzer_weights, not a flip rate"):
         preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=Debiasing("analyzer_weights", column="w"))

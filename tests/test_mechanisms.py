@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from squarechipo.privacy.calibration import flip_probability
-from squarechipo.privacy.measurements import LabelPipeline
-from squarechipo.privacy.mechanisms import ctl, huber_corruption, ltc, randomized_response
+from squarechipo.privacy.mechanisms.binary import ctl, huber_corruption, ltc, randomized_response
+from squarechipo.privacy.mechanisms.calibration import flip_probability
+from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
 N = 1_000_000
@@ -183,7 +183,7 @@ def test_rr_with_prior_on_an_unsorted_prior_has_its_exact_distribution_and_priva
     permutation where its inverse belongs) coincides with the right way only for a sorted prior. Each true label's
     output frequencies over 200,000 draws match the exact distribution, and the exact privacy loss is e^ε at most,
     reached inside the top-k* set."""
-    from squarechipo.privacy import label_dp
+    from squarechipo.privacy.mechanisms import label_dp
 
     prior = np.array([0.08, 0.42, 0.05, 0.45])  # order: 3, 1, 0, 2
     epsilon = 1.0
@@ -210,7 +210,7 @@ def test_rr_with_prior_on_an_unsorted_prior_has_its_exact_distribution_and_priva
 def test_k_ary_mechanisms_have_their_exact_privacy_loss_on_every_output(mechanism):
     """K-RR and the subset mechanism with 3 labels: the empirical P(output | y) over 200,000 draws, for every output,
     gives a privacy loss ratio of e^ε at most (within sampling error), attained where the definition says."""
-    from squarechipo.privacy import label_dp
+    from squarechipo.privacy.mechanisms import label_dp
 
     epsilon, k, draws = 1.0, 3, 200_000
     if mechanism == "k_rr":

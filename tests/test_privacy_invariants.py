@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule, run_state_machine_as_test
+from squarechipo.privacy.ledger.binding import pairwise_rows
 
 from squarechipo.data import metadata
 from squarechipo.data.integrity import IntegrityError
 from squarechipo.data.text import pairwise_row
 from squarechipo.privacy import LabelPipeline, get_ledger, load_privatized, release_dataset, save_privatized
-from squarechipo.privacy.binding import pairwise_rows
 from tests.helpers.rows import distinct_pairs
 
 settings.register_profile(
@@ -189,7 +189,7 @@ def released():
 
 def test_a_ledger_cannot_be_rebound_to_changed_labels(released):
     """A ledger re-bound to raw labels by a mapping function carried ε 0.5 onto raw rows, sealed and trained."""
-    import squarechipo.privacy.binding as binding
+    import squarechipo.privacy.ledger.binding as binding
 
     assert not hasattr(binding, "derive_rows")  # no door takes a caller's function and re-binds
     with pytest.raises(IntegrityError, match="not rows its privacy ledger released"):

@@ -12,10 +12,10 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
+from squarechipo.privacy.release.store import load_release, release_once
 
 from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
-from squarechipo.privacy.release_store import load_release, release_once
 from tests.helpers.rows import plan_rows
 from tests.helpers.runs import train_tiny
 
@@ -106,9 +106,10 @@ def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_
     """What the one-way release path promises, seen from outside: the released pairs are exactly one seeded draw of
     the pipeline, the ledger and the folder's marker describe those rows, and a re-run (another seed) returns the
     same release without drawing noise or rewriting a byte of the folder."""
+    from squarechipo.privacy.mechanisms.binary import ctl
+
     from squarechipo.data.fingerprint import preference_fingerprint
     from squarechipo.data.integrity import rows_digest
-    from squarechipo.privacy.mechanisms import ctl
 
     rows, folder = plan_rows(), tmp_path / "release"
     released = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=1)
@@ -151,7 +152,7 @@ def test_two_runs_racing_on_one_fresh_folder_release_once_and_share_it(tmp_path)
 
 
 def test_a_seeded_release_is_called_seeded_and_is_not_pushed(tmp_path, tiny_model_factory, tokenizer):
-    from squarechipo.privacy.record import read_privacy_record
+    from squarechipo.privacy.provenance.record import read_privacy_record
     from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 
     train = release_dataset(plan_rows(16), LabelPipeline(epsilon=1.0), seed=7)
@@ -170,7 +171,7 @@ def test_a_second_release_of_the_same_rows_is_refused_or_composed(tmp_path):
     a majority over the releases recovers the raw labels. This machine's registry refuses the second release (retyped
     or reordered copies and a superset of the rows included); opting in composes: the ledger states the summed ε,
     and the flip rate the loss debiases for stays the release's own."""
-    from squarechipo.privacy.calibration import flip_probability
+    from squarechipo.privacy.mechanisms.calibration import flip_probability
 
     rows = plan_rows(60)
     first = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "one")
@@ -205,7 +206,7 @@ def test_a_second_release_of_the_same_rows_is_refused_or_composed(tmp_path):
         assert get_ledger(release_dataset(fresh, LabelPipeline(epsilon=0.5), seed=seed)).total_epsilon == 0.5
     assert get_ledger(release_dataset(fresh, LabelPipeline(epsilon=0.5))).total_epsilon == 0.5
     # The card states the composed ε and says what it composes.
-    from squarechipo.privacy.record import PrivacyRecord
+    from squarechipo.privacy.provenance.record import PrivacyRecord
 
     record = PrivacyRecord.build({"stage": "preference_optimization", "epsilon": 1.0, "ledger": ledger.to_dict()})
     assert "| ε (local DP, total over releases) | 1.0: basic composition of this data's own release(s) and " in (

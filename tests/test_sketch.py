@@ -1,4 +1,4 @@
-"""squarechipo.privacy.sketch: copies of a private run's weights are recognised however they were saved.
+"""squarechipo.privacy.provenance.sketch: copies of a private run's weights are recognised however they were saved.
 
 The probes: a private LoRA run stored no weight sketch, so its merged model passed as "unrecorded, assumed public";
 a copy with one added embedding row, or a padded vocabulary, gave identical outputs and passed; and the record store
@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from squarechipo.privacy import LabelPipeline, release_dataset
-from squarechipo.privacy.lineage import ModelLineage, check_lineage
-from squarechipo.privacy.record import PRIVACY_FILE
-from squarechipo.privacy.sketch import recorded_by_weights, sketch_model, weights_identity
+from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage
+from squarechipo.privacy.provenance.record import PRIVACY_FILE
+from squarechipo.privacy.provenance.sketch import recorded_by_weights, sketch_model, weights_identity
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from tests.helpers.rows import distinct_pairs
 
@@ -101,13 +101,13 @@ def test_copies_with_added_or_padded_vocabulary_rows_are_recognised(trained, pri
 def test_the_store_is_consulted_even_when_a_record_file_lies_beside_the_weights(
     trained, private_rows, tmp_path, tiny_model_factory
 ):
-    from squarechipo.privacy.lineage import mark_source
+    from squarechipo.privacy.provenance.lineage import mark_source
 
     model, folder = trained
     public = tmp_path / "public"
     public_model = tiny_model_factory(seed=9)
     public_model.save_pretrained(public)
-    from squarechipo.privacy.record import PrivacyRecord, write_privacy_record
+    from squarechipo.privacy.provenance.record import PrivacyRecord, write_privacy_record
 
     record = PrivacyRecord.build({"stage": "sft", "dataset_fingerprint": "sha256:public", "prompt_sketch": []})
     write_privacy_record(public, record, model=public_model)  # a genuine record of another, public model
@@ -154,7 +154,7 @@ def test_the_copy_threshold_holds_on_both_sides_close_to_it(trained, scale, agre
     project on the run's update at t ≈ 1 are recognised just above that (92%, 96%) and not just below it (87%) nor
     at about 50%, where the public ancestor of a run's start can lie: a threshold an order of magnitude off either
     way fails here."""
-    from squarechipo.privacy.sketch import COPY_AGREEMENT, bf16_agreement
+    from squarechipo.privacy.provenance.sketch import COPY_AGREEMENT, bf16_agreement
 
     model, _ = trained
     candidate = _nudged(model, scale)

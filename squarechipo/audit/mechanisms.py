@@ -19,8 +19,8 @@ import numpy as np
 from scipy import stats
 from tqdm.auto import tqdm
 
-from squarechipo.privacy.label_dp import k_rr, optimal_top_k, rr_with_prior, subset_mechanism
-from squarechipo.privacy.mechanisms import ctl, ltc, randomized_response
+from squarechipo.privacy.mechanisms.binary import ctl, ltc, randomized_response
+from squarechipo.privacy.mechanisms.label_dp import k_rr, optimal_top_k, rr_with_prior, subset_mechanism
 from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_indices
 
 __all__ = ["AuditCase", "AuditResult", "audit_case", "epsilon_lower_bound", "mechanism_cases"]

@@ -30,7 +30,7 @@ from squarechipo.audit.canaries import (
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
-from squarechipo.privacy.ledger import PrivacyLedger
+from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.scripts.launch import run_script
 
 __all__ = ["audit_training_run"]

@@ -13,7 +13,8 @@ found by brute force from one seal: a 1-character key was, in under a second), a
 refused rather than read as "no key". A keyed seal names its key by a short identifier (an HMAC of a fixed string,
 which reveals nothing of the key), so a seal made under another key is reported as such.
 
-The data layer owns this because it is about stored rows; :mod:`squarechipo.privacy.ledger` says what a ledger means.
+The data layer owns this because it is about stored rows; :mod:`squarechipo.privacy.ledger.records` says what a ledger
+means.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def pair_text(prompt, first, second) -> str:
     return PAIR_TEMPLATE.format(prompt=prompt_text(prompt), first=response_text(first), second=response_text(second))
 
 
-@reads_passed_rows("applied by squarechipo.privacy.binding.pairwise_rows, which checks the rows' ledger first")
+@reads_passed_rows("applied by squarechipo.privacy.ledger.binding.pairwise_rows, which checks the rows' ledger first")
 def pairwise_row(row: dict) -> dict:
     """A preference row (x, a⁺, a⁻) as the pair of texts chosen = text(x, a⁺, a⁻), rejected = text(x, a⁻, a⁺)."""
     return {

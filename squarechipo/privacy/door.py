@@ -3,8 +3,8 @@
 Preference labels are private by default. Whatever reads them — training, evaluation, prediction, a judge's
 calibration, a judge's accuracy on gold pairs — reads them through :func:`require_released_or_public`: the rows were
 released through a privacy mechanism (they carry a ledger, matched to the rows by
-:func:`squarechipo.privacy.binding.get_ledger`) or the caller declares their labels public. Nothing else passes: raw
-rows, a streamed or pre-tokenised copy that lost its ledger, rows added to a release.
+:func:`squarechipo.privacy.ledger.binding.get_ledger`) or the caller declares their labels public. Nothing else passes:
+raw rows, a streamed or pre-tokenised copy that lost its ledger, rows added to a release.
 
 Every public callable of the package that takes a dataset carries one of three roles (a decorator, so a test can find
 them by introspection and the next entry point cannot be added without one):
@@ -45,8 +45,8 @@ class RawLabelsError(ValueError):
 @label_free("the rule's own test")
 def labels_status(dataset) -> str:
     """``released`` (it carries a ledger that matches its rows), or ``raw``. Raises when a ledger is there but does
-    not match (:class:`squarechipo.privacy.ledger.IntegrityError`)."""
-    from squarechipo.privacy.binding import get_ledger
+    not match (:class:`squarechipo.privacy.ledger.records.IntegrityError`)."""
+    from squarechipo.privacy.ledger.binding import get_ledger
 
     return "released" if get_ledger(dataset) is not None else "raw"
 

@@ -1,11 +1,11 @@
 """``BestOfKRewardTrainer``: a reward model from released best-of-K rows (Chua et al. 2024 (local label DP) analyzer +
 top-1 Plackett–Luce).
 
-Rows come from :func:`squarechipo.privacy.release.release_dataset` with a K-ary measurement: ``prompt``, ``responses``
-(K per row) and ``label_weights`` — the unbiased analyzer weights of the K-RR or subset release (E[a | y] =
-one_hot(y)). The loss is −Σ_k a_k·log softmax(r(x, ·))_k (:func:`squarechipo.losses.plackett_luce_top1_loss`), unbiased
-for the clean best-of-K likelihood; it is unbounded below where a_k < 0, so the rewards are clipped to ±max_margin/2
-(the bound of :class:`PrivateRewardConfig`).
+Rows come from :func:`squarechipo.privacy.release.dataset.release_dataset` with a K-ary measurement: ``prompt``,
+``responses`` (K per row) and ``label_weights`` — the unbiased analyzer weights of the K-RR or subset release (E[a | y]
+= one_hot(y)). The loss is −Σ_k a_k·log softmax(r(x, ·))_k (:func:`squarechipo.losses.plackett_luce_top1_loss`),
+unbiased for the clean best-of-K likelihood; it is unbounded below where a_k < 0, so the rewards are clipped to
+±max_margin/2 (the bound of :class:`PrivateRewardConfig`).
 
 It is the same TRL ``RewardTrainer`` (one-output classifier, logging, checkpoints, card and
 ``squarechipo_privacy.json``); tokenization and collation are replaced for K sequences per row.
@@ -51,7 +51,7 @@ class BestOfKRewardTrainer(PrivateRewardTrainer):
         if missing:
             raise ValueError(
                 f"best-of-K training needs {missing}: release the rows with "
-                "squarechipo.privacy.release.release_dataset with KaryRR or SubsetMechanism (it adds label_weights)."
+                "squarechipo.privacy.release_dataset with KaryRR or SubsetMechanism (it adds label_weights)."
             )
         pad = (
             processing_class.pad_token_id

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from trl import RewardConfig
 
 from squarechipo.models.runtime import apply_cpu_defaults, check_resume
-from squarechipo.privacy.calibration import check_epsilon
+from squarechipo.privacy.mechanisms.calibration import check_epsilon
 
 __all__ = ["PrivateRewardConfig", "MODEL_TYPES", "PAIRWISE_REWARD_LOSSES", "REWARD_LOSSES"]
 

@@ -17,9 +17,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from squarechipo.privacy.calibration import check_epsilon
-from squarechipo.privacy.debiasing import PrivacySettings
 from squarechipo.privacy.door import reads_labels
+from squarechipo.privacy.ledger.debiasing import PrivacySettings
+from squarechipo.privacy.mechanisms.calibration import check_epsilon
 from squarechipo.reward.linear import (
     mle,
     objective_perturbation,

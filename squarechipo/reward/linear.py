@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from squarechipo.privacy.calibration import flip_probability
+from squarechipo.privacy.mechanisms.calibration import flip_probability
 
 __all__ = [
     "NotConvergedError",

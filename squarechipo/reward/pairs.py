@@ -19,7 +19,7 @@ import datasets
 from squarechipo.data.label_roles import label_free
 from squarechipo.data.text import pair_text
 from squarechipo.models.preference import PreferenceModel
-from squarechipo.privacy.binding import pairwise_rows
+from squarechipo.privacy.ledger.binding import pairwise_rows
 
 __all__ = ["pair_text", "to_pairwise_dataset", "PreferenceModel"]
 

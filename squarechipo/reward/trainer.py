@@ -21,8 +21,8 @@ import torch
 from trl import RewardTrainer
 
 from squarechipo.losses import METHODS, robust_log_loss, square_loss
-from squarechipo.privacy.calibration import debias_factor_from_flip_rate
-from squarechipo.privacy.lineage import ModelLineage
+from squarechipo.privacy.mechanisms.calibration import debias_factor_from_flip_rate
+from squarechipo.privacy.provenance.lineage import ModelLineage
 from squarechipo.reward.config import PAIRWISE_REWARD_LOSSES, PrivateRewardConfig
 from squarechipo.trainer.private_base import PrivateTrainerMixin
 

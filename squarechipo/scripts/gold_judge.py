@@ -26,9 +26,9 @@ from squarechipo.evaluation.pipeline import calibrate_judge
 from squarechipo.evaluation.report import format_interval, format_percent
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.models import resolve_model_path
-from squarechipo.privacy.binding import get_ledger
-from squarechipo.privacy.lineage import ModelLineage, public_labels_record
-from squarechipo.privacy.record import write_privacy_record
+from squarechipo.privacy.ledger.binding import get_ledger
+from squarechipo.privacy.provenance.lineage import ModelLineage, public_labels_record
+from squarechipo.privacy.provenance.record import write_privacy_record
 from squarechipo.reward.features import fit_linear_reward_model
 from squarechipo.scripts._common import setup_logging
 

@@ -12,7 +12,7 @@ saved under ``<output_dir>/released_part{1,2}`` by the one ``release_once`` and 
 
 Ghazi et al. 2021 (label DP)'s guarantee needs a prior that does not depend on the part-2 labels: the model stage 1
 starts from (which is also the prior's reference) is checked against the part-2 rows before the prior is computed
-(:mod:`squarechipo.privacy.lineage`; ``override_lineage_guard`` to override, recorded).
+(:mod:`squarechipo.privacy.provenance.lineage`; ``override_lineage_guard`` to override, recorded).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser
 
 from squarechipo.models import resolve_model_path
-from squarechipo.privacy.binding import get_ledger
-from squarechipo.privacy.lineage import ModelLineage, check_lineage, mark_source
-from squarechipo.privacy.measurements import RRWithPrior
-from squarechipo.privacy.release import combine_parts
-from squarechipo.privacy.release_store import release_once
+from squarechipo.privacy.ledger.binding import get_ledger
+from squarechipo.privacy.mechanisms.measurements import RRWithPrior
+from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage, mark_source
+from squarechipo.privacy.release.dataset import combine_parts
+from squarechipo.privacy.release.store import release_once
 from squarechipo.scripts._common import finish_run, setup_logging
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.lp2st import policy_prior

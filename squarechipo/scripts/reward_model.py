@@ -17,7 +17,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
-from squarechipo.privacy.lineage import mark_source
+from squarechipo.privacy.provenance.lineage import mark_source
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
 from squarechipo.scripts._common import declare_public_labels, finish_run, setup_logging
 from squarechipo.trainer.script_args import TrainScriptArguments

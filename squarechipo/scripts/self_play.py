@@ -21,8 +21,8 @@ from trl import ModelConfig, ScriptArguments, TrlParser
 
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
-from squarechipo.privacy.lineage import mark_source
-from squarechipo.privacy.record import read_privacy_record
+from squarechipo.privacy.provenance.lineage import mark_source
+from squarechipo.privacy.provenance.record import read_privacy_record
 from squarechipo.reward import PreferenceModel
 from squarechipo.scripts._common import setup_logging
 from squarechipo.trainer import check_hub_reachable

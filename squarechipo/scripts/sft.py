@@ -18,8 +18,8 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from squarechipo.models import resolve_model_path
 from squarechipo.models.card import fix_model_card
 from squarechipo.models.runtime import torch_dtype
-from squarechipo.privacy.lineage import ModelLineage, public_labels_record
-from squarechipo.privacy.record import write_privacy_record
+from squarechipo.privacy.provenance.lineage import ModelLineage, public_labels_record
+from squarechipo.privacy.provenance.record import write_privacy_record
 from squarechipo.scripts._common import finish_run, setup_logging
 from squarechipo.trainer.config import SFTRecipeConfig
 from squarechipo.trainer.sft import LeanSFTTrainer

@@ -21,7 +21,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
 from squarechipo.models.runtime import torch_dtype
-from squarechipo.privacy.lineage import mark_source
+from squarechipo.privacy.provenance.lineage import mark_source
 from squarechipo.scripts._common import declare_public_labels, finish_run, setup_logging
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.script_args import TrainScriptArguments

@@ -5,9 +5,9 @@ merged for scoring), or the alias ``embedded``. The exponential mechanism is ε-
 without the private data (Zhou et al. 2025 (Square-χPO), Algorithm 2), so every candidate must carry the record
 squarechipo writes next to the models it trains (``squarechipo_privacy.json``: the label-invariant fingerprint of its
 preference data, a bottom-k sketch of its prompts, and the same for the models it started from). The guard
-(:mod:`squarechipo.privacy.lineage`, transitively through ``upstream``) refuses a candidate whose own or upstream
-fingerprint equals the private data's or whose sketched prompts occur in the private data, and a candidate with no
-record. Each refusal can be overridden, and every override is written into the selected model's ledger.
+(:mod:`squarechipo.privacy.provenance.lineage`, transitively through ``upstream``) refuses a candidate whose own or
+upstream fingerprint equals the private data's or whose sketched prompts occur in the private data, and a candidate
+with no record. Each refusal can be overridden, and every override is written into the selected model's ledger.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from squarechipo.data.label_roles import label_free
 from squarechipo.models import resolve_model_path
-from squarechipo.privacy.lineage import PRIVACY_FILE, UNRECORDED, ModelLineage, lineage_findings
+from squarechipo.privacy.provenance.lineage import PRIVACY_FILE, UNRECORDED, ModelLineage, lineage_findings
 
 __all__ = ["Candidate", "GuardFinding", "check_candidates", "load_candidate"]
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from squarechipo.losses import square_loss
-from squarechipo.privacy.calibration import check_epsilon
+from squarechipo.privacy.mechanisms.calibration import check_epsilon
 
 __all__ = ["ROW_LOSS_SENSITIVITY", "row_preference_losses", "row_square_losses", "select_index", "select_indices"]
 

@@ -28,10 +28,15 @@ from squarechipo.losses import LINKS, margin_clip
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import tokenize_preferences
 from squarechipo.models.runtime import distributed_state
-from squarechipo.privacy.binding import get_ledger
-from squarechipo.privacy.calibration import check_epsilon
-from squarechipo.privacy.lineage import ModelLineage, check_lineage
-from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, read_privacy_record, write_privacy_record
+from squarechipo.privacy.ledger.binding import get_ledger
+from squarechipo.privacy.mechanisms.calibration import check_epsilon
+from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage
+from squarechipo.privacy.provenance.record import (
+    PRIVACY_FILE,
+    PrivacyRecord,
+    read_privacy_record,
+    write_privacy_record,
+)
 from squarechipo.select.candidates import Candidate, check_candidates, load_candidate
 from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_index
 from squarechipo.select.scoring import score_candidates
@@ -54,7 +59,7 @@ class Selection:
     num_candidates: int
     candidates: tuple[str, ...] = ()
     guard_overrides: list[dict] = field(default_factory=list)
-    #: The reference model's lineage finding (:mod:`squarechipo.privacy.lineage`); public.
+    #: The reference model's lineage finding (:mod:`squarechipo.privacy.provenance.lineage`); public.
     reference_lineage: dict = field(default_factory=dict)
 
 

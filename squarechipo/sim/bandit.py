@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from squarechipo.losses import METHODS, margins, preference_loss
-from squarechipo.privacy.calibration import flip_probability
-from squarechipo.privacy.measurements import LabelPipeline
+from squarechipo.privacy.mechanisms.calibration import flip_probability
+from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 from squarechipo.select.exponential import row_square_losses, select_index
 
 __all__ = [

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from squarechipo.privacy.mechanisms import randomized_response
+from squarechipo.privacy.mechanisms.binary import randomized_response
 from squarechipo.reward.linear import (
     mle,
     objective_perturbation,

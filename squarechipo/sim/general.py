@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from squarechipo.losses import self_play_loss, self_play_margin
-from squarechipo.privacy.calibration import debias_factor
+from squarechipo.privacy.mechanisms.calibration import debias_factor
 from squarechipo.select.exponential import row_preference_losses, select_index
 from squarechipo.sim.bandit import PreferenceData, fit_tabular
 

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from squarechipo.losses import margins, square_loss
-from squarechipo.privacy.calibration import debias_factor
-from squarechipo.privacy.label_dp import rr_with_prior
-from squarechipo.privacy.mechanisms import randomized_response
+from squarechipo.privacy.mechanisms.binary import randomized_response
+from squarechipo.privacy.mechanisms.calibration import debias_factor
+from squarechipo.privacy.mechanisms.label_dp import rr_with_prior
 from squarechipo.sim.bandit import Bandit, PreferenceData, fit_tabular
 
 __all__ = ["TwoStageRelease", "fit_weighted_square_chipo", "lp1st", "lp2st", "lp2st_release"]

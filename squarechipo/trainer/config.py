@@ -9,7 +9,7 @@ from trl import DPOConfig, SFTConfig
 
 from squarechipo.losses import METHODS, margin_clip
 from squarechipo.models.runtime import apply_cpu_defaults, check_resume
-from squarechipo.privacy.calibration import check_epsilon, check_flip_rate
+from squarechipo.privacy.mechanisms.calibration import check_epsilon, check_flip_rate
 
 __all__ = ["SFTRecipeConfig", "SquareChiPOConfig"]
 

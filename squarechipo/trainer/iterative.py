@@ -34,8 +34,8 @@ from squarechipo.data.label_roles import label_free
 from squarechipo.models.generation import MIXTURE_FILE, generate_with_model
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 from squarechipo.models.preference import PreferenceModel
-from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
-from squarechipo.privacy.record import PRIVACY_FILE, PrivacyRecord, write_privacy_record
+from squarechipo.privacy.provenance.lineage import LineageReport, ModelLineage, check_lineage
+from squarechipo.privacy.provenance.record import PRIVACY_FILE, PrivacyRecord, write_privacy_record
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
 
 __all__ = ["inherited_record", "iterative_square_chipo", "self_play_dataset"]
@@ -115,7 +115,7 @@ def iterative_square_chipo(
     folder.
 
     ``reference_name`` is how the mixture names π¹ (a path or ``embedded``); ``preference_record`` is
-    the preference model's privacy record (:func:`~squarechipo.privacy.record.read_privacy_record`),
+    the preference model's privacy record (:func:`~squarechipo.privacy.provenance.record.read_privacy_record`),
     whose label privacy the output inherits.
     """
     # Long: the loop is Zhou et al. 2025 (Square-χPO), Algorithm 3, lines 8–13, in order; its state (samples,

@@ -5,11 +5,13 @@
 the privacy set-up that both ran in copies (which had drifted):
 
 1. **Admission of the training split**, whatever its kind: a ``DatasetDict`` is refused (name the split); a
-   ``datasets.Dataset`` must carry a ledger that matches its rows (:func:`squarechipo.privacy.binding.get_ledger`) or
-   be declared public (``train_labels_public``, or a config ε for data released elsewhere); a streamed
-   (``IterableDataset``) or pre-tokenised split cannot be matched to a ledger, so it is accepted only as public, and
-   its model is recorded as trained on unknown rows (a later private run refuses to start from it).
-2. **The debiasing** the ledger asks for (:func:`squarechipo.privacy.debiasing.resolve_privacy`), refused when the
+   ``datasets.Dataset`` must carry a ledger that matches its rows
+   (:func:`squarechipo.privacy.ledger.binding.get_ledger`) or be declared public (``train_labels_public``, or a config
+   ε for data released elsewhere); a streamed (``IterableDataset``) or pre-tokenised split cannot be matched to a
+   ledger, so it is accepted only as public, and its model is recorded as trained on unknown rows (a later private run
+   refuses to start from it).
+2. **The debiasing** the ledger asks for (:func:`squarechipo.privacy.ledger.debiasing.resolve_privacy`), refused when
+the
    trainer's loss cannot apply it.
 3. **Every read of labels at run time**: each evaluation split at construction, every dataset TRL prepares
    (``evaluate(eval_dataset=...)``), and whatever reaches ``get_eval_dataloader`` / ``get_test_dataloader`` (an
@@ -29,11 +31,11 @@ import datasets
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.data.label_roles import tag_role
 from squarechipo.models.card import fix_model_card
-from squarechipo.privacy.binding import get_ledger
-from squarechipo.privacy.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.door import RawLabelsError, require_released_or_public
-from squarechipo.privacy.lineage import LineageReport, ModelLineage, check_lineage
-from squarechipo.privacy.record import PrivacyRecord, start_sketch, write_privacy_record
+from squarechipo.privacy.ledger.binding import get_ledger
+from squarechipo.privacy.ledger.debiasing import PrivacySettings, resolve_privacy
+from squarechipo.privacy.provenance.lineage import LineageReport, ModelLineage, check_lineage
+from squarechipo.privacy.provenance.record import PrivacyRecord, start_sketch, write_privacy_record
 
 __all__ = ["PrivateTrainerMixin"]
 
@@ -58,7 +60,7 @@ def _reads_at_run_time(method):
 class PrivateTrainerMixin:
     """The privacy set-up, the label rule at every read, and the record, shared by the squarechipo trainers."""
 
-    #: The ledger answers (:class:`squarechipo.privacy.ledger.Debiasing` methods) this trainer's loss applies.
+    #: The ledger answers (:class:`squarechipo.privacy.ledger.records.Debiasing` methods) this trainer's loss applies.
     _debiasing_methods: tuple[str, ...] = ("flip_rate", "none")
     #: What to use instead when the loss cannot apply the ledger's debiasing.
     _debiasing_instead: str = ""

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import ScriptArguments
 
-from squarechipo.privacy.measurements import LabelPipeline
+from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 
 __all__ = ["TrainScriptArguments"]
 

@@ -2,7 +2,7 @@
 
 The training split goes through the label pipeline on the main process, is saved with its ledger under
 ``privatized_dir`` (default ``<output_dir>/released_train``) and reused by every rank and every re-run, so no
-fresh noise is drawn (:func:`squarechipo.privacy.release_store.release_once`).
+fresh noise is drawn (:func:`squarechipo.privacy.release.store.release_once`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import datasets
 
 from squarechipo.data import load_preference_dataset
 from squarechipo.privacy.door import reads_labels
-from squarechipo.privacy.release_store import release_once
+from squarechipo.privacy.release.store import release_once
 from squarechipo.trainer.script_args import TrainScriptArguments
 
 __all__ = ["labels_digest", "load_training_splits"]

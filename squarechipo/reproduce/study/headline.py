@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from squarechipo.data.label_roles import label_free
-from squarechipo.privacy.calibration import debias_factor
-from squarechipo.privacy.measurements import LabelPipeline
+from squarechipo.privacy.mechanisms.calibration import debias_factor
+from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 from squarechipo.reproduce.study.design import METHOD_NAMES, Arm, StudyDesign
 from squarechipo.stats import ratio_interval
 

@@ -10,7 +10,8 @@ and exact:
   to the base weights before one rounding to float32;
 - the gold judge as its one-output head (``score.weight``) on the frozen base (:func:`save_gold_head`,
   :func:`rebuild_gold_judge`);
-- ``setup.json``: the weights digest (:func:`~squarechipo.privacy.record.weights_fingerprint`) of the merged SFT
+- ``setup.json``: the weights digest (:func:`~squarechipo.privacy.provenance.record.weights_fingerprint`) of the merged
+SFT
   policy and of the gold judge. :func:`check_setup` compares the work folder's models with it before a cell
   trains, and refuses a set-up that differs, naming what.
 
@@ -48,7 +49,7 @@ def model_digest(folder: str | Path, kind: str = "causal") -> str:
     """The weights digest of a saved model folder (``kind``: causal LM or one-output sequence classifier)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from squarechipo.privacy.record import weights_fingerprint
+    from squarechipo.privacy.provenance.record import weights_fingerprint
 
     loader = AutoModelForCausalLM if kind == "causal" else AutoModelForSequenceClassification
     return weights_fingerprint(loader.from_pretrained(str(folder), dtype=torch.float32))
@@ -66,7 +67,7 @@ def merge_adapter(base: str | Path, adapter: str | Path, out: str | Path) -> str
     from peft.tuners.lora import LoraLayer
     from transformers import AutoModelForCausalLM
 
-    from squarechipo.privacy.record import weights_fingerprint
+    from squarechipo.privacy.provenance.record import weights_fingerprint
 
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32), adapter)
     with torch.no_grad():
@@ -108,7 +109,7 @@ def rebuild_gold_judge(base: str | Path, head: str | Path, out: str | Path) -> s
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from squarechipo.privacy.record import weights_fingerprint
+    from squarechipo.privacy.provenance.record import weights_fingerprint
 
     model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=1, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(base))

@@ -10,8 +10,8 @@ import numpy as np
 
 from squarechipo.data.label_roles import label_free
 from squarechipo.losses import margin_clip
-from squarechipo.privacy.calibration import debias_factor
-from squarechipo.privacy.measurements import LabelPipeline
+from squarechipo.privacy.mechanisms.calibration import debias_factor
+from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim.experiments.grid import PIPELINE_COLUMNS, by_scale, data_key, epsilon_of, point_key, seed_rngs
 from squarechipo.sim.experiments.tables import (

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from squarechipo.data.label_roles import label_free
-from squarechipo.privacy.calibration import debias_factor
+from squarechipo.privacy.mechanisms.calibration import debias_factor
 from squarechipo.sim import bt
 from squarechipo.sim.experiments.grid import by_scale, point_key, seed_rngs
 from squarechipo.sim.experiments.tables import draw_errorbars, fmt_ci, group_metric, save_plot, verdict_of

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from squarechipo.data.label_roles import label_free
-from squarechipo.privacy.calibration import debias_factor
-from squarechipo.privacy.measurements import LabelPipeline
+from squarechipo.privacy.mechanisms.calibration import debias_factor
+from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import general as gp
 from squarechipo.sim.experiments.grid import PIPELINE_COLUMNS, by_scale, epsilon_of, point_key, seed_rngs

@@ -141,7 +141,7 @@ def multistage_report(rows: list[dict], out: Path) -> list[str]:
 def kary_report(out: Path, ks=(2, 4, 8, 16, 32, 64), epsilons=(0.5, 1.0, 2.0, 4.0)) -> list[str]:
     """Chua et al. 2024 (local label DP): exact per-sample variance Σ_k Var(a_k) of the unbiased analyzers, K-RR vs the
     subset mechanism."""
-    from squarechipo.privacy.label_dp import analyzer_variance
+    from squarechipo.privacy.mechanisms.label_dp import analyzer_variance
 
     lines = []
     curves = {}

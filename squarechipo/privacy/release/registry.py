@@ -16,7 +16,7 @@ It is authoritative:
   the same moment, exactly one is entered as drawn; the other finds the first and is refused (or, with
   ``rerelease``, must be drawn again so its ledger states the composed ε).
 - **Registered before it is visible.** The release path enters a release after its staged copy is complete and
-  before it is renamed into place (:mod:`squarechipo.privacy.release_store`); a release completed after an
+  before it is renamed into place (:mod:`squarechipo.privacy.release.store`); a release completed after an
   interruption is entered then, from its released rows.
 - **Fail closed.** A registry that is lost (missing where one was started: a marker beside it says so), emptied,
   redirected to a missing file (``$SQUARECHIPO_RELEASE_REGISTRY``), not a registry or unreadable stops a release with
@@ -103,8 +103,8 @@ def _missing(path: Path) -> RegistryError:
         f"there is no registry of releases at {path} ({REGISTRY_ENV} or the cache root), so no release can be "
         "checked against earlier releases of the same rows, and squarechipo does not start one silently (a lost or "
         "redirected registry would count from zero). If no release was ever made with this registry's setting, "
-        "start one: `squarechipo registry init` (or squarechipo.privacy.registry.init_registry()). If it was moved, "
-        f"point {REGISTRY_ENV} at it."
+        "start one: `squarechipo registry init` (or squarechipo.privacy.release.registry.init_registry()). If it was "
+        f"moved, point {REGISTRY_ENV} at it."
     )
 
 

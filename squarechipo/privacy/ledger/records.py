@@ -2,7 +2,7 @@
 
 A privatized :class:`datasets.Dataset` carries a :class:`PrivacyLedger` as the JSON block of
 :mod:`squarechipo.data.metadata`, which keeps it with the data in memory, in ``save_to_disk`` folders,
-Parquet files and JSONL files (saved and loaded with their release marker by :mod:`squarechipo.privacy.release_store`).
+Parquet files and JSONL files (saved and loaded with their release marker by :mod:`squarechipo.privacy.release.store`).
 
 What the ledger never holds: the seed, which rows were swapped, or anything else that is a
 function of the raw labels. Only public parameters of the release.
@@ -23,7 +23,7 @@ import datasets
 from squarechipo.data import metadata
 from squarechipo.data.integrity import IntegrityError, check_seal, seal
 from squarechipo.data.label_roles import label_free
-from squarechipo.privacy.calibration import debias_factor, flip_probability
+from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 
 __all__ = [
     "IntegrityError",
@@ -99,9 +99,10 @@ class Release:
     #: it dropped (name → why).
     public_columns: list[str] = field(default_factory=list)
     dropped_columns: dict[str, str] = field(default_factory=dict)
-    #: Earlier releases of these rows on this machine, into other datasets (:mod:`squarechipo.privacy.registry`),
-    #: which the caller chose to compose with (``rerelease=True``): their composed ε (basic composition, the largest
-    #: sum over one row) and how many there were. 0 for a first release.
+    #: Earlier releases of these rows on this machine, into other datasets
+    #: (:mod:`squarechipo.privacy.release.registry`), which the caller chose to compose with (``rerelease=True``):
+    #: their composed ε (basic composition, the largest sum over one row) and how many there were. 0 for a first
+    #: release.
     earlier_epsilon: float = 0.0
     earlier_releases: int = 0
     #: The rows as released (:func:`squarechipo.data.fingerprint.encode_row_set`: 4-byte prefixes of their hashes,

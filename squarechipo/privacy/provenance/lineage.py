@@ -31,7 +31,7 @@ import datasets
 
 from squarechipo.data.fingerprint import UNKNOWN_ROWS, preference_fingerprint, prompt_hashes, training_data_record
 from squarechipo.data.label_roles import label_free
-from squarechipo.privacy.record import (
+from squarechipo.privacy.provenance.record import (
     EXPOSURES,
     PRIVACY_FILE,
     PROMPT_OVERLAP,
@@ -42,7 +42,7 @@ from squarechipo.privacy.record import (
     PrivacyRecord,
     read_privacy_record,
 )
-from squarechipo.privacy.sketch import recorded_by_weights
+from squarechipo.privacy.provenance.sketch import recorded_by_weights
 
 __all__ = [
     "LineageFinding",

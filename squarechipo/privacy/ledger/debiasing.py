@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from squarechipo.privacy.calibration import flip_probability
-from squarechipo.privacy.ledger import Debiasing, PrivacyLedger
+from squarechipo.privacy.ledger.records import Debiasing, PrivacyLedger
+from squarechipo.privacy.mechanisms.calibration import flip_probability
 
 __all__ = ["PrivacySettings", "resolve_privacy"]
 

@@ -1,10 +1,11 @@
 """Mechanisms as measurements: each release mechanism is a small object with its parameters, a label-level
 ``release_labels(labels, num_labels, rng, **context)``, its privacy claim and what a loss needs to debias it.
 
-(OpenDP's idea, in a small form.) The dataset-level release (:func:`squarechipo.privacy.release.release_dataset`)
-turns rows into label arrays, calls the measurement, writes the released labels back and records the
-measurement's :meth:`to_dict` in the ledger; the ledger then answers how to debias (a flip rate and c(ε) for
-binary randomized response, analyzer weights for K-RR and the subset mechanism).
+(OpenDP's idea, in a small form.) The dataset-level release
+(:func:`squarechipo.privacy.release.dataset.release_dataset`) turns rows into label arrays, calls the measurement,
+writes the released labels back and records the measurement's :meth:`to_dict` in the ledger; the ledger then answers
+how to debias (a flip rate and c(ε) for binary randomized response, analyzer weights for K-RR and the subset
+mechanism).
 
 - :class:`LabelPipeline`: binary randomized response and α-Huber corruption in one of two orders (CTL, LTC),
   Zhou et al. 2025 (Square-χPO), §3. Its fields map one-to-one onto the ``label_*`` fields of the recipes' YAML
@@ -24,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from squarechipo.privacy import label_dp
-from squarechipo.privacy.calibration import (
+from squarechipo.privacy.mechanisms import label_dp
+from squarechipo.privacy.mechanisms.binary import ADVERSARIES, ctl, ltc
+from squarechipo.privacy.mechanisms.calibration import (
     check_corruption_rate,
     check_epsilon,
     flip_probability,
 )
-from squarechipo.privacy.mechanisms import ADVERSARIES, ctl, ltc
 
 __all__ = [
     "FIXED_PREFERENCES",
@@ -255,7 +256,7 @@ class RRWithPrior(Measurement):
     """RRWithPrior (Ghazi et al. 2021 (label DP), Algorithm 2) with a given, label-independent prior.
 
     ``prior`` is (n, K) for best-of-K rows, or (n,) for preference pairs: p(u ≻ v) in the canonical
-    label-free order (u, v) of :func:`squarechipo.privacy.release.canonical_pairs`. Rows whose release is
+    label-free order (u, v) of :func:`squarechipo.privacy.release.dataset.canonical_pairs`. Rows whose release is
     the prior's argmax are marked (``label_from_prior``): pseudo-labels, carrying no information about the
     label. Binary RR rows flip at q(ε) and get the usual c(ε). ``to_dict`` names the prior by a digest, so a
     re-run with another prior (another stage-1 policy, another temperature) stops instead of silently

@@ -3,7 +3,7 @@ ledger and marker.
 
 :func:`release_once` makes a release once per output folder: on the main process, under a lock beside the folder,
 written into a staging folder (the rows, then the marker that seals them), entered into this machine's registry of
-releases (:mod:`squarechipo.privacy.registry`, one transaction that decides), and only then renamed into place.
+releases (:mod:`squarechipo.privacy.release.registry`, one transaction that decides), and only then renamed into place.
 Every rank and every re-run reuses the saved release after checking that it was made from the same rows with the
 same mechanism, so no fresh noise is ever drawn on a re-run. A release cut off after its staged copy was complete is
 completed by the next run, and registered then from its released rows; one cut off earlier is refused.
@@ -25,11 +25,11 @@ from squarechipo.data.fingerprint import canonical_rows, preference_fingerprint
 from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.loading import load_data_file, load_saved_folder
-from squarechipo.privacy.binding import get_ledger
-from squarechipo.privacy.ledger import PrivacyLedger, with_ledger
-from squarechipo.privacy.measurements import Measurement
-from squarechipo.privacy.registry import RegistryError, earlier_releases, register_release
-from squarechipo.privacy.release import _release
+from squarechipo.privacy.ledger.binding import get_ledger
+from squarechipo.privacy.ledger.records import PrivacyLedger, with_ledger
+from squarechipo.privacy.mechanisms.measurements import Measurement
+from squarechipo.privacy.release.dataset import _release
+from squarechipo.privacy.release.registry import RegistryError, earlier_releases, register_release
 
 __all__ = ["load_privatized", "load_release", "release_once", "save_privatized", "save_release"]
 
@@ -170,12 +170,14 @@ def save_privatized(data: datasets.Dataset | datasets.DatasetDict, path: str | o
             raise ValueError("a DatasetDict can only be saved to a folder; pick a split for .jsonl/.parquet.")
         ledgers = {name: get_ledger(split, f"{path} [{name}]") for name, split in data.items()}
         if all(ledger is None for ledger in ledgers.values()):
-            raise ValueError("no split has a privacy ledger; privatize one first (squarechipo.privacy.release).")
+            raise ValueError(
+                "no split has a privacy ledger; privatize one first (squarechipo.privacy.release.dataset)."
+            )
         splits = {n: marker_record(data[n], ledger.digest) for n, ledger in ledgers.items() if ledger is not None}
         return _write(data, path, {"splits": splits})
     ledger = get_ledger(data, str(path))
     if ledger is None:
-        raise ValueError("dataset has no privacy ledger; privatize it first (squarechipo.privacy.release).")
+        raise ValueError("dataset has no privacy ledger; privatize it first (squarechipo.privacy.release.dataset).")
     if metadata.file_kind(path) == "dir":
         return save_release(data, path)
     return metadata.write_with_block(data, path, ledger.to_json(), marker_record(data, ledger.digest))

@@ -1,15 +1,16 @@
 """A ledger bound to its rows: every reader checks that a dataset's rows are, column for column, rows it released.
 
-A release records the set of rows it released (:attr:`squarechipo.privacy.ledger.Release.row_set`: 4-byte prefixes of
-each released row's hash over every column, byte for byte, :func:`squarechipo.data.fingerprint.exact_row_hashes`) and
-the columns that hash covers (``row_columns``). :func:`get_ledger` checks every dataset it reads a ledger from.
+A release records the set of rows it released (:attr:`squarechipo.privacy.ledger.records.Release.row_set`: 4-byte
+prefixes of each released row's hash over every column, byte for byte,
+:func:`squarechipo.data.fingerprint.exact_row_hashes`) and the columns that hash covers (``row_columns``).
+:func:`get_ledger` checks every dataset it reads a ledger from.
 
 The invariant: a ledger is valid only on rows whose every column equals what the release wrote, up to selection,
 reordering and repetition of whole rows (selecting, shuffling, filtering, splitting, saving and loading). Any other
 change voids it: an added, removed, renamed or edited column, an edited text (upper case and look-alike letters
 included), a changed label, an added row. Nothing a caller passes in can re-bind a ledger: the only derivations
 that carry one over are the library's own fixed transforms of verified rows (:func:`pairwise_rows`,
-:func:`squarechipo.privacy.release.combine_parts`), which check the input's ledger first.
+:func:`squarechipo.privacy.release.dataset.combine_parts`), which check the input's ledger first.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from squarechipo.data.fingerprint import (
 )
 from squarechipo.data.label_roles import label_free
 from squarechipo.data.text import pairwise_row
-from squarechipo.privacy.ledger import IntegrityError, PrivacyLedger, with_ledger
+from squarechipo.privacy.ledger.records import IntegrityError, PrivacyLedger, with_ledger
 
 __all__ = ["check_rows", "get_ledger", "pairwise_rows"]
 

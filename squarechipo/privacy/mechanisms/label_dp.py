@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from squarechipo.privacy.calibration import check_epsilon
-from squarechipo.privacy.mechanisms import check_labels
+from squarechipo.privacy.mechanisms.binary import check_labels
+from squarechipo.privacy.mechanisms.calibration import check_epsilon
 
 __all__ = [
     "optimal_top_k",

@@ -1,6 +1,6 @@
 """The one dataset-level release: every path that turns raw labels into released ones goes through here.
 
-:func:`release_dataset` takes rows and a measurement (:mod:`squarechipo.privacy.measurements`) and
+:func:`release_dataset` takes rows and a measurement (:mod:`squarechipo.privacy.mechanisms.measurements`) and
 returns the released rows with the ledger extended by one release:
 
 - **preference pairs** (prompt/chosen/rejected, any TRL format): the stored orientation *is* the label
@@ -17,7 +17,7 @@ returns the released rows with the ledger extended by one release:
 
 The released dataset is built from fresh Arrow arrays (buffers of its own): no index column, no cache file of the
 input, no byte of an unreleased row, no record of which rows were swapped. Storing releases (once per folder,
-atomically, registered before they become visible) is :mod:`squarechipo.privacy.release_store`'s job.
+atomically, registered before they become visible) is :mod:`squarechipo.privacy.release.store`'s job.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from squarechipo.data.kary import validate_kary
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import describe_copies
 from squarechipo.data.validation import validate_preference_dataset
-from squarechipo.privacy.binding import _rebind, get_ledger
-from squarechipo.privacy.ledger import PrivacyLedger, extend_ledger
-from squarechipo.privacy.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
-from squarechipo.privacy.registry import EarlierReleases, earlier_releases, register_release
+from squarechipo.privacy.ledger.binding import _rebind, get_ledger
+from squarechipo.privacy.ledger.records import PrivacyLedger, extend_ledger
+from squarechipo.privacy.mechanisms.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
+from squarechipo.privacy.release.registry import EarlierReleases, earlier_releases, register_release
 
 __all__ = [
     "FROM_PRIOR_COLUMN",
@@ -328,7 +328,7 @@ def release_dataset(
         dataset: raw preference pairs whose ``chosen`` is the true preferred response, in any TRL format
             (validated first; invalid rows raise — drop them explicitly with
             ``validate_preference_dataset(..., drop_invalid=True)``), or raw best-of-K rows.
-        mechanism: a :class:`~squarechipo.privacy.measurements.Measurement` (``LabelPipeline`` for ε, α,
+        mechanism: a :class:`~squarechipo.privacy.mechanisms.measurements.Measurement` (``LabelPipeline`` for ε, α,
             adversary and order; ``KaryRR``, ``SubsetMechanism`` or ``RRWithPrior``).
         seed: ``None`` (default) draws from OS entropy: use this for real labels. An integer is for
             simulation and makes the noise reproducible by anyone who knows it; the ledger records that
@@ -341,7 +341,7 @@ def release_dataset(
             Ghazi et al. 2021 (label DP)); releases on disjoint parts compose in parallel in the ledger.
         public_columns: (pairs) columns besides prompt/chosen/rejected that do not depend on the label (an id, a
             category): kept. Label-carrying columns are dropped and named in the ledger; any other column raises.
-        rerelease: raw rows released before on this machine (:mod:`squarechipo.privacy.registry`) are refused
+        rerelease: raw rows released before on this machine (:mod:`squarechipo.privacy.release.registry`) are refused
             unless this is True; then the ledger adds the earlier releases' ε (basic composition) to its total.
         privacy_unit: a column that identifies the unit of privacy (a labeller or comparison id). Without it the
             unit is one comparison, and rows that copy another row's comparison (exactly, retyped or nearly) are
@@ -389,8 +389,8 @@ def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelea
         )
     if not isinstance(mechanism, Measurement):
         raise TypeError(
-            f"mechanism must be a squarechipo.privacy.measurements.Measurement, e.g. LabelPipeline(epsilon=1.0) "
-            f"(got {type(mechanism).__name__})."
+            "mechanism must be a squarechipo.privacy.mechanisms.measurements.Measurement, e.g. "
+            f"LabelPipeline(epsilon=1.0) (got {type(mechanism).__name__})."
         )
     existing = get_ledger(dataset)
     _check_not_released(existing, mechanism, compose)

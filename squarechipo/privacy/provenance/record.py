@@ -4,7 +4,7 @@ Every model squarechipo saves (an aligned policy, a reward or preference model, 
 SFT model, the gold judge, a centrally selected policy) carries a :class:`PrivacyRecord`. It says which
 labels the model was trained on and how they were released (the ledger, public parameters only), how the
 loss treated them, what the training rows were (a label-invariant fingerprint and a prompt sketch), and
-the lineage of the models the run started from (:mod:`squarechipo.privacy.lineage`). The same record
+the lineage of the models the run started from (:mod:`squarechipo.privacy.provenance.lineage`). The same record
 fills the card's "Privacy and robustness" section, so the file and the card cannot disagree.
 
 The JSON is flat: the fields below plus the stage's own ``details`` (method, β, …) at the top level, and
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from squarechipo.data.integrity import check_seal, seal
-from squarechipo.privacy.ledger import library_version as _library_version
+from squarechipo.privacy.ledger.records import library_version as _library_version
 
 __all__ = [
     "EXPOSURES",
@@ -87,8 +87,8 @@ class PrivacyRecord:
     upstream: list[dict] = field(default_factory=list)
     #: The squarechipo version that wrote the record (None in files written before it was recorded).
     library_version: str | None = None
-    #: The saved weights' identity (:func:`squarechipo.privacy.sketch.weights_identity`): a copy saved without this
-    #: file is still recognised by the lineage guard, through the store of records on this machine.
+    #: The saved weights' identity (:func:`squarechipo.privacy.provenance.sketch.weights_identity`): a copy saved
+    #: without this file is still recognised by the lineage guard, through the store of records on this machine.
     weights_fingerprint: str | None = None
     #: Stage-specific public fields (method, β, R_max, candidates, …), written at the top level of the JSON.
     details: dict[str, Any] = field(default_factory=dict)
@@ -238,7 +238,7 @@ _DETAIL_ROWS = (
 def weights_fingerprint(model) -> str:
     """sha256 over every floating-point weight as float32, in the order of their names (names themselves are left
     out, so a PEFT or DDP wrapper's prefixes do not matter). The studies' set-up digests use it (exact, and slow: it
-    reads every weight); the lineage guard uses :func:`squarechipo.privacy.sketch.weights_identity`."""
+    reads every weight); the lineage guard uses :func:`squarechipo.privacy.provenance.sketch.weights_identity`."""
     import hashlib
 
     import torch
@@ -253,11 +253,11 @@ def weights_fingerprint(model) -> str:
 
 
 def start_sketch(model, private: bool):
-    """The :class:`~squarechipo.privacy.sketch.Sketch` of the model a private run starts from (None for a public run
-    or a model given by name), kept until the trained model's record is written."""
+    """The :class:`~squarechipo.privacy.provenance.sketch.Sketch` of the model a private run starts from (None for a
+    public run or a model given by name), kept until the trained model's record is written."""
     import torch
 
-    from squarechipo.privacy.sketch import sketch_model
+    from squarechipo.privacy.provenance.sketch import sketch_model
 
     return sketch_model(model)[0] if private and isinstance(model, torch.nn.Module) else None
 
@@ -277,12 +277,12 @@ def write_privacy_record(
     ``card_header`` starts a new card (front matter and title) for folders that have none from TRL (the
     central selector's copy of a candidate); otherwise the section is appended to the existing card. With the
     saved ``model``, the record carries its weights' identity and enters this machine's record store
-    (:mod:`squarechipo.privacy.sketch`), so a copy of the weights saved without this file is recognised by the lineage
-    guard; with ``start_sketch`` (the sketch of the model training started from) a cast, perturbed, merged or
-    reshaped copy is recognised too.
+    (:mod:`squarechipo.privacy.provenance.sketch`), so a copy of the weights saved without this file is recognised by
+    the lineage guard; with ``start_sketch`` (the sketch of the model training started from) a cast, perturbed, merged
+    or reshaped copy is recognised too.
     """
     if model is not None:
-        from squarechipo.privacy.sketch import remember_record, weights_identity
+        from squarechipo.privacy.provenance.sketch import remember_record, weights_identity
 
         record = dataclasses.replace(record, weights_fingerprint=weights_identity(model))
         remember_record(record.to_dict(), model, start_sketch)
