@@ -146,7 +146,7 @@ def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(f
     from squarechipo.privacy import LabelPipeline
     from squarechipo.privacy.ledger.binding import get_ledger
     from squarechipo.privacy.mechanisms.measurements import RRWithPrior
-    from squarechipo.privacy.release.dataset import (
+    from squarechipo.privacy.release.rows import (
         FROM_PRIOR_COLUMN,
         canonical_pairs,
         combine_parts,

@@ -12,10 +12,10 @@ import sqlite3
 
 import datasets
 import pytest
-from squarechipo.privacy.release.registry import REGISTRY_ENV, RegistryError, init_registry, registry_path
-from squarechipo.privacy.release.store import load_release, release_once
 
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.privacy.release.registry import REGISTRY_ENV, RegistryError, init_registry, registry_path
+from squarechipo.privacy.release.store import load_release, release_once
 
 
 def _rows(n: int = 30, start: int = 0) -> datasets.Dataset:
@@ -33,7 +33,7 @@ def _release_at_a_barrier(folder: str, registry: str, barrier, queue) -> None:
     the early check, so the registry's transaction alone decides."""
     import os
 
-    import squarechipo.privacy.release.dataset as release_module
+    import squarechipo.privacy.release.transaction as release_module
 
     os.environ[REGISTRY_ENV] = registry
     real = release_module.register_release
@@ -78,7 +78,7 @@ def test_of_two_simultaneous_releases_of_the_same_rows_exactly_one_wins(tmp_path
 def test_a_release_cut_off_before_it_was_registered_is_registered_when_completed(tmp_path, monkeypatch):
     """Killed between writing its marker and writing the registry, a release was completed by the next run without
     being registered, so the same rows could be released again elsewhere."""
-    import squarechipo.privacy.release.dataset as release_module
+    import squarechipo.privacy.release.transaction as release_module
 
     def killed(*args, **kwargs):
         raise SystemExit("killed between the marker and the registry")

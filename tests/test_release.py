@@ -8,8 +8,6 @@ import math
 import datasets
 import numpy as np
 import pytest
-from squarechipo.privacy.ledger.records import read_ledger_for_path
-from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 
 from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy import (
@@ -19,6 +17,8 @@ from squarechipo.privacy import (
     release_dataset,
     save_privatized,
 )
+from squarechipo.privacy.ledger.records import read_ledger_for_path
+from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
 CATEGORIES = ["Investments", "Debt Management", "Home Improvement & Maintenance"]
@@ -265,7 +265,7 @@ def test_fingerprint_ignores_labels_and_order_not_content(make):
 def test_ledger_answers_how_to_debias_each_part():
     """Two disjoint parts released at different ε: each part's answer is its own RR flip rate and c(ε); the
     whole-dataset answer refuses (no single flip rate is right for every row); the saved ledger lists both."""
-    from squarechipo.privacy.release.dataset import combine_parts
+    from squarechipo.privacy.release.rows import combine_parts
 
     data = standard(400)
     first = release(data.select(range(200)), LabelPipeline(epsilon=0.5), seed=0, part="a")

@@ -12,7 +12,6 @@ import pytest
 import torch
 import trl
 from packaging.version import Version
-from squarechipo.privacy.mechanisms.calibration import flip_probability
 from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import DPOConfig, DPOTrainer
 from trl.trainer.dpo_trainer import DataCollatorForPreference
@@ -22,6 +21,7 @@ from squarechipo.losses import METHODS
 from squarechipo.models.lm_head import add_lean_lm_head
 from squarechipo.privacy import LabelPipeline, get_ledger
 from squarechipo.privacy.door import RawLabelsError
+from squarechipo.privacy.mechanisms.calibration import flip_probability
 from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
 from tests.helpers.rows import release_rows
 from tests.helpers.runs import tiny_config
@@ -394,9 +394,8 @@ def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits
     assert record["method"] == "square_chipo" and record["epsilon"] == 0.5 and record["corruption_rate"] == 0.1
     assert record["order"] == "ltc" and record["r_max"] == 2.0 and record["dataset_fingerprint"].startswith("sha256:")
     # What the labels were worth, read back from the sealed ledger in the record: LTC's α + q − αq.
-    from squarechipo.privacy.mechanisms.calibration import flip_probability
-
     from squarechipo.evaluation.gold_report import label_signal
+    from squarechipo.privacy.mechanisms.calibration import flip_probability
 
     q = flip_probability(0.5)
     wrong = 0.1 + q - 0.1 * q
@@ -550,12 +549,12 @@ def test_push_to_hub_unreachable_fails_before_training(
 def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_splits, tmp_path):
     """LP-2ST data: RR rows use the c(ε)-debiased square loss, prior rows the plain one with prior_row_weight."""
     import numpy as np
-    from squarechipo.privacy.mechanisms.measurements import RRWithPrior
-    from squarechipo.privacy.release.dataset import combine_parts
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
     from squarechipo.losses import preference_loss
     from squarechipo.models.logprobs import model_logps, tokenize_preferences
+    from squarechipo.privacy.mechanisms.measurements import RRWithPrior
+    from squarechipo.privacy.release.rows import combine_parts
     from tests.helpers.models import make_tiny_model
 
     raw = rows(finance_splits, 8)

@@ -5,7 +5,7 @@ Format (standard or conversational, like TRL's): ``prompt``, ``responses`` (a li
 the same K on every row) and ``best`` (the index of the preferred response, 0 ≤ best < K).
 
 - :func:`validate_kary` checks the format and names the field and the fix.
-- :func:`squarechipo.privacy.release.dataset.release_dataset` releases ``best`` once through K-RR, the
+- :func:`squarechipo.privacy.release.transaction.release_dataset` releases ``best`` once through K-RR, the
   Chua et al. 2024 (local label DP) subset mechanism or RRWithPrior (the K-ary measurements of
   :mod:`squarechipo.privacy.mechanisms.measurements`).
 - :func:`kary_to_pairs` turns raw rows into K − 1 preference pairs (best vs each other response) for the pairwise

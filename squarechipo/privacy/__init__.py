@@ -22,7 +22,8 @@ _EXPORTS = {
         ("ADVERSARIES", "ctl", "huber_corruption", "ltc", "randomized_response"),
         "squarechipo.privacy.mechanisms.binary",
     ),
-    **dict.fromkeys(("combine_parts", "release_dataset"), "squarechipo.privacy.release.dataset"),
+    "combine_parts": "squarechipo.privacy.release.rows",
+    "release_dataset": "squarechipo.privacy.release.transaction",
     **dict.fromkeys(
         ("load_privatized", "load_release", "release_once", "save_privatized", "save_release"),
         "squarechipo.privacy.release.store",
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
         flip_probability,
     )
     from squarechipo.privacy.mechanisms.measurements import KaryRR, LabelPipeline, RRWithPrior, SubsetMechanism
-    from squarechipo.privacy.release.dataset import combine_parts, release_dataset
+    from squarechipo.privacy.release.rows import combine_parts
     from squarechipo.privacy.release.store import (
         load_privatized,
         load_release,
@@ -72,3 +73,4 @@ if TYPE_CHECKING:
         save_privatized,
         save_release,
     )
+    from squarechipo.privacy.release.transaction import release_dataset

@@ -1,7 +1,7 @@
 """``BestOfKRewardTrainer``: a reward model from released best-of-K rows (Chua et al. 2024 (local label DP) analyzer +
 top-1 Plackett–Luce).
 
-Rows come from :func:`squarechipo.privacy.release.dataset.release_dataset` with a K-ary measurement: ``prompt``,
+Rows come from :func:`squarechipo.privacy.release.transaction.release_dataset` with a K-ary measurement: ``prompt``,
 ``responses`` (K per row) and ``label_weights`` — the unbiased analyzer weights of the K-RR or subset release (E[a | y]
 = one_hot(y)). The loss is −Σ_k a_k·log softmax(r(x, ·))_k (:func:`squarechipo.losses.plackett_luce_top1_loss`),
 unbiased for the clean best-of-K likelihood; it is unbounded below where a_k < 0, so the rewards are clipped to

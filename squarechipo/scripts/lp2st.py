@@ -30,7 +30,7 @@ from squarechipo.models import resolve_model_path
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.mechanisms.measurements import RRWithPrior
 from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage, mark_source
-from squarechipo.privacy.release.dataset import combine_parts
+from squarechipo.privacy.release.rows import combine_parts
 from squarechipo.privacy.release.store import release_once
 from squarechipo.scripts._common import finish_run, setup_logging
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from squarechipo.data.label_roles import label_free
 from squarechipo.losses import METHODS, margins
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
-from squarechipo.privacy.release.dataset import canonical_pairs
+from squarechipo.privacy.release.rows import canonical_pairs
 
 __all__ = ["policy_prior"]
 

@@ -10,7 +10,7 @@ reordering and repetition of whole rows (selecting, shuffling, filtering, splitt
 change voids it: an added, removed, renamed or edited column, an edited text (upper case and look-alike letters
 included), a changed label, an added row. Nothing a caller passes in can re-bind a ledger: the only derivations
 that carry one over are the library's own fixed transforms of verified rows (:func:`pairwise_rows`,
-:func:`squarechipo.privacy.release.dataset.combine_parts`), which check the input's ledger first.
+:func:`squarechipo.privacy.release.rows.combine_parts`), which check the input's ledger first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Label mechanisms of the local model as pure functions over binary label arrays.
 
 A label array holds 0/1 values (``bool`` or integer dtype; the output keeps the input dtype).
-What a label means is up to the caller: at the dataset level (:mod:`squarechipo.privacy.release.dataset`)
+What a label means is up to the caller: at the dataset level (:mod:`squarechipo.privacy.release.transaction`)
 label 1 means "the stored ``rejected`` response is preferred", so the output is the swap mask of
 Zhou et al. 2025 (Square-χPO), Appendix E.
 

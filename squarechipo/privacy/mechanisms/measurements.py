@@ -2,7 +2,7 @@
 ``release_labels(labels, num_labels, rng, **context)``, its privacy claim and what a loss needs to debias it.
 
 (OpenDP's idea, in a small form.) The dataset-level release
-(:func:`squarechipo.privacy.release.dataset.release_dataset`) turns rows into label arrays, calls the measurement,
+(:func:`squarechipo.privacy.release.transaction.release_dataset`) turns rows into label arrays, calls the measurement,
 writes the released labels back and records the measurement's :meth:`to_dict` in the ledger; the ledger then answers
 how to debias (a flip rate and c(ε) for binary randomized response, analyzer weights for K-RR and the subset
 mechanism).
@@ -256,7 +256,7 @@ class RRWithPrior(Measurement):
     """RRWithPrior (Ghazi et al. 2021 (label DP), Algorithm 2) with a given, label-independent prior.
 
     ``prior`` is (n, K) for best-of-K rows, or (n,) for preference pairs: p(u ≻ v) in the canonical
-    label-free order (u, v) of :func:`squarechipo.privacy.release.dataset.canonical_pairs`. Rows whose release is
+    label-free order (u, v) of :func:`squarechipo.privacy.release.rows.canonical_pairs`. Rows whose release is
     the prior's argmax are marked (``label_from_prior``): pseudo-labels, carrying no information about the
     label. Binary RR rows flip at q(ε) and get the usual c(ε). ``to_dict`` names the prior by a digest, so a
     re-run with another prior (another stage-1 policy, another temperature) stops instead of silently

@@ -1,9 +1,8 @@
-"""Storing releases: once per folder, atomically, registered before they become visible; saved and loaded with their
-ledger and marker.
+"""Storing releases: once per folder, saved and loaded with their ledger and marker.
 
-:func:`release_once` makes a release once per output folder: on the main process, under a lock beside the folder,
-written into a staging folder (the rows, then the marker that seals them), entered into this machine's registry of
-releases (:mod:`squarechipo.privacy.release.registry`, one transaction that decides), and only then renamed into place.
+:func:`release_once` makes a release once per output folder: on the main process, under a lock beside the folder, it
+runs the release transaction (:mod:`squarechipo.privacy.release.transaction`: admit, draw, stage, register in this
+machine's registry of releases, rename).
 Every rank and every re-run reuses the saved release after checking that it was made from the same rows with the
 same mechanism, so no fresh noise is ever drawn on a re-run. A release cut off after its staged copy was complete is
 completed by the next run, and registered then from its released rows; one cut off earlier is refused.
@@ -13,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import datasets
@@ -21,22 +19,18 @@ import filelock
 import pyarrow as pa
 
 from squarechipo.data import metadata
-from squarechipo.data.fingerprint import canonical_rows, preference_fingerprint
-from squarechipo.data.integrity import MARKER, marker_record
+from squarechipo.data.fingerprint import preference_fingerprint
+from squarechipo.data.integrity import marker_record
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.loading import load_data_file, load_saved_folder
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, with_ledger
 from squarechipo.privacy.mechanisms.measurements import Measurement
-from squarechipo.privacy.release.dataset import _release
-from squarechipo.privacy.release.registry import RegistryError, earlier_releases, register_release
+from squarechipo.privacy.release.transaction import ReleaseTransaction, complete_interrupted, write_folder
 
 __all__ = ["load_privatized", "load_release", "release_once", "save_privatized", "save_release"]
 
 logger = logging.getLogger("squarechipo")
-#: In a staged release: the keys it enters into the registry of releases (a declared privacy unit's column may not
-#: be kept in the rows), removed once it is registered.
-_UNITS_FILE = "squarechipo_registry_units.bin"
 
 
 def _check_reuse(ledger: PrivacyLedger | None, source: datasets.Dataset, pipeline: Measurement, folder: Path) -> None:
@@ -69,65 +63,6 @@ def _lock(folder: Path) -> filelock.FileLock:
     return filelock.FileLock(str(folder.parent / f".{folder.name}.lock"))
 
 
-def _staging(folder: Path) -> Path:
-    return folder.parent / f".{folder.name}.staging"
-
-
-def _finish_interrupted(folder: Path) -> None:
-    """Complete a release cut off between its save and its rename, or refuse one cut off earlier."""
-    staging = _staging(folder)
-    if not staging.exists():
-        return
-    if (staging / MARKER).is_file():
-        if folder.exists():
-            shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
-        else:
-            _register_staged(staging, folder)
-            os.replace(staging, folder)
-            logger.warning("completed an interrupted release from its staged copy: %s", folder)
-        return
-    raise ValueError(
-        f"an interrupted release left {staging} unfinished (it has no {MARKER}). No run trained on it, but its noise "
-        f"was drawn from the raw labels, and squarechipo never draws fresh noise silently. To release again, delete "
-        f"{staging} yourself; the new release draws new noise, which is sound only because nothing of the "
-        "interrupted one was read."
-    )
-
-
-def _register_staged(staging: Path, folder: Path) -> None:
-    """Enter a complete staged release that was cut off before it was registered (idempotent: a registered one is
-    left as it is). Its rows give the keys, unless it wrote them (a declared privacy unit). The registry must still
-    hold exactly the earlier releases its ledger composed with; otherwise it is refused, never made visible."""
-    released, ledger = _load(staging)
-    last = ledger.releases[-1]
-    counted = len(ledger.releases) == 1 and last.randomness == "os_entropy" and last.epsilon is not None
-    if not counted:
-        return
-    from squarechipo.data.near_duplicates import signatures
-
-    rows = canonical_rows(released.with_format("arrow")[:])
-    units_file = staging / _UNITS_FILE
-    if units_file.is_file():
-        blob = units_file.read_bytes()
-        units, marks = [blob[i : i + 32] for i in range(0, len(blob), 32)], None
-    else:
-        import hashlib
-
-        units, marks = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows], signatures(rows)
-    now = earlier_releases(units, marks)
-    now_ids = now.ids - {ledger.digest}
-    if ledger.digest not in now.ids and (
-        abs(now.epsilon - last.earlier_epsilon) > 1e-12 or len(now_ids) != last.earlier_releases
-    ):
-        raise RegistryError(
-            f"the interrupted release staged in {staging} composed with {last.earlier_releases} earlier release(s) "
-            f"(ε {last.earlier_epsilon:g}), but the registry now holds {now.describe()}: its ledger would understate "
-            f"the ε, so it is not completed. Delete {staging} and release again (nothing read it)."
-        )
-    register_release(ledger.digest, units, marks, last.epsilon, last.created_at, expected=now, folder=str(folder))
-    units_file.unlink(missing_ok=True)
-
-
 @label_free("saves released rows only (a ledger is required)")
 def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
     """Save a release once and atomically: ``save_to_disk`` into a staging folder, the marker (the digests of the
@@ -135,28 +70,7 @@ def save_release(released: datasets.Dataset, folder: str | os.PathLike) -> Path:
     ledger = get_ledger(released, str(folder))
     if ledger is None:
         raise ValueError("only a released dataset (with its privacy ledger) is saved as a release.")
-    return _write(released, Path(folder), marker_record(released, ledger.digest))
-
-
-def _write(data: datasets.Dataset | datasets.DatasetDict, folder: Path, marker: dict, registration=None) -> Path:
-    """Stage, seal (the marker last), register (a counted release), rename: a reader never sees half a release,
-    and nothing becomes visible before the registry has entered it."""
-    staging = _staging(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    data.save_to_disk(str(staging))
-    if registration is not None:
-        (staging / _UNITS_FILE).write_bytes(b"".join(registration.units))
-    metadata.write_folder_marker(staging, marker)
-    if registration is not None:
-        # A staged copy with its marker is completed, and registered, by the next run (_finish_interrupted).
-        try:
-            registration.register(str(folder))
-        except RegistryError:
-            shutil.rmtree(staging)  # refused before anything read it: its noise is discarded
-            raise
-        (staging / _UNITS_FILE).unlink()
-    os.replace(staging, folder)
-    return folder
+    return write_folder(released, Path(folder), marker_record(released, ledger.digest))
 
 
 @label_free("saves released rows only (a ledger is required)")
@@ -171,13 +85,15 @@ def save_privatized(data: datasets.Dataset | datasets.DatasetDict, path: str | o
         ledgers = {name: get_ledger(split, f"{path} [{name}]") for name, split in data.items()}
         if all(ledger is None for ledger in ledgers.values()):
             raise ValueError(
-                "no split has a privacy ledger; privatize one first (squarechipo.privacy.release.dataset)."
+                "no split has a privacy ledger; privatize one first (squarechipo.privacy.release.transaction)."
             )
         splits = {n: marker_record(data[n], ledger.digest) for n, ledger in ledgers.items() if ledger is not None}
-        return _write(data, path, {"splits": splits})
+        return write_folder(data, path, {"splits": splits})
     ledger = get_ledger(data, str(path))
     if ledger is None:
-        raise ValueError("dataset has no privacy ledger; privatize it first (squarechipo.privacy.release.dataset).")
+        raise ValueError(
+            "dataset has no privacy ledger; privatize it first (squarechipo.privacy.release.transaction)."
+        )
     if metadata.file_kind(path) == "dir":
         return save_release(data, path)
     return metadata.write_with_block(data, path, ledger.to_json(), marker_record(data, ledger.digest))
@@ -246,26 +162,20 @@ def release_once(
 
     One release at a time per folder (a file lock): a second run waits, then reuses it. It is entered into the
     registry of releases before it is renamed into place; an interrupted release is completed (and registered) from
-    its staged copy or refused (:func:`_finish_interrupted`); never silently drawn again.
+    its staged copy or refused (:func:`~squarechipo.privacy.release.transaction.complete_interrupted`); never
+    silently drawn again.
     """
     folder = Path(folder)
     released = None
     if state is None or state.is_main_process:
         with _lock(folder):
-            _finish_interrupted(folder)
+            complete_interrupted(folder, _load)
             if not (folder / "dataset_info.json").exists():
                 _refuse_foreign(folder)
-                released, digest, registration = _release(
-                    dataset,
-                    pipeline,
-                    seed=seed,
-                    compose=False,
-                    part=part,
-                    public_columns=public_columns,
-                    rerelease=rerelease,
+                released = ReleaseTransaction(
+                    dataset, pipeline, seed=seed, part=part, public_columns=public_columns, rerelease=rerelease,
                     privacy_unit=privacy_unit,
-                )
-                _write(released, folder, marker_record(released, digest), registration=registration)
+                ).into(folder)  # fmt: skip
                 logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
     if state is not None:
         state.wait_for_everyone()

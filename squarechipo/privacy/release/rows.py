@@ -1,7 +1,8 @@
-"""The one dataset-level release: every path that turns raw labels into released ones goes through here.
+"""A release's rows: how raw rows become released ones through a measurement (the draw step of
+:mod:`squarechipo.privacy.release.transaction`, which owns the release and the ledger).
 
-:func:`release_dataset` takes rows and a measurement (:mod:`squarechipo.privacy.mechanisms.measurements`) and
-returns the released rows with the ledger extended by one release:
+:func:`draw_rows` takes rows and a measurement (:mod:`squarechipo.privacy.mechanisms.measurements`) and returns the
+released rows:
 
 - **preference pairs** (prompt/chosen/rejected, any TRL format): the stored orientation *is* the label
  . The released label decides whether chosen and rejected are swapped, so no label column
@@ -16,8 +17,7 @@ returns the released rows with the ledger extended by one release:
   RRWithPrior, ``label_from_prior`` are added.
 
 The released dataset is built from fresh Arrow arrays (buffers of its own): no index column, no cache file of the
-input, no byte of an unreleased row, no record of which rows were swapped. Storing releases (once per folder,
-atomically, registered before they become visible) is :mod:`squarechipo.privacy.release.store`'s job.
+input, no byte of an unreleased row, no record of which rows were swapped.
 """
 
 from __future__ import annotations
@@ -26,30 +26,25 @@ import hashlib
 import json
 import logging
 import re
-from collections import Counter
-from dataclasses import dataclass
 
 import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from squarechipo.data.fingerprint import encode_row_set, exact_row_hashes, fingerprint_of
 from squarechipo.data.kary import validate_kary
 from squarechipo.data.label_roles import label_free, releases_labels
-from squarechipo.data.near_duplicates import describe_copies
 from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.ledger.binding import _rebind, get_ledger
-from squarechipo.privacy.ledger.records import PrivacyLedger, extend_ledger
+from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.privacy.mechanisms.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
-from squarechipo.privacy.release.registry import EarlierReleases, earlier_releases, register_release
 
 __all__ = [
     "FROM_PRIOR_COLUMN",
     "canonical_first_is_chosen",
     "canonical_pairs",
     "combine_parts",
-    "release_dataset",
+    "draw_rows",
 ]
 
 logger = logging.getLogger("squarechipo")
@@ -214,28 +209,6 @@ def _release_best_of_k(dataset: datasets.Dataset, mechanism: Measurement, rng: n
     return _own_buffers(table), k, result.outcome
 
 
-def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, compose: bool) -> None:
-    if existing is None or not existing.releases:
-        return
-    if not isinstance(mechanism, LabelPipeline):
-        raise ValueError(
-            f"dataset was already privatized: its labels were already released (total epsilon "
-            f"{existing.total_epsilon}). {mechanism.name} must see the "
-            "raw labels, each queried once. Releasing again would spend more ε on the same labels; release the "
-            "raw rows instead."
-        )
-    if not compose:
-        raise ValueError(
-            f"dataset was already privatized (ledger: total epsilon {existing.total_epsilon}, "
-            f"{len(existing.releases)} release(s)): its labels are the released ones. Privatizing them again is "
-            "post-processing of that release: it spends nothing on the raw labels, which keep the first "
-            "release's ε, but it adds noise that cannot be removed and changes the flip rate the loss debiases "
-            "for. Reuse the released data as it is. If you do want the extra noise, pass compose=True: the "
-            "ledger adds the release, reports the sum of the ε (valid but loose) and the tight ε of the stored "
-            "labels (stored_labels_epsilon). To release the raw labels a second time, privatize the raw rows."
-        )
-
-
 def _release_fields(mechanism: Measurement, n_rows: int, num_labels: int, outcome: dict, **fields) -> dict:
     """What the ledger records of this release: the measurement's description and public outcome, never a label."""
     outcome = dict(outcome)
@@ -244,182 +217,18 @@ def _release_fields(mechanism: Measurement, n_rows: int, num_labels: int, outcom
     return {**mechanism.ledger_fields(), "n_rows": n_rows, "pipeline": pipeline, **columns, **fields}
 
 
-def _refuse_copies(found: list, n_rows: int) -> None:
-    """Copies of one comparison would each get their own noise, and their majority would give the label back."""
-    if found:
-        raise ValueError(
-            f"{len(found)} of {n_rows} rows copy another row's comparison: {describe_copies(found)}. Randomized "
-            "response would draw independent noise for each copy, and together the copies reveal the label (their "
-            "majority), so the release refuses them (retyped copies, look-alike letters, changed punctuation and "
-            "near-copies that share most of their wording count). Keep one row per comparison first, e.g. with "
-            "squarechipo.data.validation.drop_duplicate_rows(dataset); or, if the rows are distinct comparisons or "
-            "labellers, declare the column that says so: privacy_unit (label_privacy_unit in a config)."
-        )
-
-
-@dataclass
-class _Registration:
-    """What a counted release enters into the registry of releases, and when (:func:`register`)."""
-
-    units: list[bytes]
-    marks: np.ndarray | None
-    epsilon: float
-    expected: EarlierReleases
-    release_id: str = ""
-    made: str = ""
-
-    def register(self, folder: str | None = None) -> None:
-        register_release(
-            self.release_id, self.units, self.marks, self.epsilon, self.made, expected=self.expected, folder=folder
-        )
-
-
-def _unit_keys(dataset: datasets.Dataset, privacy_unit: str) -> tuple[list[bytes], int]:
-    """(a key per row for its declared privacy unit, the most rows one unit has)."""
-    if privacy_unit not in dataset.column_names:
-        raise ValueError(
-            f"privacy_unit {privacy_unit!r} is not a column of the dataset (columns: {dataset.column_names}); name "
-            "the column that identifies the unit of privacy (a labeller id or a comparison id)."
-        )
-    values = dataset[privacy_unit]
-    if any(v is None or (isinstance(v, str) and not v.strip()) for v in values):
-        raise ValueError(f"privacy_unit column {privacy_unit!r} has empty values: every row needs its unit.")
-    keys = [hashlib.sha256(f"unit\x1f{privacy_unit}\x1f{v}".encode()).digest() for v in values]
-    return keys, max(Counter(keys).values())
-
-
-def _identity(dataset, mechanism, counted: bool, rerelease: bool, privacy_unit: str | None):
-    """(the content fingerprint, the registration of a counted release or None, rows per unit): copies refused."""
-    from squarechipo.data.fingerprint import canonical_rows
-    from squarechipo.data.near_duplicates import copies, signatures
-
-    rows = canonical_rows(dataset.with_format("arrow")[:])
-    hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
-    fingerprint, _ = fingerprint_of(hashes)
-    units, per_unit = hashes, 1
-    if privacy_unit is None:
-        _refuse_copies(copies(rows), len(dataset))
-    else:
-        # A unit groups rows, never splits a comparison's history: the registry counts the content too.
-        unit_keys, per_unit = _unit_keys(dataset, privacy_unit)
-        units = hashes + unit_keys
-    if not counted:
-        return fingerprint, None, per_unit
-    marks = signatures(rows)
-    earlier = _earlier(units, marks, mechanism.epsilon * per_unit, rerelease)
-    return fingerprint, _Registration(units, marks, mechanism.epsilon, earlier), per_unit
-
-
-@releases_labels("randomized response (or the measurement given) stands between the raw labels and the output")
-def release_dataset(
-    dataset: datasets.Dataset,
-    mechanism: Measurement,
-    *,
-    seed: int | None = None,
-    compose: bool = False,
-    part: str | None = None,
-    public_columns: list[str] | tuple[str, ...] = (),
-    rerelease: bool = False,
-    privacy_unit: str | None = None,
-) -> datasets.Dataset:
-    """Release a dataset's labels through ``mechanism`` once, and record it in the ledger.
-
-    Args:
-        dataset: raw preference pairs whose ``chosen`` is the true preferred response, in any TRL format
-            (validated first; invalid rows raise — drop them explicitly with
-            ``validate_preference_dataset(..., drop_invalid=True)``), or raw best-of-K rows.
-        mechanism: a :class:`~squarechipo.privacy.mechanisms.measurements.Measurement` (``LabelPipeline`` for ε, α,
-            adversary and order; ``KaryRR``, ``SubsetMechanism`` or ``RRWithPrior``).
-        seed: ``None`` (default) draws from OS entropy: use this for real labels. An integer is for
-            simulation and makes the noise reproducible by anyone who knows it; the ledger records that
-            a fixed seed was used, never the seed.
-        compose: (``LabelPipeline`` only) the dataset already carries a ledger and you mean to add noise
-            to its released labels. That is post-processing of the earlier release (the raw labels keep
-            its ε); the ledger records the new release, sums the ε (a valid, loose bound) and gives the
-            tight ε of the stored labels (``stored_labels_epsilon``).
-        part: the name of the disjoint part of a larger dataset these rows are (multi-stage training,
-            Ghazi et al. 2021 (label DP)); releases on disjoint parts compose in parallel in the ledger.
-        public_columns: (pairs) columns besides prompt/chosen/rejected that do not depend on the label (an id, a
-            category): kept. Label-carrying columns are dropped and named in the ledger; any other column raises.
-        rerelease: raw rows released before on this machine (:mod:`squarechipo.privacy.release.registry`) are refused
-            unless this is True; then the ledger adds the earlier releases' ε (basic composition) to its total.
-        privacy_unit: a column that identifies the unit of privacy (a labeller or comparison id). Without it the
-            unit is one comparison, and rows that copy another row's comparison (exactly, retyped or nearly) are
-            refused. With it, rows of one unit compose (the ledger's ε is per unit: ε × the most rows one unit
-            has), content copies across units are allowed, and the registry counts units. The column is kept only
-            if it is also in ``public_columns``.
-
-    Returns:
-        A new dataset with the kept columns and the ledger attached.
-    """
-    released, _, registration = _release(
-        dataset,
-        mechanism,
-        seed=seed,
-        compose=compose,
-        part=part,
-        public_columns=public_columns,
-        rerelease=rerelease,
-        privacy_unit=privacy_unit,
-    )
-    if registration is not None:
-        registration.register()
-    return released
-
-
-def _earlier(units: list[bytes], marks, new_epsilon: float, rerelease: bool) -> EarlierReleases:
-    """The composed ε of earlier releases of these rows (0 for none); refuses them unless ``rerelease``."""
-    earlier = earlier_releases(units, marks)
-    if earlier.rows and not rerelease:
-        raise ValueError(
-            f"{earlier.describe()} on this machine. Releasing the same rows again draws fresh noise, and the "
-            f"copies together reveal the labels. Reuse the earlier release (its folder or file), or pass "
-            f"rerelease=True (label_rerelease: true in a config): the ledger and the card then state ε "
-            f"{earlier.epsilon + new_epsilon:g}, the basic composition of all releases of these rows."
-        )
-    return earlier
-
-
-def _release(dataset, mechanism, *, seed, compose, part, public_columns, rerelease=False, privacy_unit=None):
-    """(the released dataset, its ledger's digest, the registration of a counted release or None): check the input,
-    draw the noise once, build the ledger once."""
-    if isinstance(dataset, datasets.DatasetDict):
-        raise ValueError(
-            "got a DatasetDict; release the split you train on, e.g. release_dataset(ds['train'], mechanism)."
-        )
-    if not isinstance(mechanism, Measurement):
-        raise TypeError(
-            "mechanism must be a squarechipo.privacy.mechanisms.measurements.Measurement, e.g. "
-            f"LabelPipeline(epsilon=1.0) (got {type(mechanism).__name__})."
-        )
-    existing = get_ledger(dataset)
-    _check_not_released(existing, mechanism, compose)
-    # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).
-    counted = existing is None and seed is None and mechanism.epsilon is not None
-    fingerprint, registration, per_unit = _identity(dataset, mechanism, counted, rerelease, privacy_unit)
-    if privacy_unit is not None and privacy_unit not in public_columns:
-        dataset = dataset.remove_columns([privacy_unit])
+@releases_labels("the noise itself: the measurement stands between the raw labels and the rows it returns")
+def draw_rows(
+    dataset: datasets.Dataset, mechanism: Measurement, seed: int | None, public_columns
+) -> tuple[pa.Table, dict]:
+    """(the released rows as a table of buffers of its own, what the ledger records of the release): the noise drawn
+    once, from OS entropy (``seed`` None) or a seed (simulation)."""
     rng = np.random.default_rng(seed)
     best_of_k = "responses" in dataset.column_names or "best" in dataset.column_names
     release_rows = _release_best_of_k if best_of_k else _release_pairs
     table, num_labels, outcome = release_rows(dataset, mechanism, rng, public_columns)
     del rng
-    fields = _release_fields(mechanism, len(dataset), num_labels, outcome, fixed_seed=seed is not None)
-    if registration is not None:
-        fields.update(
-            earlier_epsilon=registration.expected.epsilon, earlier_releases=len(registration.expected.releases)
-        )
-    if privacy_unit is not None:
-        fields.update(privacy_unit=privacy_unit, rows_per_unit=per_unit)
-    fields.update(row_set=encode_row_set(exact_row_hashes(datasets.Dataset(table))), row_columns=table.column_names)
-    info, digest = extend_ledger(dataset.info, existing, **fields, data_fingerprint=fingerprint, part=part)
-    # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
-    info.features = datasets.Features.from_arrow_schema(table.schema)
-    released = datasets.Dataset(table, info=info, split=dataset.split)
-    logger.info("released %d rows through %s", len(released), mechanism.to_dict())
-    if registration is not None:
-        registration.release_id, registration.made = digest, get_ledger(released).releases[-1].created_at
-    return released, digest, registration
+    return table, _release_fields(mechanism, len(dataset), num_labels, outcome, fixed_seed=seed is not None)
 
 
 @label_free("joins released parts (both must carry a ledger)")
