@@ -149,8 +149,9 @@ def _rows_cell(row: dict) -> str:
 
 def _rows_table(summary: dict) -> list[str]:
     lines = [
-        "Rows at which the share reaches the clean gain (the line through the shares against log2 n, 95% Fieller "
-        "interval), beside the rows the theory prices the clean rows at:",
+        "Where the line through the shares (against log2 n) crosses the clean gain, with its 95% Fieller interval: "
+        "one model's estimate, not a decided claim (read it beside the shares above). Beside it, the rows the theory "
+        "prices the clean rows at:",
         "",
         "| method | ε | clean rows | private rows to the clean gain [95%] | × c(ε)² | × 1/(1 − 2ρ)² |",
         "|---|---|---|---|---|---|",

@@ -51,24 +51,25 @@ def along_training_table(summary: dict, design: StudyDesign) -> list[str]:
 
 @label_free("result records of released-label runs, no row of data")
 def turn_down_lines(rows: list[dict]) -> list[str]:
-    """Per arm, in words: where its mean gold gain peaked along training and how far it fell by the end, or that it
-    never turned down, with the largest KL it reached (an observation on the means, not a test: the claims test)."""
+    """Per arm, in words: the checkpoint with the highest mean gold gain and where the mean ended, with the largest
+    mean KL. Observations on the means, not findings: whether an arm turns down is its claim's question, so no word
+    here says it peaked, fell or did not."""
     lines = []
     for label in dict.fromkeys(r["label"] for r in rows):
         curve = [r for r in rows if r["label"] == label]
         gains = [r["gold_gain"]["mean"] for r in curve]
-        peak = int(np.argmax(gains))
+        top = int(np.argmax(gains))
         largest_kl = max(r["kl"]["mean"] for r in curve)
-        if peak < len(curve) - 1:
+        if top < len(curve) - 1:
             lines.append(
-                f"- {label}: mean gold gain peaked at epoch {curve[peak]['epoch']:g} ({gains[peak]:+.2f} r*, KL "
-                f"{curve[peak]['kl']['mean']:.1f}) and ended {gains[-1] - gains[peak]:+.2f} r* from it (KL "
-                f"{curve[-1]['kl']['mean']:.1f}); largest KL reached {largest_kl:.1f} nats."
+                f"- {label}: highest mean gold gain at epoch {curve[top]['epoch']:g} of {len(curve)} checkpoints "
+                f"({gains[top]:+.2f} r*, KL {curve[top]['kl']['mean']:.1f}); at the end {gains[-1] - gains[top]:+.2f} "
+                f"r* from it (KL {curve[-1]['kl']['mean']:.1f}); largest mean KL {largest_kl:.1f} nats."
             )
         else:
             lines.append(
-                f"- {label}: mean gold gain did not turn down (highest at the last epoch, {gains[-1]:+.2f} r*); "
-                f"largest KL reached {largest_kl:.1f} nats."
+                f"- {label}: highest mean gold gain at the last of {len(curve)} checkpoints ({gains[-1]:+.2f} r*); "
+                f"largest mean KL {largest_kl:.1f} nats."
             )
     return lines
 
