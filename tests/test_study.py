@@ -643,7 +643,6 @@ def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_
 
 def test_the_share_kept_is_tabulated_at_every_epsilon_beside_the_labels_clean_equivalent(tmp_path):
     from squarechipo.privacy.mechanisms.measurements import LabelPipeline
-
     from squarechipo.reproduce.study import report as sr
     from squarechipo.reproduce.study.design import load_design
 
@@ -802,7 +801,6 @@ def test_rows_to_the_clean_gain_are_read_off_the_line_through_the_shares_against
     Square-χPO's clean arm when DPO's own was cut, and the rows at which the least-squares line through the shares
     against log2 n reaches 1 (Fieller's interval), beside the clean rows × c(ε)² and × 1/(1 − 2ρ)²."""
     from squarechipo.privacy.mechanisms.calibration import debias_factor
-
     from squarechipo.reproduce.study.design import load_design
     from squarechipo.reproduce.study.headline import headline, headline_lines, rows_to_clean_gain, write_rows_plot
 
