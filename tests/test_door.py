@@ -19,13 +19,13 @@ import textwrap
 import datasets
 import numpy as np
 import pytest
-from squarechipo.privacy.release.store import release_once
 
 import squarechipo
 from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.data.label_roles import label_role
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
+from squarechipo.privacy.release.store import release_once
 from squarechipo.trainer.private_base import PrivateTrainerMixin
 from tests.helpers.rows import distinct_pairs, plan_rows
 from tests.helpers.runs import SingleProcessState, train_tiny

@@ -64,9 +64,8 @@ def test_audit_sizes_confidence_and_options_are_checked(capsys):
 
 
 def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):
-    from squarechipo.privacy.release.store import release_once
-
     from squarechipo.privacy import LabelPipeline
+    from squarechipo.privacy.release.store import release_once
 
     rows = datasets.Dataset.from_dict({"prompt": ["p0", "p1"], "chosen": ["a", "c"], "rejected": ["b", "d"]})
     raw = tmp_path / "raw"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import datasets
 import pytest
-from squarechipo.privacy.release.store import load_release, release_once
 
 from squarechipo.data.integrity import KEY_ENV, MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.privacy.release.store import load_release, release_once
 from tests.helpers.rows import plan_rows
 
 

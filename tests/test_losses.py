@@ -8,8 +8,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from squarechipo.privacy.mechanisms.binary import randomized_response
-from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 
 from squarechipo.losses import (
     CHIPO_LOG_RATIO_CLAMP,
@@ -20,6 +18,8 @@ from squarechipo.losses import (
     self_play_loss,
     self_play_margin,
 )
+from squarechipo.privacy.mechanisms.binary import randomized_response
+from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 from tests.helpers.stats import Z_TOLERANCE
 
 

@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule, run_state_machine_as_test
-from squarechipo.privacy.ledger.binding import pairwise_rows
 
 from squarechipo.data import metadata
 from squarechipo.data.integrity import IntegrityError
 from squarechipo.data.text import pairwise_row
 from squarechipo.privacy import LabelPipeline, get_ledger, load_privatized, release_dataset, save_privatized
+from squarechipo.privacy.ledger.binding import pairwise_rows
 from tests.helpers.rows import distinct_pairs
 
 settings.register_profile(

@@ -12,10 +12,10 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
-from squarechipo.privacy.release.store import load_release, release_once
 
 from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.privacy.release.store import load_release, release_once
 from tests.helpers.rows import plan_rows
 from tests.helpers.runs import train_tiny
 
@@ -106,10 +106,9 @@ def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_
     """What the one-way release path promises, seen from outside: the released pairs are exactly one seeded draw of
     the pipeline, the ledger and the folder's marker describe those rows, and a re-run (another seed) returns the
     same release without drawing noise or rewriting a byte of the folder."""
-    from squarechipo.privacy.mechanisms.binary import ctl
-
     from squarechipo.data.fingerprint import preference_fingerprint
     from squarechipo.data.integrity import rows_digest
+    from squarechipo.privacy.mechanisms.binary import ctl
 
     rows, folder = plan_rows(), tmp_path / "release"
     released = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=1)

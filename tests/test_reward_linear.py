@@ -13,10 +13,9 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
     """Chowdhury et al. 2024 (private reward estimation) on frozen features of a (tiny) LM: θ̂_RR and averaged SGD-RR
     on RR-released rows and objective perturbation on raw rows all rank held-out chosen above rejected more often than
     chance (exact binomial bound)."""
+    from squarechipo.privacy import LabelPipeline
     from squarechipo.privacy.ledger.binding import get_ledger
     from squarechipo.privacy.ledger.debiasing import resolve_privacy
-
-    from squarechipo.privacy import LabelPipeline
     from squarechipo.reward.features import comparison_features, fit_linear_head
     from tests.helpers.models import make_tiny_model
 

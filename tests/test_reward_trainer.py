@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from squarechipo.privacy.ledger.binding import get_ledger
 
+from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.reward import PreferenceModel, PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
 from squarechipo.trainer import PRIVACY_FILE
 from tests.helpers.models import make_tiny_classifier
@@ -61,8 +61,8 @@ def test_best_of_k_reward_model_learns_from_subset_released_labels(tokenizer, tm
     """Subset mechanism at ε = 2 on 3 responses; the reward model must rank the safe response first on
     held-out prompts (16/16; a model that learned nothing is right on each w.p. ≈ 1/3)."""
     import datasets
-    from squarechipo.privacy.mechanisms.measurements import KaryRR, SubsetMechanism
 
+    from squarechipo.privacy.mechanisms.measurements import KaryRR, SubsetMechanism
     from squarechipo.reward import PrivateRewardConfig
     from squarechipo.reward.best_of_k import BestOfKRewardTrainer
     from tests.helpers.models import make_tiny_classifier

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 
 from squarechipo.losses import self_play_loss, self_play_margin
+from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 from squarechipo.sim import bandit as bd
 from squarechipo.sim import bt
 from squarechipo.sim import experiments as ex
@@ -193,9 +193,9 @@ def test_local_preference_model_is_the_least_squares_solution_and_unbiased_under
     # Direct minimisation of Zhou et al. 2025 (Square-χPO), eq. (10) over antisymmetric ℓ = tanh(v_ab − v_ba) with the
     # library's square loss.
     import torch
-    from squarechipo.privacy.mechanisms.calibration import debias_factor
 
     from squarechipo.losses import square_loss
+    from squarechipo.privacy.mechanisms.calibration import debias_factor
 
     v = torch.zeros((3, 3, 3), dtype=torch.float64, requires_grad=True)
     x, c, r = (torch.as_tensor(a[0]) for a in (small.context, small.chosen, small.rejected))
@@ -313,7 +313,6 @@ def test_lp2st_uses_each_label_once_and_validates_its_settings():
     the label: Ghazi et al. 2021 (label DP), Alg. 2), each within 4 binomial standard errors; prior rows get no c(ε)
     and their weight."""
     from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
-
     from squarechipo.sim import multistage as ms
     from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
@@ -353,7 +352,6 @@ def test_rr_debiased_mle_is_the_mle_without_noise_and_solves_its_kkt_conditions(
     """θ̂_RR (Chowdhury et al. 2024 (private reward estimation), eq. 6) with ε = ∞ is the MLE; with ε finite its
     debiased gradient vanishes inside the ball."""
     from squarechipo.privacy.mechanisms.calibration import flip_probability
-
     from squarechipo.reward import linear
 
     rng = np.random.default_rng(4)
@@ -375,7 +373,6 @@ def test_sgd_rr_follows_theorem_4_5_schedule_and_returns_the_last_iterate():
     """η_t = 1/(λt) on Chowdhury et al. 2024 (private reward estimation)'s unnormalised debiased gradient, projection
     onto Θ_B, last iterate (no averaging)."""
     from squarechipo.privacy.mechanisms.calibration import flip_probability
-
     from squarechipo.reward import linear
 
     rng = np.random.default_rng(5)
