@@ -176,6 +176,72 @@ def _checkpointing_active(model) -> bool:
     return torch.is_grad_enabled() and bool(getattr(model.base_model, "gradient_checkpointing", False))
 
 
+def _completion_hidden(model, args, kwargs, labels, shift_labels, share_prompt):
+    """(hidden states of the completion positions, their target ids, their rows and columns, the (batch, length - 1)
+    shape): the prompt shared across a pair where the layout allows (cache or packed), the plain backbone otherwise."""
+    input_ids = kwargs.get("input_ids", args[0] if args else None)
+    layout = None
+    mask_kind = _packed_mask_kind(model) if share_prompt == "packed" else None
+    packing = mask_kind is not None
+    if (
+        share_prompt
+        and shift_labels is None
+        and input_ids is not None
+        and not args[1:]
+        and set(kwargs) <= {"input_ids", "attention_mask", "use_cache"}
+        and (packing or not _checkpointing_active(model))
+    ):
+        layout = _prompt_layout(input_ids, labels, kwargs.get("attention_mask"))
+    if layout is not None:
+        extra = {k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask", "use_cache")}
+        if packing:
+            hidden, targets, rows, cols = _packed_hidden(model, input_ids, layout, mask_kind, extra)
+        else:
+            hidden, targets, rows, cols = _shared_prompt_hidden(model, input_ids, labels, layout, extra)
+        return hidden, targets, rows, cols, (input_ids.size(0), input_ids.size(1) - 1)
+    hidden = model.base_model(*args, **kwargs).last_hidden_state
+    if shift_labels is None:
+        hidden, shifted = hidden[:, :-1], labels[:, 1:]
+    else:
+        shifted = shift_labels
+    mask = shifted != -100
+    rows, cols = mask.nonzero(as_tuple=True)
+    return hidden[rows, cols], shifted[rows, cols], rows, cols, tuple(mask.shape)
+
+
+def _head_outputs(model, hidden, targets, rows, cols, shape, num_items_in_batch, head: dict) -> FusedCausalLMOutput:
+    """The chunked LM head on the completion positions, scattered back to (batch, length - 1) fields, as TRL's
+    fused head returns them. ``head`` holds temperature, softcap, logit_scale and the output names."""
+    lm_head = model.get_output_embeddings()
+    weight, bias = lm_head.weight, lm_head.bias
+    if isinstance(weight, DTensor):  # FSDP2
+        weight = weight.full_tensor()
+        bias = bias.full_tensor() if bias is not None else None
+    with maybe_gather_lm_head_ctx(weight, bias):
+        per_token = ChunkedLogProbFunction.apply(
+            hidden.to(weight.device),
+            weight,
+            bias,
+            targets.to(weight.device),
+            head["temperature"],
+            VOCAB_CHUNK_SIZE,
+            head["softcap"],
+            head["logit_scale"],
+            head["outputs"],
+        )
+    # index_put keeps the graph connected even when a micro-batch has no completion token.
+    where = (rows.to(weight.device), cols.to(weight.device))
+    fields = {
+        name: None if x is None else x.new_zeros(shape).index_put(where, x)
+        for name, x in zip(_KERNEL_FIELDS, per_token, strict=True)
+    }
+    label_mask = torch.zeros(shape, dtype=torch.bool, device=weight.device).index_put(
+        where, torch.ones_like(per_token[0], dtype=torch.bool)
+    )
+    denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+    return FusedCausalLMOutput(loss=-fields["log_probs"].sum() / denominator, label_mask=label_mask, **fields)
+
+
 def add_lean_lm_head(
     model: PreTrainedModel,
     temperature: float = 1.0,
@@ -198,87 +264,28 @@ def add_lean_lm_head(
 
     Returns False (and leaves the model alone) when :func:`supports_lean_lm_head` is False.
     """
-    # Long: the patched forward is a closure over the model's config; it mirrors the model's own forward.
     if not supports_lean_lm_head(model):
         return False
     config = model.config.get_text_config()
-    softcap = getattr(config, "final_logit_softcapping", None)
     logit_scale = getattr(config, "logit_scale", None)
-    logit_scale = 1.0 if logit_scale is None else float(logit_scale)
+    head = {
+        "temperature": temperature,
+        "softcap": getattr(config, "final_logit_softcapping", None),
+        "logit_scale": 1.0 if logit_scale is None else float(logit_scale),
+        "outputs": outputs,
+    }
     original_forward = types.MethodType(type(model).forward, model)
 
     @functools.wraps(type(model).forward)
     def _lean_forward(
         self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs
     ):
-        # Long: one forward pass, in the order of transformers' causal-LM forward; pieces would hide the hot path.
         if not fused_lm_head:
-            for key, value in (
-                ("labels", labels),
-                ("shift_labels", shift_labels),
-                ("num_items_in_batch", num_items_in_batch),
-            ):
-                if value is not None:
-                    kwargs[key] = value
-            return original_forward(*args, **kwargs)
+            given = {"labels": labels, "shift_labels": shift_labels, "num_items_in_batch": num_items_in_batch}
+            return original_forward(*args, **kwargs, **{k: v for k, v in given.items() if v is not None})
         kwargs["use_cache"] = False
-        input_ids = kwargs.get("input_ids", args[0] if args else None)
-        layout = None
-        mask_kind = _packed_mask_kind(self) if share_prompt == "packed" else None
-        packing = mask_kind is not None
-        if (
-            share_prompt
-            and shift_labels is None
-            and input_ids is not None
-            and not args[1:]
-            and set(kwargs) <= {"input_ids", "attention_mask", "use_cache"}
-            and (packing or not _checkpointing_active(self))
-        ):
-            layout = _prompt_layout(input_ids, labels, kwargs.get("attention_mask"))
-        if layout is not None:
-            extra = {k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask", "use_cache")}
-            if packing:
-                hidden, targets, rows, cols = _packed_hidden(self, input_ids, layout, mask_kind, extra)
-            else:
-                hidden, targets, rows, cols = _shared_prompt_hidden(self, input_ids, labels, layout, extra)
-            shape = (input_ids.size(0), input_ids.size(1) - 1)
-        else:
-            hidden = self.base_model(*args, **kwargs).last_hidden_state
-            if shift_labels is None:
-                hidden, shifted = hidden[:, :-1], labels[:, 1:]
-            else:
-                shifted = shift_labels
-            mask = shifted != -100
-            rows, cols = mask.nonzero(as_tuple=True)
-            hidden, targets, shape = hidden[rows, cols], shifted[rows, cols], tuple(mask.shape)
-        lm_head = self.get_output_embeddings()
-        weight, bias = lm_head.weight, lm_head.bias
-        if isinstance(weight, DTensor):  # FSDP2
-            weight = weight.full_tensor()
-            bias = bias.full_tensor() if bias is not None else None
-        with maybe_gather_lm_head_ctx(weight, bias):
-            per_token = ChunkedLogProbFunction.apply(
-                hidden.to(weight.device),
-                weight,
-                bias,
-                targets.to(weight.device),
-                temperature,
-                VOCAB_CHUNK_SIZE,
-                softcap,
-                logit_scale,
-                outputs,
-            )
-        # index_put keeps the graph connected even when a micro-batch has no completion token.
-        where = (rows.to(weight.device), cols.to(weight.device))
-        fields = {
-            name: None if x is None else x.new_zeros(shape).index_put(where, x)
-            for name, x in zip(_KERNEL_FIELDS, per_token, strict=True)
-        }
-        label_mask = torch.zeros(shape, dtype=torch.bool, device=weight.device).index_put(
-            where, torch.ones_like(per_token[0], dtype=torch.bool)
-        )
-        denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-        return FusedCausalLMOutput(loss=-fields["log_probs"].sum() / denominator, label_mask=label_mask, **fields)
+        hidden, targets, rows, cols, shape = _completion_hidden(self, args, kwargs, labels, shift_labels, share_prompt)
+        return _head_outputs(self, hidden, targets, rows, cols, shape, num_items_in_batch, head)
 
     model.forward = types.MethodType(_lean_forward, model)
     return True

@@ -242,6 +242,9 @@ class StudyDesign:
     # Another study's results folder whose cell records (pilot/, main/) this study reuses where an arm and seed match:
     # the same set-up (setup_from), rows, labels and release, so the cells pair.
     cells_from: str | None = None
+    # Cells measured under different evaluations (records' ``evaluation``: prompts, samples, lengths, batch, dtype,
+    # checkpoints) are paired only if this says they measure the same thing (a reason belongs in ``notes``).
+    evaluations_equivalent: bool = False
     # Pilot, power and budget.
     pilot_seeds: tuple[int, ...] = (1000, 1001, 1002)
     pilot_arms: tuple[Arm, ...] = PILOT_ARMS

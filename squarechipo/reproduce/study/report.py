@@ -21,6 +21,7 @@ from squarechipo.reproduce.study.headline import (
     write_privacy_plot,
     write_rows_plot,
 )
+from squarechipo.reproduce.study.provenance import check_same_evaluation
 from squarechipo.reproduce.study.training import (
     TRAINING_PLOT,
     along_training,
@@ -233,6 +234,7 @@ def metric_noise(records) -> dict[str, float]:
 
 
 def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=None) -> dict[str, Any]:
+    check_same_evaluation(records, design)
     claim_rows = claims(records, design, _plan(prereg)[1] or None, _plan_field(prereg, "reference_epochs"))
     return {
         "arms": arm_rows(records, design),

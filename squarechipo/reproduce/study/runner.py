@@ -36,6 +36,7 @@ from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign
+from squarechipo.reproduce.study.provenance import cell_provenance
 from squarechipo.reproduce.study.shared_setup import first_prompts, labels_hold, library_versions
 from squarechipo.scripts.launch import run_script
 
@@ -408,10 +409,8 @@ class Study:
         start = time.time()
         run_script("train", self._cell_config(arm, seed, folder), folder, self.python)
         trained = time.time()
-        if self.design.checkpoints is None:
-            record = self._measure(folder / "model")
-        else:
-            record = self._measure_checkpoints(folder / "model")
+        measure = self._measure if self.design.checkpoints is None else self._measure_checkpoints
+        record = measure(folder / "model")
         train = json.loads((folder / "model" / "train_results.json").read_text())
         for weights in (folder / "model").rglob("*.safetensors"):
             weights.unlink()  # the card, privacy record and metrics stay
@@ -425,7 +424,7 @@ class Study:
             "train_loss": train.get("train_loss"),
             "train_seconds": round(trained - start, 1),
             "eval_seconds": round(time.time() - trained, 1),
-            **({"setup_digests": digests} if digests else {}),
+            **cell_provenance(self.design, digests),
             **record,
         }
         record_path.parent.mkdir(parents=True, exist_ok=True)
