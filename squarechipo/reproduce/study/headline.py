@@ -91,6 +91,31 @@ def _crossing(clean: dict[int, float], gains: dict[int, dict[int, float]], seeds
     return {k: ratio[k] + x.mean() for k in ("ratio", "low", "high")} | {"slope_positive": bool(slope.mean() > 0)}
 
 
+#: Seed resamples for the crossing's sensitivity (a fixed stream: the report is a function of the records).
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def _sensitivity(clean: dict[int, float], gains: dict[int, dict[int, float]], seeds: list[int]) -> dict[str, Any]:
+    """How much the crossing depends on the model: the same least-squares line against n instead of log2 n, and the
+    share of seed resamples in which the log2 line does not cross by the largest n (slope ≤ 0 or beyond it)."""
+    ns = sorted(gains)
+    x = np.array(ns, dtype=np.float64)
+    means = np.array([np.mean([gains[n][s] for s in seeds]) for n in ns]) / np.mean([clean[s] for s in seeds])
+    slope, intercept = np.polyfit(x, means, 1)
+    linear = (1 - intercept) / slope if slope > 0 else math.inf
+    rng = np.random.default_rng(0)
+    none = 0
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        picked = [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))]
+        cross = _crossing(
+            {i: clean[s] for i, s in enumerate(picked)},
+            {n: {i: gains[n][s] for i, s in enumerate(picked)} for n in ns},
+            list(range(len(picked))),
+        )
+        none += not (cross["slope_positive"] and 2 ** cross["ratio"] <= ns[-1])  # fmt: skip
+    return {"rows_line_in_n": float(linear), "bootstrap_no_crossing": none / BOOTSTRAP_RESAMPLES}
+
+
 def rows_to_clean_gain(records, design: StudyDesign) -> list[dict[str, Any]]:
     """For each method and ε trained on several numbers of private rows: the rows at which its share of the clean
     gain reaches 1, read off the line through the shares against log2 n, with Fieller's interval, beside the
@@ -115,7 +140,7 @@ def rows_to_clean_gain(records, design: StudyDesign) -> list[dict[str, Any]]:
             "rows": 2 ** crossing["ratio"] if crossing["slope_positive"] else math.inf,
             "low": 2 ** crossing["low"], "high": 2 ** crossing["high"],
             "c_squared_rows": design.train_rows * debias_factor(epsilon) ** 2,
-            "flip_rate_rows": design.train_rows / (1 - 2 * wrong) ** 2,
+            "flip_rate_rows": design.train_rows / (1 - 2 * wrong) ** 2, **_sensitivity(clean, gains, seeds),
         })  # fmt: skip
     return out
 
@@ -160,6 +185,23 @@ def _rows_table(summary: dict) -> list[str]:
         lines.append(
             f"| {r['method']} | {r['epsilon']} | {r['clean_rows']} | {_rows_cell(r)} | {r['c_squared_rows']:.0f} | "
             f"{r['flip_rate_rows']:.0f} |"
+        )
+    lines += [
+        "",
+        "The crossing's sensitivity to the model, and the rows whose share cannot be told from the clean gain:",
+    ]
+    for r in summary["rows_needed"]:
+        if "bootstrap_no_crossing" not in r:
+            continue
+        linear = f"{r['rows_line_in_n']:.0f} rows" if math.isfinite(r["rows_line_in_n"]) else "no crossing"
+        within = [
+            str(h["rows"]) for h in summary["headline"] if h["method"] == r["method"] and h["low"] <= 1 <= h["high"]
+        ]
+        contains = f"{', '.join(within)} private rows" if within else "no row count"
+        lines.append(
+            f"- {r['method']}, ε = {r['epsilon']}: a line against n (not log2 n) gives {linear}; in "
+            f"{100 * r['bootstrap_no_crossing']:.0f}% of {BOOTSTRAP_RESAMPLES} resamples of the seeds the log2 line "
+            f"does not cross by {r['largest_rows']} rows; the share's interval contains 100% at {contains}."
         )
     return [*lines, ""]
 
