@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Mutation testing (mutmut) of the modules where a wrong number is a wrong privacy or statistics claim, each against
+# the fastest test files that cover it. Outside the ten-minute suite: `bash scripts/mutation.sh` runs every module in
+# the table below, `bash scripts/mutation.sh squarechipo/losses.py` one. It works in a copy of the working tree under
+# ${MUTATION_DIR:-/tmp/squarechipo-mutation} and prints, per module, killed / survived / total and the kill rate; the
+# survivors are listed in <dir>/<module>/survivors.txt (`mutmut show NAME` in that folder prints each one's diff).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+bash scripts/install.sh >/dev/null
+.venv/bin/python -m pip --disable-pip-version-check -q install "mutmut>=3.8,<4"
+declare -A TESTS=(
+  [squarechipo/privacy/mechanisms/calibration.py]="tests/test_calibration.py tests/test_losses.py tests/test_mechanisms.py"
+  [squarechipo/privacy/mechanisms/binary.py]="tests/test_mechanisms.py"
+  [squarechipo/privacy/mechanisms/label_dp.py]="tests/test_label_dp.py tests/test_mechanisms.py"
+  [squarechipo/privacy/ledger/binding.py]="tests/test_ledger.py tests/test_privacy_invariants.py tests/test_release.py"
+  [squarechipo/privacy/ledger/records.py]="tests/test_ledger.py tests/test_release.py tests/test_integrity.py"
+  [squarechipo/privacy/release/registry.py]="tests/test_registry.py tests/test_privacy_invariants.py"
+  [squarechipo/losses.py]="tests/test_losses.py"
+  [squarechipo/select/exponential.py]="tests/test_select_exponential.py"
+  [squarechipo/stats.py]="tests/test_report_intervals.py tests/test_judge_stats.py"
+)
+MODULES=("$@")
+[ ${#MODULES[@]} -eq 0 ] && MODULES=("${!TESTS[@]}")
+BASE=${MUTATION_DIR:-/tmp/squarechipo-mutation}
+for module in "${MODULES[@]}"; do
+  tests=${TESTS[$module]:-}
+  if [ -z "$tests" ]; then
+    echo "mutation.sh: no test files are listed for $module; add it to the table in scripts/mutation.sh" >&2
+    exit 2
+  fi
+  work="$BASE/$(echo "$module" | tr '/' '_')"
+  rm -rf "$work" && mkdir -p "$work"
+  git ls-files -co --exclude-standard -z | grep -zv '^results/' | xargs -0 cp --parents -t "$work" 2>/dev/null || true
+  {
+    echo "[mutmut]"
+    echo "source_paths = $module"
+    echo "pytest_add_cli_args_test_selection ="
+    for test in $tests; do echo "    $test"; done
+    printf 'pytest_add_cli_args =\n    -p\n    no:cacheprovider\n'
+    printf 'also_copy =\n    tests\n    squarechipo\n    recipes\n    pyproject.toml\n'
+  } > "$work/setup.cfg"
+  (cd "$work" && "$ROOT/.venv/bin/mutmut" run --max-children 2 >mutmut.log 2>&1 || true)
+  (cd "$work" && "$ROOT/.venv/bin/mutmut" export-cicd-stats >/dev/null 2>&1 && "$ROOT/.venv/bin/mutmut" results 2>/dev/null |
+    sed 's/^ *//' >survivors.txt || true)
+  "$ROOT/.venv/bin/python" - "$module" "$work/mutants/mutmut-cicd-stats.json" <<'PY'
+import json, sys
+module, path = sys.argv[1], sys.argv[2]
+s = json.load(open(path))
+decided = s["killed"] + s["survived"]
+rate = 100 * s["killed"] / decided if decided else float("nan")
+print(f"{module}: killed {s['killed']}, survived {s['survived']}, timeout {s['timeout']}, total {s['total']}, "
+      f"kill rate {rate:.1f}%")
+PY
+done
