@@ -125,7 +125,7 @@ class Adversary(RuleBasedStateMachine):
         if how == "remove":
             return self._keep(d.remove_columns(["row_id"]))
         if how == "rename":
-            return self._keep(d.rename_column("row_id", "id"))
+            return self._keep(d.rename_column("row_id", "id")) if "id" not in d.column_names else d
         return self._keep(d.cast_column("row_id", datasets.Value("string")))
 
     @rule(target=data, d=data, edit=st.sampled_from(["upper", "look-alike", "space", "raw labels"]))
@@ -172,7 +172,10 @@ class Adversary(RuleBasedStateMachine):
     @rule(target=data, donor=data, d=data)
     def graft_ledger(self, donor, d):
         block = metadata.read_block(donor)
-        return self._keep(metadata.with_block(d, block)) if block else d
+        if not block:
+            return d
+        copy = datasets.Dataset(d.flatten_indices().data.table, info=d.info.copy())  # with_block writes into its info
+        return self._keep(metadata.with_block(copy, block))
 
 
 def test_no_sequence_of_public_operations_makes_a_ledger_vouch_for_other_rows():
@@ -221,3 +224,28 @@ def test_a_privacy_unit_declaration_does_not_escape_the_registry():
         rerelease=True,
     )
     assert get_ledger(again).total_epsilon == pytest.approx(1.0)  # composed with the first release
+
+
+def test_a_release_binds_columns_json_has_no_type_for_and_an_edit_of_one_voids_it():
+    """Binding every column byte for byte first broke releases with a public bytes or timestamp column (JSON has no
+    type for them); they bind, and an edited value voids the ledger like any other."""
+    import datetime
+
+    rows = distinct_pairs(6, offset=4000)
+    rows = rows.add_column("when", [datetime.datetime(2026, 1, i + 1) for i in range(6)])
+    rows = rows.add_column("blob", [b"x"] * 6)
+    released = release_dataset(rows, LabelPipeline(epsilon=1.0), seed=0, public_columns=["when", "blob"])
+    assert get_ledger(released.shuffle(seed=0)).total_epsilon == 1.0
+    edited = released.map(lambda row, i: {"blob": b"y" if i == 0 else row["blob"]}, with_indices=True)
+    with pytest.raises(IntegrityError, match=r"1 of 6 rows \(row 0\)"):
+        get_ledger(edited)
+
+
+def test_pairwise_rows_keeps_raw_rows_raw_and_names_a_missing_column():
+    raw = _world()[0]
+    assert get_ledger(pairwise_rows(raw)) is None  # no ledger in, none out
+    with pytest.raises(ValueError, match=r"missing \['prompt'\]\. Implicit-prompt rows: apply trl.extract_prompt"):
+        pairwise_rows(_world()[1].remove_columns(["prompt"]))
+    holes = datasets.concatenate_datasets([raw, raw.remove_columns(["prompt"])])  # the second half has no prompt
+    with pytest.raises(ValueError, match=r"10 row\(s\) \(row 10, 11, 12, 13, 14\) have no prompt"):
+        pairwise_rows(holes)

@@ -58,8 +58,13 @@ _SEPARATOR = "\x1f"
 PROMPT_HASH_CHARS = 16
 
 
+def _typed(value) -> dict:
+    """A value JSON has no type for (bytes, dates, times, decimals), named by its type so that no two differ alike."""
+    return {type(value).__name__: value.hex() if isinstance(value, (bytes, bytearray)) else str(value)}
+
+
 def _dump(value) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=_typed)
 
 
 #: Characters that render as nothing: Unicode format characters (zero-width space and joiners, word joiner, BOM,

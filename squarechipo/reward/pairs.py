@@ -30,10 +30,4 @@ def to_pairwise_dataset(dataset: datasets.Dataset) -> datasets.Dataset:
 
     Row count and order are kept; the privacy ledger of ``dataset`` travels with the result.
     """
-    missing = {"prompt", "chosen", "rejected"} - set(dataset.column_names)
-    if missing:
-        raise ValueError(
-            f"a preference-model dataset needs prompt/chosen/rejected columns; missing {sorted(missing)}. "
-            "Implicit-prompt rows: apply trl.extract_prompt first."
-        )
     return pairwise_rows(dataset, desc="pairing responses")

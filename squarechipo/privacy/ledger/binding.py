@@ -148,6 +148,19 @@ def pairwise_rows(dataset: datasets.Dataset, **map_kwargs) -> datasets.Dataset:
     """prompt/chosen/rejected rows → the texts of a pairwise preference model (:func:`squarechipo.data.text.
     pairwise_row`), row by row, in order. A release's ledger is checked, then carried to the derived rows: each is
     computed from one released row by a transform fixed in the library, which is post-processing of the release."""
+    missing = {"prompt", "chosen", "rejected"} - set(dataset.column_names)
+    if missing:
+        raise ValueError(
+            f"a preference-model dataset needs prompt/chosen/rejected columns; missing {sorted(missing)}. "
+            "Implicit-prompt rows: apply trl.extract_prompt first."
+        )
+    table = dataset.with_format("arrow")[:]
+    empty = sorted({i for name in ("prompt", "chosen", "rejected") for i in np.flatnonzero(table[name].is_null())})
+    if empty:
+        raise ValueError(
+            f"{len(empty)} row(s) (row {', '.join(map(str, empty[:5]))}) have no prompt, chosen or rejected value: a "
+            "preference-model row needs all three. Drop them first (dataset.filter)."
+        )
     ledger = get_ledger(dataset)
     derived = dataset.map(pairwise_row, remove_columns=dataset.column_names, **map_kwargs)
     return derived if ledger is None else _rebind(ledger, derived)

@@ -79,8 +79,9 @@ def registry_path() -> Path:
 
 
 def _started_marker(path: Path) -> Path:
-    """The file that says a registry was started at ``path``: with it, a missing registry is a lost one."""
-    return path.with_name(path.name + ".started")
+    """The file that says a registry was started at ``path``: with it, a missing registry is a lost one. A hidden
+    name that ``releases.sqlite*`` does not match, so clearing the registry's files by pattern does not clear it."""
+    return path.with_name(f".{path.name}.started")
 
 
 def _first_on_this_machine(path: Path) -> bool:
