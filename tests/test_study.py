@@ -744,12 +744,124 @@ def test_arms_with_their_own_rows_and_beta_have_keys_releases_and_reuse_of_their
     source = tmp_path / "other"
     (source / "main").mkdir(parents=True)
     (source / "main" / "ctl_eps1_dpo_seed3.json").write_text(json.dumps({"arm": "ctl_eps1_dpo", "seed": 3, "x": 1}))
-    design = StudyDesign(cells_from=str(source), main_arms=(base, more))
+    design = StudyDesign(setup_from=str(tmp_path / "setup"), cells_from=str(source), main_arms=(base, more))
+    (source / "preregistration.json").write_text(json.dumps({"design": design.to_dict()}))
     study = Study(design, tmp_path / "out", tmp_path / "results")
     reused = study.cell(base, 3, "main")
     assert reused["x"] == 1 and reused["reused_from"].endswith("ctl_eps1_dpo_seed3.json")
     assert json.loads((tmp_path / "results" / "main" / "ctl_eps1_dpo_seed3.json").read_text()) == reused
     assert study._reused(more, 3, "main") is None and study._reused(base, 4, "main") is None
+
+
+def _reuse_source(tmp_path, design, records):
+    import json
+
+    source = tmp_path / "other"
+    (source / "main").mkdir(parents=True)
+    for name, record in records.items():
+        (source / "main" / f"{name}.json").write_text(json.dumps(record))
+    (source / "preregistration.json").write_text(json.dumps({"design": design.to_dict()}))
+    return source
+
+
+def test_a_cell_another_study_trained_at_this_arms_beta_is_reused_under_this_arms_name_and_evaluation(tmp_path):
+    """The noisy over-optimisation study's Square-χPO arm had no β in its key (its plan chose 0.01): a study whose
+    arm names β 0.01 reuses those cells, renamed, with the evaluation the other study's design measured them under;
+    a cell trained at another β is refused, not reused."""
+    from dataclasses import replace
+
+    from squarechipo.reproduce.study.design import Arm, StudyDesign
+    from squarechipo.reproduce.study.provenance import evaluation_record
+    from squarechipo.reproduce.study.runner import Study
+
+    arm, other_beta = Arm("square_chipo", "CTL", 1.0, beta=0.01), Arm("square_chipo", "CTL", 1.0, beta=0.05)
+    design = StudyDesign(setup_from=str(tmp_path / "setup"), test_prompts=64, main_arms=(arm, other_beta))
+    source = _reuse_source(
+        tmp_path,
+        replace(design, main_arms=(Arm("square_chipo", "CTL", 1.0),)),
+        {f"ctl_eps1_square_chipo_seed{s}": {"arm": "ctl_eps1_square_chipo", "seed": s, "beta": 0.01} for s in (0, 1)},
+    )
+    study = Study(replace(design, cells_from=str(source)), tmp_path / "out", tmp_path / "results")
+    reused = study.cell(arm, 1, "main")
+    assert (reused["arm"], reused["cell"], reused["beta"]) == (arm.key, "ctl_eps1_square_chipo_beta0.01_seed1", 0.01)
+    assert reused["evaluation"] == evaluation_record(design) and reused["evaluation"]["test_prompts"] == 64
+    assert study.reusable(arm, 0) and not study.reusable(arm, 2)
+    assert not study.reusable(other_beta, 0)
+    with pytest.raises(ValueError, match="is not the record of ctl_eps1_square_chipo_beta0.05_seed0"):
+        study.cell(other_beta, 0, "main")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("learning_rate", 5e-5), ("test_prompts", 64), ("epochs", 16.0), ("corruption_rate", 0.2), ("setup_from", None)],
+)
+def test_cells_of_a_study_that_trained_or_measured_otherwise_are_refused_naming_the_setting(tmp_path, field, value):
+    """Reuse is sound only if the other study's cells trained and were measured as this study's would be."""
+    from dataclasses import replace
+
+    from squarechipo.reproduce.study.design import Arm, StudyDesign
+    from squarechipo.reproduce.study.runner import Study
+
+    arm = Arm("dpo", "CTL", 1.0)
+    design = StudyDesign(setup_from=str(tmp_path / "setup"), main_arms=(arm,))
+    source = _reuse_source(
+        tmp_path, replace(design, **{field: value}), {"ctl_eps1_dpo_seed0": {"arm": arm.key, "seed": 0}}
+    )
+    study = Study(replace(design, cells_from=str(source)), tmp_path / "out", tmp_path / "results")
+    named = "set-up" if field == "setup_from" else field
+    with pytest.raises(ValueError, match=rf"cells_from .*differs from .* in \['{named}'\]"):
+        study.cell(arm, 0, "main")
+    assert not (tmp_path / "results" / "main").exists()
+
+
+def test_a_pilot_gate_that_is_not_cleared_stops_the_main_run_before_any_cell(tmp_path):
+    """The gate is fixed in the design before the pilot: DPO at the smaller β must reach 40 nats of KL, or the
+    study ends with its pilot."""
+    from squarechipo.reproduce.study.cli import main_run
+    from squarechipo.reproduce.study.design import Arm, Claim, Gate, StudyDesign
+    from squarechipo.reproduce.study.power import analyse_pilot, plan_main, preregister
+    from squarechipo.reproduce.study.runner import Study
+
+    small, large = Arm("dpo", "CTL", 1.0, beta=0.025), Arm("dpo", "CTL", 1.0, beta=0.05)
+    with pytest.raises(ValueError, match="pilot_gate names arm 'ctl_eps1_dpo'"):
+        StudyDesign(pilot_arms=(small,), pilot_gate=Gate("ctl_eps1_dpo", "kl", 40.0))
+    claim = Claim("small below large", large.key, small.key, metric="gold_gain")
+
+    def record(arm, seed, kl, gain):
+        summary = {"kl": {"mean": kl}, "gold_gain": {"mean": gain}, "expected_win": {"mean": 0.5}}
+        return {"arm": arm.key, "seed": seed, "method": "dpo", "setting": "CTL", "beta": arm.beta,
+                "summary": summary, "train_seconds": 60, "eval_seconds": 60}  # fmt: skip
+
+    for kls, cleared in (((45.0, 41.0), True), ((45.0, 30.0), False)):
+        design = StudyDesign(
+            pilot_arms=(small, large), main_arms=(small, large), claims=(claim,), effect_points=0.25,
+            pilot_seeds=(0, 1), pilot_gate=Gate(small.key, "kl", 40.0),
+        )  # fmt: skip
+        pilot = [record(small, s, kl, 0.1 * s) for s, kl in enumerate(kls)]
+        pilot += [record(large, s, 20.0, 0.3 + 0.05 * s) for s in (0, 1)]
+        analysis = analyse_pilot(pilot, design)
+        assert analysis["gate"]["mean"] == pytest.approx(sum(kls) / 2) and analysis["gate"]["passed"] is cleared
+        results = tmp_path / str(cleared)
+        preregister(results, design, analysis, plan_main(design, analysis))
+        if not cleared:
+            with pytest.raises(
+                ValueError, match="pilot gate was not cleared: ctl_eps1_dpo_beta0.025 reached a mean kl"
+            ):
+                main_run(Study(design, tmp_path / "out", results))
+            assert not (results / "main").exists()
+
+
+def test_the_plan_counts_reused_cells_as_free():
+    """Seeds a budget buys: only the cells the main run trains cost time."""
+    from squarechipo.reproduce.study.design import Arm, StudyDesign
+    from squarechipo.reproduce.study.power import plan_main
+
+    trained, reused = Arm("dpo", "CTL", 1.0, beta=0.05), Arm("square_chipo", "CTL", 1.0, beta=0.01)
+    design = StudyDesign(main_arms=(trained, reused), budget_hours=2.0)
+    analysis = {"seeds_needed": 10, "cell_minutes": 20.0, "sd_for_power": 0.3, "differences": {"x": {"sd": 0.3}}}
+    every = plan_main(design, analysis, seed_minutes=0.0)
+    free = plan_main(design, analysis, seed_minutes=0.0, reused=lambda arm, seed: arm == reused)
+    assert (len(every["seeds"]), len(free["seeds"])) == (3, 6) and free["expected_hours"] == 2.0
 
 
 def test_a_shared_set_ups_labels_are_taken_only_when_they_hold_the_rows_the_design_asks_for(tmp_path):

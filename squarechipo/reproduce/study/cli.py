@@ -8,7 +8,14 @@ import time
 from pathlib import Path
 
 from squarechipo.reproduce.study.design import StudyDesign, load_design
-from squarechipo.reproduce.study.power import amend, analyse_pilot, check_preregistration, plan_main, preregister
+from squarechipo.reproduce.study.power import (
+    amend,
+    analyse_pilot,
+    check_gate,
+    check_preregistration,
+    plan_main,
+    preregister,
+)
 from squarechipo.reproduce.study.report import (
     PRIVACY_PLOT,
     ROWS_PLOT,
@@ -30,7 +37,7 @@ def pilot(study: Study) -> dict:
     records = study.run_cells(d.pilot_arms, d.pilot_seeds, "pilot")
     analysis = analyse_pilot(records, d)
     label_minutes = _label_minutes(study, d.pilot_seeds)
-    plan = plan_main(d, analysis, seed_minutes=label_minutes)
+    plan = plan_main(d, analysis, seed_minutes=label_minutes, reused=study.reusable)
     (study.results / "pilot.json").write_text(
         json.dumps(
             {"setup": setup, "analysis": analysis, "plan": plan, "seconds": round(time.time() - start)}, indent=2
@@ -59,6 +66,12 @@ def _print_plan(analysis: dict, plan: dict, effect: float, unit: str = "points")
         f"(SD {analysis['sd_for_power']:.2f}); "
         f"a cell takes {analysis['cell_minutes']:.1f} min"
     )
+    gate = analysis.get("gate")
+    if gate:
+        print(
+            f"gate: {gate['arm']} mean {gate['metric']} {gate['mean']:.3g} (bar {gate['at_least']:g}): "
+            + ("cleared, the main run may start" if gate["passed"] else "NOT cleared, the main run will not start")
+        )
     print(
         f"plan: {len(plan['seeds'])} seeds x {len(plan['arms'])} arms, about {plan['expected_hours']} h; "
         f"MDE {plan['mde_points']:.2f} {unit}; cut: {plan['cut_arms'] or 'nothing'}"
@@ -74,13 +87,15 @@ def amend_plan(study: Study, reason: str) -> dict:
         for seed in d.pilot_seeds
         for arm in d.pilot_arms
     ]
-    prereg = amend(study.results, d, records, reason, seed_minutes=_label_minutes(study, d.pilot_seeds))
+    minutes = _label_minutes(study, d.pilot_seeds)
+    prereg = amend(study.results, d, records, reason, seed_minutes=minutes, reused=study.reusable)
     _print_plan(prereg["pilot"], prereg["plan"], d.effect_points, d.effect_unit)
     return prereg
 
 
 def main_run(study: Study) -> dict:
     prereg = check_preregistration(study.results, study.design)
+    check_gate(prereg)
     plan = prereg["plan"]
     arms = [a for a in study.design.main_arms if a.key in plan["arms"]]
     study.planned_betas = plan.get("arm_betas") or {}

@@ -19,6 +19,7 @@ __all__ = [
     "Claim",
     "CLAIMS",
     "Conclusion",
+    "Gate",
     "MAIN_ARMS",
     "PILOT_ARMS",
     "SETUP_FIELDS",
@@ -141,6 +142,18 @@ class Conclusion:
             raise ValueError(f"conclusion {self.name!r}: name at least one claim that must hold (`holds`).")
 
 
+@dataclass(frozen=True)
+class Gate:
+    """A go/no-go rule fixed before the pilot: the main run goes on only if the pilot arm ``arm`` reaches a mean
+    ``metric`` of at least ``at_least`` over the pilot's seeds at the end of training (e.g. a DPO β that must move
+    the policy far enough from π_ref for over-optimisation to be possible)."""
+
+    arm: str  # a pilot Arm.key
+    metric: str = "kl"
+    at_least: float = 0.0
+    why: str = ""
+
+
 def _arm(method: str, setting: str, epsilon: float | None, debias: bool = True, tier: int = 1) -> Arm:
     return Arm(method, setting, epsilon, debias, tier)
 
@@ -249,6 +262,8 @@ class StudyDesign:
     pilot_seeds: tuple[int, ...] = (1000, 1001, 1002)
     pilot_arms: tuple[Arm, ...] = PILOT_ARMS
     main_arms: tuple[Arm, ...] = MAIN_ARMS
+    #: The pilot's go/no-go rule (:class:`Gate`); None: the main run always follows the pilot.
+    pilot_gate: Gate | None = None
     effect_points: float = 2.0  # the effect the power step is sized for, in the claims' metric (win: points)
     # The claims (None: the first study's CLAIMS); each names arms of main_arms.
     claims: tuple[Claim, ...] | None = None
@@ -273,6 +288,11 @@ class StudyDesign:
             missing = sorted(set(reading.holds + reading.not_reversed) - names)
             if missing:
                 raise ValueError(f"conclusion {reading.name!r} names claims that are not in claims: {missing}.")
+        if self.pilot_gate is not None and self.pilot_gate.arm not in {a.key for a in self.pilot_arms}:
+            raise ValueError(
+                f"pilot_gate names arm {self.pilot_gate.arm!r}, which is not a pilot arm "
+                f"(the pilot arms are {sorted(a.key for a in self.pilot_arms)})."
+            )
         units = {is_win_rate(c.metric) for c in self.claims or ()}
         if len(units) > 1:  # the plan has one effect size and one MDE: the power step pools the claims' SDs
             raise ValueError(
@@ -321,6 +341,8 @@ class StudyDesign:
         for key, kind in (("claims", Claim), ("conclusions", Conclusion)):
             if data.get(key) is not None:
                 data[key] = tuple(kind(**c) if isinstance(c, dict) else c for c in data[key])
+        if isinstance(data.get("pilot_gate"), dict):
+            data["pilot_gate"] = Gate(**data["pilot_gate"])
         for key in ("pilot_seeds", "checkpoints"):
             if data.get(key) is not None:
                 data[key] = tuple(data[key])

@@ -12,9 +12,12 @@ The rule, fixed before any pilot was run:
 3. The budget: the pilot's mean minutes per cell (training and evaluation) and per seed (its labels) give the
    hours of a plan. Arms are cut by tier (tier 3, then tier 2), never seeds; if tier 1 alone does not fit, the
    seeds are as many as fit, and the MDE at that size is stated.
-4. The plan, the sizes and the MDE are written to ``preregistration.json`` before the main run starts. The main
+   Cells another study already measured under the same settings (``cells_from``) cost nothing.
+4. A gate (``pilot_gate``), when the design has one, is read off the pilot: if its arm's mean metric at the end of
+   training is below the bar, the plan says so and the main run does not start.
+5. The plan, the sizes and the MDE are written to ``preregistration.json`` before the main run starts. The main
    run reads them from there and refuses a design that differs.
-5. An amendment (``study amend --reason ...``) may change what the main run spends, never what the pilot
+6. An amendment (``study amend --reason ...``) may change what the main run spends, never what the pilot
    measured: only the fields in :data:`AMENDABLE`, and only before any main cell exists. It is appended to the
    pre-registration with its reason, its time and commit, the power step redone on the same pilot records; the
    original plan stays in the file and in the report.
@@ -27,6 +30,8 @@ import importlib.metadata
 import json
 import math
 import subprocess
+from collections.abc import Callable
+from dataclasses import asdict
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -35,8 +40,8 @@ import numpy as np
 from scipy import stats
 
 from squarechipo.data.label_roles import label_free
-from squarechipo.reproduce.study.claims import claim_values, reference_epochs
-from squarechipo.reproduce.study.design import StudyDesign
+from squarechipo.reproduce.study.claims import claim_values, metric_at, reference_epochs
+from squarechipo.reproduce.study.design import Arm, StudyDesign
 from squarechipo.stats import mde, seeds_for_power
 
 __all__ = [
@@ -44,7 +49,9 @@ __all__ = [
     "PREREGISTRATION",
     "amend",
     "analyse_pilot",
+    "check_gate",
     "check_preregistration",
+    "design_in_force",
     "plan_main",
     "preregister",
 ]
@@ -149,8 +156,34 @@ def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
         "sd_for_power": sd_plan,
         "seeds_needed": needed,
         **({"final_kl": final_kl(every)} if design.target_kl is not None else {}),
+        **({"gate": gate_result(every, design)} if design.pilot_gate is not None else {}),
         "cell_minutes": cell_minutes,
     }
+
+
+@label_free("result records of released-label runs, no row of data")
+def gate_result(records: list[dict], design: StudyDesign) -> dict[str, Any] | None:
+    """The pilot gate's reading: its arm's mean metric at the end of training over the pilot seeds, and whether it
+    clears the bar. None when the design has no gate."""
+    gate = design.pilot_gate
+    if gate is None:
+        return None
+    values = [metric_at(r, gate.metric) for r in records if r["arm"] == gate.arm]
+    if not values:
+        raise ValueError(f"pilot_gate: the pilot has no record of arm {gate.arm!r}.")
+    mean = float(np.mean(values))
+    return {**asdict(gate), "values": values, "mean": mean, "passed": bool(mean >= gate.at_least)}
+
+
+def check_gate(prereg: dict[str, Any]) -> None:
+    """Refuse a main run whose pre-registered pilot gate was not cleared."""
+    gate = prereg["pilot"].get("gate")
+    if gate and not gate["passed"]:
+        raise ValueError(
+            f"the pilot gate was not cleared: {gate['arm']} reached a mean {gate['metric']} of {gate['mean']:.3g} "
+            f"over the pilot seeds, below the pre-registered {gate['at_least']:g}, so the main run does not start. "
+            "Report the pilot (study report); a new design needs a new --results folder and its own pilot."
+        )
 
 
 @label_free("result records of released-label runs, no row of data")
@@ -180,22 +213,32 @@ def choose_betas(design: StudyDesign, kl: dict[str, dict[str, Any]]) -> dict[str
     return chosen
 
 
-def plan_main(design: StudyDesign, analysis: dict[str, Any], seed_minutes: float = 1.0) -> dict[str, Any]:
+def plan_main(
+    design: StudyDesign,
+    analysis: dict[str, Any],
+    seed_minutes: float = 1.0,
+    reused: Callable[[Arm, int], bool] | None = None,
+) -> dict[str, Any]:
     """The main run's arms and seeds under the budget (the rule in the module docstring); with ``target_kl``, the
-    β each main arm takes from the pilot (``arm_betas``)."""
+    β each main arm takes from the pilot (``arm_betas``). ``reused(arm, seed)``: whether that cell is another
+    study's record (it costs no time)."""
     needed, cell = analysis["seeds_needed"], analysis["cell_minutes"]
+    free = reused or (lambda arm, seed: False)
 
-    def hours(n_arms: int, n_seeds: int) -> float:
-        return _SETUP_HOURS + n_seeds * (n_arms * cell + seed_minutes) / 60
+    def hours(arms: list[Arm], n_seeds: int) -> float:
+        minutes = sum(seed_minutes + cell * sum(not free(a, s) for a in arms) for s in range(n_seeds))
+        return _SETUP_HOURS + minutes / 60
 
     for max_tier in (3, 2, 1):
         arms = [a for a in design.main_arms if a.tier <= max_tier]
-        if hours(len(arms), needed) <= design.budget_hours:
+        if hours(arms, needed) <= design.budget_hours:
             seeds, binds = needed, False
             break
     else:
         arms = [a for a in design.main_arms if a.tier == 1]
-        seeds = max(2, int(design.budget_hours * 60 // (len(arms) * cell + seed_minutes)))
+        seeds = 2
+        while seeds < needed and hours(arms, seeds + 1) <= design.budget_hours:
+            seeds += 1
         binds = True
     sd = analysis["sd_for_power"]
     betas = choose_betas(design, analysis["final_kl"]) if design.target_kl is not None else None
@@ -206,7 +249,7 @@ def plan_main(design: StudyDesign, analysis: dict[str, Any], seed_minutes: float
         "arms": [a.key for a in arms],
         "cut_arms": [a.key for a in design.main_arms if a not in arms],
         "budget_binds_seeds": binds,
-        "expected_hours": round(hours(len(arms), seeds), 2),
+        "expected_hours": round(hours(arms, seeds), 2),
         "mde_points": mde(seeds, sd, target=design.power, alpha=design.alpha),
         "mde_points_at_pilot_sd": mde(
             seeds, max(d["sd"] for d in analysis["differences"].values()), target=design.power, alpha=design.alpha
@@ -279,6 +322,13 @@ def _read(results: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def design_in_force(results: Path) -> dict[str, Any]:
+    """The design a study's pre-registration holds in force, every field (those added since at their defaults)."""
+    recorded = _in_force(_read(results))["design"]
+    defaults = json.loads(json.dumps(StudyDesign().to_dict()))
+    return {**defaults, **recorded}
+
+
 def check_preregistration(results: Path, design: StudyDesign) -> dict[str, Any]:
     """The pre-registration in force in ``results``; raises if there is none or if ``design`` differs from it."""
     record = _in_force(_read(results))
@@ -294,7 +344,12 @@ def check_preregistration(results: Path, design: StudyDesign) -> dict[str, Any]:
 
 @label_free("result records of released-label runs, no row of data")
 def amend(
-    results: Path, design: StudyDesign, records: list[dict], reason: str, seed_minutes: float = 1.0
+    results: Path,
+    design: StudyDesign,
+    records: list[dict],
+    reason: str,
+    seed_minutes: float = 1.0,
+    reused: Callable[[Arm, int], bool] | None = None,
 ) -> dict[str, Any]:
     """Append an amendment (rule 5): ``design`` differs from the one in force only in :data:`AMENDABLE` fields, no
     main cell exists yet, and ``reason`` says why. The power step is redone on the pilot ``records``."""
@@ -324,7 +379,7 @@ def amend(
         "changed": changed,
         "design": design.to_dict(),
         "pilot": analysis,
-        "plan": plan_main(design, analysis, seed_minutes=seed_minutes),
+        "plan": plan_main(design, analysis, seed_minutes=seed_minutes, reused=reused),
     }
     record.setdefault("amendments", []).append(entry)
     (results / PREREGISTRATION).write_text(json.dumps(record, indent=2, ensure_ascii=False))

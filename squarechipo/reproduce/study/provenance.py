@@ -17,9 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from squarechipo.data.label_roles import label_free
-from squarechipo.reproduce.study.design import StudyDesign
+from squarechipo.reproduce.study.design import SETUP_FIELDS, StudyDesign
 
-__all__ = ["EVALUATION_FIELDS", "cell_provenance", "check_same_evaluation", "code_record", "evaluation_record"]
+__all__ = [
+    "CELL_FIELDS",
+    "EVALUATION_FIELDS",
+    "cell_provenance",
+    "check_same_evaluation",
+    "code_record",
+    "evaluation_record",
+    "reuse_check",
+]
 
 #: The design settings that decide what a cell's numbers measure.
 EVALUATION_FIELDS = (
@@ -29,6 +37,14 @@ EVALUATION_FIELDS = (
     "generation_batch_size",
     "eval_dtype",
     "checkpoints",
+)
+#: The design settings that decide what a cell trains and measures (its arm's method, labels, rows and β aside): a
+#: cell recorded by another study is reused only if that study's design agrees on every one.
+CELL_FIELDS = tuple(
+    dict.fromkeys(
+        (*SETUP_FIELDS, *EVALUATION_FIELDS, "data_dir", "label_source", "corruption_rate", "train_rows", "epochs")
+        + ("learning_rate", "r_max", "lr_scheduler_type")
+    )
 )
 _ROOT = Path(__file__).resolve().parents[3]
 
@@ -75,4 +91,23 @@ def check_same_evaluation(records: list[dict[str, Any]], design: StudyDesign) ->
             f"the records of study {design.name!r} were measured under {len(seen)} different evaluations ({groups}), "
             "so their cells cannot be paired as one study. Measure them again under one evaluation, or, if the design "
             "shows the evaluations measure the same thing, say so in it: evaluations_equivalent: true."
+        )
+
+
+@label_free("study designs, no row of data")
+def reuse_check(other: dict[str, Any], other_results: Path, design: StudyDesign, results: Path) -> None:
+    """Refuse to reuse cells of the study in ``other_results`` (its design in force: ``other``) unless it trained on
+    the same set-up and agrees with ``design`` on every :data:`CELL_FIELDS` setting."""
+    mine, other = json.loads(json.dumps(design.to_dict())), dict(other)
+    # A study without setup_from trained its own set-up: the one it shares is itself.
+    other["set-up"], mine["set-up"] = (
+        str(Path(d.get("setup_from") or r).resolve()) for d, r in ((other, other_results), (mine, results))
+    )
+    differ = [name for name in (*CELL_FIELDS, "set-up") if other.get(name) != mine.get(name)]
+    if differ:
+        raise ValueError(
+            f"cells_from {other_results}: its design differs from {design.name!r} in {differ} "
+            f"({', '.join(f'{n}: {other.get(n)!r} there, {mine.get(n)!r} here' for n in differ[:3])}), so its cells "
+            "trained or measured something else and cannot be reused. Train these cells (drop cells_from), or make "
+            "the design agree."
         )
