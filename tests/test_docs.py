@@ -17,6 +17,7 @@ import re
 import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,7 @@ SIZES = [
     (r"bench_privatize\.py", "bench_privatize.py --labels 100000 --rows 2000 --repeats 1"),
     (r"bench_trainer\.py(?!.*--dry-run)", "bench_trainer.py --models tiny --steps 1 --checkpointing off"),
     (r"bench_lineage\.py", "bench_lineage.py --layers 2"),
+    (r"bench_release\.py", "bench_release.py --rows 2000"),
     (r"bench_sft\.py", "bench_sft.py --model tiny --steps 1"),
     (r"(squarechipo gold-report .*)", r"\1 --max_eval_samples 4"),
     (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge --model tiny"),
@@ -95,6 +97,8 @@ PROMISES = {
     r"bench_trainer\.py --dry-run": (["outputs/bench_dry_run.json"], [r"precomputed reference", r"checkpointing on"]),
     r"bench_lineage\.py": ([], [r"lineage of an unrecorded model .* \d+\.\d{3} s"]),
     r"bench_judge\.py": ([], [r"judgments/s"]),
+    r"bench_release\.py": ([], [r"2,000 distinct rows: release \d+\.\d s wall, \d+\.\d s CPU",
+                                r"MinHash signatures and LSH keys: \d+\.\d\d s wall"]),
 }  # fmt: skip
 _MODEL_KEYS = ("model_name_or_path", "ref_model")
 _SMALL = {"max_train_samples": 16, "max_eval_samples": 4, "max_samples": 8, "max_length": 512, "num_train_epochs": 1}
@@ -216,7 +220,9 @@ def _run_page(page: str, work: Path) -> None:
         if reason:
             excluded += 1
             continue
+        started = time.perf_counter()
         done = launch(argv, cwd=work, env=env, timeout=1200)
+        print(f"{page}: {time.perf_counter() - started:.1f} s `{command}`")  # the suite's budget, per command (-s)
         assert done.returncode == 0, f"{page}: `{command}` failed:\n{done.stdout[-2500:]}\n{done.stderr[-2500:]}"
         _check_promises(page, command, work, done.stdout)
         ran += 1

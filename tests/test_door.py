@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import squarechipo
+from squarechipo.data import metadata
 from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.data.label_roles import label_role
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
@@ -145,6 +146,8 @@ def test_every_function_that_reads_labels_refuses_raw_ones_unless_declared_publi
     names = {q.replace(".__init__", "").rsplit(".", 1)[1] for q, _, _ in readers}
     assert {"calibrate_judge", "evaluate_win_rate", "comparison_features", "labels_digest", "GoldEvaluator"} <= names
     released = release_dataset(_raw(), LabelPipeline(epsilon=1.0), seed=0)
+    rebound = released.map(lambda row: {"chosen": row["rejected"], "rejected": row["chosen"]})
+    assert metadata.read_block(rebound)  # it carries the release's ledger block
     for qualified, function, tagged in readers:
         role = label_role(tagged)
         parameters = inspect.signature(function).parameters
@@ -165,6 +168,10 @@ def test_every_function_that_reads_labels_refuses_raw_ones_unless_declared_publi
             pytest.fail(f"{qualified} refused released labels")
         except Exception:  # noqa: BLE001
             pass
+        # A ledger block is not enough: the release's ledger over other rows (its labels mapped back) is refused by
+        # the reader itself, not only by get_ledger.
+        with pytest.raises(IntegrityError, match="are not rows its privacy ledger released"):
+            function(**{**call, role["dataset"]: rebound})
 
 
 def test_every_trainer_goes_through_the_private_trainer_base():

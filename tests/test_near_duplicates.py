@@ -11,9 +11,19 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from squarechipo.data.fingerprint import canonical_rows, canonical_text, skeleton
-from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, copies, shingles
+from squarechipo.data.near_duplicates import (
+    NEAR_COPY_JACCARD,
+    NUM_PERM,
+    band_keys,
+    copies,
+    shingles,
+    signatures,
+    sketch,
+)
 from squarechipo.privacy import LabelPipeline, release_dataset
 
 _LOOKALIKE = str.maketrans({"a": "а", "e": "е", "o": "о", "p": "р", "c": "с"})  # Cyrillic
@@ -74,3 +84,42 @@ def test_distinct_template_rows_are_not_near_copies_and_the_threshold_has_room(f
     assert [c[:2] for c in copies([rows[0], changed])] == [(0, 1)]
     assert np.isclose(len(shingles(rows[0]) & shingles(changed)) / len(shingles(rows[0]) | shingles(changed)), 0.9,
                       atol=0.08)  # fmt: skip
+
+
+_WORDS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_WORDS, max_size=40).map(" ".join), min_size=1, max_size=12))
+def test_the_vectorised_minhash_is_datasketchs_affine32_minhash_of_the_same_shingles(rows):
+    """Signatures are computed for all rows at once (release at scale); they must stay the values datasketch 2's
+    default MinHash gives, or a registry written before would stop finding near-copies of its rows."""
+    from datasketch import MinHash
+
+    reference = MinHash.bulk([shingles(row) for row in rows], num_perm=NUM_PERM, seed=1)
+    assert np.array_equal(signatures(rows), np.stack([m.hashvalues for m in reference]).astype(np.uint32))
+    keys = sketch(rows).keys
+    assert all(keys[i].tolist() == band_keys(signatures(rows)[i]) for i in range(len(rows)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=40))
+def test_ascii_text_folds_in_one_pass_exactly_as_the_full_fold(text):
+    """The canonical form's fast path for ASCII text (one translate) must equal the TR39 fold it stands for."""
+    from squarechipo.data.fingerprint import _fold, fold
+
+    assert fold(text) == _fold(text)
+    assert fold(text + "é") == _fold(text + "é")  # and non-ASCII text takes the full fold
+
+
+def test_near_copies_across_many_rows_are_found_by_one_sorted_pass():
+    """The LSH buckets are found by sorting every row's keys at once: a near-copy placed far from its original, and
+    several copies of one row, are all found among many distinct rows."""
+    rng = np.random.default_rng(0)
+    vocabulary = [f"w{i}" for i in range(3000)]
+    rows = [" ".join(rng.choice(vocabulary, 40)) for _ in range(3000)]
+    base = rows[10].split()
+    rows[2500] = " ".join([*base, "extra"])
+    rows[2900] = " ".join([*base[:-1], "changed"])
+    found = {(c[0], c[1]) for c in copies(rows)}
+    assert found == {(10, 2500), (10, 2900)}

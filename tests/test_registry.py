@@ -155,7 +155,7 @@ def test_the_registry_is_one_sqlite_file_with_its_format(tmp_path):
     path = init_registry(tmp_path / "r.sqlite")
     db = sqlite3.connect(str(path))
     meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-    assert meta["format"] == "squarechipo.release_registry/2" and len(meta["registry_id"]) == 32
+    assert meta["format"] == "squarechipo.release_registry/3" and len(meta["registry_id"]) == 32
 
 
 def test_the_first_release_on_a_machine_starts_its_registry_and_a_lost_or_redirected_one_still_stops(
@@ -180,3 +180,84 @@ def test_the_first_release_on_a_machine_starts_its_registry_and_a_lost_or_redire
     monkeypatch.setenv(REGISTRY_ENV, str(tmp_path / "elsewhere.sqlite"))
     with pytest.raises(RegistryError, match="there is no registry of releases at .*elsewhere.sqlite"):
         release_dataset(_rows(5, start=300), LabelPipeline(epsilon=0.5))
+
+
+def _long_rows(n: int, start: int) -> datasets.Dataset:
+    words = [f"w{start + i}x{j}" for i in range(n) for j in range(30)]
+    text = [" ".join(words[30 * i : 30 * (i + 1)]) for i in range(n)]
+    return datasets.Dataset.from_dict({"prompt": text, "chosen": [t + " save" for t in text], "rejected": text})
+
+
+def test_both_plans_of_a_registry_lookup_find_the_same_earlier_rows_exactly_and_as_near_copies():
+    """The registry is read whole when it is smaller than the query, and joined with the query's keys when it is
+    larger: either way the same rows are found, by content and as near-copies."""
+    from squarechipo.data.fingerprint import canonical_rows, row_hashes
+    from squarechipo.data.near_duplicates import sketch
+    from squarechipo.privacy.release.registry import earlier_releases
+
+    release_dataset(_long_rows(40, start=500), LabelPipeline(epsilon=0.5))
+    edited = _long_rows(2, start=510).map(lambda r: {"chosen": r["chosen"] + " now"})
+    for probe in (_long_rows(3, start=520), datasets.concatenate_datasets([_long_rows(60, 900), _long_rows(3, 520)])):
+        probe = datasets.concatenate_datasets([probe, edited])
+        rows = canonical_rows(probe.with_format("arrow")[:])
+        found = earlier_releases(row_hashes(probe), sketch(rows))
+        assert (found.rows, found.near_copies, len(found.releases)) == (5, 2, 1), len(probe)
+
+
+def _format_2_registry(path, rows: datasets.Dataset, release_id: str) -> None:
+    """A registry as squarechipo 0.3 wrote it (format 2: text release ids in every row, blob band keys)."""
+    import hashlib
+
+    from squarechipo.data.fingerprint import canonical_rows, row_hashes
+    from squarechipo.data.near_duplicates import signatures
+
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("CREATE TABLE releases (id TEXT PRIMARY KEY, epsilon REAL NOT NULL, made TEXT NOT NULL, "
+                   "folder TEXT, rows INTEGER NOT NULL)")  # fmt: skip
+        db.execute("CREATE TABLE released_units (unit BLOB NOT NULL, release TEXT NOT NULL, count INTEGER)")
+        db.execute("CREATE INDEX released_units_by_unit ON released_units (unit)")
+        db.execute("CREATE TABLE released_bands (band BLOB NOT NULL, release TEXT NOT NULL, row INTEGER)")
+        db.execute("CREATE INDEX released_bands_by_band ON released_bands (band)")
+        db.execute("CREATE TABLE released_signatures (release TEXT NOT NULL, row INTEGER NOT NULL, "
+                   "signature BLOB NOT NULL, PRIMARY KEY (release, row))")  # fmt: skip
+        meta = {"format": "squarechipo.release_registry/2", "registry_id": "0" * 32, "created": "2026-11-20"}
+        db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+        db.execute(
+            "INSERT INTO releases VALUES (?, 0.5, '2026-11-21T00:00:00+00:00', NULL, ?)", (release_id, len(rows))
+        )
+        db.executemany("INSERT INTO released_units VALUES (?, ?, 1)", [(u, release_id) for u in row_hashes(rows)])
+        marks = signatures(canonical_rows(rows.with_format("arrow")[:]))
+        for i, mark in enumerate(marks):
+            db.execute(
+                "INSERT INTO released_signatures VALUES (?, ?, ?)", (release_id, i, mark.astype("<u4").tobytes())
+            )
+            for band in range(20):
+                key = bytes([band]) + hashlib.blake2b(mark[band * 6 : band * 6 + 6].astype("<u4").tobytes(),
+                                                      digest_size=8).digest()  # fmt: skip
+                db.execute("INSERT INTO released_bands VALUES (?, ?, ?)", (key, release_id, i))
+    db.close()
+
+
+def test_a_format_2_registry_is_migrated_once_and_still_refuses_its_rows_and_their_near_copies(tmp_path, monkeypatch):
+    """0.3's registries hold release ids as text in every row (about 3 KB a released row); opened by this version
+    they are migrated in one transaction, and what they recorded still counts, exactly and as near-copies."""
+    path = tmp_path / "old.sqlite"
+    _format_2_registry(path, _long_rows(20, start=700), "sha256:" + "1" * 64)
+    monkeypatch.setenv(REGISTRY_ENV, str(path))
+    for attempt in (
+        _long_rows(3, start=705),
+        _long_rows(2, start=710).map(lambda r: {"chosen": r["chosen"] + " now"}),
+    ):
+        with pytest.raises(ValueError, match=r"row\(s\) were released before.* \(ε 0.5 at 2026-11-21"):
+            release_dataset(attempt, LabelPipeline(epsilon=1.0))
+    db = sqlite3.connect(path)
+    meta = dict(db.execute("SELECT key, value FROM meta"))
+    counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("released_units", "released_bands")]
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    db.close()
+    assert meta["format"] == "squarechipo.release_registry/3" and meta["migrated_from"].endswith("/2")
+    assert counts == [20, 400] and not any(t.endswith("_v2") for t in tables)
+    released = release_dataset(_long_rows(3, start=800), LabelPipeline(epsilon=1.0))
+    assert len(released) == 3

@@ -163,3 +163,32 @@ def test_the_copy_threshold_holds_on_both_sides_close_to_it(trained, scale, agre
     assert agreement[0] <= measured <= agreement[1]  # the candidate is where the case says
     assert (measured >= COPY_AGREEMENT) == copy_
     assert ModelLineage.of_model(candidate).recorded == copy_
+
+
+@pytest.mark.parametrize("kept", [0.9, 0.6])
+def test_copies_with_a_trimmed_vocabulary_are_recognised_down_to_the_minimum_overlap(trained, private_rows, kept):
+    """Pruning a vocabulary keeps the model's outputs on the tokens it keeps and drops the sketched positions of the
+    rows it cut: a copy holding 60% of the rows (and so about 60% of the positions, above the 50% minimum overlap)
+    is still a copy. Only larger vocabularies were tried before, so a minimum overlap raised far enough to let such a
+    copy pass as public passed every test."""
+    from transformers import AutoModelForCausalLM
+
+    from squarechipo.privacy.provenance.sketch import _MIN_OVERLAP, sketch_model
+
+    _, folder = trained
+    model = AutoModelForCausalLM.from_pretrained(folder)  # the saved weights, without the trainer's patched head
+    vocabulary = model.get_input_embeddings().weight.shape[0]
+    clone, rows = AutoModelForCausalLM.from_pretrained(folder), int(kept * vocabulary)
+    clone.resize_token_embeddings(new_num_tokens=rows, mean_resizing=False)
+    head = clone.get_output_embeddings()
+    if head.weight.shape[0] != rows:  # an untied head is cut to the same rows
+        trimmed = torch.nn.Linear(head.in_features, rows, bias=False)
+        trimmed.weight.data.copy_(head.weight.data[:rows])
+        clone.set_output_embeddings(trimmed)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():  # the same outputs on the vocabulary it kept
+        assert torch.allclose(clone(ids).logits, model(ids).logits[..., :rows], atol=1e-5)
+    held = sketch_model(clone, at=sketch_model(model)[0])[1].mean()
+    assert _MIN_OVERLAP <= held <= kept + 0.1  # the cut rows' positions are gone, the rest held
+    _refused(clone, private_rows)
+    _refused(clone.to(torch.bfloat16), private_rows)

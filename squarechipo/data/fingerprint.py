@@ -63,8 +63,12 @@ def _typed(value) -> dict:
     return {type(value).__name__: value.hex() if isinstance(value, (bytes, bytearray)) else str(value)}
 
 
+#: One encoder for every value (``json.dumps`` with options builds a new one per call).
+_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=_typed)
+
+
 def _dump(value) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=_typed)
+    return _ENCODER.encode(value)
 
 
 #: Characters that render as nothing: Unicode format characters (zero-width space and joiners, word joiner, BOM,
@@ -114,13 +118,26 @@ def _fold(text: str) -> str:
     return skeleton(skeleton(text.translate(_capital_i())).lower()).lower()
 
 
+@functools.cache
+def _ascii_fold() -> dict[int, str]:
+    """:func:`_fold` of each ASCII character. On ASCII text every step of the fold (NFD, the prototypes, lower case)
+    acts on one character at a time, so one ``str.translate`` with this table is the fold
+    (``tests/test_fingerprint.py`` checks it against :func:`_fold`)."""
+    return {code: _fold(chr(code)) for code in range(128)}
+
+
+def fold(text: str) -> str:
+    """Look-alikes and case folded together (:func:`_fold`), ASCII text in one pass."""
+    return text.translate(_ascii_fold()) if text.isascii() else _fold(text)
+
+
 def canonical_text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The canonical form of each string (nulls stay null), for ``string`` and ``large_string`` alike: invisible
     characters removed, NFKC, look-alike letters of other scripts and case folded (the Unicode TR39 skeleton,
     :func:`_fold`), punctuation as a space, whitespace runs as one space, trimmed."""
     text = pc.cast(values, pa.large_string())
     text = pc.utf8_normalize(pc.replace_substring_regex(text, _INVISIBLE, ""), "NFKC")
-    folded = pa.array([None if t is None else _fold(t) for t in text.to_pylist()], pa.large_string())
+    folded = pa.array([None if t is None else fold(t) for t in text.to_pylist()], pa.large_string())
     text = pc.replace_substring_regex(folded, _PUNCTUATION, " ")
     return pc.utf8_trim_whitespace(pc.replace_substring_regex(text, _WHITESPACE, " "))
 

@@ -36,6 +36,7 @@ releases (a fixed seed is for simulation; their cards already say they are not p
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import logging
 import os
 import sqlite3
@@ -46,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, band_keys, estimated_jaccard
+from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, Sketch, band_key_table, estimated_jaccard
 from squarechipo.data.store import cache_root
 
 __all__ = [
@@ -63,10 +64,21 @@ __all__ = [
 logger = logging.getLogger("squarechipo")
 
 REGISTRY_ENV = "SQUARECHIPO_RELEASE_REGISTRY"
-REGISTRY_FORMAT = "squarechipo.release_registry/2"
+REGISTRY_FORMAT = "squarechipo.release_registry/3"
+#: The format 0.3 wrote (release ids as text in every row, band keys as blobs): opened, it is migrated to this one.
+_FORMAT_2 = "squarechipo.release_registry/2"
 _TABLES = {"meta", "releases", "released_units", "released_bands", "released_signatures"}
-#: SQLite's limit on bound parameters, with room to spare.
-_CHUNK = 500
+#: Format 3: a release is referred to by its number; band keys are integers (squarechipo.data.near_duplicates).
+_SCHEMA = (
+    "CREATE TABLE releases (no INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, epsilon REAL NOT NULL, "
+    "made TEXT NOT NULL, folder TEXT, rows INTEGER NOT NULL)",
+    "CREATE TABLE released_units (unit BLOB NOT NULL, release INTEGER NOT NULL, count INTEGER)",
+    "CREATE INDEX released_units_by_unit ON released_units (unit)",
+    "CREATE TABLE released_bands (band INTEGER NOT NULL, release INTEGER NOT NULL, row INTEGER NOT NULL)",
+    "CREATE INDEX released_bands_by_band ON released_bands (band)",
+    "CREATE TABLE released_signatures (release INTEGER NOT NULL, row INTEGER NOT NULL, signature BLOB NOT NULL, "
+    "PRIMARY KEY (release, row)) WITHOUT ROWID",
+)
 
 
 class RegistryError(RuntimeError):
@@ -123,18 +135,8 @@ def init_registry(path: str | os.PathLike | None = None) -> Path:
         with db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            db.execute(
-                "CREATE TABLE releases (id TEXT PRIMARY KEY, epsilon REAL NOT NULL, made TEXT NOT NULL, "
-                "folder TEXT, rows INTEGER NOT NULL)"
-            )
-            db.execute("CREATE TABLE released_units (unit BLOB NOT NULL, release TEXT NOT NULL, count INTEGER)")
-            db.execute("CREATE INDEX released_units_by_unit ON released_units (unit)")
-            db.execute("CREATE TABLE released_bands (band BLOB NOT NULL, release TEXT NOT NULL, row INTEGER)")
-            db.execute("CREATE INDEX released_bands_by_band ON released_bands (band)")
-            db.execute(
-                "CREATE TABLE released_signatures (release TEXT NOT NULL, row INTEGER NOT NULL, "
-                "signature BLOB NOT NULL, PRIMARY KEY (release, row))"
-            )
+            for statement in _SCHEMA:
+                db.execute(statement)
             created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             meta = {"format": REGISTRY_FORMAT, "registry_id": uuid.uuid4().hex, "created": created}
             db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
@@ -164,6 +166,9 @@ def _connect() -> sqlite3.Connection:
             "spent); squarechipo will not release rows it cannot check against it. Only if it is lost for good, move "
             "it away and start a new one (squarechipo registry init): releases it recorded are then no longer counted."
         ) from None
+    if _TABLES <= tables and meta.get("format") == _FORMAT_2:
+        _migrate(db, path)
+        meta["format"] = REGISTRY_FORMAT
     if not _TABLES <= tables or meta.get("format") != REGISTRY_FORMAT:
         db.close()
         state = "empty" if not tables else f"not a squarechipo registry ({REGISTRY_FORMAT})"
@@ -176,6 +181,52 @@ def _connect() -> sqlite3.Connection:
     return db
 
 
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    """Format 2 → 3, in one transaction: the same releases, units and signatures, releases referred to by number and
+    band keys recomputed from the stored signatures (format 2's blob keys are not kept)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] != _FORMAT_2:
+            db.rollback()  # another process migrated it meanwhile
+            return
+        for name in ("released_units_by_unit", "released_bands_by_band"):
+            db.execute(f"DROP INDEX IF EXISTS {name}")
+        for table in ("releases", "released_units", "released_bands", "released_signatures"):
+            db.execute(f"ALTER TABLE {table} RENAME TO {table}_v2")
+        for statement in _SCHEMA:
+            db.execute(statement)
+        db.execute(
+            "INSERT INTO releases (id, epsilon, made, folder, rows) "
+            "SELECT id, epsilon, made, folder, rows FROM releases_v2 ORDER BY made, id"
+        )
+        db.execute(
+            "INSERT INTO released_units SELECT u.unit, r.no, u.count FROM released_units_v2 u "
+            "JOIN releases r ON r.id = u.release"
+        )
+        db.execute(
+            "INSERT INTO released_signatures SELECT r.no, g.row, g.signature FROM released_signatures_v2 g "
+            "JOIN releases r ON r.id = g.release"
+        )
+        stored = db.execute("SELECT release, row, signature FROM released_signatures").fetchall()
+        if stored:
+            marks = np.stack([np.frombuffer(blob, dtype="<u4") for _, _, blob in stored])
+            keys = band_key_table(marks).tolist()
+            db.executemany(
+                "INSERT INTO released_bands VALUES (?, ?, ?)",
+                [(key, release, row) for (release, row, _), row_keys in zip(stored, keys) for key in row_keys],
+            )
+        for table in ("releases", "released_units", "released_bands", "released_signatures"):
+            db.execute(f"DROP TABLE {table}_v2")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (REGISTRY_FORMAT,))
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('migrated_from', ?)", (_FORMAT_2,))
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise
+    logger.warning("migrated the registry of releases at %s to %s (the same releases, a smaller file)", path,
+                   REGISTRY_FORMAT)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class EarlierReleases:
     """What the registry knows of earlier releases of some rows."""
@@ -185,6 +236,8 @@ class EarlierReleases:
     releases: tuple[tuple[str, float, str], ...]  # (release id, ε, made at) of each earlier release involved
     near_copies: int = 0  # of ``rows``, those matched as near-copies of a released row
     ids: frozenset[str] = field(default_factory=frozenset)
+    #: The registry's releases when this was read (:func:`_state`); empty: unknown.
+    state: str = ""
 
     def describe(self) -> str:
         made = ", ".join(f"ε {eps:g} at {when}" for _, eps, when in self.releases)
@@ -192,69 +245,92 @@ class EarlierReleases:
         return f"{self.rows} row(s) were released before{near} ({made}; composed ε of those releases {self.epsilon:g})"
 
 
-def _query(db: sqlite3.Connection, units: list[bytes], marks: np.ndarray | None) -> EarlierReleases:
+def _matching(db: sqlite3.Connection, keys: list, table: str, key: str, columns: str) -> list[tuple]:
+    """``columns`` of the rows of ``table`` whose ``key`` is one of ``keys``, by the cheaper plan: a registry smaller
+    than the query is read whole and filtered here; a larger one is joined with a temporary table of the keys."""
+    wanted = set(keys)
+    if not wanted:
+        return []
+    held = db.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0] or 0  # rows ever entered: an upper bound
+    if held <= len(wanted):
+        return [row for row in db.execute(f"SELECT {key}, {columns} FROM {table}") if row[0] in wanted]
+    db.execute("CREATE TEMP TABLE IF NOT EXISTS wanted (key)")
+    db.execute("DELETE FROM wanted")
+    db.executemany("INSERT INTO wanted VALUES (?)", ((k,) for k in sorted(wanted)))
+    try:
+        return db.execute(f"SELECT t.{key}, {columns} FROM wanted w JOIN {table} t ON t.{key} = w.key").fetchall()
+    finally:
+        db.execute("DELETE FROM wanted")
+
+
+def _state(db: sqlite3.Connection) -> str:
+    """The releases entered so far, as one digest: the answer to a query can change only when this does (a release's
+    units, bands and signatures are entered in the transaction that enters it)."""
+    ids = sorted(row[0] for row in db.execute("SELECT id FROM releases"))
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
+
+
+def _query(db: sqlite3.Connection, units: list[bytes], marks: Sketch | None) -> EarlierReleases:
     per_row: dict[int, float] = defaultdict(float)
     involved: dict[str, tuple[float, str]] = {}
     index: dict[bytes, list[int]] = defaultdict(list)
     for i, unit in enumerate(units):
         index[unit].append(i)
-    keys = list(index)
-    for start in range(0, len(keys), _CHUNK):
-        chunk = keys[start : start + _CHUNK]
-        query = (
-            "SELECT u.unit, s.id, s.epsilon, s.made, u.count FROM released_units u "
-            f"JOIN releases s ON u.release = s.id WHERE u.unit IN ({','.join('?' * len(chunk))})"
-        )
-        for unit, release, epsilon, made, count in db.execute(query, chunk):
-            for i in index[unit]:
-                per_row[i] += epsilon * (count or 1)
-            involved[release] = (epsilon, made)
-    near = _near_copies(db, marks, set(per_row)) if marks is not None else {}
-    for i, (release, epsilon, made) in near.items():
+    entered = {no: (id_, eps, made) for no, id_, eps, made in db.execute("SELECT no, id, epsilon, made FROM releases")}
+    for unit, release, count in _matching(db, list(index), "released_units", "unit", "release, count"):
+        if release not in entered:  # a unit of no entered release (as the join that read them before skipped)
+            continue
+        release_id, epsilon, made = entered[release]
+        for i in index[unit]:
+            per_row[i] += epsilon * (count or 1)
+        involved[release_id] = (epsilon, made)
+    near = _near_copies(db, marks, set(per_row), entered) if marks is not None else {}
+    for i, (release_id, epsilon, made) in near.items():
         per_row[i] += epsilon
-        involved[release] = (epsilon, made)
+        involved[release_id] = (epsilon, made)
     releases = tuple(sorted(((k, *v) for k, v in involved.items()), key=lambda r: r[2]))
     # A row can hold several keys (its content, its declared unit), laid out in blocks of one key per row.
     rows = len({i % len(marks) for i in per_row}) if marks is not None and len(marks) else len(per_row)
-    return EarlierReleases(rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved))
+    return EarlierReleases(
+        rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved), _state(db)
+    )
 
 
-def _near_copies(db: sqlite3.Connection, marks: np.ndarray, exact: set[int]) -> dict[int, tuple[str, float, str]]:
+def _near_copies(
+    db: sqlite3.Connection, marks: Sketch, exact: set[int], entered: dict[int, tuple[str, float, str]]
+) -> dict[int, tuple[str, float, str]]:
     """Rows (not already matched exactly) whose MinHash signature is a near-copy of a registered row's."""
-    by_band: dict[bytes, list[int]] = defaultdict(list)
-    for i, signature in enumerate(marks):
-        if i not in exact:
-            for key in band_keys(signature):
-                by_band[key].append(i)
-    candidates: dict[int, set[tuple[str, int]]] = defaultdict(set)
-    keys = list(by_band)
-    for start in range(0, len(keys), _CHUNK):
-        chunk = keys[start : start + _CHUNK]
-        query = f"SELECT band, release, row FROM released_bands WHERE band IN ({','.join('?' * len(chunk))})"
-        for band, release, row in db.execute(query, chunk):
-            for i in by_band[band]:
-                candidates[i].add((release, row))
+    open_rows = np.setdiff1d(np.arange(len(marks)), np.fromiter(exact, dtype=np.int64, count=len(exact)))
+    keys = marks.keys[open_rows]
+    hits = _matching(db, keys.ravel().tolist(), "released_bands", "band", "release, row")
+    if not hits:
+        return {}
+    by_band: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for band, release, row in hits:
+        by_band[band].append((release, row))
+    candidates: dict[int, set[tuple[int, int]]] = defaultdict(set)
+    at = np.flatnonzero(np.isin(keys.ravel(), np.fromiter(by_band, dtype=np.int64, count=len(by_band))))
+    for position in at.tolist():
+        candidates[int(open_rows[position // keys.shape[1]])].update(by_band[int(keys.ravel()[position])])
     found: dict[int, tuple[str, float, str]] = {}
-    for i, pairs in candidates.items():
+    for i, pairs in sorted(candidates.items()):
         for release, row in sorted(pairs):
             stored = db.execute(
-                "SELECT g.signature, s.epsilon, s.made FROM released_signatures g JOIN releases s ON g.release = s.id "
-                "WHERE g.release = ? AND g.row = ?",
-                (release, row),
+                "SELECT signature FROM released_signatures WHERE release = ? AND row = ?", (release, row)
             ).fetchone()
-            if stored is None:
+            if stored is None or release not in entered:
                 continue
             other = np.frombuffer(stored[0], dtype="<u4")
-            if estimated_jaccard(marks[i], other) >= NEAR_COPY_JACCARD:
-                found[i] = (release, stored[1], stored[2])
+            if estimated_jaccard(marks.signatures[i], other) >= NEAR_COPY_JACCARD:
+                found[i] = entered[release]
                 break
     return found
 
 
-def earlier_releases(units: list[bytes], marks: np.ndarray | None = None) -> EarlierReleases:
+def earlier_releases(units: list[bytes], marks: Sketch | None = None) -> EarlierReleases:
     """The earlier releases of any of these rows recorded here: by unit key, and by near-copy when ``marks`` (the
-    rows' MinHash signatures) are given. ``units`` holds one content key per row, then (for a declared privacy unit)
-    one unit key per row."""
+    rows' :class:`~squarechipo.data.near_duplicates.Sketch`) is given. ``units`` holds one content key per row, then
+    (for a declared privacy unit) one unit key per row."""
     db = _connect()
     try:
         return _query(db, units, marks)
@@ -265,7 +341,7 @@ def earlier_releases(units: list[bytes], marks: np.ndarray | None = None) -> Ear
 def register_release(
     release_id: str,
     units: list[bytes],
-    marks: np.ndarray | None,
+    marks: Sketch | None,
     epsilon: float,
     made: str,
     *,
@@ -280,7 +356,8 @@ def register_release(
         if db.execute("SELECT 1 FROM releases WHERE id = ?", (release_id,)).fetchone():
             db.rollback()
             return
-        now = _query(db, units, marks)
+        # Nothing entered since the release looked: the answer stands (a full query again costs as much as the first).
+        now = expected if expected.state and _state(db) == expected.state else _query(db, units, marks)
         if now.ids != expected.ids:
             db.rollback()
             new = sorted(now.ids - expected.ids)
@@ -293,17 +370,21 @@ def register_release(
         for unit in units:
             counts[unit] += 1
         entry = (release_id, float(epsilon), made, folder, len(units))
-        db.execute("INSERT INTO releases VALUES (?, ?, ?, ?, ?)", entry)
-        db.executemany("INSERT INTO released_units VALUES (?, ?, ?)", [(u, release_id, c) for u, c in counts.items()])
+        number = db.execute("INSERT INTO releases (id, epsilon, made, folder, rows) VALUES (?, ?, ?, ?, ?)", entry)
+        number = number.lastrowid
+        # Keys inserted in index order: neighbouring inserts touch neighbouring pages of the index.
+        db.executemany(
+            "INSERT INTO released_units VALUES (?, ?, ?)", [(u, number, c) for u, c in sorted(counts.items())]
+        )
         if marks is not None:
             db.executemany(
                 "INSERT INTO released_signatures VALUES (?, ?, ?)",
-                [(release_id, i, m.astype("<u4").tobytes()) for i, m in enumerate(marks)],
+                [(number, i, m.astype("<u4").tobytes()) for i, m in enumerate(marks.signatures)],
             )
-            db.executemany(
-                "INSERT INTO released_bands VALUES (?, ?, ?)",
-                [(key, release_id, i) for i, m in enumerate(marks) for key in band_keys(m)],
-            )
+            flat = marks.keys.ravel()
+            order = np.argsort(flat, kind="stable")
+            bands = zip(flat[order].tolist(), (order // marks.keys.shape[1]).tolist())
+            db.executemany("INSERT INTO released_bands VALUES (?, ?, ?)", [(k, number, i) for k, i in bands])
         db.commit()
     except BaseException:
         if db.in_transaction:

@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-import numpy as np
 
 from squarechipo.data import metadata
 from squarechipo.data.fingerprint import canonical_rows, encode_row_set, exact_row_hashes, fingerprint_of
 from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.label_roles import label_free, releases_labels, tag_role
-from squarechipo.data.near_duplicates import copies, describe_copies, signatures
+from squarechipo.data.near_duplicates import Sketch, copies, describe_copies, sketch
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, extend_ledger
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline, Measurement
@@ -134,7 +133,7 @@ class ReleaseTransaction:
     per_unit: int = 1
     counted: bool = False
     units: list[bytes] = field(default_factory=list)
-    marks: np.ndarray | None = None
+    marks: Sketch | None = None
     earlier: EarlierReleases | None = None
     released: datasets.Dataset | None = None
     digest: str = ""
@@ -158,14 +157,16 @@ class ReleaseTransaction:
         hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
         self.fingerprint, _ = fingerprint_of(hashes)
         self.units = hashes
+        # One set of MinHash signatures serves the copy check and the registry.
+        marks = sketch(rows) if self.counted or self.privacy_unit is None else None
         if self.privacy_unit is None:
-            _refuse_copies(copies(rows), len(self.dataset))
+            _refuse_copies(copies(rows, marks), len(self.dataset))
         else:
             # A unit groups rows, never splits a comparison's history: the registry counts the content too.
             unit_keys, self.per_unit = _unit_keys(self.dataset, self.privacy_unit)
             self.units = hashes + unit_keys
         if self.counted:
-            self.marks = signatures(rows)
+            self.marks = marks
             epsilon = self.mechanism.epsilon * self.per_unit
             self.earlier = _earlier(self.units, self.marks, epsilon, self.rerelease)
 
@@ -337,7 +338,7 @@ def _register_staged(staging: Path, folder: Path, released: datasets.Dataset, le
         units = [blob[i : i + 32] for i in range(0, len(blob), 32)]
     else:
         units = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
-    marks = signatures(rows)
+    marks = sketch(rows)
     now = earlier_releases(units, marks)
     now_ids = now.ids - {ledger.digest}
     if ledger.digest not in now.ids and (

@@ -24,7 +24,8 @@ from squarechipo.reproduce.study.report import (
     update_readme,
     write_report,
 )
-from squarechipo.reproduce.study.runner import Study, cell_name
+from squarechipo.reproduce.study.reuse import cell_name
+from squarechipo.reproduce.study.runner import Study
 
 __all__ = ["amend_plan", "pilot", "main_run", "report", "run_step"]
 

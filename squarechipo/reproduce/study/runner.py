@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +36,8 @@ from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign
-from squarechipo.reproduce.study.power import design_in_force
-from squarechipo.reproduce.study.provenance import cell_provenance, evaluation_record, reuse_check
+from squarechipo.reproduce.study.provenance import cell_provenance
+from squarechipo.reproduce.study.reuse import cell_name, is_reusable, reused_record
 from squarechipo.reproduce.study.shared_setup import first_prompts, labels_hold, library_versions
 from squarechipo.scripts.launch import run_script
 
@@ -47,10 +46,6 @@ __all__ = ["Study", "cell_name"]
 logger = logging.getLogger("squarechipo")
 DONE = "done.json"
 _PREFERENCE = "finance_preference_conversational"
-
-
-def cell_name(arm: Arm, seed: int) -> str:
-    return f"{arm.key}_seed{seed}"
 
 
 def _once(folder: Path, build, marker: str = DONE) -> dict[str, Any]:
@@ -440,43 +435,11 @@ class Study:
         return self.planned_betas.get(arm.key, self.design.beta)
 
     def _reused(self, arm: Arm, seed: int, stage: str) -> dict[str, Any] | None:
-        """The record of this cell in ``cells_from``, marked as reused: the same arm and seed, or the same method,
-        labels and rows recorded at this arm's β under another arm name (a β the other study chose from its pilot).
-        The other study's pre-registered design must agree with this one on every setting that decides what a cell
-        trains and measures (:data:`~squarechipo.reproduce.study.provenance.CELL_FIELDS`)."""
-        source = self._reuse_source(arm, seed, stage)
-        if source is None:
-            return None
-        record = json.loads(source.read_text())
-        same_arm = record.get("arm") == arm.key
-        same_beta = arm.beta is not None and record.get("arm") == replace(arm, beta=None).key
-        wrong_beta = record.get("beta", self._beta(arm)) != self._beta(arm)
-        if record.get("seed") != seed or wrong_beta or not (same_arm or same_beta):
-            raise ValueError(f"{source} is not the record of {cell_name(arm, seed)}; it cannot be reused.")
-        other = design_in_force(Path(self.design.cells_from))
-        reuse_check(other, Path(self.design.cells_from), self.design, self.results)
-        evaluation = record.get("evaluation") or evaluation_record(StudyDesign.from_dict(other))
-        return {
-            **record,
-            "cell": cell_name(arm, seed),
-            "arm": arm.key,
-            "evaluation": evaluation,
-            "reused_from": str(source),
-        }
-
-    def _reuse_source(self, arm: Arm, seed: int, stage: str) -> Path | None:
-        if not self.design.cells_from:
-            return None
-        names = [cell_name(arm, seed)] + ([cell_name(replace(arm, beta=None), seed)] if arm.beta is not None else [])
-        found = [Path(self.design.cells_from) / stage / f"{name}.json" for name in names]
-        return next((p for p in found if p.exists()), None)
+        return reused_record(self.design, self.results, arm, seed, stage, self._beta(arm))
 
     def reusable(self, arm: Arm, seed: int, stage: str = "main") -> bool:
         """Whether this cell would be another study's record (the plan counts it as free)."""
-        source = self._reuse_source(arm, seed, stage)
-        if source is None:
-            return False
-        return json.loads(source.read_text()).get("beta", self._beta(arm)) == self._beta(arm)
+        return is_reusable(self.design, arm, seed, self._beta(arm), stage)
 
     def _measure(self, model_dir: Path) -> dict[str, Any]:
         evaluator, sft = self.evaluator(), self.sft_record()
