@@ -16,6 +16,7 @@ declare -A TESTS=(
   [squarechipo/privacy/ledger/binding.py]="tests/test_ledger.py tests/test_privacy_invariants.py tests/test_release.py"
   [squarechipo/privacy/ledger/records.py]="tests/test_ledger.py tests/test_release.py tests/test_integrity.py"
   [squarechipo/privacy/release/registry.py]="tests/test_registry.py tests/test_privacy_invariants.py"
+  [squarechipo/data/near_duplicates.py]="tests/test_near_duplicates.py"
   [squarechipo/losses.py]="tests/test_losses.py"
   [squarechipo/select/exponential.py]="tests/test_select_exponential.py"
   [squarechipo/stats.py]="tests/test_report_intervals.py tests/test_judge_stats.py"
