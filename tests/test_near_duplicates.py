@@ -123,3 +123,89 @@ def test_near_copies_across_many_rows_are_found_by_one_sorted_pass():
     rows[2900] = " ".join([*base[:-1], "changed"])
     found = {(c[0], c[1]) for c in copies(rows)}
     assert found == {(10, 2500), (10, 2900)}
+
+
+def test_shingles_are_the_rows_word_trigrams_or_the_whole_short_row():
+    """The shingle is part of the registry's format (its SHA-1 makes the signatures): defined here, not by itself."""
+    assert shingles("a b c d") == {b"a b c", b"b c d"}
+    assert shingles("a b") == {b"a b"} and shingles("a b c") == {b"a b c"} and shingles("") == {b""}
+    assert shingles("é\x1fb c") == {"é b c".encode()}  # the row's separator splits words like a space
+
+
+@pytest.mark.parametrize("block", [1, 5, 64])
+def test_signatures_do_not_depend_on_the_block_they_are_computed_in(block, monkeypatch):
+    """Rows are processed in blocks of shingles (about 64 MB at a time): every block size gives datasketch's
+    values, in uint32, and no rows give an empty (0, NUM_PERM) table."""
+    from datasketch import MinHash
+
+    from squarechipo.data import near_duplicates
+
+    rng = np.random.default_rng(block)
+    rows = [" ".join(f"w{i}" for i in rng.integers(0, 50, rng.integers(0, 30))) for _ in range(25)]
+    reference = np.stack([m.hashvalues for m in MinHash.bulk([shingles(r) for r in rows], num_perm=NUM_PERM, seed=1)])
+    monkeypatch.setattr(near_duplicates, "_BLOCK", block)
+    found = signatures(rows)
+    assert found.dtype == np.uint32 and np.array_equal(found, reference.astype(np.uint32))
+    empty = signatures([])
+    assert empty.shape == (0, NUM_PERM) and empty.dtype == np.uint32
+
+
+_M64 = (1 << 64) - 1
+
+
+def _fmix64(h: int) -> int:
+    """MurmurHash3's 64-bit finaliser, from its definition (Appleby, MurmurHash3.cpp, fmix64)."""
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & _M64
+    h ^= h >> 33
+    h = (h * 0xC4CEB9FE1A85EC53) & _M64
+    return h ^ (h >> 33)
+
+
+def _band_key(values: list[int], band: int) -> int:
+    """A band's key as docs/privacy.md's format 3 defines it, in Python integers."""
+    h = _fmix64(band + 0x9E3779B97F4A7C15)
+    for j, value in enumerate(values):
+        h = _fmix64(h ^ ((value * 0x100000001B3 + j) & _M64))
+    key = (h & ~31 & _M64) | band
+    return key - (1 << 64) if key >= 1 << 63 else key
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=NUM_PERM, max_size=NUM_PERM))
+def test_band_keys_are_the_registrys_format_3_keys(values):
+    """Band keys are stored in users' registries: a key computed another way would stop finding near-copies of
+    released rows. They must equal the format's definition, and keys of different bands never meet."""
+    from squarechipo.data.near_duplicates import BANDS, ROWS_PER_BAND
+
+    keys = band_keys(np.array(values, dtype=np.uint32))
+    expected = [_band_key(values[b * ROWS_PER_BAND : (b + 1) * ROWS_PER_BAND], b) for b in range(BANDS)]
+    assert keys == expected and [k & 31 for k in keys] == list(range(BANDS))
+
+
+def _words(n: int, start: int = 0) -> list[str]:
+    return [f"t{start + i}" for i in range(n)]
+
+
+def test_copies_are_found_at_the_threshold_after_an_exact_copy_and_listed_by_their_later_row():
+    """Near-copies at exactly J = 0.8 count; an exact copy earlier in the candidates does not stop the search;
+    copies are listed in the order of their later row, each with why, and described in words."""
+    base = _words(6)
+    at_threshold = " ".join([*base, "x"])  # 4 of 5 shingles shared: J = 0.8
+    long = _words(24, start=100)
+    close = " ".join([*long, "y"])  # 22 of 23 shingles shared: J = 0.957
+    rows = [" ".join(long), " ".join(base), " ".join(long), close, at_threshold]
+    found = copies(rows)
+    assert [(c[0], c[1]) for c in found] == [(0, 2), (0, 3), (1, 4)]
+    assert found[0][2] == "the same text once retyping is folded"
+    assert [c[2] for c in found[1:]] == ["96% of their 3-word shingles shared", "80% of their 3-word shingles shared"]
+    from squarechipo.data.near_duplicates import describe_copies, near_copy_pairs
+
+    assert (0, 3, 0.957) in near_copy_pairs(rows)
+    assert describe_copies(found) == (
+        "row 2 copies row 0 (the same text once retyping is folded); row 3 copies row 0 (96% of their 3-word "
+        "shingles shared); row 4 copies row 1 (80% of their 3-word shingles shared)"
+    )
+    assert describe_copies(found, limit=2).endswith("shingles shared); ...")
+    moved = copies(["save\x1fnow", "save now"])  # a word moved between prompt and response: one shingle, the same
+    assert [(c[0], c[1]) for c in moved] == [(0, 1)]
