@@ -194,18 +194,17 @@ def test_copies_are_found_at_the_threshold_after_an_exact_copy_and_listed_by_the
     at_threshold = " ".join([*base, "x"])  # 4 of 5 shingles shared: J = 0.8
     long = _words(24, start=100)
     close = " ".join([*long, "y"])  # 22 of 23 shingles shared: J = 0.957
-    rows = [" ".join(long), " ".join(base), " ".join(long), close, at_threshold]
+    rows = [" ".join(long), " ".join(base), at_threshold, " ".join(long), close, " ".join(base)]
     found = copies(rows)
-    assert [(c[0], c[1]) for c in found] == [(0, 2), (0, 3), (1, 4)]
-    assert found[0][2] == "the same text once retyping is folded"
-    assert [c[2] for c in found[1:]] == ["96% of their 3-word shingles shared", "80% of their 3-word shingles shared"]
+    assert [(c[0], c[1]) for c in found] == [(1, 2), (0, 3), (0, 4), (1, 5)]  # by the later row
+    exact, shared = "the same text once retyping is folded", "of their 3-word shingles shared"
+    assert [c[2] for c in found] == [f"80% {shared}", exact, f"96% {shared}", exact]
     from squarechipo.data.near_duplicates import describe_copies, near_copy_pairs
 
-    assert (0, 3, 0.957) in near_copy_pairs(rows)
+    assert (0, 4, 0.957) in near_copy_pairs(rows)
     assert describe_copies(found) == (
-        "row 2 copies row 0 (the same text once retyping is folded); row 3 copies row 0 (96% of their 3-word "
-        "shingles shared); row 4 copies row 1 (80% of their 3-word shingles shared)"
+        f"row 2 copies row 1 (80% {shared}); row 3 copies row 0 ({exact}); row 4 copies row 0 (96% {shared}); ..."
     )
-    assert describe_copies(found, limit=2).endswith("shingles shared); ...")
+    assert describe_copies(found[:3]) == describe_copies(found)[: -len("; ...")]
     moved = copies(["save\x1fnow", "save now"])  # a word moved between prompt and response: one shingle, the same
     assert [(c[0], c[1]) for c in moved] == [(0, 1)]
