@@ -261,3 +261,39 @@ def test_a_format_2_registry_is_migrated_once_and_still_refuses_its_rows_and_the
     assert counts == [20, 400] and not any(t.endswith("_v2") for t in tables)
     released = release_dataset(_long_rows(3, start=800), LabelPipeline(epsilon=1.0))
     assert len(released) == 3
+
+
+def test_a_release_entered_while_another_was_drawn_is_found_by_the_transaction_that_enters_the_second():
+    """In one process, step by step: two releases of the same rows both look before either is entered; the first is
+    entered, the second's transaction reads the registry again (its state changed) and refuses, naming the first.
+    A release whose look is still current is entered without that second read."""
+    from squarechipo.privacy.release.registry import RegistryError, earlier_releases
+    from squarechipo.privacy.release.transaction import ReleaseTransaction
+
+    first, second = (ReleaseTransaction(_rows(4, start=300), LabelPipeline(epsilon=0.5)) for _ in range(2))
+    for transaction in (first, second):
+        transaction.admit()
+        transaction.draw()
+    assert first.earlier.state == second.earlier.state and not first.earlier.rows
+    first.register()
+    with pytest.raises(RegistryError, match=r"another release of these rows was registered .*\(1 release\(s\): 4 row"):
+        second.register()
+    assert earlier_releases(first.units).ids == {first.digest}  # the second was not entered
+
+
+def test_the_registry_sums_every_earlier_release_of_a_row_exactly_and_as_a_near_copy():
+    """Basic composition: a row released at ε 0.5 and again at ε 1 (rerelease) has spent 1.5, and so has a near-copy
+    of it (it counted only the first release it matched before); the earlier releases are listed in the order they
+    were made."""
+    from squarechipo.data.fingerprint import canonical_rows, row_hashes
+    from squarechipo.data.near_duplicates import sketch
+    from squarechipo.privacy.release.registry import earlier_releases
+
+    rows = _long_rows(3, start=400)
+    first = get_ledger(release_dataset(rows, LabelPipeline(epsilon=0.5))).digest
+    second = get_ledger(release_dataset(rows, LabelPipeline(epsilon=1.0), rerelease=True)).digest
+    edited = rows.map(lambda r: {"chosen": r["chosen"] + " now"})  # near-copies of both releases' rows
+    for probe, near in ((rows, 0), (edited, 3)):
+        found = earlier_releases(row_hashes(probe), sketch(canonical_rows(probe.with_format("arrow")[:])))
+        assert (found.rows, found.near_copies) == (3, near)
+        assert found.epsilon == pytest.approx(1.5) and [r[0] for r in found.releases] == [first, second]

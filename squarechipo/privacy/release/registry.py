@@ -285,9 +285,10 @@ def _query(db: sqlite3.Connection, units: list[bytes], marks: Sketch | None) -> 
             per_row[i] += epsilon * (count or 1)
         involved[release_id] = (epsilon, made)
     near = _near_copies(db, marks, set(per_row), entered) if marks is not None else {}
-    for i, (release_id, epsilon, made) in near.items():
-        per_row[i] += epsilon
-        involved[release_id] = (epsilon, made)
+    for i, releases_of_row in near.items():
+        for release_id, epsilon, made in releases_of_row:
+            per_row[i] += epsilon
+            involved[release_id] = (epsilon, made)
     releases = tuple(sorted(((k, *v) for k, v in involved.items()), key=lambda r: r[2]))
     # A row can hold several keys (its content, its declared unit), laid out in blocks of one key per row.
     rows = len({i % len(marks) for i in per_row}) if marks is not None and len(marks) else len(per_row)
@@ -298,8 +299,9 @@ def _query(db: sqlite3.Connection, units: list[bytes], marks: Sketch | None) -> 
 
 def _near_copies(
     db: sqlite3.Connection, marks: Sketch, exact: set[int], entered: dict[int, tuple[str, float, str]]
-) -> dict[int, tuple[str, float, str]]:
-    """Rows (not already matched exactly) whose MinHash signature is a near-copy of a registered row's."""
+) -> dict[int, list[tuple[str, float, str]]]:
+    """Rows (not already matched exactly) whose MinHash signature is a near-copy of a registered row's: for each,
+    every release holding such a row (a row nearly copying rows of two releases has spent both releases' ε)."""
     open_rows = np.setdiff1d(np.arange(len(marks)), np.fromiter(exact, dtype=np.int64, count=len(exact)))
     keys = marks.keys[open_rows]
     hits = _matching(db, keys.ravel().tolist(), "released_bands", "band", "release, row")
@@ -312,18 +314,20 @@ def _near_copies(
     at = np.flatnonzero(np.isin(keys.ravel(), np.fromiter(by_band, dtype=np.int64, count=len(by_band))))
     for position in at.tolist():
         candidates[int(open_rows[position // keys.shape[1]])].update(by_band[int(keys.ravel()[position])])
-    found: dict[int, tuple[str, float, str]] = {}
+    found: dict[int, list[tuple[str, float, str]]] = {}
     for i, pairs in sorted(candidates.items()):
+        matched: set[int] = set()  # each release a row nearly copies counts once, every such release counts
         for release, row in sorted(pairs):
+            if release in matched or release not in entered:
+                continue
             stored = db.execute(
                 "SELECT signature FROM released_signatures WHERE release = ? AND row = ?", (release, row)
             ).fetchone()
-            if stored is None or release not in entered:
-                continue
-            other = np.frombuffer(stored[0], dtype="<u4")
-            if estimated_jaccard(marks.signatures[i], other) >= NEAR_COPY_JACCARD:
-                found[i] = entered[release]
-                break
+            if stored is not None and estimated_jaccard(marks.signatures[i], np.frombuffer(stored[0], "<u4")) >= (
+                NEAR_COPY_JACCARD
+            ):
+                matched.add(release)
+                found.setdefault(i, []).append(entered[release])
     return found
 
 
