@@ -270,13 +270,16 @@ def test_a_release_entered_while_another_was_drawn_is_found_by_the_transaction_t
     from squarechipo.privacy.release.registry import RegistryError, earlier_releases
     from squarechipo.privacy.release.transaction import ReleaseTransaction
 
-    first, second = (ReleaseTransaction(_rows(4, start=300), LabelPipeline(epsilon=0.5)) for _ in range(2))
+    # 40 rows: two draws that came out equal (and so one release, one ledger digest) are a 1e-11 chance.
+    first, second = (ReleaseTransaction(_rows(40, start=300), LabelPipeline(epsilon=0.5)) for _ in range(2))
     for transaction in (first, second):
         transaction.admit()
         transaction.draw()
     assert first.earlier.state == second.earlier.state and not first.earlier.rows
     first.register()
-    with pytest.raises(RegistryError, match=r"another release of these rows was registered .*\(1 release\(s\): 4 row"):
+    with pytest.raises(
+        RegistryError, match=r"another release of these rows was registered .*\(1 release\(s\): 40 row"
+    ):
         second.register()
     assert earlier_releases(first.units).ids == {first.digest}  # the second was not entered
 
