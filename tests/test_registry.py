@@ -300,3 +300,22 @@ def test_the_registry_sums_every_earlier_release_of_a_row_exactly_and_as_a_near_
         found = earlier_releases(row_hashes(probe), sketch(canonical_rows(probe.with_format("arrow")[:])))
         assert (found.rows, found.near_copies) == (3, near)
         assert found.epsilon == pytest.approx(1.5) and [r[0] for r in found.releases] == [first, second]
+
+
+def test_a_format_2_registry_that_cannot_be_migrated_is_refused_unchanged(tmp_path, monkeypatch):
+    """A format-2 file edited by hand (a signature cut short) stops the release with one message naming the file
+    and the fix; the file is left as it was, still format 2."""
+    path = tmp_path / "old.sqlite"
+    _format_2_registry(path, _long_rows(3, start=900), "sha256:" + "2" * 64)
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE released_signatures SET signature = x'00' WHERE row = 1")
+    db.close()
+    before = path.read_bytes()
+    monkeypatch.setenv(REGISTRY_ENV, str(path))
+    with pytest.raises(RegistryError, match=r"format 2 and could not be migrated .*nothing was changed\. Restore it"):
+        release_dataset(_long_rows(2, start=950), LabelPipeline(epsilon=1.0))
+    db = sqlite3.connect(path)
+    assert dict(db.execute("SELECT key, value FROM meta"))["format"].endswith("/2")
+    db.close()
+    assert len(path.read_bytes()) >= len(before) // 2  # the rows are all still there

@@ -825,6 +825,12 @@ def test_a_pilot_gate_that_is_not_cleared_stops_the_main_run_before_any_cell(tmp
     small, large = Arm("dpo", "CTL", 1.0, beta=0.025), Arm("dpo", "CTL", 1.0, beta=0.05)
     with pytest.raises(ValueError, match="pilot_gate names arm 'ctl_eps1_dpo'"):
         StudyDesign(pilot_arms=(small,), pilot_gate=Gate("ctl_eps1_dpo", "kl", 40.0))
+    with pytest.raises(ValueError, match=r"pilot_gate.metric must be one of \['expected_win'"):
+        Gate(small.key, "KL", 40.0)
+    with pytest.raises(ValueError, match="pilot_gate.at_least must be a number"):
+        Gate(small.key, "kl", "40 nats")
+    with pytest.raises(ValueError, match=r"pilot_gate: unknown fields \['atleast'\]"):
+        StudyDesign.from_dict({"pilot_arms": [small], "pilot_gate": {"arm": small.key, "atleast": 40}})
     claim = Claim("small below large", large.key, small.key, metric="gold_gain")
 
     def record(arm, seed, kl, gain):

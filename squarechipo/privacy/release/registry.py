@@ -167,7 +167,16 @@ def _connect() -> sqlite3.Connection:
             "it away and start a new one (squarechipo registry init): releases it recorded are then no longer counted."
         ) from None
     if _TABLES <= tables and meta.get("format") == _FORMAT_2:
-        _migrate(db, path)
+        try:
+            _migrate(db, path)
+        except (sqlite3.DatabaseError, ValueError) as error:
+            db.close()
+            raise RegistryError(
+                f"the registry of releases at {path} is format 2 and could not be migrated to format 3 "
+                f"({type(error).__name__}: {error}); nothing was changed. Restore it from a backup, or keep using it "
+                "with squarechipo 0.3; only if it is lost for good, move it away and start a new one "
+                "(squarechipo registry init)."
+            ) from None
         meta["format"] = REGISTRY_FORMAT
     if not _TABLES <= tables or meta.get("format") != REGISTRY_FORMAT:
         db.close()

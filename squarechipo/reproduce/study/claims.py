@@ -14,12 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from squarechipo.reproduce.study.design import Claim
+from squarechipo.reproduce.study.design import METRIC_SCALE, Claim
 
 __all__ = ["METRIC_SCALE", "claim_values", "gain_at_kl", "metric_at", "reference_epochs"]
-
-#: Summary metrics and the factor that puts them in the report's units (win rates in points).
-METRIC_SCALE = {"expected_win": 100.0, "hard_win": 100.0, "gold_gain": 1.0, "kl": 1.0, "pool_gain": 1.0}
 
 
 def metric_at(record: dict[str, Any], metric: str, epoch: float | None = None) -> float:

@@ -142,6 +142,10 @@ class Conclusion:
             raise ValueError(f"conclusion {self.name!r}: name at least one claim that must hold (`holds`).")
 
 
+#: Summary metrics of a cell and the factor that puts them in the report's units (win rates in points).
+METRIC_SCALE = {"expected_win": 100.0, "hard_win": 100.0, "gold_gain": 1.0, "kl": 1.0, "pool_gain": 1.0}
+
+
 @dataclass(frozen=True)
 class Gate:
     """A go/no-go rule fixed before the pilot: the main run goes on only if the pilot arm ``arm`` reaches a mean
@@ -152,6 +156,12 @@ class Gate:
     metric: str = "kl"
     at_least: float = 0.0
     why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRIC_SCALE:
+            raise ValueError(f"pilot_gate.metric must be one of {sorted(METRIC_SCALE)} (got {self.metric!r}).")
+        if isinstance(self.at_least, bool) or not isinstance(self.at_least, (int, float)):
+            raise ValueError(f"pilot_gate.at_least must be a number, in the metric's units (got {self.at_least!r}).")
 
 
 def _arm(method: str, setting: str, epsilon: float | None, debias: bool = True, tier: int = 1) -> Arm:
@@ -342,6 +352,9 @@ class StudyDesign:
             if data.get(key) is not None:
                 data[key] = tuple(kind(**c) if isinstance(c, dict) else c for c in data[key])
         if isinstance(data.get("pilot_gate"), dict):
+            extra = sorted(set(data["pilot_gate"]) - {f.name for f in fields(Gate)})
+            if extra:
+                raise ValueError(f"pilot_gate: unknown fields {extra}; its fields are arm, metric, at_least and why.")
             data["pilot_gate"] = Gate(**data["pilot_gate"])
         for key in ("pilot_seeds", "checkpoints"):
             if data.get(key) is not None:
