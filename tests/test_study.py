@@ -812,6 +812,9 @@ def test_cells_of_a_study_that_trained_or_measured_otherwise_are_refused_naming_
     with pytest.raises(ValueError, match=rf"cells_from .*differs from .* in \['{named}'\]"):
         study.cell(arm, 0, "main")
     assert not (tmp_path / "results" / "main").exists()
+    (source / "preregistration.json").unlink()  # a folder that shows nothing is not trusted either
+    with pytest.raises(ValueError, match=r"cells_from .*holds no preregistration\.json"):
+        study.cell(arm, 0, "main")
 
 
 def test_a_pilot_gate_that_is_not_cleared_stops_the_main_run_before_any_cell(tmp_path):

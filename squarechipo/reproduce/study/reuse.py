@@ -53,6 +53,12 @@ def reused_record(
     wrong_beta = record.get("beta", beta) != beta
     if record.get("seed") != seed or wrong_beta or not (same_arm or same_beta):
         raise ValueError(f"{source} is not the record of {cell_name(arm, seed)}; it cannot be reused.")
+    if not (Path(design.cells_from) / "preregistration.json").is_file():
+        raise ValueError(
+            f"cells_from {design.cells_from}: it holds no preregistration.json, so nothing shows its cells were "
+            "trained and measured as this study's would be; they are not reused. Point cells_from at a study's "
+            "results folder (with its pre-registration), or drop cells_from to train these cells."
+        )
     other = design_in_force(Path(design.cells_from))
     reuse_check(other, Path(design.cells_from), design, results)
     evaluation = record.get("evaluation") or evaluation_record(StudyDesign.from_dict(other))
