@@ -8,6 +8,7 @@ release (fail closed) and starting one is explicit; a declared privacy unit comp
 from __future__ import annotations
 
 import multiprocessing
+import re
 import sqlite3
 
 import datasets
@@ -137,6 +138,8 @@ def test_a_declared_privacy_unit_composes_its_rows_and_is_what_the_registry_coun
     with pytest.raises(ValueError, match="row 6 copies row 0"):
         release_dataset(same_pair, LabelPipeline(epsilon=0.5))
     released = release_dataset(labelled, LabelPipeline(epsilon=0.5), privacy_unit="labeller")
+    with pytest.raises(ValueError, match=r"7 row\(s\) were released before"):  # by content and unit: once each
+        release_dataset(labelled, LabelPipeline(epsilon=0.5), privacy_unit="labeller")
     assert "labeller" not in released.column_names  # not declared public: used for accounting, then dropped
     (release,) = get_ledger(released).releases
     assert (release.privacy_unit, release.rows_per_unit) == ("labeller", 3)
@@ -319,3 +322,137 @@ def test_a_format_2_registry_that_cannot_be_migrated_is_refused_unchanged(tmp_pa
     assert dict(db.execute("SELECT key, value FROM meta"))["format"].endswith("/2")
     db.close()
     assert len(path.read_bytes()) >= len(before) // 2  # the rows are all still there
+
+
+def _variant(row: datasets.Dataset, word: str) -> datasets.Dataset:
+    """A near-copy of ``row`` (one word added to its prompt: Jaccard about 0.97)."""
+    return row.map(lambda r: {"prompt": r["prompt"] + " " + word})
+
+
+def _keys(rows: datasets.Dataset):
+    from squarechipo.data.fingerprint import canonical_rows, row_hashes
+    from squarechipo.data.near_duplicates import sketch
+
+    return row_hashes(rows), sketch(canonical_rows(rows.with_format("arrow")[:]))
+
+
+def _enter(release_id: str, rows: datasets.Dataset, epsilon: float, made: str) -> None:
+    from squarechipo.privacy.release.registry import earlier_releases, register_release
+
+    units, marks = _keys(rows)
+    register_release(release_id, units, marks, epsilon, made, expected=earlier_releases(units, marks))
+
+
+def test_a_row_nearly_copying_two_rows_of_one_release_counts_it_once_and_every_other_release_too():
+    """A release holding two near-copies of a new row is one earlier release of it (ε once); a second release that
+    holds a third counts as well; the releases are listed in the order they were made, not by id."""
+    from squarechipo.privacy.release.registry import earlier_releases
+
+    row = _long_rows(1, start=700)
+    _enter("a-release", datasets.concatenate_datasets([row, _variant(row, "alpha")]), 0.5, "2026-01-02T00:00:00+00:00")
+    _enter("z-release", _variant(row, "beta"), 1.0, "2026-01-01T00:00:00+00:00")
+    found = earlier_releases(*_keys(_variant(row, "gamma")))
+    assert (found.rows, found.near_copies) == (1, 1)
+    assert found.epsilon == pytest.approx(1.5)
+    assert [r[0] for r in found.releases] == ["z-release", "a-release"]
+
+
+def test_a_unit_whose_release_is_not_entered_is_skipped_and_the_read_goes_on():
+    """A unit row whose release row is absent (entered by a writer between the two reads, or edited by hand) adds
+    nothing, and the units read after it still count."""
+    from squarechipo.privacy.release.registry import earlier_releases
+
+    db = sqlite3.connect(registry_path())
+    with db:
+        db.execute("INSERT INTO released_units VALUES (?, 99, 1)", (b"orphan",))  # read first: the lowest rowid
+    db.close()
+    rows = _long_rows(2, start=720)
+    _enter("a-release", rows, 0.5, "2026-01-02T00:00:00+00:00")
+    units, _ = _keys(rows)
+    found = earlier_releases([b"orphan", *units])
+    assert (found.rows, found.epsilon, found.ids) == (2, 0.5, frozenset({"a-release"}))
+
+
+def test_a_unit_entered_without_a_count_counts_its_release_once(tmp_path, monkeypatch):
+    """Format 2 allowed a unit without a count (NULL): it is one release of the unit, ε once."""
+    from squarechipo.data.fingerprint import row_hashes
+    from squarechipo.privacy.release.registry import earlier_releases
+
+    path, rows = tmp_path / "old.sqlite", _long_rows(2, start=740)
+    _format_2_registry(path, rows, "sha256:" + "3" * 64)
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE released_units SET count = NULL")
+    db.close()
+    monkeypatch.setenv(REGISTRY_ENV, str(path))
+    found = earlier_releases(row_hashes(rows))
+    assert (found.rows, found.epsilon) == (2, pytest.approx(0.5))
+
+
+def test_a_release_nearly_copying_one_entered_while_it_was_drawn_is_refused_by_its_transaction():
+    """The entering transaction's second read looks for near-copies too, not only for the same rows."""
+    from squarechipo.privacy.release.transaction import ReleaseTransaction
+
+    rows = _long_rows(40, start=760)
+    first = ReleaseTransaction(rows, LabelPipeline(epsilon=0.5))
+    second = ReleaseTransaction(_variant(rows, "again"), LabelPipeline(epsilon=0.5))
+    for transaction in (first, second):
+        transaction.admit()
+        transaction.draw()
+    first.register()
+    refusal = r"another release of these rows .*40 row\(s\) .*40 of them as near-copies"
+    with pytest.raises(RegistryError, match=refusal):
+        second.register()
+
+
+def test_a_registry_of_another_format_or_missing_a_table_is_refused(tmp_path, monkeypatch):
+    for name, edit in {
+        "another format": "UPDATE meta SET value = 'squarechipo.release_registry/99' WHERE key = 'format'",
+        "a table dropped": "DROP TABLE released_bands",
+    }.items():
+        path = init_registry(tmp_path / f"{name}.sqlite")
+        db = sqlite3.connect(path)
+        with db:
+            db.execute(edit)
+        db.close()
+        monkeypatch.setenv(REGISTRY_ENV, str(path))
+        with pytest.raises(RegistryError, match=f"at {path} is not a squarechipo registry .*registry init"):
+            release_dataset(_rows(3, start=780), LabelPipeline(epsilon=0.5))
+
+
+def test_init_registry_starts_where_it_is_told_in_utc_and_a_lost_one_names_when_it_was_started(tmp_path, monkeypatch):
+    """A path in folders not yet made; the environment's path when none is given; an empty file (touched) is started,
+    a file with anything in it is refused; the start time is UTC, and the refusal of a lost registry gives it."""
+    import datetime as dt
+
+    nested = tmp_path / "a" / "b" / "r.sqlite"
+    assert init_registry(nested) == nested
+    monkeypatch.setenv(REGISTRY_ENV, str(tmp_path / "env.sqlite"))
+    assert init_registry() == tmp_path / "env.sqlite"
+    touched = tmp_path / "touched.sqlite"
+    touched.touch()
+    assert init_registry(touched) == touched
+    one_byte = tmp_path / "one.sqlite"
+    one_byte.write_bytes(b"x")
+    with pytest.raises(RegistryError, match="one.sqlite already exists"):
+        init_registry(one_byte)
+    db = sqlite3.connect(nested)
+    created = dict(db.execute("SELECT key, value FROM meta"))["created"]
+    db.close()
+    assert dt.datetime.fromisoformat(created).utcoffset() == dt.timedelta(0)
+    monkeypatch.setenv(REGISTRY_ENV, str(nested))
+    nested.unlink()
+    lost = f"was started on this machine \\({re.escape(created)}\\) and is now missing"
+    with pytest.raises(RegistryError, match=lost):
+        release_dataset(_rows(3, start=790), LabelPipeline(epsilon=0.5))
+
+
+def test_earlier_releases_say_how_many_rows_were_near_copies_only_when_some_were():
+    from squarechipo.privacy.release.registry import EarlierReleases
+
+    releases = (("r", 0.5, "2026-01-01"),)
+    assert (
+        "2 row(s) were released before, 1 of them as near-copies (ε 0.5 at 2026-01-01;"
+        in EarlierReleases(2, 0.5, releases, near_copies=1).describe()
+    )
+    assert "near-copies" not in EarlierReleases(2, 0.5, releases).describe()
