@@ -320,6 +320,7 @@ def test_the_gold_evaluator_reuses_the_sft_records_passes_without_changing_a_num
     full = compare(evaluator.measure(policy, pool=samples), record, constants)
     evaluator.settings = replace(evaluator.settings, generation_free=False)
     light_record = evaluator.measure_samples(reference, samples)
+    assert "logp" not in light_record  # the SFT's own log-prob pass is left out: nothing reads it
     light = compare(evaluator.measure(policy, pool=samples), light_record, evaluator.constants(samples, light_record))
     assert {"pool_gain", "implicit_accuracy"} <= set(full) and not {"pool_gain", "implicit_accuracy"} & set(light)
     assert {k: v for k, v in full.items() if k not in ("pool_gain", "implicit_accuracy")} == light

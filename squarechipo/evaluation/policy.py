@@ -128,15 +128,18 @@ class GoldEvaluator:
         """The per-prompt record of ``model`` (lists of floats, JSON-ready) on ``samples`` drawn from it.
         ``pool``: the SFT policy's samples, the extra candidates of the fixed pool (None: this model is the SFT
         policy and its samples are the pool)."""
-        logp = self._sample_logps(model, samples)
         record = {
             "reward": np.stack([gold_rewards(self.gold, self.prompts, s) for s in samples]),
-            "logp": logp,
-            # The reference's own record: the same pass (its log-probs are the reference's).
-            "logp_ref": logp if model is self.reference else self._sample_logps(self.reference, samples),
             "words": np.array([[len(r.split()) for r in s] for s in samples], dtype=float),
             "loop": np.array([[has_loop(r) for r in s] for s in samples], dtype=float),
         }
+        # The reference's KL to itself is 0 and a comparison reads only its rewards, lengths and loops: its samples'
+        # log-probs are needed only for the generation-free measures (its own pool value).
+        if model is not self.reference or self.settings.generation_free:
+            logp = self._sample_logps(model, samples)
+            # The reference's own record: the same pass (its log-probs are the reference's).
+            ref = logp if model is self.reference else self._sample_logps(self.reference, samples)
+            record |= {"logp": logp, "logp_ref": ref}
         if self.settings.generation_free:
             test_logps = self.logps(model, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
             record["test_logp"] = test_logps
