@@ -76,3 +76,56 @@ def test_an_epsilon_too_small_to_carry_a_label_is_refused_and_a_small_one_warns(
     with caplog.at_level("WARNING", logger="squarechipo"):
         debias_factor(1.0)
     assert not caplog.records
+
+
+_CHECKS = {  # check → (what it accepts at the edge, what it refuses at the edge)
+    "check_corruption_rate": (0.5, math.nextafter(0.5, 1.0)),
+    "check_flip_rate": (math.nextafter(0.5, 0.0), 0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CHECKS))
+@pytest.mark.parametrize("bad", ["0.1", None, [0.1], -1e-9, float("nan"), math.inf, "edge"])
+def test_a_refused_rate_names_its_field_and_bound_and_the_fix_it_names_is_accepted(name, bad):
+    """The rates' one-line errors: the field as the caller named it, the interval with its closed or open end, and
+    an example value that the same check accepts; a number given as text is refused, not converted."""
+    import re
+
+    from squarechipo.privacy.mechanisms import calibration
+
+    check = getattr(calibration, name)
+    accepted, refused = _CHECKS[name]
+    assert check(accepted, field="rate_x") == accepted
+    with pytest.raises(ValueError) as error:
+        check(refused if bad == "edge" else bad, field="rate_x")
+    message = str(error.value)
+    bound = r"\[0, 0\.5\]" if name == "check_corruption_rate" else r"\[0, 0\.5\)"
+    assert re.match(rf"rate_x must (be a number in|lie in) {bound} \(got ", message), message
+    if isinstance(bad, float) or bad == "edge":  # a number out of range: the reason and the fix
+        example = re.search(r"Pass e\.g\. rate_x=(\d+(?:\.\d+)?)", message)
+        assert example and check(float(example.group(1))) == float(example.group(1)), message
+        reason = "majority label" if name == "check_corruption_rate" else "no signal"
+        assert reason in message
+
+
+@pytest.mark.parametrize("bad", [None, "1", math.inf, -2.0, float("nan"), 1e-9])
+def test_a_refused_epsilon_names_its_field_and_a_budget_the_same_check_accepts(bad):
+    """check_epsilon's errors name the field and suggest a budget it accepts; below the smallest budget the stated
+    flip probability and c(ε) are those of randomized response at that ε (to the digits shown)."""
+    import re
+
+    from squarechipo.privacy.mechanisms.calibration import check_epsilon
+
+    with pytest.raises(ValueError) as error:
+        check_epsilon(bad, field="eps_x", finite=True)
+    message = str(error.value)
+    assert re.match(r"eps_x[ =]", message), message
+    if bad is math.inf:
+        assert "must be finite" in message and "without privacy" in message
+        return
+    suggested = re.search(r"eps_x=(\d+(?:\.\d+)?)", message)
+    assert suggested and check_epsilon(float(suggested.group(1)), finite=True) == float(suggested.group(1)), message
+    if bad == 1e-9:
+        flip, factor = (float(x) for x in re.search(r"1/2 − ([0-9.e-]+),.*c\(ε\) ≈ ([0-9.e+]+)\.", message).groups())
+        assert flip == pytest.approx(0.5 - 1 / (1 + math.exp(bad)), rel=1e-2)
+        assert factor == pytest.approx(1 / math.tanh(bad / 2), rel=1e-2)
