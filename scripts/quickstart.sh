@@ -5,7 +5,7 @@
 #      private labels), SFT rows of their own (no preference row's label leaks into the SFT policy) and public
 #      gold rows for the evaluation judge
 #   2. SFT of the embedded SmolLM2-135M-Instruct on 256 mixed SFT rows          -> outputs/quickstart/sft
-#   3. Square-chiPO under CTL, epsilon = 2, alpha = 0.1, on 128 private rows    -> outputs/quickstart/square_chipo_ctl
+#   3. Square-chiPO under CTL, epsilon = 4, alpha = 0.1, on 128 private rows    -> outputs/quickstart/square_chipo_ctl
 #   4. the gold reward-model judge, fitted on public gold pairs (the `judge` split) -> outputs/quickstart/gold_judge
 #   5. the gold-reward gain and gold expected win rate over the SFT policy, 64 test prompts x 2 sampled
 #      answers, with t intervals and a plain-words reading                 -> outputs/quickstart/eval/gold.json
@@ -44,7 +44,7 @@ fi
 echo "== [2/7] SFT of the embedded SmolLM2-135M-Instruct on its own mixed rows -> outputs/quickstart/sft"
 "${LAUNCH[@]}" recipes/sft.py --config recipes/configs/quickstart_sft.yaml
 
-echo "== [3/7] Square-chiPO, CTL, epsilon=2, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
+echo "== [3/7] Square-chiPO, CTL, epsilon=4, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
 "${LAUNCH[@]}" recipes/train.py --config recipes/configs/quickstart_align.yaml
 
 echo "== [4/7] the gold reward-model judge on public gold pairs -> outputs/quickstart/gold_judge"
