@@ -24,6 +24,10 @@ declare -A TESTS=(
 MODULES=("$@")
 [ ${#MODULES[@]} -eq 0 ] && MODULES=("${!TESTS[@]}")
 BASE=${MUTATION_DIR:-/tmp/squarechipo-mutation}
+# mutmut forks a child per mutant from a process that has run the tests: with OpenMP's thread pool started in the
+# parent (torch on two threads), a forked child can hang in it, asleep, until mutmut's wall-clock limit (read as a
+# time-out). One thread each avoids the pool.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 for module in "${MODULES[@]}"; do
   tests=${TESTS[$module]:-}
   if [ -z "$tests" ]; then

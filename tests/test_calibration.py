@@ -129,3 +129,14 @@ def test_a_refused_epsilon_names_its_field_and_a_budget_the_same_check_accepts(b
         flip, factor = (float(x) for x in re.search(r"1/2 − ([0-9.e-]+),.*c\(ε\) ≈ ([0-9.e+]+)\.", message).groups())
         assert flip == pytest.approx(0.5 - 1 / (1 + math.exp(bad)), rel=1e-2)
         assert factor == pytest.approx(1 / math.tanh(bad / 2), rel=1e-2)
+
+
+def test_the_checks_name_their_default_fields_and_the_type_they_were_given():
+    from squarechipo.privacy.mechanisms.calibration import check_epsilon, check_flip_rate
+
+    with pytest.raises(ValueError, match=r"^epsilon must be > 0"):
+        check_epsilon(0)
+    with pytest.raises(ValueError, match=r"^flip_rate must lie in \[0, 0\.5\)"):
+        check_flip_rate(0.5)
+    with pytest.raises(ValueError, match=r"^epsilon must be a number \(got '1' of type str\)"):
+        check_epsilon("1")
