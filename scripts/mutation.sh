@@ -43,9 +43,8 @@ for module in "${MODULES[@]}"; do
     echo "pytest_add_cli_args_test_selection ="
     for test in $tests; do echo "    $test"; done
     printf 'pytest_add_cli_args =\n    -p\n    no:cacheprovider\n'
-    # mutmut's limit is CPU seconds, (the tests' own time + constant) × 30, and a mutant's run also imports torch
-    # on two threads: with the default constant (1) quick tests were cut off before they could fail (calibration.py:
-    # 30 time-outs on the first run).
+    # mutmut's CPU limit is (the tests' own time + constant) × 30; each mutant's run also imports torch, which the
+    # default constant (1 s) leaves little room for.
     echo "timeout_constant = 10"
     printf 'also_copy =\n    tests\n    squarechipo\n    recipes\n    pyproject.toml\n'
   } > "$work/setup.cfg"
