@@ -44,6 +44,14 @@ NOT_RUN = {
     r"audit training .*--leak sft": "tests/test_audit.py runs the training audit with and without the SFT leak",
     r"reproduce table1 --scale cpu(?!.*--dry-run)": "tests/test_reproduce.py runs table1 end to end, then resumes it",
     r"-m squarechipo\.sim --smoke$": "the lab's first command above already runs at --smoke in this test",
+    r"^accelerate launch recipes/train\.py --config recipes/configs/square_chipo\.yaml$": (
+        "tests/test_recipes.py launches recipes/train.py so and checks a re-run draws no fresh noise; the README's "
+        "`squarechipo train` runs this config in this test"
+    ),
+    r"^torchrun --nproc_per_node 2 recipes/train\.py --config recipes/configs/square_chipo\.yaml$": (
+        "tests/test_recipes.py runs recipes/train.py under torchrun in two gloo processes and checks both ranks train "
+        "on the same released labels"
+    ),
 }
 SMALL_DATA = ["--rows", "140", "--sft-rows", "40", "--judge-rows", "40"]
 #: Size flags shrunk for the test: pattern → replacement.
@@ -268,3 +276,13 @@ def test_every_command_of_the_chained_pages_runs_in_reading_order(tmp_path_facto
     work = _make_work(tmp_path_factory.mktemp("docs_chain"), tokenizer)
     for page in CHAIN:
         _run_page(page, work)
+
+
+def test_every_command_left_out_is_on_a_page_and_its_stand_in_test_exists():
+    """An exclusion outliving its command would hide the next command it matches; one naming a test file that was
+    renamed would point at nothing."""
+    every = [command for page in PAGES for command in commands(ROOT / page)]
+    for pattern, why in NOT_RUN.items():
+        assert any(re.search(pattern, command) for command in every), f"NOT_RUN {pattern!r} matches no command"
+        for named in re.findall(r"tests/\w+\.py", why):
+            assert (ROOT / named).is_file(), f"NOT_RUN {pattern!r}: {named} does not exist"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -294,3 +295,66 @@ def test_trainers_ask_the_ledger_and_refuse_kary_labels(tokenizer, tmp_path):
             train_dataset=released,
             processing_class=tokenizer,
         )
+
+
+def test_rr_with_prior_picks_each_other_member_uniformly_when_the_top_set_is_large():
+    """With k* = 5, a label that is not kept goes to each of the other four members with probability
+    (1 − keep)/4, independently per row: the sampler against the exact distribution, chi-square at p > 1e-4."""
+    from scipy import stats
+
+    prior, epsilon, n = np.full(5, 0.2), 0.5, 50_000
+    assert ld.optimal_top_k(prior[None], epsilon)[0][0] == 5
+    for y in (0, 2, 4):
+        released, _ = ld.rr_with_prior(np.full(n, y), np.tile(prior, (n, 1)), epsilon, np.random.default_rng(10 + y))
+        expected = ld.rr_with_prior_distribution(y, prior, epsilon)
+        assert stats.chisquare(np.bincount(released, minlength=5), n * expected).pvalue > 1e-4
+
+
+FINITE_ONLY = {
+    "optimal_top_k": lambda e: ld.optimal_top_k(np.array([[0.6, 0.4]]), e),
+    "rr_with_prior": lambda e: ld.rr_with_prior(np.array([0]), np.array([[0.6, 0.4]]), e, np.random.default_rng(0)),
+    "rr_with_prior_distribution": lambda e: ld.rr_with_prior_distribution(0, np.array([0.6, 0.4]), e),
+    "k_rr": lambda e: ld.k_rr(np.array([0]), 3, e, np.random.default_rng(0)),
+    "k_rr_weights": lambda e: ld.k_rr_weights(np.array([0]), 3, e),
+    "subset_inclusion_probabilities": lambda e: ld.subset_inclusion_probabilities(np.array([0]), 3, e),
+    "subset_mechanism": lambda e: ld.subset_mechanism(np.array([0]), 3, e, np.random.default_rng(0)),
+    "subset_weights": lambda e: ld.subset_weights(np.array([[True, False, False]]), e),
+    "analyzer_variance": lambda e: ld.analyzer_variance("k_rr", 3, e),
+}
+
+
+def test_every_k_ary_mechanism_is_in_the_table_of_finite_only_functions():
+    assert set(FINITE_ONLY) == set(ld.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(FINITE_ONLY))
+@pytest.mark.parametrize("epsilon", [math.inf, None])
+def test_every_k_ary_mechanism_and_analyzer_refuses_an_infinite_budget(name, epsilon):
+    """Each needs a noise scale: ε = ∞ (or no ε) would release the labels as they are, or divide by e^ε − 1."""
+    FINITE_ONLY[name](1.0)  # a finite budget runs
+    with pytest.raises(ValueError, match=r"^epsilon (must be finite for this mechanism|is required)"):
+        FINITE_ONLY[name](epsilon)
+
+
+def test_priors_are_probability_rows_of_at_least_two_labels_and_refusals_say_what_was_given():
+    rng = np.random.default_rng(0)
+    for prior, shape in ((np.array([0.5, 0.5]), "(2,)"), (np.ones((3, 1)), "(3, 1)")):
+        with pytest.raises(
+            ValueError, match=rf"^prior must have shape \(n, K\) with K ≥ 2 \(got {re.escape(shape)}\)"
+        ):
+            ld.rr_with_prior(np.zeros(len(prior), dtype=int), prior, 1.0, rng)
+    # A zero entry is a probability; a row off 1 by 1e-3 is not (by 5e-7, it is rounding).
+    released, _ = ld.rr_with_prior(np.array([0, 1]), np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]]), 1.0, rng)
+    assert released[0] == 0
+    ld.rr_with_prior(np.array([0]), np.array([[0.5, 0.5 + 5e-7]]), 1.0, rng)
+    for bad in ([[0.5, 0.501]], [[1.2, -0.2]]):
+        with pytest.raises(
+            ValueError, match=r"^prior rows must be probability vectors \(non-negative, summing to 1\)"
+        ):
+            ld.rr_with_prior(np.array([0]), np.array(bad), 1.0, rng)
+    with pytest.raises(ValueError, match=r"^labels has shape \(2,\); expected \(3,\) to match the prior\.$"):
+        ld.rr_with_prior(np.array([0, 1]), np.full((3, 4), 0.25), 1.0, rng)
+    with pytest.raises(ValueError, match=r"^released must lie in 0\.\.2 \(K = 3\)"):
+        ld.k_rr_weights(np.array([0, 3]), 3, 1.0)
+    with pytest.raises(ValueError, match=r"^mechanism must be k_rr or subset \(got 'rr'\)\.$"):
+        ld.analyzer_variance("rr", 3, 1.0)

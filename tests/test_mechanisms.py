@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from squarechipo.privacy.mechanisms.binary import ctl, huber_corruption, ltc, randomized_response
+from squarechipo.privacy.mechanisms.binary import check_labels, ctl, huber_corruption, ltc, randomized_response
 from squarechipo.privacy.mechanisms.calibration import flip_probability
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 from tests.helpers.stats import Z_TOLERANCE, binomial_se
@@ -249,3 +249,76 @@ def test_every_prior_is_the_same_whichever_response_is_stored_as_chosen(tokenize
     prior = policy_prior(policy, reference, tokenizer, rows, **kwargs)
     assert np.ptp(prior) > 1e-3  # the two models differ, so the prior is not flat
     assert np.array_equal(prior, policy_prior(policy, reference, tokenizer, swapped, **kwargs))
+
+
+def test_a_mechanism_that_does_nothing_draws_nothing_so_each_order_reduces_to_the_other_mechanism():
+    """At ε = ∞ (or None) CTL and LTC are Huber corruption alone, and at α = 0 randomized response alone, on the same
+    stream: the mechanism that does nothing draws nothing, so a clean or an uncorrupted arm sees the noise of the
+    other arm's seed."""
+    truth = np.random.default_rng(0).random(5000) < 0.5
+    for epsilon in (None, math.inf):
+        for order in (ctl, ltc):
+            for adversary in ({"adversary": "flip"}, {"adversary": "random"}):
+                alone = huber_corruption(truth, 0.2, np.random.default_rng(9), **adversary)
+                assert np.array_equal(order(truth, epsilon, 0.2, np.random.default_rng(9), **adversary), alone)
+    for order in (ctl, ltc):
+        alone = randomized_response(truth, 1.0, np.random.default_rng(9))
+        assert np.array_equal(order(truth, 1.0, 0.0, np.random.default_rng(9)), alone)
+
+
+def test_the_random_adversary_tosses_a_fair_coin_for_each_row():
+    truth = np.zeros(20_000, dtype=bool)
+    out = huber_corruption(truth, 0.5, np.random.default_rng(2), adversary="random")
+    # Half the rows are contaminated and half of those get a 1: 1/4 of the rows, each on its own coin.
+    assert abs(out.mean() - 0.25) <= Z_TOLERANCE * binomial_se(0.25, truth.size)
+    contaminated_ones = huber_corruption(np.zeros(4000, dtype=bool), 0.5, np.random.default_rng(3), adversary="random")
+    assert 0 < contaminated_ones.sum() < contaminated_ones.size
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int64])
+def test_targeted_and_fixed_adversaries_write_labels_of_the_input_dtype(dtype):
+    """A targeted row gets the wrong label with respect to the truth and keeps the input's dtype; so does a fixed
+    label, whatever dtype it was given in."""
+    truth = (np.arange(4000) % 3 == 0).astype(dtype)
+    target = np.arange(4000) % 2 == 0
+    out = huber_corruption(truth, 0.5, np.random.default_rng(4), adversary="targeted", target=target)
+    assert out.dtype == truth.dtype and set(np.unique(out).tolist()) <= {0, 1}
+    changed = out != truth
+    assert not changed[~target].any() and 0 < changed[target].sum() < target.sum()
+    assert np.array_equal(out[changed], 1 - truth[changed].astype(np.int64))
+    fixed = huber_corruption(truth, 0.5, np.random.default_rng(4), adversary="fixed", fixed_labels=[1] * 4000)
+    assert fixed.dtype == truth.dtype and np.all(fixed[fixed != truth] == 1) and (fixed != truth).any()
+
+
+def test_refusals_name_the_field_the_values_allowed_and_the_fix():
+    rng = np.random.default_rng(0)
+    labels = np.array([0, 1, 1, 0])
+    with pytest.raises(ValueError, match=r"^labels must be integer class indices \(got dtype float64\)\.$"):
+        check_labels(np.array([0.0, 2.0]), num_labels=3)
+    with pytest.raises(ValueError, match=r"^answers must lie in 0\.\.2 \(K = 3\)\.$"):
+        check_labels(np.array([0, 3]), num_labels=3, field="answers")
+    with pytest.raises(
+        TypeError,
+        match=r"^rng must be a numpy\.random\.Generator \(got int\); use numpy\.random\."
+        r"default_rng\(\) for OS entropy or default_rng\(seed\) for simulation\.$",
+    ):
+        randomized_response(labels, 1.0, 42)
+    with pytest.raises(ValueError, match=r"^adversary='targeted' needs target: a boolean row mask"):
+        huber_corruption(labels, 0.1, rng, adversary="targeted")
+    for target in (np.array([1, 0, 1, 0]), np.array([True, False])):  # integers, or the wrong shape
+        with pytest.raises(ValueError, match=r"^target must be a boolean mask with one entry per label \(got dtype"):
+            huber_corruption(labels, 0.1, rng, adversary="targeted", target=target)
+    with pytest.raises(
+        ValueError,
+        match=r"^adversary='fixed' needs fixed_labels: the label the adversary always "
+        r"writes \(e\.g\. the index of the longer or of the first response\)\.$",
+    ):
+        huber_corruption(labels, 0.1, rng, adversary="fixed")
+    with pytest.raises(ValueError, match=r"^fixed_labels must contain only 0 and 1"):
+        huber_corruption(labels, 0.1, rng, adversary="fixed", fixed_labels=[0, 2, 1, 0])
+    with pytest.raises(ValueError, match=r"^fixed_labels has shape \(2,\); expected \(4,\)\.$"):
+        huber_corruption(labels, 0.1, rng, adversary="fixed", fixed_labels=[0, 1])
+    with pytest.raises(ValueError, match=r"^true_labels must contain only 0 and 1"):
+        huber_corruption(labels, 0.1, rng, true_labels=[0, 2, 1, 0])
+    with pytest.raises(ValueError, match=r"^true_labels has shape \(3,\); expected \(4,\)\.$"):
+        huber_corruption(labels, 0.1, rng, true_labels=[0, 1, 1])

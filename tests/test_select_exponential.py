@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import torch
 from scipy import stats
 
 from squarechipo.select import row_square_losses, select_index
-from squarechipo.select.exponential import _mechanism_logits, select_indices
+from squarechipo.select.exponential import _mechanism_logits, row_preference_losses, select_indices
 
 N_DRAWS = 100_000
 
@@ -96,3 +97,54 @@ def test_bad_inputs_raise():
         select_index([], 1.0, rng)
     with pytest.raises(TypeError, match="Generator"):
         select_index([1.0, 2.0], 1.0, 42)
+
+
+@pytest.mark.parametrize("sensitivity", [0.5, 1.0, 4.0, 9.0])
+def test_selection_follows_the_sensitivity_it_is_given(sensitivity):
+    """Probability ∝ exp(−ε·L/(2Δ)) at the Δ passed, one draw at a time and batched: a Δ of 0.5 sharpens the law
+    eight-fold against the default Δ = 4 (a caller whose row losses are bounded more tightly spends less ε)."""
+    losses, epsilon = np.array([0.0, 1.0, 2.0]), 1.0
+    expected = _softmax(-epsilon * losses / (2.0 * sensitivity))
+    counts = np.bincount(select_indices(losses, epsilon, np.random.default_rng(3), 20_000, sensitivity), minlength=3)
+    assert stats.chisquare(counts, 20_000 * expected).pvalue > 1e-4
+    rng = np.random.default_rng(4)
+    singles = np.bincount([select_index(losses, epsilon, rng, sensitivity) for _ in range(4000)], minlength=3)
+    assert stats.chisquare(singles, 4000 * expected).pvalue > 1e-4
+    np.testing.assert_allclose(np.exp(_mechanism_logits(losses, epsilon, sensitivity)), expected / expected.max())
+
+
+@pytest.mark.parametrize("sensitivity", [0, 0.0, -1.0, math.inf, math.nan, "4", None])
+def test_a_sensitivity_that_is_not_positive_and_finite_is_refused_naming_it(sensitivity):
+    with pytest.raises(
+        ValueError, match=rf"^sensitivity must be positive and finite \(got {re.escape(repr(sensitivity))}\)"
+    ):
+        select_index([1.0, 2.0], 1.0, np.random.default_rng(0), sensitivity)
+
+
+def test_the_logits_are_float64_whatever_the_losses_dtype():
+    """float32 losses (a model's) are widened before scaling: at ε = 100 and L ≈ 1e6 the logits are about 1.25e7,
+    which float32 rounds to whole numbers, moving each candidate's probability."""
+    losses = np.array([1e6, 1e6 + 0.25, 1e6 + 0.5], dtype=np.float32)
+    for given in (losses, torch.from_numpy(losses), losses.tolist()):
+        logits = _mechanism_logits(given, 100.0)
+        assert logits.dtype == np.float64
+        np.testing.assert_allclose(logits, -100.0 * (losses.astype(np.float64) - 1e6) / 8.0, rtol=0, atol=1e-9)
+
+
+def test_refusals_name_what_was_given():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"^losses must be finite; a NaN or inf loss"):
+        select_index([1.0, math.inf], 1.0, rng)
+    for call in (lambda: select_index([1.0, 2.0], 1.0, [0]), lambda: select_indices([1.0, 2.0], 1.0, [0], 3)):
+        with pytest.raises(TypeError, match=r"^rng must be a numpy\.random\.Generator \(got list\)"):
+            call()
+
+
+def test_the_general_preference_row_loss_is_the_square_loss_of_its_preference():
+    """(ℓ − 1)² on ℓ ∈ [−1, 1], in [0, 4]; with ℓ = 2σ(m) − 1 it equals the Square-χPO row loss at c = 1, for numpy
+    arrays and torch tensors alike (Zhou et al. 2025 (Square-χPO), Alg. 3, line 6)."""
+    margins = torch.linspace(-6.0, 6.0, 25, dtype=torch.float64)
+    preference = 2.0 * torch.sigmoid(margins) - 1.0
+    torch.testing.assert_close(row_preference_losses(preference), row_square_losses(margins))
+    values = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])
+    np.testing.assert_allclose(row_preference_losses(values), [4.0, 2.25, 1.0, 0.25, 0.0])
