@@ -19,7 +19,7 @@ declare -A TESTS=(
   [squarechipo/data/near_duplicates.py]="tests/test_near_duplicates.py"
   [squarechipo/losses.py]="tests/test_losses.py"
   [squarechipo/select/exponential.py]="tests/test_select_exponential.py"
-  [squarechipo/stats.py]="tests/test_report_intervals.py tests/test_judge_stats.py"
+  [squarechipo/stats.py]="tests/test_stats.py tests/test_report_intervals.py tests/test_judge_stats.py"
 )
 MODULES=("$@")
 [ ${#MODULES[@]} -eq 0 ] && MODULES=("${!TESTS[@]}")
