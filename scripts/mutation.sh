@@ -20,6 +20,16 @@ declare -A TESTS=(
   [squarechipo/losses.py]="tests/test_losses.py"
   [squarechipo/select/exponential.py]="tests/test_select_exponential.py"
   [squarechipo/stats.py]="tests/test_stats.py tests/test_report_intervals.py tests/test_judge_stats.py"
+  [squarechipo/reproduce/study/claims.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/power.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/headline.py]="tests/test_study.py"
+)
+# Extra pytest arguments per module: the study's modules skip its whole-protocol test (two minutes a mutant); its
+# other tests check the claims, the plan and the headline on hand-made records.
+declare -A ARGS=(
+  [squarechipo/reproduce/study/claims.py]="-m|not slow"
+  [squarechipo/reproduce/study/power.py]="-m|not slow"
+  [squarechipo/reproduce/study/headline.py]="-m|not slow"
 )
 MODULES=("$@")
 [ ${#MODULES[@]} -eq 0 ] && MODULES=("${!TESTS[@]}")
@@ -43,6 +53,7 @@ for module in "${MODULES[@]}"; do
     echo "pytest_add_cli_args_test_selection ="
     for test in $tests; do echo "    $test"; done
     printf 'pytest_add_cli_args =\n    -p\n    no:cacheprovider\n'
+    [ -n "${ARGS[$module]:-}" ] && echo "${ARGS[$module]}" | tr '|' '\n' | sed 's/^/    /'
     # mutmut's CPU limit is (the tests' own time + constant) × 30; each mutant's run also imports torch, which the
     # default constant (1 s) leaves little room for.
     echo "timeout_constant = 10"
