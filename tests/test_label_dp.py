@@ -358,3 +358,13 @@ def test_priors_are_probability_rows_of_at_least_two_labels_and_refusals_say_wha
         ld.k_rr_weights(np.array([0, 3]), 3, 1.0)
     with pytest.raises(ValueError, match=r"^mechanism must be k_rr or subset \(got 'rr'\)\.$"):
         ld.analyzer_variance("rr", 3, 1.0)
+
+
+def test_tied_priors_are_ordered_by_label_index_on_every_machine():
+    """The top-k* set of a row whose priors tie is the tied labels of smallest index, as a stable sort gives: numpy's
+    default sort (vectorised on AVX-512 machines) orders ties differently from one machine to another, and the same
+    seed must release the same labels everywhere."""
+    prior = np.tile([0.5, 0.25, 0.25, 0.0], 16)[None] / 16.0
+    _, order = ld.optimal_top_k(prior, 1.0)
+    expected = [i for value in (0.5, 0.25, 0.0) for i in range(64) if prior[0, i] == value / 16.0]
+    assert order[0].tolist() == expected
