@@ -225,3 +225,81 @@ def test_fiellers_interval_takes_its_confidence_and_names_its_degenerate_cases()
     assert math.isnan(ratio_interval([], [])["ratio"]) and ratio_interval([], [])["n"] == 0
     zero = ratio_interval([1.0, 2.0, 3.0], [1.0, -1.0, 0.0])
     assert math.isnan(zero["ratio"]) and zero["low"] == -math.inf and zero["high"] == math.inf
+
+
+def test_holm_reads_a_missing_p_value_as_nan_and_ties_in_any_order_give_the_same_values():
+    """A claim that could not be tested has no p (null in a summary's JSON)."""
+    adjusted = holm([0.01, None, 0.02])
+    assert adjusted[0] == pytest.approx(0.02) and math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.02)
+    assert holm([0.02, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+
+
+def test_seeds_for_power_searches_up_to_its_limit_and_no_further():
+    needed = seeds_for_power(0.5, 1.0)
+    assert seeds_for_power(0.5, 1.0, limit=needed) == needed
+    with pytest.raises(ValueError, match=rf"^more than {needed - 1} pairs would be needed"):
+        seeds_for_power(0.5, 1.0, limit=needed - 1)
+
+
+def test_mde_brackets_its_root_at_its_own_level():
+    """At α = 0.001 and three pairs the MDE is many SDs; the bracket must grow under that level, not the default's."""
+    found = mde(3, 1.0, alpha=0.001)
+    assert found > 2 * mde(3, 1.0) and power(3, found, 1.0, alpha=0.001) == pytest.approx(0.8, abs=1e-8)
+    assert mde(4, 1.0) > 0.0 and power(4, mde(4, 1.0), 1.0) == pytest.approx(0.8, abs=1e-8)
+
+
+def test_a_small_positive_mean_holds_and_a_small_negative_one_is_reversed():
+    assert verdict(paired_test([0.5, 0.52, 0.48, 0.51]), 0.01, 0.1) == "holds"
+    assert verdict(paired_test([-0.5, -0.52, -0.48, -0.51]), 0.01, 0.1) == "reversed"
+
+
+def test_share_explained_fits_a_line_from_three_units():
+    fit = share_explained([1.0, 2.0, 3.5], [0.0, 1.0, 2.0])
+    assert fit["slope"] == pytest.approx(1.25) and fit["intercept"] == pytest.approx(11 / 12)
+
+
+def test_fieller_interval_from_two_units_and_the_unbounded_set_keeps_its_count():
+    two = ratio_interval([1.0, 1.2], [2.0, 2.1])
+    assert math.isfinite(two["low"]) and two["low"] < two["ratio"] < two["high"] and two["n"] == 2
+    d = np.array([1.0, 1.2]) - two["low"] * np.array([2.0, 2.1])
+    assert abs(d.mean() / (d.std(ddof=1) / math.sqrt(2))) == pytest.approx(stats.t.ppf(0.975, 1))
+    assert ratio_interval([1.0, 2.0, 0.5], [0.1, -0.2, 0.15])["n"] == 3
+
+
+def test_wilson_interval_takes_its_confidence_and_refuses_impossible_counts():
+    from squarechipo.stats import wilson_interval
+
+    z = stats.norm.ppf(0.9)
+    k, n = 7, 20
+    centre = (k + z**2 / 2) / (n + z**2)
+    half = z * math.sqrt(k * (n - k) / n + z**2 / 4) / (n + z**2)
+    assert wilson_interval(k, n, confidence=0.8) == pytest.approx((centre - half, centre + half))
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError, match=r"^successes must lie in \[0, n\] \(got 21 of 20\)\.$"):
+        wilson_interval(21, 20)
+
+
+def test_t_interval_is_students_over_the_values_given():
+    from squarechipo.stats import t_interval
+
+    values = [0.3, -0.1, 0.5, 0.2, 0.4]
+    for confidence in (0.9, 0.95):
+        ci = stats.t.interval(confidence, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+        assert t_interval(values, confidence) == pytest.approx((np.mean(values), *ci))
+    one = t_interval([2.0])
+    assert one[0] == 2.0 and math.isnan(one[1]) and math.isnan(one[2])
+    assert all(math.isnan(v) for v in t_interval([]))
+
+
+def test_the_bootstrap_interval_is_scipys_bca_with_the_settings_given_and_repeatable_without_a_generator():
+    from squarechipo.stats import bootstrap_mean_interval
+
+    x = np.random.default_rng(1).normal(0.2, 1.0, 40)
+    ours = bootstrap_mean_interval(x, confidence=0.8, n_resamples=999, rng=np.random.default_rng(5))
+    theirs = stats.bootstrap(
+        (x,), np.mean, confidence_level=0.8, n_resamples=999, method="BCa", rng=np.random.default_rng(5)
+    ).confidence_interval
+    assert ours == (theirs.low, theirs.high)
+    assert bootstrap_mean_interval(x) == bootstrap_mean_interval(x)  # no generator given: a fixed one
+    assert bootstrap_mean_interval([3.0]) == (3.0, 3.0) and bootstrap_mean_interval([2.0, 2.0]) == (2.0, 2.0)
+    assert all(math.isnan(v) for v in bootstrap_mean_interval([]))
