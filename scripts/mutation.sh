@@ -46,7 +46,7 @@ for module in "${MODULES[@]}"; do
   fi
   work="$BASE/$(echo "$module" | tr '/' '_')"
   rm -rf "$work" && mkdir -p "$work"
-  git ls-files -co --exclude-standard -z | grep -zv '^results/' | xargs -0 cp --parents -t "$work" 2>/dev/null || true
+  git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work" 2>/dev/null || true
   {
     echo "[mutmut]"
     echo "source_paths = $module"
@@ -57,7 +57,7 @@ for module in "${MODULES[@]}"; do
     # mutmut's CPU limit is (the tests' own time + constant) × 30; each mutant's run also imports torch, which the
     # default constant (1 s) leaves little room for.
     echo "timeout_constant = 10"
-    printf 'also_copy =\n    tests\n    squarechipo\n    recipes\n    pyproject.toml\n'
+    printf 'also_copy =\n    tests\n    squarechipo\n    recipes\n    results\n    docs\n    README.md\n    CHANGELOG.md\n    pyproject.toml\n'
   } > "$work/setup.cfg"
   (cd "$work" && "$ROOT/.venv/bin/mutmut" run --max-children 2 >mutmut.log 2>&1 || true)
   (cd "$work" && "$ROOT/.venv/bin/mutmut" export-cicd-stats >/dev/null 2>&1 && "$ROOT/.venv/bin/mutmut" results 2>/dev/null |
@@ -67,6 +67,8 @@ import json, sys
 module, path = sys.argv[1], sys.argv[2]
 s = json.load(open(path))
 decided = s["killed"] + s["survived"]
+if s["total"] and not decided + s["timeout"]:
+    sys.exit(f"{module}: no mutant ran: the tests failed without mutation (see the end of mutmut.log in its folder)")
 rate = 100 * s["killed"] / decided if decided else float("nan")
 print(f"{module}: killed {s['killed']}, survived {s['survived']}, timeout {s['timeout']}, total {s['total']}, "
       f"kill rate {rate:.1f}%")
