@@ -336,3 +336,110 @@ def test_self_play_margin_cancels_exactly_at_large_log_ratios():
     zero = torch.zeros(1, dtype=torch.float64)
     f = self_play_margin(a, b, a, b, zero, zero, beta=1e-13, eta=0.5)
     assert f.item() == pytest.approx(1e-13 * (math.exp(30) - math.exp(29) + 1.0), rel=1e-9)
+
+
+def test_the_chipo_difference_beyond_the_direct_range_is_the_definition():
+    """max(ℓ⁺, ℓ⁻) > 80 goes through log|e^{ℓ⁺} − e^{ℓ⁻}|: in float64, where e^100 is representable, it must equal
+    (e^{ℓ⁺} − e^{ℓ⁻}) + (ℓ⁺ − ℓ⁻) for either sign and any gap, and 0 + d at d = 0."""
+    from squarechipo.losses import chipo_difference
+
+    chosen = torch.tensor([100.0, 99.5, 85.0, 90.0, 120.0, 95.0], dtype=torch.float64)
+    rejected = torch.tensor([99.5, 100.0, 84.999, 60.0, 120.0, 95.0 - 1e-3], dtype=torch.float64)
+    h = chipo_difference(chosen, rejected, log_cap=200.0)
+    exact = torch.exp(chosen) - torch.exp(rejected) + (chosen - rejected)
+    torch.testing.assert_close(h, exact, rtol=1e-9, atol=0.0)
+    capped = chipo_difference(chosen[:2], rejected[:2], log_cap=90.0)  # |e^ℓ⁺ − e^ℓ⁻| > e^90: the cap, signed
+    torch.testing.assert_close(
+        capped, torch.tensor([math.exp(90.0) + 0.5, -math.exp(90.0) - 0.5], dtype=torch.float64)
+    )
+
+
+def test_a_chipo_margin_under_a_clip_that_does_not_bind_is_exact():
+    """The χPO term's cap follows the clip (log(clip/β) + 1): with a clip of 1e12, a term of e^25 is not capped at the
+    unclipped default e^20."""
+    zero = torch.zeros(1, dtype=torch.float64)
+    chosen = torch.full((1,), 25.0, dtype=torch.float64)
+    m = margins(chosen, zero, zero, zero, beta=0.01, link="chipo", clip=1e12)
+    assert m.item() == pytest.approx(0.01 * (math.exp(25.0) - 1.0 + 25.0), rel=1e-12)
+
+
+def test_margins_refuse_bad_links_and_clips_naming_them_and_compute_in_the_widest_dtype():
+    rows = _rows(dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"^link must be one of \('dpo', 'chipo'\) \(got 'ipo'\); chipo is Square"):
+        margins(*rows, beta=0.1, link="ipo")
+    for clip in (0, 0.0, -1.0, "2"):
+        with pytest.raises(ValueError, match=r"^clip \(= 2·R_max\) must be positive or None for no clip \(got"):
+            margins(*rows, beta=0.1, link="dpo", clip=clip)
+    for position in range(4):  # any one input in float64 makes the margin float64
+        mixed = [r.double() if i == position else r for i, r in enumerate(rows)]
+        assert margins(*mixed, beta=0.1, link="chipo").dtype == torch.float64
+
+
+def test_the_square_loss_without_a_scale_is_the_loss_without_privacy():
+    from squarechipo.losses import square_loss
+
+    m = torch.linspace(-5, 5, 11, dtype=torch.float64)
+    torch.testing.assert_close(square_loss(m), (2 * torch.sigmoid(m) - 2.0) ** 2)
+
+
+def test_a_ledgers_debiasing_is_read_as_its_flip_rate_and_anything_else_refused():
+    from squarechipo.privacy.ledger.debiasing import Debiasing
+
+    rows = _rows()
+    none = preference_loss("robust_chipo", *rows, beta=0.1, flip_rate=Debiasing("none"))
+    torch.testing.assert_close(none.losses, preference_loss("robust_chipo", *rows, beta=0.1, flip_rate=0.0).losses)
+
+    class MethodOnly:
+        method = "flip_rate"
+
+    for value, name in ((MethodOnly(), "MethodOnly"), ("0.1", "str")):
+        with pytest.raises(
+            TypeError, match=rf"^flip_rate must be a number in \[0, 0\.5\) or a Debiasing \(got {name}\)"
+        ):
+            preference_loss("robust_chipo", *rows, beta=0.1, flip_rate=value)
+
+
+def test_self_play_margin_refuses_a_step_size_that_is_not_positive_and_finite_and_keeps_the_policys_dtype():
+    rows = [r.float() for r in _rows(6)] + [r.float() for r in _rows(6, seed=1)[:2]]
+    a, b, ref_a, ref_b, prev_a, prev_b = rows
+    for eta in (0, 0.0, -1.0, math.inf, math.nan, "1"):
+        with pytest.raises(ValueError, match=r"^eta \(the mirror-descent step size η of Zhou et al\. 2025 "):
+            self_play_margin(a, b, prev_a, prev_b, ref_a, ref_b, beta=0.1, eta=eta)
+    mixed = self_play_margin(a, b, prev_a.double(), prev_b.double(), ref_a, ref_b, beta=0.1, eta=2.0)
+    assert mixed.dtype == torch.float32
+
+
+def test_the_self_play_loss_is_the_square_of_the_clipped_margin_minus_the_target():
+    """(clip(f, ±4) − r̂_diff)² (Zhou et al. 2025 (Square-χPO), eq. (11)), at both clips and inside."""
+    f = torch.tensor([-9.0, -4.0, -1.5, 0.0, 2.5, 4.0, 7.0], dtype=torch.float64)
+    target = torch.tensor([1.0, -2.0, 0.5, -1.0, 2.0, 0.0, -0.5], dtype=torch.float32)
+    expected = (f.clamp(-4.0, 4.0) - target.double()) ** 2
+    loss = self_play_loss(f, target)
+    assert loss.dtype == torch.float64
+    torch.testing.assert_close(loss, expected)
+
+
+def test_preference_value_plackett_luce_margin_clip_and_saturation_against_their_definitions():
+    from squarechipo.losses import (
+        SATURATED_MARGIN,
+        margin_clip,
+        plackett_luce_top1_loss,
+        preference_value,
+        saturation,
+    )
+
+    m = torch.linspace(-8, 8, 17, dtype=torch.float64)
+    torch.testing.assert_close(preference_value(m), torch.tanh(m / 2))
+    scores = torch.tensor([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], dtype=torch.float64)
+    weights = torch.tensor([[0.0, 1.0, 0.0], [2.0, -0.5, -0.5]], dtype=torch.float64)
+    expected = -(weights * (scores - torch.logsumexp(scores, dim=-1, keepdim=True))).sum(dim=-1)
+    torch.testing.assert_close(plackett_luce_top1_loss(scores, weights), expected)
+    assert plackett_luce_top1_loss(scores.float(), weights.float()).dtype == torch.float32
+    with pytest.raises(
+        ValueError, match=r"^scores and label_weights must both be \(n, K\) \(got \(2, 3\) and \(2, 2\)\)"
+    ):
+        plackett_luce_top1_loss(scores, weights[:, :2])
+    assert margin_clip(None) is None and margin_clip(3) == 6.0 and isinstance(margin_clip(3), float)
+    margin = torch.tensor([12.0, -12.0, 11.99999, 10.0, -9.5, 9.0, 0.0, 1.0])
+    assert saturation(margin, 12.0) == pytest.approx((3 / 8, 5 / 8))  # ±12 and 12(1 − 1e-6) clipped; 10, 9.5 flat
+    assert saturation(margin, None) == pytest.approx((0.0, float((margin.abs() > SATURATED_MARGIN).float().mean())))
