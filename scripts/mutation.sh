@@ -21,7 +21,7 @@ declare -A TESTS=(
   [squarechipo/select/exponential.py]="tests/test_select_exponential.py"
   [squarechipo/stats.py]="tests/test_stats.py tests/test_report_intervals.py tests/test_judge_stats.py"
   [squarechipo/reproduce/study/claims.py]="tests/test_study.py"
-  [squarechipo/reproduce/study/power.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/power.py]="tests/test_power_plan.py tests/test_study.py"
   [squarechipo/reproduce/study/headline.py]="tests/test_headline.py tests/test_study.py"
 )
 # Extra pytest arguments per module: the study's modules skip its whole-protocol test (two minutes a mutant); its

@@ -1,0 +1,90 @@
+"""The study's power step (squarechipo.reproduce.study.power) on hand-made pilot records: the SD's upper limit
+against its definition and by simulation, the paired differences of the first study's design, which pilot arm stands
+in for a main arm, and the pilot gate. The whole protocol runs in tests/test_study.py; these check its numbers
+directly (the mutation run of the module uses this file)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from squarechipo.reproduce.study.power import _pilot_arm, _pilot_differences, _spread, check_gate, upper_sd
+from tests.helpers.stats import Z_TOLERANCE, binomial_se
+
+
+@pytest.mark.parametrize("n,confidence", [(2, 0.8), (3, 0.8), (5, 0.9), (12, 0.5)])
+def test_the_sds_upper_limit_is_the_chi_square_bound_and_covers_at_its_level(n, confidence):
+    """At σ = upper_sd(s, n), a sample SD at most s has probability 1 − confidence: (n − 1)s²/σ² ~ χ²(n − 1). By
+    simulation, the limit lies above the true σ in a share `confidence` of samples."""
+    s = 1.7
+    limit = upper_sd(s, n, confidence)
+    assert stats.chi2.cdf((n - 1) * s**2 / limit**2, n - 1) == pytest.approx(1 - confidence, rel=1e-9)
+    assert upper_sd(2 * s, n, confidence) == pytest.approx(2 * limit)
+    rng = np.random.default_rng(n)
+    samples = rng.normal(0.0, 2.0, size=(20_000, n)).std(axis=1, ddof=1)
+    covered = np.mean(samples * upper_sd(1.0, n, confidence) >= 2.0)  # the limit is proportional to the SD
+    assert abs(covered - confidence) <= Z_TOLERANCE * binomial_se(confidence, samples.size)
+
+
+def test_a_spread_of_one_seed_has_no_sd_and_names_its_seeds_and_mean():
+    one = _spread({7: 3.0})
+    assert one["seeds"] == [7] and one["mean"] == 3.0 and math.isnan(one["sd"]) and math.isnan(one["sd_upper80"])
+    two = _spread({9: 1.0, 4: 3.0})
+    assert two["seeds"] == [4, 9] and two["mean"] == 2.0 and two["sd"] == pytest.approx(math.sqrt(2))
+    assert two["sd_upper80"] == pytest.approx(upper_sd(math.sqrt(2), 2))
+
+
+def _record(arm: str, seed: int, win: float) -> dict:
+    return {"arm": arm, "seed": seed, "summary": {"expected_win": {"mean": win}}}
+
+
+def test_the_first_designs_pilot_pairs_every_two_arms_by_seed_in_win_points():
+    """A design without claims compares every pair of pilot arms: each seed's difference of expected wins, in points
+    (×100), over the seeds both arms ran."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from squarechipo.reproduce.study.design import load_design
+
+    wins = {
+        "ctl_eps0.5_dpo": [0.50, 0.55, 0.52],
+        "ctl_eps0.5_square_chipo": [0.60, 0.58, 0.65],
+        "clean_epsinf_dpo": [0.7, 0.72],
+    }
+    records = [_record(arm, seed, w) for arm, values in wins.items() for seed, w in enumerate(values)]
+    rows_needed = Path(__file__).resolve().parents[1] / "recipes" / "studies" / "rows_needed.yaml"
+    design = replace(load_design(str(rows_needed)), claims=None)  # the first study's design had no claims
+    found, reference = _pilot_differences(records, design)
+    assert reference == {} and len(found) == 3
+    pair = found["ctl_eps0.5_dpo − ctl_eps0.5_square_chipo"]
+    assert pair["seeds"] == [0, 1, 2]
+    assert pair["differences_points"] == pytest.approx([-10.0, -3.0, -13.0])
+    assert pair["sd"] == pytest.approx(np.std([-10.0, -3.0, -13.0], ddof=1))
+    clean = found["clean_epsinf_dpo − ctl_eps0.5_dpo"]
+    assert clean["seeds"] == [0, 1] and clean["differences_points"] == pytest.approx([20.0, 17.0])
+
+
+def test_a_drop_claims_main_arm_takes_the_pilot_arm_of_its_method_and_others_only_themselves():
+    records = [_record(arm, 0, 0.5) for arm in ("ctl_eps1_dpo_beta0.05", "ctl_eps1_square_chipo", "clean_epsinf_dpo")]
+    assert _pilot_arm(records, "ctl_eps1_square_chipo", by_method=False) == "ctl_eps1_square_chipo"
+    assert _pilot_arm(records, "ltc_eps1_square_chipo", by_method=False) is None
+    assert _pilot_arm(records, "ltc_eps1_square_chipo", by_method=True) == "ctl_eps1_square_chipo"
+    assert _pilot_arm(records, "ctl_eps2_dpo_beta0.05", by_method=True) == "ctl_eps1_dpo_beta0.05"
+    assert _pilot_arm(records, "ctl_eps1_chipo", by_method=True) is None
+
+
+def test_the_gate_stops_the_main_run_only_when_it_was_set_and_not_cleared():
+    check_gate({"pilot": {}})  # no gate: the main run goes on
+    check_gate({"pilot": {"gate": {"passed": True, "arm": "a", "metric": "kl", "mean": 50.0, "at_least": 40.0}}})
+    failed = {"passed": False, "arm": "ctl_eps1_dpo_beta0.025", "metric": "kl", "mean": 31.25, "at_least": 40.0}
+    with pytest.raises(
+        ValueError,
+        match=r"^the pilot gate was not cleared: ctl_eps1_dpo_beta0\.025 reached a mean kl "
+        r"of 31\.2 over the pilot seeds, below the pre-registered 40, so the main run does not start\. "
+        r"Report the pilot \(study report\); a new design needs a new --results folder and its own "
+        r"pilot\.$",
+    ):
+        check_gate({"pilot": {"gate": failed}})
