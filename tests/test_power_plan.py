@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from squarechipo.reproduce.study.power import _pilot_arm, _pilot_differences, _spread, check_gate, upper_sd
+from squarechipo.reproduce.study.power import _pilot_arm, _pilot_differences, _spread, check_gate, plan_main, upper_sd
+from squarechipo.stats import mde
 from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
 
@@ -88,3 +89,62 @@ def test_the_gate_stops_the_main_run_only_when_it_was_set_and_not_cleared():
         r"pilot\.$",
     ):
         check_gate({"pilot": {"gate": failed}})
+
+
+def _design(**changes):
+    from dataclasses import replace
+    from pathlib import Path
+
+    from squarechipo.reproduce.study.design import Arm, load_design
+
+    design = load_design(str(Path(__file__).resolve().parents[1] / "recipes" / "studies" / "rows_needed.yaml"))
+    arms = (*design.main_arms, Arm("chipo", "CTL", 1.0, tier=3))  # tiers 1 (7 arms), 2 (1) and 3 (1)
+    return replace(design, main_arms=arms, **changes)
+
+
+def _analysis(needed=5, cell=30.0, sd=4.0, **extra):
+    return {
+        "seeds_needed": needed,
+        "cell_minutes": cell,
+        "sd_for_power": sd,
+        "differences": {"d": {"sd": 3.0}},
+        **extra,
+    }
+
+
+def _hours(n_arms, seeds, cell=30.0, seed_minutes=1.0, free=0):
+    return (seeds * (seed_minutes + cell * n_arms) - cell * free) / 60
+
+
+@pytest.mark.parametrize(
+    "budget,arms,seeds,binds",
+    [
+        (_hours(9, 5), 9, 5, False),  # exactly the budget: everything runs
+        (_hours(9, 5) - 0.01, 8, 5, False),  # the tier-3 arm goes first
+        (_hours(8, 5) - 0.01, 7, 5, False),  # then tier 2: the tier-1 arms at the seeds needed
+        (_hours(7, 5) - 0.01, 7, 4, True),  # then seeds, down to what fits
+        (_hours(7, 2) - 0.01, 7, 2, True),  # never fewer than two, even over the budget
+    ],
+)
+def test_the_plan_cuts_arms_by_tier_then_seeds_to_fit_the_budget(budget, arms, seeds, binds):
+    design = _design(budget_hours=budget, power=0.9, alpha=0.01)
+    plan = plan_main(design, _analysis())
+    assert len(plan["arms"]) == arms and plan["seeds"] == list(range(seeds)) and plan["budget_binds_seeds"] is binds
+    assert plan["cut_arms"] == [a.key for a in design.main_arms if a.key not in plan["arms"]]
+    assert all(a.tier == 1 for a in design.main_arms if a.key in plan["arms"]) or arms > 7
+    assert plan["expected_hours"] == round(_hours(arms, seeds), 2)
+    assert plan["mde_points"] == pytest.approx(mde(seeds, 4.0, target=0.9, alpha=0.01))
+    assert plan["mde_points_at_pilot_sd"] == pytest.approx(mde(seeds, 3.0, target=0.9, alpha=0.01))
+    assert "arm_betas" not in plan and "reference_epochs" not in plan
+
+
+def test_reused_cells_cost_nothing_and_the_plans_extras_pass_through():
+    design = _design(budget_hours=100.0)
+    every_seed_of_one_arm = design.main_arms[0]
+    plan = plan_main(
+        design, _analysis(reference_epochs={"c": 8.0}), reused=lambda arm, seed: arm == every_seed_of_one_arm
+    )
+    assert plan["expected_hours"] == round(_hours(9, 5, free=5), 2) and plan["reference_epochs"] == {"c": 8.0}
+    assert plan_main(design, _analysis(), seed_minutes=10.0)["expected_hours"] == round(
+        _hours(9, 5, seed_minutes=10.0), 2
+    )
