@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import datasets
 import pytest
 
@@ -191,3 +193,92 @@ def test_pairwise_rows_bind_the_latest_release_of_each_part_and_leave_earlier_re
     after = get_ledger(pairwise_rows(twice)).releases
     assert len(after) == 2 and after[0] == before[0] and after[1].row_set != before[1].row_set
     assert get_ledger(pairwise_rows(twice)).total_epsilon == pytest.approx(1.5)
+
+
+# The ledger's record: its refusals of forged or foreign records, its canonical form, and the defaults of a release.
+
+
+def _forged(released, **fields):
+    """The released ledger's record with a release's fields changed and the digest recomputed (a forger who knows the
+    seal's recipe): only the release's agreement with its own pipeline can refuse it."""
+    from squarechipo.data.integrity import seal
+
+    record = get_ledger(released).to_dict()
+    record["releases"][0].update(fields)
+    return seal({k: v for k, v in record.items() if k != "digest"})
+
+
+@pytest.mark.parametrize(
+    "fields,problems",
+    [
+        ({"epsilon": 2.0}, "ε 2.0 but its pipeline has ε 0.5"),
+        (
+            {"epsilon": 2.0, "corruption_rate": 0.3},
+            "ε 2.0 but its pipeline has ε 0.5; α 0.3 but its pipeline has α 0.0",
+        ),
+        ({"corruption_rate": 0.3}, "α 0.3 but its pipeline has α 0.0"),
+        ({"mechanism": "none"}, "mechanism 'none' for a pipeline of ε 0.5"),
+    ],
+)
+def test_a_resealed_release_that_disagrees_with_its_own_pipeline_is_refused_naming_each_disagreement(
+    released, fields, problems
+):
+    from squarechipo.privacy.ledger.records import PrivacyLedger
+
+    record = _forged(released, **fields)
+    with pytest.raises(
+        IntegrityError,
+        match=rf"^train: a release in the privacy ledger disagrees with itself: "
+        rf"{re.escape(problems)}\.$",
+    ):
+        PrivacyLedger.from_dict(record, "train")
+
+
+def test_a_pipeline_naming_another_mechanism_is_refused_too(released):
+    from squarechipo.privacy.ledger.records import PrivacyLedger
+
+    pipeline = {"mechanism": "k_rr", "epsilon": 0.5}
+    with pytest.raises(
+        IntegrityError,
+        match=r"^x: a release in the privacy ledger disagrees with itself: mechanism "
+        r"'randomized_response' but its pipeline is 'k_rr'\.$",
+    ):
+        PrivacyLedger.from_dict(_forged(released, pipeline=pipeline), "x")
+
+
+def test_a_foreign_or_joined_record_is_refused_naming_where_and_the_stored_form_is_canonical(released):
+    import json
+
+    from squarechipo.privacy.ledger.records import PrivacyLedger
+
+    ledger = get_ledger(released)
+    with pytest.raises(ValueError, match=r"^eval: not a squarechipo privacy ledger \(format='other/1'\)\.$"):
+        PrivacyLedger.from_dict({**ledger.to_dict(), "format": "other/1"}, "eval")
+    joined = ledger.to_json() + "\n" + ledger.to_json()
+    with pytest.raises(
+        IntegrityError,
+        match=r"^eval: its privacy ledger is not valid JSON \(Extra data at character "
+        r"\d+\): it was edited, or rows of datasets with different ledgers were put together "
+        r"\(datasets\.concatenate_datasets joins their descriptions\)\. Combine released parts with "
+        r"squarechipo\.privacy\.combine_parts, or use one release\.$",
+    ):
+        PrivacyLedger.from_json(joined, "eval")
+    text = ledger.to_json()
+    assert text == json.dumps(json.loads(text), sort_keys=True)  # one text per ledger: sealed, compared, hashed
+    assert PrivacyLedger.from_json(text).verified_digest == ledger.to_dict()["digest"]
+    assert json.loads(text)["total_epsilon"] == 0.5 and json.loads(text)["debias_factor"] == ledger.debias_factor
+    grown = ledger.with_release(ledger.releases[0])
+    assert grown.verified_digest is None and grown.digest != ledger.digest
+
+
+def test_a_release_records_plain_defaults_and_when_it_was_made_in_utc():
+    from squarechipo.privacy.ledger.records import Debiasing, Release
+
+    release = Release.now("randomized_response", 1.0, 10, fixed_seed=True, pipeline={"epsilon": 1.0},
+                          row_columns=["prompt", "chosen"], privacy_unit="user")  # fmt: skip
+    assert (release.corruption_rate, release.earlier_releases, release.earlier_epsilon) == (0.0, 0, 0.0)
+    assert release.public_columns == [] and release.dropped_columns == {} and release.privacy_unit == "user"
+    assert release.row_columns == ["chosen", "prompt"] and release.created_at.endswith("+00:00")
+    assert Debiasing("none").describe() == {"method": "none", "flip_rate": 0.0, "debias_factor": 1.0}
+    assert Debiasing("analyzer_weights", column="label_weights").describe() == {
+        "method": "analyzer_weights", "column": "label_weights"}  # fmt: skip
