@@ -343,8 +343,8 @@ def test_the_chipo_difference_beyond_the_direct_range_is_the_definition():
     (e^{ℓ⁺} − e^{ℓ⁻}) + (ℓ⁺ − ℓ⁻) for either sign and any gap, and 0 + d at d = 0."""
     from squarechipo.losses import chipo_difference
 
-    chosen = torch.tensor([100.0, 99.5, 85.0, 90.0, 120.0, 95.0], dtype=torch.float64)
-    rejected = torch.tensor([99.5, 100.0, 84.999, 60.0, 120.0, 95.0 - 1e-3], dtype=torch.float64)
+    chosen = torch.tensor([100.0, 99.5, 85.0, 90.0, 120.0, 95.0, 101.0], dtype=torch.float64)
+    rejected = torch.tensor([99.5, 100.0, 84.999, 60.0, 120.0, 95.0 - 1e-3, 100.0], dtype=torch.float64)
     h = chipo_difference(chosen, rejected, log_cap=200.0)
     exact = torch.exp(chosen) - torch.exp(rejected) + (chosen - rejected)
     torch.testing.assert_close(h, exact, rtol=1e-9, atol=0.0)
@@ -416,6 +416,7 @@ def test_the_self_play_loss_is_the_square_of_the_clipped_margin_minus_the_target
     expected = (f.clamp(-4.0, 4.0) - target.double()) ** 2
     loss = self_play_loss(f, target)
     assert loss.dtype == torch.float64
+    assert self_play_loss(f.float(), target.double()).dtype == torch.float32  # the margin's dtype, not the target's
     torch.testing.assert_close(loss, expected)
 
 
@@ -435,6 +436,10 @@ def test_preference_value_plackett_luce_margin_clip_and_saturation_against_their
     expected = -(weights * (scores - torch.logsumexp(scores, dim=-1, keepdim=True))).sum(dim=-1)
     torch.testing.assert_close(plackett_luce_top1_loss(scores, weights), expected)
     assert plackett_luce_top1_loss(scores.float(), weights.float()).dtype == torch.float32
+    wide = scores * 40.0  # bfloat16 scores are scored in float32: log-softmax in bfloat16 would lose the small terms
+    low = plackett_luce_top1_loss(wide.bfloat16(), weights.bfloat16())
+    exact = plackett_luce_top1_loss(wide.bfloat16().double(), weights.bfloat16().double())
+    assert low.dtype == torch.float32 and torch.allclose(low.double(), exact, rtol=1e-6, atol=1e-5)
     with pytest.raises(
         ValueError, match=r"^scores and label_weights must both be \(n, K\) \(got \(2, 3\) and \(2, 2\)\)"
     ):
