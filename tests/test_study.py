@@ -920,3 +920,27 @@ def test_a_pre_registered_reading_is_shown_only_if_its_claims_hold_and_none_it_f
     with pytest.raises(ValueError, match="at least one claim that must hold"):
         Conclusion("x", not_reversed=(matched,))
     assert StudyDesign.from_dict(design.to_dict()) == design
+
+
+def test_a_drop_claims_reference_epoch_comes_from_its_own_arm_or_the_pilot_arm_of_its_method_and_beta():
+    """The reference epoch (the pilot's peak before the last checkpoint) of a drop claim's arm: its own pilot arm's
+    when the pilot ran it, otherwise the pilot arm with the same method and β (another label setting), never another
+    β's or a clean arm's; an arm with no such pilot arm has none, and the next claim still gets its own."""
+    from squarechipo.reproduce.study.claims import reference_epochs
+    from squarechipo.reproduce.study.design import Claim
+
+    peaks = {"clean_epsinf_dpo": 2.0, "ctl_eps1_dpo_beta0.05": 4.0, "ctl_eps1_dpo_beta0.025": 8.0, "ctl_eps1_dpo": 6.0}
+    records = [
+        _cell(arm, seed, {e: (1.0 if e == peak else 0.1 * e / 16) for e in (2.0, 4.0, 6.0, 8.0, 16.0)})
+        for arm, peak in peaks.items()
+        for seed in (0, 1)
+    ]
+    claims = (
+        Claim("chipo falls", first="ltc_eps1_chipo", kind="drop", metric="gold_gain"),  # no pilot arm of its method
+        Claim("β 0.025 falls (LTC)", first="ltc_eps1_dpo_beta0.025", kind="drop", metric="gold_gain"),
+        Claim("DPO falls", first="ctl_eps1_dpo", kind="drop", metric="gold_gain"),
+    )
+    assert reference_epochs(records, claims, (2.0, 4.0, 6.0, 8.0, 16.0)) == {
+        "ltc_eps1_dpo_beta0.025": 8.0,
+        "ctl_eps1_dpo": 6.0,
+    }
