@@ -286,6 +286,9 @@ def test_t_interval_is_students_over_the_values_given():
     for confidence in (0.9, 0.95):
         ci = stats.t.interval(confidence, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
         assert t_interval(values, confidence) == pytest.approx((np.mean(values), *ci))
+    assert t_interval(values) == t_interval(values, 0.95)  # the default level is 95%
+    two = t_interval([1.0, 3.0])
+    assert two == pytest.approx((2.0, *stats.t.interval(0.95, 1, loc=2.0, scale=1.0)))  # two values: an interval
     one = t_interval([2.0])
     assert one[0] == 2.0 and math.isnan(one[1]) and math.isnan(one[2])
     assert all(math.isnan(v) for v in t_interval([]))
