@@ -148,3 +148,54 @@ def test_reused_cells_cost_nothing_and_the_plans_extras_pass_through():
     assert plan_main(design, _analysis(), seed_minutes=10.0)["expected_hours"] == round(
         _hours(9, 5, seed_minutes=10.0), 2
     )
+
+
+def test_the_preregistration_is_written_once_readably_with_its_code_and_time_and_then_only_checked(
+    tmp_path, monkeypatch
+):
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from squarechipo.reproduce.study.power import _commit, preregister
+
+    design = _design(budget_hours=3.0)
+    results = tmp_path / "a" / "results"  # parents are made
+    record = preregister(results, design, {"seeds_needed": 2}, {"seeds": [0, 1]})
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()  # fmt: skip
+    assert record["commit"] == head and record["written"].endswith("+00:00") and record["version"]
+    text = (results / "preregistration.json").read_text()
+    assert '\n  "written"' in text and "Square-χPO" in text  # indented, and names as written
+    assert json.loads(text) == record
+    again = preregister(results, design, {"seeds_needed": 9}, {"seeds": list(range(9))})
+    assert again["plan"] == {"seeds": [0, 1]}  # written once: a second pilot analysis does not replace it
+    with pytest.raises(ValueError, match=r"pre-registered another design \(fields \['budget_hours'\] differ\)"):
+        preregister(results, _design(budget_hours=4.0), {}, {})
+    monkeypatch.chdir(tmp_path)  # outside a checkout there is no commit to name
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert _commit() is None
+
+
+def test_the_pilot_beta_closest_to_the_target_kl_on_a_log_scale_is_each_arms_and_the_plan_names_it():
+    from squarechipo.reproduce.study.design import Arm
+    from squarechipo.reproduce.study.power import _at_chosen_betas, choose_betas
+
+    arms = (Arm("square_chipo", "CTL", 1.0, beta=0.01), Arm("dpo", "CTL", 1.0), Arm("dpo", "LTC", 1.0))
+    from dataclasses import replace
+
+    design = replace(_design(budget_hours=100.0), main_arms=arms, claims=None, target_kl=40.0)
+    kl = {f"ctl_eps1_dpo_beta{b}": {"method": "dpo", "setting": "CTL", "beta": b, "kl": k}
+          for b, k in ((0.1, 10.0), (0.05, 30.0), (0.025, 100.0))}  # fmt: skip
+    kl["ltc_eps1_dpo_beta0.5"] = {"method": "dpo", "setting": "LTC", "beta": 0.5, "kl": 0.2}
+    kl["ltc_eps1_dpo_beta0.2"] = {"method": "dpo", "setting": "LTC", "beta": 0.2, "kl": 0.9}
+    chosen = choose_betas(design, kl)  # an arm with its own β is skipped; the next ones are still chosen
+    assert chosen == {"ctl_eps1_dpo": 0.05, "ltc_eps1_dpo": 0.2}  # |log(30/40)| < |log(100/40)|; 0.9 nearer than 0.2
+    plan = plan_main(design, _analysis(final_kl=kl))
+    assert plan["arm_betas"] == chosen
+    with pytest.raises(ValueError, match=r"^target_kl: the pilot ran no dpo arm on LTC labels to choose β from\.$"):
+        choose_betas(design, {k: v for k, v in kl.items() if not k.startswith("ltc")})
+    records = [{"arm": a, "method": "dpo", "setting": "CTL", "seed": 0} for a in kl if a.startswith("ctl")]
+    records.append({"arm": "ctl_eps1_square_chipo_beta0.01", "method": "square_chipo", "setting": "CTL", "seed": 0})
+    renamed = _at_chosen_betas(records, design, {"ctl_eps1_dpo": 0.05})
+    assert sorted(r["arm"] for r in renamed) == ["ctl_eps1_dpo", "ctl_eps1_square_chipo_beta0.01"]
