@@ -141,3 +141,17 @@ def test_the_share_plot_draws_each_fieller_interval_and_leaves_an_open_side_out(
     levels = sorted(tuple(h.get_ydata()) for h in axis.get_lines() if h is not line and len(set(h.get_ydata())) == 1)
     assert levels == [(0, 0), (100, 100)]  # the 0% and 100% lines
     assert (tmp_path / "share.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_stand_in_with_two_seeds_serves_and_two_row_counts_give_a_crossing(design):
+    """DPO's own clean arm cut: Square-χPO's clean arm stands in from its second seed; a method trained at two numbers
+    of private rows has a line through its two shares."""
+    records = [r for r in _records(seeds=range(2)) if r["arm"] != "clean_epsinf_dpo"]
+    shares = {h["arm"]: h for h in headline(records, design)}
+    assert shares["ctl_eps1_dpo"]["reference"] == "clean_epsinf_square_chipo" and shares["ctl_eps1_dpo"]["stand_in"]
+    two_counts = replace(design, main_arms=tuple(a for a in design.main_arms if a.rows != 512), claims=None)
+    records = [r for r in _records() if not r["arm"].endswith("_n512")]
+    assert {r["method"]: r["largest_rows"] for r in rows_to_clean_gain(records, two_counts)} == {
+        "Square-χPO": 256,
+        "DPO": 256,
+    }

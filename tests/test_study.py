@@ -944,3 +944,13 @@ def test_a_drop_claims_reference_epoch_comes_from_its_own_arm_or_the_pilot_arm_o
         "ltc_eps1_dpo_beta0.025": 8.0,
         "ctl_eps1_dpo": 6.0,
     }
+
+
+def test_a_drop_difference_claim_whose_first_arm_has_no_pilot_arm_still_takes_its_seconds_reference():
+    from squarechipo.reproduce.study.claims import reference_epochs
+    from squarechipo.reproduce.study.design import Claim
+
+    records = [_cell("ctl_eps1_dpo", s, {2.0: 0.1, 4.0: 1.0, 8.0: 0.2}) for s in (0, 1)]
+    claim = Claim("DPO falls more", first="ctl_eps1_chipo", second="ctl_eps1_dpo", kind="drop_difference",
+                  metric="gold_gain")  # fmt: skip
+    assert reference_epochs(records, (claim,), (2.0, 4.0, 8.0)) == {"ctl_eps1_dpo": 4.0}
