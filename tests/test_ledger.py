@@ -282,3 +282,68 @@ def test_a_release_records_plain_defaults_and_when_it_was_made_in_utc():
     assert Debiasing("none").describe() == {"method": "none", "flip_rate": 0.0, "debias_factor": 1.0}
     assert Debiasing("analyzer_weights", column="label_weights").describe() == {
         "method": "analyzer_weights", "column": "label_weights"}  # fmt: skip
+
+
+def _kary(mechanism: str, part=None, epsilon=1.0):
+    from squarechipo.privacy.ledger.records import Release
+
+    pipeline = {"mechanism": mechanism, "epsilon": epsilon, "num_labels": 4}
+    return Release.now(mechanism, epsilon, 10, fixed_seed=True, pipeline=pipeline, part=part)
+
+
+def test_each_k_ary_release_is_debiased_its_own_way_per_part_and_never_as_a_flip_rate():
+    """RRWithPrior labels are used as released, K-RR and subset labels through their analyzer's weights (column
+    label_weights); a K-ary release composed with another has no unbiased analyzer; a binary flip rate or c(ε) is
+    refused for K-ary labels, naming the mechanisms."""
+    from squarechipo.privacy.ledger.records import PrivacyLedger
+
+    prior = PrivacyLedger(releases=(_kary("rr_with_prior"),)).debiasing_for(None)
+    assert (prior.method, prior.column, prior.part) == ("as_released", None, None)
+    split = PrivacyLedger(releases=(_kary("k_rr", part="lp2st/part1"), _kary("k_rr", part="lp2st/part2")))
+    weights = split.debiasing_for("lp2st/part1")
+    assert (weights.method, weights.column, weights.part) == ("analyzer_weights", "label_weights", "lp2st/part1")
+    assert split.debiasing().part is None and split.debiasing().method == "analyzer_weights"
+    with pytest.raises(
+        ValueError,
+        match=r"^the rows of part None went through \['k_rr', 'subset'\]: a K-ary release "
+        r"composed with another release has no unbiased analyzer\. Release the raw rows once with one "
+        r"K-ary mechanism\.$",
+    ):
+        PrivacyLedger(releases=(_kary("k_rr"), _kary("subset"))).debiasing_for(None)
+    mixed = PrivacyLedger(releases=(_kary("k_rr", part="a"), _kary("rr_with_prior", part="b")))
+    with pytest.raises(
+        ValueError,
+        match=r"^the disjoint parts of this dataset need different debiasing \(\{'a': \{"
+        r"'method': 'analyzer_weights', 'column': 'label_weights'\}, 'b': \{'method': 'as_released', "
+        r"'column': None\}\}\); debias each part separately \(PrivacyLedger\.debiasing_for\(part\)\)\.$",
+    ):
+        mixed.debiasing()
+    with pytest.raises(
+        ValueError,
+        match=r"^the debias factor c\(ε\) is defined for binary randomized response, but these "
+        r"labels were released by \['k_rr', 'subset'\] over K labels\. Train on the analyzer weights the "
+        r"release wrote \(label_weights, BestOfKRewardTrainer\) instead of debiasing a flip rate\.$",
+    ):
+        _ = PrivacyLedger(releases=(_kary("k_rr", part="a"), _kary("subset", part="b"))).debias_factor
+
+
+def test_ledger_records_name_where_by_default_and_the_first_format_is_still_read(released, tmp_path):
+    import json
+
+    from squarechipo.data.integrity import seal
+    from squarechipo.privacy.ledger.records import PrivacyLedger, Release, read_ledger_for_path
+
+    with pytest.raises(IntegrityError, match=r"^dataset: its privacy ledger must be a JSON object \(got list\)\.$"):
+        PrivacyLedger.from_json("[]")
+    with pytest.raises(ValueError, match=r"^eval: not a squarechipo privacy ledger \(format='x'\)\.$"):
+        PrivacyLedger.from_json(json.dumps({"format": "x"}), "eval")
+    with pytest.raises(ValueError, match=r"^dataset: not a squarechipo privacy ledger"):
+        PrivacyLedger.from_dict({"format": "x"})
+    record = get_ledger(released).to_dict()
+    with pytest.raises(IntegrityError, match=r"^eval: "):
+        PrivacyLedger.from_dict({**record, "digest": "sha256:" + "0" * 64}, "eval")
+    first = seal({**{k: v for k, v in record.items() if k != "digest"}, "format": "squarechipo.privacy_ledger/1"})
+    assert PrivacyLedger.from_dict(first).total_epsilon == 0.5
+    (tmp_path / "rows.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
+    assert read_ledger_for_path(tmp_path / "rows.jsonl") is None  # a file with no ledger has none
+    assert Release.now("none", None, 3, fixed_seed=False, pipeline={}).row_columns is None
