@@ -456,3 +456,65 @@ def test_earlier_releases_say_how_many_rows_were_near_copies_only_when_some_were
         in EarlierReleases(2, 0.5, releases, near_copies=1).describe()
     )
     assert "near-copies" not in EarlierReleases(2, 0.5, releases).describe()
+
+
+def _refusal(call) -> str:
+    with pytest.raises(RegistryError) as refused:
+        call()
+    return str(refused.value)
+
+
+def test_each_refusal_of_the_registry_says_in_full_what_happened_and_the_fix(tmp_path, monkeypatch):
+    """The whole text of every refusal a user meets (a reworded fix is a changed fix: the test pins each)."""
+    import datetime as dt
+
+    from squarechipo.privacy.release.registry import EarlierReleases
+
+    release = lambda: release_dataset(_rows(3, start=900), LabelPipeline(epsilon=0.5))  # noqa: E731
+    never = tmp_path / "never.sqlite"
+    monkeypatch.setenv(REGISTRY_ENV, str(never))
+    # A registry named by the environment is never started silently.
+    assert _refusal(release) == (
+        f"there is no registry of releases at {never} ({REGISTRY_ENV} or the cache root), so no release can be "
+        "checked against earlier releases of the same rows, and squarechipo does not start one silently (a lost or "
+        "redirected registry would count from zero). If no release was ever made with this registry's setting, start "
+        "one: "
+        "`squarechipo registry init` (or squarechipo.privacy.release.registry.init_registry()). If it was moved, "
+        f"point {REGISTRY_ENV} at it."
+    )
+    path = init_registry(tmp_path / "r.sqlite")
+    assert _refusal(lambda: init_registry(path)) == (
+        f"{path} already exists; a registry is started once. Move it away first if you mean to start over (the "
+        "releases it records are then no longer counted)."
+    )
+    monkeypatch.setenv(REGISTRY_ENV, str(path))
+    started = (path.parent / f".{path.name}.started").read_text().split()[1]
+    assert dt.datetime.fromisoformat(started).utcoffset() == dt.timedelta(0)
+    saved = path.read_bytes()
+    path.unlink()
+    assert _refusal(release) == (
+        f"the registry of releases at {path} was started on this machine ({started}) and is now missing, so the "
+        "releases it recorded cannot be counted. Restore it (a backup older than the last release under-counts the "
+        "releases made since); only if it is lost for good, start a new one by hand (squarechipo registry init): the "
+        "rows it recorded could then be released again."
+    )
+    path.write_bytes(b"")
+    assert _refusal(release) == (
+        f"the registry of releases at {path} is empty: it was emptied, replaced or written by another version, so it "
+        "cannot say which rows were released. Restore it (a backup older than the last release under-counts the "
+        "releases made since); only if it is lost for good, move it away and start a new one (squarechipo registry "
+        "init)."
+    )
+    path.write_bytes(b"this is not a database" * 100)
+    assert _refusal(release) == (
+        f"the registry of releases at {path} cannot be read (DatabaseError: file is not a database): it is corrupt or "
+        "not a registry. Restore it from a backup (a backup older than the last release under-counts: releases made "
+        "since it are not in it, so their rows could be released again; add them back or treat their rows as spent); "
+        "squarechipo will not release rows it cannot check against it. Only if it is lost for good, move it away and "
+        "start a new one (squarechipo registry init): releases it recorded are then no longer counted."
+    )
+    path.write_bytes(saved)
+    two = EarlierReleases(3, 1.5, (("a", 0.5, "2026-01-01"), ("b", 1.0, "2026-01-02")))
+    assert two.describe() == (
+        "3 row(s) were released before (ε 0.5 at 2026-01-01, ε 1 at 2026-01-02; composed ε of those releases 1.5)"
+    )
