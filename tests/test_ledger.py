@@ -325,6 +325,8 @@ def test_each_k_ary_release_is_debiased_its_own_way_per_part_and_never_as_a_flip
         r"release wrote \(label_weights, BestOfKRewardTrainer\) instead of debiasing a flip rate\.$",
     ):
         _ = PrivacyLedger(releases=(_kary("k_rr", part="a"), _kary("subset", part="b"))).debias_factor
+    two = PrivacyLedger(releases=(_kary("k_rr", part="a"), _kary("subset", part="b")))
+    assert two.to_dict()["analyzer"] == "; ".join(r.semantics for r in two.releases)  # each release's, in order
 
 
 def test_ledger_records_name_where_by_default_and_the_first_format_is_still_read(released, tmp_path):
