@@ -6,6 +6,8 @@ directly (the mutation run of the module uses this file)."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -199,3 +201,51 @@ def test_the_pilot_beta_closest_to_the_target_kl_on_a_log_scale_is_each_arms_and
     records.append({"arm": "ctl_eps1_square_chipo_beta0.01", "method": "square_chipo", "setting": "CTL", "seed": 0})
     renamed = _at_chosen_betas(records, design, {"ctl_eps1_dpo": 0.05})
     assert sorted(r["arm"] for r in renamed) == ["ctl_eps1_dpo", "ctl_eps1_square_chipo_beta0.01"]
+
+
+def test_a_reused_cell_is_free_only_for_its_own_seed():
+    design = _design(budget_hours=100.0)
+    first = design.main_arms[0]
+    plan = plan_main(design, _analysis(), reused=lambda arm, seed: arm == first and seed == 0)
+    assert plan["expected_hours"] == round(_hours(9, 5, free=1), 2)
+
+
+def test_a_claim_with_one_pilot_seed_gives_no_spread_to_plan_with():
+    from squarechipo.reproduce.study.design import load_design
+    from squarechipo.reproduce.study.power import _pilot_differences
+
+    rows_needed = Path(__file__).resolve().parents[1] / "recipes" / "studies" / "rows_needed.yaml"
+    design = load_design(str(rows_needed))
+    records = [_record(arm, 0, w) for arm, w in (("ctl_eps1_square_chipo", 0.6), ("ctl_eps1_dpo", 0.5))]
+    assert _pilot_differences(records, design) == ({}, {})
+
+
+def test_the_preregistration_in_force_and_its_refusals(tmp_path):
+    import json
+
+    from squarechipo.reproduce.study.power import _in_force, check_preregistration, preregister
+
+    first = {"design": {"a": 1}, "pilot": {"sd": 1}, "plan": {"seeds": [0, 1]}}
+    amended = {**first, "amendments": [{"design": {"a": 2}, "pilot": {"sd": 2}, "plan": {"seeds": [0, 1, 2]}}]}
+    assert _in_force(first) == first
+    assert _in_force(amended) == {**amended, "design": {"a": 2}, "pilot": {"sd": 2}, "plan": {"seeds": [0, 1, 2]},
+                                  "first_plan": {"seeds": [0, 1]}}  # fmt: skip
+    design = _design(budget_hours=3.0)
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"^{re.escape(str(tmp_path))}/preregistration\.json not found: run the "
+        r"pilot first \(python -m squarechipo\.reproduce study pilot\), which writes the pre-registered "
+        r"sizes the main run uses\.$",
+    ):
+        check_preregistration(tmp_path, design)
+    record = preregister(tmp_path, design, {}, {})
+    record["design"]["a_field_no_design_has"] = 1  # a recorded field the current design lacks is a difference too
+    (tmp_path / "preregistration.json").write_text(json.dumps(record))
+    with pytest.raises(
+        ValueError,
+        match=r"fields \['a_field_no_design_has'\] differ\)\. The main run keeps the "
+        r"pre-registered sizes: drop the changes, amend the plan before the main run \(study amend "
+        r"--reason, fields \['main_arms', 'claims', 'effect_points', 'budget_hours'\] only\), or use a "
+        r"new --results folder for a new study \(with its own pilot\)\.$",
+    ):
+        check_preregistration(tmp_path, design)
