@@ -280,9 +280,12 @@ def test_a_release_entered_while_another_was_drawn_is_found_by_the_transaction_t
         transaction.draw()
     assert first.earlier.state == second.earlier.state and not first.earlier.rows
     first.register()
-    with pytest.raises(
-        RegistryError, match=r"another release of these rows was registered .*\(1 release\(s\): 40 row"
-    ):
+    concurrent = (
+        r"^another release of these rows was registered while this one was being drawn \(1 release\(s\): 40 row.*\); "
+        r"this release was not made visible and its noise is discarded \(nothing read it\)\. Reuse that release, or "
+        r"run again with rerelease=True to compose with it\.$"
+    )
+    with pytest.raises(RegistryError, match=concurrent):
         second.register()
     assert earlier_releases(first.units).ids == {first.digest}  # the second was not entered
 
@@ -316,7 +319,13 @@ def test_a_format_2_registry_that_cannot_be_migrated_is_refused_unchanged(tmp_pa
     db.close()
     before = path.read_bytes()
     monkeypatch.setenv(REGISTRY_ENV, str(path))
-    with pytest.raises(RegistryError, match=r"format 2 and could not be migrated .*nothing was changed\. Restore it"):
+    refusal = (
+        rf"^the registry of releases at {re.escape(str(path))} is format 2 and could not be migrated to format 3 "
+        r"\((ValueError|DatabaseError): .*\); nothing was changed\. Restore it from a backup, or keep using it with "
+        r"squarechipo 0\.3; only if it is lost for good, move it away and start a new one \(squarechipo registry "
+        r"init\)\.$"
+    )
+    with pytest.raises(RegistryError, match=refusal):
         release_dataset(_long_rows(2, start=950), LabelPipeline(epsilon=1.0))
     db = sqlite3.connect(path)
     assert dict(db.execute("SELECT key, value FROM meta"))["format"].endswith("/2")
