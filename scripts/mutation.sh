@@ -7,8 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-bash scripts/install.sh >/dev/null
-.venv/bin/python -m pip --disable-pip-version-check -q install "mutmut>=3.8,<4"
 declare -A TESTS=(
   [squarechipo/privacy/mechanisms/calibration.py]="tests/test_calibration.py tests/test_losses.py tests/test_mechanisms.py"
   [squarechipo/privacy/mechanisms/binary.py]="tests/test_mechanisms.py"
@@ -31,6 +29,13 @@ declare -A ARGS=(
   [squarechipo/reproduce/study/power.py]="-m|not slow"
   [squarechipo/reproduce/study/headline.py]="-m|not slow"
 )
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  echo "usage: bash scripts/mutation.sh [module ...]  (no module: all of them; results in ${MUTATION_DIR:-/tmp/squarechipo-mutation})"
+  printf '  %s\n' "${!TESTS[@]}" | sort
+  exit 0
+fi
+bash scripts/install.sh >/dev/null
+.venv/bin/python -m pip --disable-pip-version-check -q install "mutmut>=3.8,<4"
 MODULES=("$@")
 [ ${#MODULES[@]} -eq 0 ] && MODULES=("${!TESTS[@]}")
 BASE=${MUTATION_DIR:-/tmp/squarechipo-mutation}
