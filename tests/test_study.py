@@ -675,7 +675,9 @@ def _reuse_source(tmp_path, design, records):
 def test_a_cell_another_study_trained_at_this_arms_beta_is_reused_under_this_arms_name_and_evaluation(tmp_path):
     """The noisy over-optimisation study's Square-χPO arm had no β in its key (its plan chose 0.01): a study whose
     arm names β 0.01 reuses those cells, renamed, with the evaluation the other study's design measured them under;
-    a cell trained at another β is refused, not reused."""
+    a cell trained at another β is another cell: not reused, so the study trains it (the main run of the β study
+    stopped on it, seed 0 of DPO at β 0.05 against the noisy study's DPO at β 0.5). A record under this arm's own
+    name that is another cell is refused."""
     from dataclasses import replace
 
     from squarechipo.reproduce.study.design import Arm, StudyDesign
@@ -694,7 +696,10 @@ def test_a_cell_another_study_trained_at_this_arms_beta_is_reused_under_this_arm
     assert (reused["arm"], reused["cell"], reused["beta"]) == (arm.key, "ctl_eps1_square_chipo_beta0.01_seed1", 0.01)
     assert reused["evaluation"] == evaluation_record(design) and reused["evaluation"]["test_prompts"] == 64
     assert study.reusable(arm, 0) and not study.reusable(arm, 2)
-    assert not study.reusable(other_beta, 0)
+    assert not study.reusable(other_beta, 0) and study._reused(other_beta, 0, "main") is None
+    (source / "main" / "ctl_eps1_square_chipo_beta0.05_seed0.json").write_text(
+        json.dumps({"arm": other_beta.key, "seed": 0, "beta": 0.01})
+    )
     with pytest.raises(ValueError, match="is not the record of ctl_eps1_square_chipo_beta0.05_seed0"):
         study.cell(other_beta, 0, "main")
 

@@ -25,17 +25,26 @@ def cell_name(arm: Arm, seed: int) -> str:
     return f"{arm.key}_seed{seed}"
 
 
-def _source(design: StudyDesign, arm: Arm, seed: int, stage: str) -> Path | None:
+def _source(design: StudyDesign, arm: Arm, seed: int, stage: str, beta: float) -> Path | None:
+    """This cell's record in ``cells_from``: under this arm's own name, else under its β-less name if recorded at
+    ``beta`` (the other study's arm at another β is another cell, which this study trains)."""
     if not design.cells_from:
         return None
-    names = [cell_name(arm, seed)] + ([cell_name(replace(arm, beta=None), seed)] if arm.beta is not None else [])
-    found = [Path(design.cells_from) / stage / f"{name}.json" for name in names]
-    return next((p for p in found if p.exists()), None)
+    folder = Path(design.cells_from) / stage
+    own = folder / f"{cell_name(arm, seed)}.json"
+    if own.exists():
+        return own
+    if arm.beta is None:
+        return None
+    other = folder / f"{cell_name(replace(arm, beta=None), seed)}.json"
+    if other.exists() and json.loads(other.read_text()).get("beta", beta) == beta:
+        return other
+    return None
 
 
 def is_reusable(design: StudyDesign, arm: Arm, seed: int, beta: float, stage: str = "main") -> bool:
     """Whether the cell (trained at ``beta``) is another study's record: the plan counts it as free."""
-    source = _source(design, arm, seed, stage)
+    source = _source(design, arm, seed, stage, beta)
     return source is not None and json.loads(source.read_text()).get("beta", beta) == beta
 
 
@@ -44,7 +53,7 @@ def reused_record(
 ) -> dict[str, Any] | None:
     """The record of this cell (trained at ``beta``) in ``cells_from``, renamed as this arm's and marked as reused;
     None when there is none. Raises when the record found is another cell's or the other design differs."""
-    source = _source(design, arm, seed, stage)
+    source = _source(design, arm, seed, stage, beta)
     if source is None:
         return None
     record = json.loads(source.read_text())
