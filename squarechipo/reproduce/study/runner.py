@@ -467,9 +467,17 @@ class Study:
     def _reuse_source(self, arm: Arm, seed: int, stage: str) -> Path | None:
         if not self.design.cells_from:
             return None
-        names = [cell_name(arm, seed)] + ([cell_name(replace(arm, beta=None), seed)] if arm.beta is not None else [])
-        found = [Path(self.design.cells_from) / stage / f"{name}.json" for name in names]
-        return next((p for p in found if p.exists()), None)
+        folder = Path(self.design.cells_from) / stage
+        own = folder / f"{cell_name(arm, seed)}.json"
+        if own.exists():
+            return own
+        if arm.beta is None:
+            return None
+        # the other study's arm at another β is another cell, which this study trains
+        other = folder / f"{cell_name(replace(arm, beta=None), seed)}.json"
+        if other.exists() and json.loads(other.read_text()).get("beta", self._beta(arm)) == self._beta(arm):
+            return other
+        return None
 
     def reusable(self, arm: Arm, seed: int, stage: str = "main") -> bool:
         """Whether this cell would be another study's record (the plan counts it as free)."""
