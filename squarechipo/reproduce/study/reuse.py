@@ -25,27 +25,56 @@ def cell_name(arm: Arm, seed: int) -> str:
     return f"{arm.key}_seed{seed}"
 
 
-def _source(design: StudyDesign, arm: Arm, seed: int, stage: str, beta: float) -> Path | None:
-    """This cell's record in ``cells_from``: under this arm's own name, else under its β-less name if recorded at
-    ``beta`` (the other study's arm at another β is another cell, which this study trains)."""
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+        why = None if isinstance(record, dict) else "not a JSON object"
+    except (OSError, ValueError) as error:
+        record, why = None, str(error)
+    if why:
+        raise ValueError(
+            f"{path}: not a readable cell record ({why}); restore it from git, or drop cells_from to train this "
+            "study's cells."
+        )
+    return record
+
+
+def _trained_beta(design: StudyDesign, record: dict[str, Any]) -> float | None:
+    """The β a record was trained at: its own ``beta``, else (records written before arms had their own β) the β of
+    the design that trained it; None when that design is not on record."""
+    if "beta" in record:
+        return record["beta"]
+    if not (Path(design.cells_from) / "preregistration.json").is_file():
+        return None
+    return design_in_force(Path(design.cells_from))["beta"]
+
+
+def _is_this_cell(design: StudyDesign, record: dict[str, Any], arm: Arm, seed: int, beta: float) -> bool:
+    """The record is this arm's (or, for an arm named by its β, the same arm's without one) at this seed and β."""
+    names = {arm.key} | ({replace(arm, beta=None).key} if arm.beta is not None else set())
+    return record.get("arm") in names and record.get("seed") == seed and _trained_beta(design, record) == beta
+
+
+def _source(design: StudyDesign, arm: Arm, seed: int, stage: str, beta: float) -> tuple[Path, dict] | None:
+    """This cell's record in ``cells_from``: under this arm's own name, else under its β-less name if that is this
+    cell (the other study's arm at another β is another cell, which this study trains)."""
     if not design.cells_from:
         return None
     folder = Path(design.cells_from) / stage
     own = folder / f"{cell_name(arm, seed)}.json"
     if own.exists():
-        return own
-    if arm.beta is None:
-        return None
+        return own, _read(own)
     other = folder / f"{cell_name(replace(arm, beta=None), seed)}.json"
-    if other.exists() and json.loads(other.read_text()).get("beta", beta) == beta:
-        return other
-    return None
+    if arm.beta is None or not other.exists():
+        return None
+    record = _read(other)
+    return (other, record) if _is_this_cell(design, record, arm, seed, beta) else None
 
 
 def is_reusable(design: StudyDesign, arm: Arm, seed: int, beta: float, stage: str = "main") -> bool:
     """Whether the cell (trained at ``beta``) is another study's record: the plan counts it as free."""
-    source = _source(design, arm, seed, stage, beta)
-    return source is not None and json.loads(source.read_text()).get("beta", beta) == beta
+    found = _source(design, arm, seed, stage, beta)
+    return found is not None and _is_this_cell(design, found[1], arm, seed, beta)
 
 
 def reused_record(
@@ -53,20 +82,20 @@ def reused_record(
 ) -> dict[str, Any] | None:
     """The record of this cell (trained at ``beta``) in ``cells_from``, renamed as this arm's and marked as reused;
     None when there is none. Raises when the record found is another cell's or the other design differs."""
-    source = _source(design, arm, seed, stage, beta)
-    if source is None:
+    found = _source(design, arm, seed, stage, beta)
+    if found is None:
         return None
-    record = json.loads(source.read_text())
-    same_arm = record.get("arm") == arm.key
-    same_beta = arm.beta is not None and record.get("arm") == replace(arm, beta=None).key
-    wrong_beta = record.get("beta", beta) != beta
-    if record.get("seed") != seed or wrong_beta or not (same_arm or same_beta):
-        raise ValueError(f"{source} is not the record of {cell_name(arm, seed)}; it cannot be reused.")
+    source, record = found
     if not (Path(design.cells_from) / "preregistration.json").is_file():
         raise ValueError(
             f"cells_from {design.cells_from}: it holds no preregistration.json, so nothing shows its cells were "
             "trained and measured as this study's would be; they are not reused. Point cells_from at a study's "
             "results folder (with its pre-registration), or drop cells_from to train these cells."
+        )
+    if not _is_this_cell(design, record, arm, seed, beta):
+        raise ValueError(
+            f"{source} is not the record of {cell_name(arm, seed)} (arm {arm.key}, seed {seed}, β {beta:g}); it "
+            "cannot be reused. Restore the file from git, or drop cells_from to train this study's cells."
         )
     other = design_in_force(Path(design.cells_from))
     reuse_check(other, Path(design.cells_from), design, results)

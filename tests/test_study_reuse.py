@@ -1,0 +1,87 @@
+"""Property test of study reuse: whatever records another study's folder holds (hostile ones included), a cell is
+reused only if it is this cell — same arm (or its β-less name) and seed, trained at this cell's β — and the plan's
+count of free cells (``is_reusable``) agrees with what the run then reuses."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from squarechipo.reproduce.study.design import Arm, StudyDesign
+from squarechipo.reproduce.study.reuse import cell_name, is_reusable, reused_record
+
+BETAS = (0.01, 0.05)
+_MISSING = "missing"
+
+
+@st.composite
+def _file(draw, arm_keys):
+    """A record as a user's edit or another study may leave it: any arm, seed and β, or no β at all."""
+    record = {"arm": draw(st.sampled_from(arm_keys)), "seed": draw(st.sampled_from((0, 1))), "x": 1}
+    beta = draw(st.sampled_from((*BETAS, _MISSING)))
+    return record if beta == _MISSING else {**record, "beta": beta}
+
+
+@st.composite
+def _case(draw):
+    arm_beta = draw(st.sampled_from((None, *BETAS)))
+    arm = Arm("dpo", "CTL", 1.0, beta=arm_beta)
+    plain = replace(arm, beta=None)
+    keys = sorted({arm.key, plain.key, Arm("dpo", "CTL", 2.0).key})
+    names = sorted({cell_name(arm, 0), cell_name(plain, 0)})
+    files = {name: draw(_file(keys)) for name in names if draw(st.booleans())}
+    return arm, files, draw(st.sampled_from(BETAS)), draw(st.sampled_from(BETAS))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_case())
+def test_a_cell_is_reused_only_if_it_is_this_cell_and_the_plan_agrees_with_the_run(case):
+    arm, files, this_design_beta, other_design_beta = case
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        source = tmp / "other"
+        (source / "main").mkdir(parents=True)
+        for name, record in files.items():
+            (source / "main" / f"{name}.json").write_text(json.dumps(record))
+        base = StudyDesign(setup_from=str(tmp / "setup"))
+        (source / "preregistration.json").write_text(
+            json.dumps({"design": replace(base, beta=other_design_beta).to_dict()})
+        )
+        design = replace(base, beta=this_design_beta, cells_from=str(source), main_arms=(arm,))
+        beta = arm.beta if arm.beta is not None else this_design_beta
+        free = is_reusable(design, arm, 0, beta)
+        try:
+            reused = reused_record(design, tmp / "results", arm, 0, "main", beta)
+        except ValueError as refusal:
+            assert not free and "cannot be reused" in str(refusal)
+            return
+    assert free == (reused is not None), "the plan counts as free a cell the run does not reuse, or the reverse"
+    plain, own = (files.get(cell_name(a, 0)) for a in (replace(arm, beta=None), arm))
+    if reused is None:
+        # Liveness: the other study's record of exactly this cell, under its β-less name, is not passed over.
+        assert own is None and not (
+            plain is not None and plain["arm"] == replace(arm, beta=None).key and plain["seed"] == 0
+            and plain.get("beta", other_design_beta) == beta
+        )  # fmt: skip
+        return
+    source = own if own is not None else plain
+    assert source["seed"] == 0 and source["arm"] in (arm.key, replace(arm, beta=None).key)
+    assert source.get("beta", other_design_beta) == beta, "a cell trained at another β was reused"
+    assert (reused["arm"], reused["cell"], reused["x"]) == (arm.key, cell_name(arm, 0), 1)
+
+
+def test_a_record_that_is_not_json_is_refused_naming_its_file(tmp_path):
+    source = tmp_path / "other"
+    (source / "main").mkdir(parents=True)
+    arm = Arm("dpo", "CTL", 1.0)
+    (source / "main" / f"{cell_name(arm, 0)}.json").write_text('{"arm": "ctl_eps1_dpo", "se')
+    design = StudyDesign(setup_from=str(tmp_path / "setup"), cells_from=str(source), main_arms=(arm,))
+    (source / "preregistration.json").write_text(json.dumps({"design": design.to_dict()}))
+    with pytest.raises(ValueError, match=r"ctl_eps1_dpo_seed0\.json.*not a readable cell record"):
+        is_reusable(design, arm, 0, 0.1)
