@@ -6,6 +6,8 @@ docs/results.md says only what its study's records back.
   sign). A figure typed by hand, derived in the head or left from an earlier run has nowhere to come from.
 - "shows", "reaches", "falls", "peaked", "holds" and their forms appear only in a sentence that quotes a claim the
   study decided (its verdict holds or is reversed).
+- The README's results section counts the studies and their claims by verdict as their summaries do, and quotes
+  only figures they hold.
 """
 
 from __future__ import annotations
@@ -107,3 +109,43 @@ def test_the_checks_catch_a_typed_figure_and_an_undecided_finding():
     assert undecided_findings('"A ≥ B at 512 rows" holds. The line reaches the clean gain.', claims) == [
         "The line reaches the clean gain."
     ]
+
+
+#: Numbers the README writes as words.
+NUMBER_WORDS = {"four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+
+
+def readme_results() -> str:
+    """The README's results section: from its heading to the next."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Results\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def verdict_counts(studies: list[str]) -> dict[str, int]:
+    """Claims of these studies by verdict: holds, reversed, not decided, not tested."""
+    counts = dict.fromkeys(("holds", "reversed", "not decided", "not tested"), 0)
+    for study in studies:
+        for claim in json.loads((ROOT / "results" / study / "summary.json").read_text(encoding="utf-8"))["claims"]:
+            counts[next(kind for kind in counts if claim["verdict"].startswith(kind))] += 1
+    return counts
+
+
+def test_the_readme_results_count_the_committed_verdicts_and_quote_their_figures():
+    """The README's headline counts the studies with a block in docs/results.md and their claims by verdict as
+    their summaries do, and every figure it quotes is in one of them: adding a study, or re-running one, without
+    updating the headline fails here."""
+    section, studies = readme_results(), sorted(readings())
+    counts = verdict_counts(studies)
+    stated = re.search(r"(\w+) pre-registered studies", section)
+    assert stated and NUMBER_WORDS.get(stated.group(1).lower()) == len(studies), stated
+    tally = re.search(
+        r"Of their (\d+) claims.*?(\d+) holds?, (\d+) (?:is|are) reversed, (\d+) (?:is|are) not decided.*?"
+        r"(\d+) (?:was|were) not tested",
+        section,
+        re.DOTALL,
+    )
+    assert tally, section
+    assert tuple(map(int, tally.groups())) == (sum(counts.values()), *counts.values())
+    figures = [float(n) for n in (len(studies), *counts.values(), sum(counts.values()))]
+    assert not unbacked(section, [v for study in studies for v in backing(study)] + figures)
