@@ -599,7 +599,8 @@ def test_a_study_shares_a_set_up_on_its_first_prompts_only_in_whole_generation_b
 
 
 @pytest.mark.parametrize(
-    "name", ["study", "privacy_cost", "overoptimisation", "rows_needed", "overoptimisation_noisy"]
+    "name",
+    ["study", "privacy_cost", "overoptimisation", "rows_needed", "overoptimisation_noisy", "overoptimisation_beta"],
 )
 def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_path, capsys):
     """docs/study.md's `study report --readme docs/results.md`, run on a copy of the committed records: the block in
