@@ -1,6 +1,6 @@
-"""Property test of study reuse: whatever records another study's folder holds (hostile ones included), a cell is
-reused only if it is this cell — same arm (or its β-less name) and seed, trained at this cell's β — and the plan's
-count of free cells (``is_reusable``) agrees with what the run then reuses."""
+"""Property tests of study reuse and of reading records. Whatever records another study's folder holds (hostile
+ones included), a cell is reused only if it is this cell — same arm (or its β-less name) and seed, trained at this
+cell's β — and the plan's count of free cells (``is_reusable``) agrees with what the run then reuses."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from squarechipo.reproduce.study.design import Arm, StudyDesign
+from squarechipo.reproduce.study.provenance import read_record
+from squarechipo.reproduce.study.report import load_records
 from squarechipo.reproduce.study.reuse import cell_name, is_reusable, reused_record
 
 BETAS = (0.01, 0.05)
@@ -83,5 +85,35 @@ def test_a_record_that_is_not_json_is_refused_naming_its_file(tmp_path):
     (source / "main" / f"{cell_name(arm, 0)}.json").write_text('{"arm": "ctl_eps1_dpo", "se')
     design = StudyDesign(setup_from=str(tmp_path / "setup"), cells_from=str(source), main_arms=(arm,))
     (source / "preregistration.json").write_text(json.dumps({"design": design.to_dict()}))
-    with pytest.raises(ValueError, match=r"ctl_eps1_dpo_seed0\.json.*not a readable cell record"):
+    with pytest.raises(ValueError, match=r"ctl_eps1_dpo_seed0\.json: not a readable record .*restore it from git"):
         is_reusable(design, arm, 0, 0.1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        ).map(json.dumps),
+    )
+)
+def test_a_record_file_is_read_as_its_object_or_refused_naming_it(text):
+    """Whatever a user leaves in a record file (cut off, edited, re-typed as a list or a number): the study reads
+    the JSON object it holds, or refuses in one line that names the file; it never runs on with something else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ctl_eps1_dpo_seed0.json"
+        path.write_text(text, encoding="utf-8")
+        try:
+            expected = json.loads(text)
+        except ValueError:
+            expected = None
+        if isinstance(expected, dict):
+            assert read_record(path) == expected
+            assert load_records(Path(tmp)) == [expected]
+        else:
+            for read in (lambda: read_record(path), lambda: load_records(Path(tmp))):
+                with pytest.raises(ValueError, match="ctl_eps1_dpo_seed0.json: not a readable record") as refusal:
+                    read()
+                assert "\n" not in str(refusal.value)

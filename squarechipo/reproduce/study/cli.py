@@ -16,6 +16,7 @@ from squarechipo.reproduce.study.power import (
     plan_main,
     preregister,
 )
+from squarechipo.reproduce.study.provenance import read_record
 from squarechipo.reproduce.study.report import (
     PRIVACY_PLOT,
     ROWS_PLOT,
@@ -84,7 +85,7 @@ def amend_plan(study: Study, reason: str) -> dict:
     """The power step again on the committed pilot records, for an amended design (before any main cell)."""
     d = study.design
     records = [
-        json.loads((study.results / "pilot" / f"{cell_name(arm, seed)}.json").read_text())
+        read_record(study.results / "pilot" / f"{cell_name(arm, seed)}.json")
         for seed in d.pilot_seeds
         for arm in d.pilot_arms
     ]

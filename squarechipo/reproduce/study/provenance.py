@@ -26,6 +26,7 @@ __all__ = [
     "check_same_evaluation",
     "code_record",
     "evaluation_record",
+    "read_record",
     "reuse_check",
 ]
 
@@ -55,6 +56,21 @@ def _git(*args: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip()
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A cell record (or any study JSON record) as a dict; an edited or cut-off file is refused naming it."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        why = None if isinstance(record, dict) else "not a JSON object"
+    except (OSError, ValueError) as error:
+        record, why = None, str(error)
+    if why:
+        raise ValueError(
+            f"{path}: not a readable record ({why}); restore it from git (git checkout -- {path}), or delete it so "
+            "its cell is trained again."
+        )
+    return record
 
 
 def code_record() -> dict[str, Any]:

@@ -21,7 +21,7 @@ from squarechipo.reproduce.study.headline import (
     write_privacy_plot,
     write_rows_plot,
 )
-from squarechipo.reproduce.study.provenance import check_same_evaluation
+from squarechipo.reproduce.study.provenance import check_same_evaluation, read_record
 from squarechipo.reproduce.study.training import (
     TRAINING_PLOT,
     along_training,
@@ -62,7 +62,7 @@ _METRICS = {
 
 
 def load_records(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    return [read_record(p) for p in sorted(folder.glob("*.json"))]
 
 
 def _values(records, arm: str, metric: str = "expected_win") -> dict[int, float]:

@@ -9,34 +9,19 @@ measured it under, so the report's check that paired cells share one evaluation 
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from squarechipo.reproduce.study.design import Arm, StudyDesign
 from squarechipo.reproduce.study.power import design_in_force
-from squarechipo.reproduce.study.provenance import evaluation_record, reuse_check
+from squarechipo.reproduce.study.provenance import evaluation_record, read_record, reuse_check
 
 __all__ = ["cell_name", "is_reusable", "reused_record"]
 
 
 def cell_name(arm: Arm, seed: int) -> str:
     return f"{arm.key}_seed{seed}"
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        record = json.loads(path.read_text())
-        why = None if isinstance(record, dict) else "not a JSON object"
-    except (OSError, ValueError) as error:
-        record, why = None, str(error)
-    if why:
-        raise ValueError(
-            f"{path}: not a readable cell record ({why}); restore it from git, or drop cells_from to train this "
-            "study's cells."
-        )
-    return record
 
 
 def _trained_beta(design: StudyDesign, record: dict[str, Any]) -> float | None:
@@ -63,11 +48,11 @@ def _source(design: StudyDesign, arm: Arm, seed: int, stage: str, beta: float) -
     folder = Path(design.cells_from) / stage
     own = folder / f"{cell_name(arm, seed)}.json"
     if own.exists():
-        return own, _read(own)
+        return own, read_record(own)
     other = folder / f"{cell_name(replace(arm, beta=None), seed)}.json"
     if arm.beta is None or not other.exists():
         return None
-    record = _read(other)
+    record = read_record(other)
     return (other, record) if _is_this_cell(design, record, arm, seed, beta) else None
 
 

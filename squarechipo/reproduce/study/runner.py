@@ -36,7 +36,7 @@ from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign
-from squarechipo.reproduce.study.provenance import cell_provenance
+from squarechipo.reproduce.study.provenance import cell_provenance, read_record
 from squarechipo.reproduce.study.reuse import cell_name, is_reusable, reused_record
 from squarechipo.reproduce.study.shared_setup import first_prompts, labels_hold, library_versions
 from squarechipo.scripts.launch import run_script
@@ -390,7 +390,7 @@ class Study:
         """Train and measure one cell, or read its record (``results/<stage>/<cell>.json``)."""
         record_path = self.results / stage / f"{cell_name(arm, seed)}.json"
         if record_path.exists():
-            return json.loads(record_path.read_text())
+            return read_record(record_path)
         reused = self._reused(arm, seed, stage)
         if reused is not None:
             record_path.parent.mkdir(parents=True, exist_ok=True)
