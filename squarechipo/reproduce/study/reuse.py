@@ -36,8 +36,9 @@ def _trained_beta(design: StudyDesign, record: dict[str, Any]) -> float | None:
 
 def _is_this_cell(design: StudyDesign, record: dict[str, Any], arm: Arm, seed: int, beta: float) -> bool:
     """The record is this arm's (or, for an arm named by its β, the same arm's without one) at this seed and β."""
-    names = {arm.key} | ({replace(arm, beta=None).key} if arm.beta is not None else set())
-    return record.get("arm") in names and record.get("seed") == seed and _trained_beta(design, record) == beta
+    names = (arm.key, replace(arm, beta=None).key) if arm.beta is not None else (arm.key,)  # any JSON type may come
+    same_seed = record.get("seed") == seed and not isinstance(record.get("seed"), bool)  # JSON false == 0 in Python
+    return record.get("arm") in names and same_seed and _trained_beta(design, record) == beta
 
 
 def _source(design: StudyDesign, arm: Arm, seed: int, stage: str, beta: float) -> tuple[Path, dict] | None:
