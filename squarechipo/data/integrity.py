@@ -5,13 +5,13 @@ sealed **marker**: the ledger's digest, the rows' digest and their count. Every 
 carries a ledger but no marker, or whose marker does not match its rows or its ledger, is refused: a deleted
 marker, edited labels, a swapped ledger or rows added or removed cannot pass as the original release.
 
-What it does not detect: a forger who edits the labels or the ledger and recomputes the digests with this code.
-Against that, set a secret key in ``SQUARECHIPO_LEDGER_KEY``: seals become HMAC-SHA256 under the key, which only its
-holders can recompute. With the key set, only keyed seals are accepted (a plain digest is what a forger without the
-key would write); a keyed seal is refused where the key is not set. A key must be at least 32 bytes (a short key is
-found by brute force from one seal: a 1-character key was, in under a second), and a key that is set but empty is
-refused rather than read as "no key". A keyed seal names its key by a short identifier (an HMAC of a fixed string,
-which reveals nothing of the key), so a seal made under another key is reported as such.
+A **seal** is a ``digest`` (sha256 over the record's canonical fields) and, where this process holds a signing key, a
+``signature`` of the digest by that key (Ed25519, :mod:`squarechipo.data.signing`). A signature verifies with the
+public key alone, so whoever checks a release cannot make one. What a check found is a :class:`Seal`: ``signed`` (by
+a trusted key, named), ``unsigned`` (a plain digest: it detects accidents, not a forger, who recomputes it) or
+``legacy-hmac`` (an HMAC-SHA256 seal written by squarechipo 0.3 under ``$SQUARECHIPO_LEDGER_KEY``, still read with
+that key: whoever holds the key can forge one). Across the trust boundary (``$SQUARECHIPO_TRUSTED_KEYS`` set) a ledger
+or a marker must be signed by a trusted key; an unsigned or HMAC seal is refused there.
 
 The data layer owns this because it is about stored rows; :mod:`squarechipo.privacy.ledger.records` says what a ledger
 means.
@@ -24,13 +24,15 @@ import hmac
 import json
 import math
 import os
-import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import datasets
 
 from squarechipo.data.label_roles import label_free
 from squarechipo.data.metadata import FOLDER_MARKER
+from squarechipo.data.signing import SigningKeyError, signing_key, trust_is_explicit, verify
 
 __all__ = [
     "KEY_ENV",
@@ -38,9 +40,9 @@ __all__ = [
     "IntegrityError",
     "LedgerKeyError",
     "MIN_KEY_BYTES",
+    "Seal",
     "key_id",
     "key_weakness",
-    "new_key",
     "check_marker",
     "check_seal",
     "marker_record",
@@ -48,7 +50,7 @@ __all__ = [
     "seal",
 ]
 
-#: The environment variable holding the team's secret key for HMAC digests (optional).
+#: The environment variable holding the secret key of HMAC seals written by squarechipo 0.3 (read only).
 KEY_ENV = "SQUARECHIPO_LEDGER_KEY"
 #: The marker's file name in a release folder (written last).
 MARKER = FOLDER_MARKER
@@ -56,7 +58,7 @@ _SEPARATOR = "\x1f"
 _KEYED = "hmac-sha256:"
 #: The shortest key accepted, in bytes (UTF-8): 256 bits, the HMAC-SHA256 key size.
 MIN_KEY_BYTES = 32
-_GENERATE = "the output of `squarechipo key new`"
+_GENERATE = "the key the seals were written with (squarechipo 0.3 printed it with `squarechipo key new`)"
 #: What to do about a release that fails its checks: releasing the raw rows again is not a fix.
 _RESTORE = (
     "Restore the release as it was saved (its folder or file). Releasing the raw rows again would spend their ε a "
@@ -120,21 +122,10 @@ def key_weakness(key: bytes) -> str | None:
     return None
 
 
-def new_key() -> str:
-    """A new secret key for ``SQUARECHIPO_LEDGER_KEY``: 32 random bytes from :mod:`secrets`, as 64 hex digits."""
-    return secrets.token_hex(32)
-
-
 def key_id(key: bytes) -> str:
-    """A short public name for a key: the first 8 hex digits of HMAC(key, a fixed string). Two keys almost surely
-    get different names, and the name reveals nothing usable about the key."""
+    """A short public name for an HMAC key: the first 8 hex digits of HMAC(key, a fixed string). Two keys almost
+    surely get different names, and the name reveals nothing usable about the key."""
     return hmac.new(key, b"squarechipo key id", hashlib.sha256).hexdigest()[:8]
-
-
-def _digest(payload: bytes, key: bytes | None) -> str:
-    if key is None:
-        return "sha256:" + hashlib.sha256(payload).hexdigest()
-    return f"{_KEYED}{key_id(key)}:" + hmac.new(key, payload, hashlib.sha256).hexdigest()
 
 
 def _stated_key_id(stated: str) -> str | None:
@@ -143,14 +134,70 @@ def _stated_key_id(stated: str) -> str | None:
     return body.split(":", 1)[0] if ":" in body else None
 
 
-def _canonical(record: dict[str, Any]) -> bytes:
-    body = {k: v for k, v in record.items() if k != "digest"}
+_SEAL_FIELDS = ("digest", "signature")
+
+
+def _canonical(record: dict[str, Any], view: Callable[[dict], dict] | None = None) -> bytes:
+    """The bytes a seal covers: every field but the seal's own, through ``view`` (a ledger replaces each row set by
+    its hash, so that a record may carry the ledger without its row sets and still verify)."""
+    body = {k: v for k, v in record.items() if k not in _SEAL_FIELDS}
+    body = view(body) if view is not None else body
     return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def seal(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with a ``digest`` of its other fields (HMAC when ``SQUARECHIPO_LEDGER_KEY`` is set)."""
-    return {**record, "digest": _digest(_canonical(record), _key())}
+@dataclass(frozen=True)
+class Seal:
+    """What checking a seal found: ``signed`` (by the trusted key ``key_id``), ``unsigned`` (a plain digest) or
+    ``legacy-hmac`` (squarechipo 0.3's HMAC under the key ``key_id``)."""
+
+    kind: str
+    key_id: str | None = None
+
+    @property
+    def signed(self) -> bool:
+        return self.kind == "signed"
+
+    def describe(self) -> str:
+        """In words, for cards and ``squarechipo key verify``."""
+        if self.kind == "signed":
+            return f"signed by key {self.key_id} (Ed25519: only its holder can sign, anyone with it can check)"
+        if self.kind == "legacy-hmac":
+            named = f" (key id {self.key_id})" if self.key_id else ""
+            return f"legacy HMAC-SHA256 seal{named}, written by squarechipo 0.3: whoever holds the key can forge it"
+        return "unsigned digest: it detects accidents and edits, not a forger"
+
+
+def seal(record: dict[str, Any], *, view: Callable[[dict], dict] | None = None) -> dict[str, Any]:
+    """``record`` with a ``digest`` of its other fields and, where this process holds a signing key, its
+    ``signature`` (:func:`squarechipo.data.signing.signing_key`)."""
+    body = {k: v for k, v in record.items() if k not in _SEAL_FIELDS}
+    digest = "sha256:" + hashlib.sha256(_canonical(body, view)).hexdigest()
+    key = signing_key()
+    return {**body, "digest": digest, **({"signature": key.sign(digest)} if key is not None else {})}
+
+
+def _check_legacy_hmac(record: dict[str, Any], stated: str, where: str, what: str, fix: str) -> Seal:
+    key, named = _key(), _stated_key_id(stated)
+    if key is None:
+        raise IntegrityError(
+            f"{where}: the {what} carries a legacy HMAC seal{f' (key id {named})' if named else ''} written by "
+            f"squarechipo 0.3; set {KEY_ENV} to that key to read it (such a seal is reported as legacy: whoever holds "
+            "the key can forge it)."
+        )
+    if named is not None and named != key_id(key):
+        raise IntegrityError(
+            f"{where}: the {what} was sealed under another key (key id {named}; {KEY_ENV} here has id "
+            f"{key_id(key)}). Nothing suggests it was edited: set {KEY_ENV} to the key it was sealed with to load it. "
+            "Do not release the raw rows again for this: that would spend ε a second time."
+        )
+    payload = _canonical(record)
+    expected = _KEYED + (f"{named}:" if named is not None else "") + hmac.new(key, payload, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(stated, expected):
+        raise IntegrityError(
+            f"{where}: the {what} does not match its digest: it was changed after it was written, so what it states "
+            f"cannot be trusted. {fix}"
+        )
+    return Seal("legacy-hmac", named)
 
 
 def check_seal(
@@ -158,46 +205,58 @@ def check_seal(
     where: str,
     what: str = "privacy ledger",
     fix: str = _RESTORE,
-) -> None:
-    """Raise :class:`IntegrityError` unless ``record``'s digest matches its fields under this machine's key setting.
+    *,
+    view: Callable[[dict], dict] | None = None,
+    signed_only: bool | None = None,
+) -> Seal:
+    """Check ``record``'s seal; return what was found (:class:`Seal`).
 
-    With ``SQUARECHIPO_LEDGER_KEY`` set only a keyed seal is accepted; without it a keyed seal cannot be checked.
-    ``fix`` says what to do about a record without a seal.
+    ``signed_only`` (default: whether trusted keys are named, i.e. across the trust boundary) refuses an unsigned or
+    legacy seal. A signature must be by a trusted key (:func:`squarechipo.data.signing.trusted_keys`); a seal by
+    another key is refused, naming it. ``fix`` says what to do about a record without a seal.
+
+    Raises:
+        IntegrityError: no seal, a digest or signature that does not match, an unknown key, or an unsigned seal where
+            only signed ones are accepted.
     """
     stated = record.get("digest")
-    if not stated:
+    if not stated or not isinstance(stated, str):
         raise IntegrityError(
             f"{where}: the {what} has no digest, so an edit to it cannot be ruled out (it was written by an older "
             f"squarechipo, or edited). {fix}"
         )
-    keyed, key = stated.startswith(_KEYED), _key()
-    if keyed and key is None:
-        named = _stated_key_id(stated)
+    signed_only = trust_is_explicit() if signed_only is None else signed_only
+    if stated.startswith(_KEYED):
+        found = _check_legacy_hmac(record, stated, where, what, fix)
+    else:
+        expected = "sha256:" + hashlib.sha256(_canonical(record, view)).hexdigest()
+        if not hmac.compare_digest(stated, expected):
+            raise IntegrityError(
+                f"{where}: the {what} does not match its digest: it was changed after it was written, so what it "
+                f"states cannot be trusted. {fix}"
+            )
+        signature = record.get("signature")
+        if signature is None:
+            found = Seal("unsigned")
+        else:
+            try:
+                named = verify(str(signature), stated, where, what)
+            except SigningKeyError as error:
+                raise IntegrityError(str(error)) from None
+            if named is None:
+                raise IntegrityError(
+                    f"{where}: the {what}'s signature does not verify: it was changed after it was signed, or the "
+                    f"signature was made up. {fix}"
+                )
+            found = Seal("signed", named)
+    if signed_only and not found.signed:
         raise IntegrityError(
-            f"{where}: the {what} was sealed with a secret key{f' (key id {named})' if named else ''}; set {KEY_ENV} "
-            "to that key to check it."
+            f"{where}: the {what} carries an {found.describe()}. Across the trust boundary "
+            "($SQUARECHIPO_TRUSTED_KEYS is set) only a seal signed by a trusted key is accepted: anyone can write an "
+            "unsigned one. Ask the custodian for the signed release; to read it as a legacy one on your own "
+            "machine, unset SQUARECHIPO_TRUSTED_KEYS."
         )
-    if key is not None and not keyed:
-        raise IntegrityError(
-            f"{where}: {KEY_ENV} is set, but the {what} carries a plain sha256 digest, which anyone can recompute "
-            "after an edit: only a seal under the key is accepted. Restore the original; or, if it was sealed before "
-            f"the key was set, unset {KEY_ENV} to load it (a plain digest detects accidents, not a forger)."
-        )
-    named = _stated_key_id(stated) if keyed else None
-    if named is not None and key is not None and named != key_id(key):
-        raise IntegrityError(
-            f"{where}: the {what} was sealed under another key (key id {named}; {KEY_ENV} here has id "
-            f"{key_id(key)}). Nothing suggests it was edited: set {KEY_ENV} to the key it was sealed with to load it. "
-            "Do not release the raw rows again for this: that would spend ε a second time."
-        )
-    expected = _digest(_canonical(record), key)
-    if keyed and named is None:  # a seal written before keys were named
-        expected = _KEYED + hmac.new(key, _canonical(record), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(stated, expected):
-        raise IntegrityError(
-            f"{where}: the {what} does not match its digest: it was changed after it was written, so what it states "
-            f"cannot be trusted. {fix}"
-        )
+    return found
 
 
 def _column_text(column) -> str:
@@ -255,15 +314,3 @@ def check_marker(
             f"{marker['n_rows']} then, or their labels or text differ). Restore the release, or release the raw "
             "rows again."
         )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``squarechipo key new``: print a new random key (set it as ``SQUARECHIPO_LEDGER_KEY``; keep it secret)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="squarechipo key", description="the secret key that seals privacy ledgers")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("new", help=f"print a new random key for {KEY_ENV} (32 bytes from the OS, hex)")
-    parser.parse_args(argv)
-    print(new_key())
-    return 0

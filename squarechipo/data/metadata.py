@@ -38,6 +38,8 @@ __all__ = [
     "read_blocks_for_path",
     "read_folder_marker",
     "with_block",
+    "without_block",
+    "write_folder_block",
     "write_folder_marker",
     "write_with_block",
 ]
@@ -54,6 +56,11 @@ def _split_description(description: str | None) -> tuple[str, str | None]:
     text = description or ""
     head, marker, tail = text.partition(BLOCK_MARKER)
     return head.rstrip(), (tail.strip() if marker else None)
+
+
+def without_block(description: str | None) -> str:
+    """A description with its block (if any) removed."""
+    return _split_description(description)[0]
 
 
 @label_free("reads the ledger block, not the rows")
@@ -144,6 +151,16 @@ def read_blocks_for_path(path: str | os.PathLike) -> tuple[str | None, dict[str,
 def read_block_for_path(path: str | os.PathLike) -> str | None:
     """The block stored with a JSONL/Parquet file (sidecar or metadata), or None."""
     return read_blocks_for_path(path)[0]
+
+
+def write_folder_block(folder: str | os.PathLike, block: str) -> None:
+    """Put ``block`` into a ``save_to_disk`` folder's ``dataset_info.json`` (replacing an older one), without
+    rewriting its rows."""
+    path = Path(folder) / "dataset_info.json"
+    info = json.loads(path.read_text(encoding="utf-8"))
+    head, _ = _split_description(info.get("description"))
+    info["description"] = (head + "\n\n" if head else "") + BLOCK_MARKER + "\n" + block
+    path.write_text(json.dumps(info, indent=2, sort_keys=True), encoding="utf-8")
 
 
 def write_folder_marker(folder: str | os.PathLike, marker: dict[str, Any]) -> None:

@@ -15,14 +15,28 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SqliteMap", "cache_root"]
+__all__ = ["SqliteMap", "cache_root", "machine_dir"]
 
 _TYPES = {"text": "TEXT", "real": "REAL", "blob": "BLOB"}
 
 
 def cache_root() -> Path:
-    """``$SQUARECHIPO_CACHE`` or ``~/.cache/squarechipo``: the converted embedded model, the registry of records."""
+    """``$SQUARECHIPO_CACHE`` or ``~/.cache/squarechipo``: what can be rebuilt (the converted embedded model, judge
+    replies, reference log-probs). Nothing that counts privacy lives here (:func:`machine_dir`)."""
     return Path(os.environ.get("SQUARECHIPO_CACHE", Path.home() / ".cache" / "squarechipo")).expanduser()
+
+
+def machine_dir() -> Path:
+    """``.squarechipo`` in this account's home as the password database gives it: the registry of releases, the store
+    of model records and the machine's signing key. Neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves it, so pointing
+    a variable elsewhere cannot start a second registry (a fresh count) without anyone asking for one."""
+    try:
+        import pwd
+
+        home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except (ImportError, KeyError):  # no password database entry (Windows, a container's anonymous user)
+        home = Path.home()
+    return home / ".squarechipo"
 
 
 class SqliteMap:

@@ -1,28 +1,41 @@
-"""A ledger bound to its rows: every reader checks that a dataset's rows are, column for column, rows it released.
+"""A ledger bound to its rows: every reader checks the rows it actually reads.
 
-A release records the set of rows it released (:attr:`squarechipo.privacy.ledger.records.Release.row_set`: 4-byte
-prefixes of each released row's hash over every column, byte for byte,
-:func:`squarechipo.data.fingerprint.exact_row_hashes`) and the columns that hash covers (``row_columns``).
-:func:`get_ledger` checks every dataset it reads a ledger from.
+A release records the set of rows it released (:attr:`squarechipo.privacy.ledger.records.Release.row_set`: the first
+16 bytes of each released row's hash over every column, byte for byte, :func:`squarechipo.data.fingerprint.
+exact_row_hashes`) and the columns that hash covers (``row_columns``); the seal covers the set. :func:`get_ledger`
+checks every dataset it reads a ledger from, each time: no cache of verified datasets exists, so nothing a caller sets
+(a fingerprint, an attribute) can stand in for the check.
 
 The invariant: a ledger is valid only on rows whose every column equals what the release wrote, up to selection,
-reordering and repetition of whole rows (selecting, shuffling, filtering, splitting, saving and loading). Any other
-change voids it: an added, removed, renamed or edited column, an edited text (upper case and look-alike letters
-included), a changed label, an added row. Nothing a caller passes in can re-bind a ledger: the only derivations
-that carry one over are the library's own fixed transforms of verified rows (:func:`pairwise_rows`,
-:func:`squarechipo.privacy.release.rows.combine_parts`), which check the input's ledger first.
+reordering and repetition of whole rows (selecting, shuffling, filtering, splitting, saving and loading), and only
+while readers see exactly the stored rows: a format transform (``set_format``/``with_transform``/``set_transform``
+with a function) changes what a reader sees without changing the stored rows, so a dataset that carries one is
+refused. Any other change voids the ledger: an added, removed, renamed or edited column, an edited text (upper case
+and look-alike letters included), a changed label, an added row.
+
+**Derived rows.** The library's fixed transforms of verified rows (:func:`pairwise_rows`, :func:`squarechipo.privacy.
+release.rows.combine_parts`) compute their rows here, in memory, from the rows they just verified, and attach a
+*derivation*: the sources' ledgers (sealed, without their row sets) and the rows' hashes under a key of this process,
+which never leaves it. Derived rows are therefore valid only in the process that derived them, and only as derived;
+saved and loaded, or handed to another process, they are refused (derive them again from the release). No function
+takes a caller's computation, and none passes a caller's keyword to ``datasets`` (which could load other rows from a
+cache file instead of computing them).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import hashlib
+import hmac
+import json
+import secrets
+import uuid
 
 import datasets
 import numpy as np
 
 from squarechipo.data import metadata
 from squarechipo.data.fingerprint import (
-    encode_row_set,
+    ROW_SET_BYTES,
     exact_row_hashes,
     preference_fingerprint,
     released_row_hashes,
@@ -30,14 +43,32 @@ from squarechipo.data.fingerprint import (
 )
 from squarechipo.data.label_roles import label_free
 from squarechipo.data.text import pairwise_row
-from squarechipo.privacy.ledger.records import IntegrityError, PrivacyLedger, with_ledger
+from squarechipo.privacy.ledger.records import IntegrityError, PrivacyLedger, parse_ledger_block
 
-__all__ = ["check_rows", "get_ledger", "pairwise_rows"]
+__all__ = ["DERIVED_FORMAT", "check_readable", "check_rows", "derive", "get_ledger", "pairwise_rows"]
+
+#: The block of rows a library transform derived in this process from verified rows.
+DERIVED_FORMAT = "squarechipo.derived_rows/1"
+#: Format types whose readers see the stored values (only their container changes). Anything else (a function set by
+#: ``with_transform``/``set_transform``, a formatter registered under another name) may change what a reader sees.
+_VALUE_PRESERVING = {None, "python", "numpy", "np", "torch", "pt", "arrow", "pa", "pandas", "pd", "polars", "pl"}
+#: The key of this process's derivations: drawn at import, never stored, never shown.
+_PROCESS_KEY = secrets.token_bytes(32)
+#: Derivation id → the keyed hashes of the rows it derived (this process only).
+_DERIVED: dict[str, frozenset[bytes]] = {}
 
 
-#: Ledgers already matched to their rows, by (the dataset's fingerprint, the ledger's digest): ``datasets`` gives a
-#: dataset a new fingerprint with every operation that changes it.
-_BOUND: dict[tuple[str, str], bool] = {}
+@label_free("a check of how readers will see the rows; reads no label")
+def check_readable(dataset, where: str) -> None:
+    """Refuse a dataset whose readers would not see its stored rows (a format transform or an unknown format)."""
+    kind = getattr(dataset, "format", {}).get("type") if isinstance(dataset, datasets.Dataset) else None
+    if kind not in _VALUE_PRESERVING:
+        raise IntegrityError(
+            f"{where}: it carries a privacy ledger and a {kind!r} format (set_format, with_transform or "
+            "set_transform with a function), which changes what every reader sees (a trainer's tokenization, map, "
+            "iteration) without changing the stored rows, so the ledger cannot vouch for what would be read. Remove "
+            "it (dataset.reset_format(), or with_format(None)) and transform the rows after a reader took them."
+        )
 
 
 @label_free("reads and checks the ledger (the rule's own test)")
@@ -46,14 +77,17 @@ def get_ledger(dataset, where: str = "dataset") -> PrivacyLedger | None:
     that was never privatized here.
 
     Raises:
-        IntegrityError: when the ledger was edited, is not valid, or does not describe these rows (rows added, edited
-            or relabelled after the release, a column added, removed or changed; rows that cannot be checked: a
-            streamed or pre-tokenised dataset).
+        IntegrityError: when the ledger was edited, is not valid, or does not describe these rows as a reader would
+            see them (rows added, edited or relabelled after the release, a column added, removed or changed, a format
+            transform; rows that cannot be checked: a streamed or pre-tokenised dataset).
     """
     block = metadata.read_block(dataset)
     if not block:
         return None
-    ledger = PrivacyLedger.from_json(block, where)
+    record = parse_ledger_block(block, where)
+    if record.get("format") == DERIVED_FORMAT:
+        return _derived_ledger(record, dataset, where)
+    ledger = PrivacyLedger.from_dict(record, where)
     check_rows(ledger, dataset, where)
     return ledger
 
@@ -83,77 +117,115 @@ def _outside(ledger: PrivacyLedger, dataset: datasets.Dataset, where: str):
             )
         return None
     columns = sorted(dataset.column_names)
-    exact = [row_set for row_set, bound in sets if bound is not None and sorted(bound) == columns]
-    legacy = [row_set for row_set, bound in sets if bound is None]
-    if not exact and not legacy:
-        raise _column_change(columns, [bound for _, bound in sets], where)
+    usable = [(row_set, bound, width) for row_set, bound, width in sets if bound is None or sorted(bound) == columns]
+    if not usable:
+        raise _column_change(columns, [bound for _, bound, _ in sets], where)
     outside = None
-    for encoded, hashing in ((exact, exact_row_hashes), (legacy, released_row_hashes)):
-        if not encoded:
-            continue
-        row_hashes = hashing(dataset)
-        if row_hashes is None:
-            raise IntegrityError(
-                f"{where}: these rows hold no prompt/chosen/rejected (or responses) text, so they cannot be matched "
-                "to the privacy ledger they carry. Pass the released text rows: the trainers tokenize them."
-            )
-        found = rows_outside(row_hashes, encoded)
+    hashed: dict[bool, list[bytes]] = {}
+    for row_set, bound, width in usable:
+        exact = bound is not None
+        if exact not in hashed:
+            row_hashes = exact_row_hashes(dataset) if exact else released_row_hashes(dataset)
+            if row_hashes is None:
+                raise IntegrityError(
+                    f"{where}: these rows hold no prompt/chosen/rejected (or responses) text, so they cannot be "
+                    "matched to the privacy ledger they carry. Pass the released text rows (the trainers tokenize)."
+                )
+            hashed[exact] = row_hashes
+        found = rows_outside(hashed[exact], [row_set], width)
         outside = found if outside is None else np.intersect1d(outside, found)
     return outside
 
 
+def _not_released(outside: np.ndarray, n_rows: int, released: int, where: str) -> IntegrityError:
+    shown = ", ".join(str(i) for i in outside[:5]) + (", ..." if outside.size > 5 else "")
+    return IntegrityError(
+        f"{where}: {outside.size} of {n_rows} rows (row {shown}) are not rows its privacy ledger released "
+        f"({released} released), or their labels or text were changed after the release. A ledger covers only the "
+        "rows it released, exactly as written: selecting, shuffling or splitting them keeps it; adding rows or "
+        "editing any value does not. Release the added rows on their own and combine the parts "
+        "(squarechipo.privacy.combine_parts), or train on the release as it is."
+    )
+
+
 @label_free("compares the rows with the set a ledger released (the rule's own check)")
 def check_rows(ledger: PrivacyLedger, dataset, where: str) -> None:
-    """Raise :class:`IntegrityError` unless every row of the dataset, column for column, is a row the ledger
-    released (see the module's invariant)."""
+    """Raise :class:`IntegrityError` unless every row of the dataset, column for column and as a reader sees it, is
+    a row the ledger released (see the module's invariant)."""
     if not isinstance(dataset, datasets.Dataset):
         raise IntegrityError(
             f"{where}: a {type(dataset).__name__} carries this privacy ledger, but its rows cannot be read ahead to "
             "check that they are the released ones. Pass the released datasets.Dataset itself (a streamed copy of it "
             "is not checked)."
         )
-    key = (getattr(dataset, "_fingerprint", None) or "", ledger.digest)
-    if key[0] and _BOUND.get(key):
-        return
+    check_readable(dataset, where)
+    if ledger.summary_only:
+        raise IntegrityError(
+            f"{where}: its privacy ledger has no row sets (it is the copy a model's privacy record keeps): it states "
+            "a release but vouches for no rows. Load the release as saved (its folder or file)."
+        )
     outside = _outside(ledger, dataset, where)
     if outside is not None and outside.size:
-        shown = ", ".join(str(i) for i in outside[:5]) + (", ..." if outside.size > 5 else "")
+        raise _not_released(outside, len(dataset), sum(r.n_rows for r in ledger.releases), where)
+
+
+# ---------------------------------------------------------------------------------------------- derived rows
+
+
+def _keyed_hashes(rows: datasets.Dataset) -> list[bytes]:
+    return [hmac.new(_PROCESS_KEY, h, hashlib.sha256).digest()[:ROW_SET_BYTES] for h in exact_row_hashes(rows)]
+
+
+def derive(sources: list[PrivacyLedger], rows: datasets.Dataset, transform: str) -> datasets.Dataset:
+    """``rows``, computed in this process by the library transform ``transform`` from rows whose ledgers
+    (``sources``) were just verified, with a derivation attached (see the module). Never for rows a caller computed."""
+    derivation = uuid.uuid4().hex
+    _DERIVED[derivation] = frozenset(_keyed_hashes(rows))
+    block = {
+        "format": DERIVED_FORMAT,
+        "transform": transform,
+        "derivation": derivation,
+        "sources": [source.summary() for source in sources],
+    }
+    return metadata.with_block(rows, json.dumps(block, sort_keys=True))
+
+
+def _derived_ledger(record: dict, dataset, where: str) -> PrivacyLedger:
+    transform = record.get("transform")
+    if not isinstance(dataset, datasets.Dataset):
+        raise IntegrityError(f"{where}: a {type(dataset).__name__} of {transform} rows cannot be checked.")
+    check_readable(dataset, where)
+    summaries = record.get("sources")
+    if not isinstance(summaries, list) or not summaries:
+        raise IntegrityError(f"{where}: its derivation ({transform}) names no source release.")
+    sources = [PrivacyLedger.from_dict(s, f"{where} (a source release of its {transform} rows)") for s in summaries]
+    known = _DERIVED.get(str(record.get("derivation")))
+    if known is None:
         raise IntegrityError(
-            f"{where}: {outside.size} of {len(dataset)} rows (row {shown}) are not rows its privacy ledger "
-            f"released ({sum(r.n_rows for r in ledger.releases)} released), or their labels or text were changed "
-            "after the release. A ledger covers only the rows it released, exactly as written: selecting, shuffling "
-            "or splitting them keeps it; adding rows or editing any value does not. Release the added rows on their "
-            "own and combine the parts (squarechipo.privacy.combine_parts), or train on the release as it is."
+            f"{where}: these rows were derived from a release by {transform} in another process, or saved and loaded "
+            "since: derived rows are checked only in the process that derived them. Derive them again from the "
+            f"release ({transform} of the loaded release)."
         )
-    if key[0]:
-        if len(_BOUND) > 256:
-            _BOUND.clear()
-        _BOUND[key] = True
-
-
-def _rebind(ledger: PrivacyLedger, rows: datasets.Dataset) -> datasets.Dataset:
-    """``rows`` with ``ledger`` bound to them as they are. Only for the library's fixed transforms of rows whose
-    ledger was just verified (:func:`pairwise_rows`, ``combine_parts``): never for rows a caller computed."""
-    latest = {release.part: i for i, release in enumerate(ledger.releases)}
-    row_set, columns = encode_row_set(exact_row_hashes(rows)), sorted(rows.column_names)
-    releases = tuple(
-        replace(release, row_set=row_set, row_columns=columns) if i in latest.values() else release
-        for i, release in enumerate(ledger.releases)
-    )
-    return with_ledger(rows, PrivacyLedger(releases=releases))
+    outside = np.flatnonzero([h not in known for h in _keyed_hashes(dataset)])
+    if outside.size:
+        raise _not_released(outside, len(dataset), len(known), f"{where} ({transform} rows)")
+    return PrivacyLedger.derived_from(sources, record)
 
 
 @label_free("a fixed text transform of released rows (their ledger checked first); raw rows stay raw")
-def pairwise_rows(dataset: datasets.Dataset, **map_kwargs) -> datasets.Dataset:
+def pairwise_rows(dataset: datasets.Dataset) -> datasets.Dataset:
     """prompt/chosen/rejected rows → the texts of a pairwise preference model (:func:`squarechipo.data.text.
-    pairwise_row`), row by row, in order. A release's ledger is checked, then carried to the derived rows: each is
-    computed from one released row by a transform fixed in the library, which is post-processing of the release."""
+    pairwise_row`), row by row, in order. A release's ledger is checked, then the derived rows are computed here from
+    the rows it checked and carry a derivation (see the module): post-processing of the release, valid in this
+    process. It takes no ``datasets.map`` options: one of them (``cache_file_name``) loads rows from a file instead of
+    computing them."""
     missing = {"prompt", "chosen", "rejected"} - set(dataset.column_names)
     if missing:
         raise ValueError(
             f"a preference-model dataset needs prompt/chosen/rejected columns; missing {sorted(missing)}. "
             "Implicit-prompt rows: apply trl.extract_prompt first."
         )
+    ledger = get_ledger(dataset)
     table = dataset.with_format("arrow")[:]
     empty = sorted({i for name in ("prompt", "chosen", "rejected") for i in np.flatnonzero(table[name].is_null())})
     if empty:
@@ -161,6 +233,7 @@ def pairwise_rows(dataset: datasets.Dataset, **map_kwargs) -> datasets.Dataset:
             f"{len(empty)} row(s) (row {', '.join(map(str, empty[:5]))}) have no prompt, chosen or rejected value: a "
             "preference-model row needs all three. Drop them first (dataset.filter)."
         )
-    ledger = get_ledger(dataset)
-    derived = dataset.map(pairwise_row, remove_columns=dataset.column_names, **map_kwargs)
-    return derived if ledger is None else _rebind(ledger, derived)
+    pairs = [pairwise_row(row) for row in table.select(["prompt", "chosen", "rejected"]).to_pylist()]
+    features = datasets.Features({"chosen": datasets.Value("string"), "rejected": datasets.Value("string")})
+    derived = datasets.Dataset.from_list(pairs, features=features)
+    return derived if ledger is None else derive([ledger], derived, "pairwise_rows")

@@ -11,6 +11,7 @@ function of the raw labels. Only public parameters of the release.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -21,7 +22,8 @@ from typing import Any
 import datasets
 
 from squarechipo.data import metadata
-from squarechipo.data.integrity import IntegrityError, check_seal, seal
+from squarechipo.data.fingerprint import LEGACY_ROW_SET_BYTES, ROW_SET_BYTES
+from squarechipo.data.integrity import IntegrityError, Seal, check_seal, seal
 from squarechipo.data.label_roles import label_free
 from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 
@@ -33,6 +35,7 @@ __all__ = [
     "PrivacyLedger",
     "extend_ledger",
     "with_ledger",
+    "parse_ledger_block",
     "read_ledger_for_path",
 ]
 
@@ -105,8 +108,10 @@ class Release:
     #: release.
     earlier_epsilon: float = 0.0
     earlier_releases: int = 0
-    #: The rows as released (:func:`squarechipo.data.fingerprint.encode_row_set`: 4-byte prefixes of their hashes,
-    #: labels included): every reader checks that a dataset's rows are among them (:func:`get_ledger`).
+    #: The rows as released (:func:`squarechipo.data.fingerprint.encode_row_set`: ``row_hash_bytes``-byte prefixes of
+    #: their hashes, labels included): every reader checks that a dataset's rows are among them (:func:`get_ledger`).
+    #: The seal covers it through its sha256, so a record may carry the ledger without it (:meth:`PrivacyLedger.
+    #: summary`); such a ledger states a release but vouches for no rows.
     row_set: str | None = None
     #: The columns the row set's hashes cover, exactly as released (:func:`squarechipo.data.fingerprint.
     #: exact_row_hashes`); None for a ledger written before row sets covered every column byte for byte.
@@ -115,6 +120,13 @@ class Release:
     #: unit has in this release: that unit's labels compose, so the release is ε × rows_per_unit per unit.
     privacy_unit: str | None = None
     rows_per_unit: int = 1
+    #: Bytes kept of each row's hash in ``row_set``: 16 (:data:`squarechipo.data.fingerprint.ROW_SET_BYTES`); 4 in
+    #: ledgers written by squarechipo 0.3.
+    row_hash_bytes: int = LEGACY_ROW_SET_BYTES
+    #: This release's id (random; what the registry of releases enters it under) and the id of the registry it was
+    #: entered in before it was sealed (None: not counted, e.g. a seeded release). Both are under the seal.
+    release_id: str | None = None
+    registry_id: str | None = None
 
     @property
     def unit_epsilon(self) -> float | None:
@@ -182,6 +194,8 @@ class Release:
         row_columns: list[str] | None = None,
         privacy_unit: str | None = None,
         rows_per_unit: int = 1,
+        release_id: str | None = None,
+        registry_id: str | None = None,
     ) -> Release:
         """A release made now by this library version (``randomness`` from ``fixed_seed``)."""
         return cls(
@@ -205,10 +219,32 @@ class Release:
             row_columns=None if row_columns is None else sorted(row_columns),
             privacy_unit=privacy_unit,
             rows_per_unit=int(rows_per_unit),
+            row_hash_bytes=ROW_SET_BYTES,
+            release_id=release_id,
+            registry_id=registry_id,
         )
 
 
-LEDGER_FORMAT = "squarechipo.privacy_ledger/2"
+#: Format 3: 16-byte row sets, sealed through their sha256 (:func:`_sealed_view`), Ed25519 signatures. Formats 1
+#: and 2 (squarechipo 0.2 and 0.3) are read as written.
+LEDGER_FORMAT = "squarechipo.privacy_ledger/3"
+_READ_FORMATS = ("squarechipo.privacy_ledger/1", "squarechipo.privacy_ledger/2", LEDGER_FORMAT)
+
+
+def _sealed_view(body: dict[str, Any]) -> dict[str, Any]:
+    """What a format-3 seal covers: the ledger with each release's row set replaced by its sha256, so the seal holds
+    for the full ledger and for its :meth:`PrivacyLedger.summary` alike."""
+    if body.get("format") != LEDGER_FORMAT:
+        return body
+    releases = []
+    for release in body.get("releases") or []:
+        release = dict(release)
+        if release.get("row_set") is not None:
+            release["row_set_sha256"] = hashlib.sha256(release.pop("row_set").encode("ascii")).hexdigest()
+        else:
+            release.pop("row_set", None)
+        releases.append(release)
+    return {**body, "releases": releases}
 
 
 def _check_consistent(release: Release, where: str) -> None:
@@ -240,6 +276,12 @@ class PrivacyLedger:
     releases: tuple[Release, ...] = ()
     #: The digest a stored ledger carried, set by :meth:`from_dict` once it is verified (so it is not recomputed).
     verified_digest: str | None = field(default=None, compare=False, repr=False)
+    #: What checking the stored seal found (signed by whom, unsigned, legacy), and the stored record itself, which
+    #: :meth:`to_dict` returns as it was sealed (never sealed again by another key).
+    seal: Seal | None = field(default=None, compare=False, repr=False)
+    stored: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    #: For rows a library transform derived in this process (:mod:`squarechipo.privacy.ledger.binding`): its record.
+    derivation: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def _releases_of(self, part: str | None) -> list[Release]:
         """The releases the rows of ``part`` went through (those on every row, then the part's own)."""
@@ -358,9 +400,29 @@ class PrivacyLedger:
         return self._binary_only("debias factor c(ε)").debias_factor
 
     def with_release(self, release: Release) -> PrivacyLedger:
-        return replace(self, releases=self.releases + (release,), verified_digest=None)
+        return replace(self, releases=self.releases + (release,), verified_digest=None, seal=None, stored=None)
+
+    @property
+    def summary_only(self) -> bool:
+        """A format-3 ledger without its row sets (as a model record carries it): it states a release and verifies,
+        but vouches for no rows."""
+        return any(r.row_set is None and r.row_hash_bytes == ROW_SET_BYTES for r in self.releases)
+
+    def summary(self) -> dict[str, Any]:
+        """The sealed record without its row sets (each replaced by its sha256): what a model's privacy record
+        carries. Its seal still verifies with the signer's public key (:func:`_sealed_view`). Derived rows give their
+        sources' summaries, with their releases listed once more for readers of the record."""
+        if self.derivation is not None:
+            kept = {k: v for k, v in self.derivation.items() if k != "derivation"}
+            return {**kept, "releases": [asdict(r) for r in self.releases], "total_epsilon": self.total_epsilon}
+        record = self.to_dict()
+        return _sealed_view(record) if record.get("format") == LEDGER_FORMAT else record
 
     def to_dict(self) -> dict[str, Any]:
+        if self.derivation is not None:
+            return dict(self.derivation)
+        if self.stored is not None:
+            return dict(self.stored)
         # Only what applies: a flip rate and c(ε) for binary releases, the analyzer for K-ary ones; parts that
         # need different debiasing are described under "debiasing" only.
         answers = {str(p): self.debiasing_for(p).describe() for p in self.parts}
@@ -377,12 +439,18 @@ class PrivacyLedger:
                 **summary,
                 "debiasing": answers,
                 "releases": [asdict(r) for r in self.releases],
-            }
+            },
+            view=_sealed_view,
         )
 
     @property
     def digest(self) -> str:
         """The digest sealing this ledger's fields (:mod:`squarechipo.data.integrity`)."""
+        if self.derivation is not None:
+            raise ValueError(
+                f"these rows were derived ({self.derivation.get('transform')}) from a release in this process: they "
+                "are not a release and are not saved as one. Save the release itself, and derive again after loading."
+            )
         return self.verified_digest or self.to_dict()["digest"]
 
     def to_json(self) -> str:
@@ -391,38 +459,68 @@ class PrivacyLedger:
     @classmethod
     def from_dict(cls, record: dict[str, Any], where: str = "dataset") -> PrivacyLedger:
         """The ledger of a stored record, after checking its digest and that each release agrees with itself."""
-        if record.get("format") not in (LEDGER_FORMAT, "squarechipo.privacy_ledger/1"):
+        if record.get("format") not in _READ_FORMATS:
             raise ValueError(f"{where}: not a squarechipo privacy ledger (format={record.get('format')!r}).")
-        check_seal(record, where)
-        ledger = cls(releases=tuple(Release(**r) for r in record["releases"]), verified_digest=record["digest"])
+        found = check_seal(record, where, view=_sealed_view)
+        releases = []
+        for values in record["releases"]:
+            values = {k: v for k, v in values.items() if k != "row_set_sha256"}
+            if record["format"] != LEDGER_FORMAT:
+                values.setdefault("row_hash_bytes", LEGACY_ROW_SET_BYTES)
+            try:
+                releases.append(Release(**values))
+            except TypeError as error:
+                raise IntegrityError(
+                    f"{where}: a release in its privacy ledger has unknown fields ({error})."
+                ) from None
+        ledger = cls(releases=tuple(releases), verified_digest=record["digest"], seal=found, stored=dict(record))
         for release in ledger.releases:
             _check_consistent(release, where)
         return ledger
 
     @classmethod
     def from_json(cls, text: str, where: str = "dataset") -> PrivacyLedger:
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise IntegrityError(
-                f"{where}: its privacy ledger is not valid JSON ({error.msg} at character {error.pos}): it was "
-                "edited, or rows of datasets with different ledgers were put together "
-                "(datasets.concatenate_datasets joins their descriptions). Combine released parts with "
-                "squarechipo.privacy.combine_parts, or use one release."
-            ) from None
-        if not isinstance(record, dict):
-            raise IntegrityError(f"{where}: its privacy ledger must be a JSON object (got {type(record).__name__}).")
-        return cls.from_dict(record, where)
+        return cls.from_dict(parse_ledger_block(text, where), where)
 
-    def current_row_sets(self) -> list[tuple[str, tuple[str, ...] | None]] | None:
-        """(row set, the columns it covers) of each part's latest release, which the rows must come from (a later
-        release of the same part, e.g. ``compose=True``, relabels its rows). None when a release predates row sets."""
+    @classmethod
+    def derived_from(cls, sources: list[PrivacyLedger], record: dict[str, Any]) -> PrivacyLedger:
+        """The ledger of rows a library transform derived from the ``sources`` releases (``record``: the derivation,
+        :mod:`squarechipo.privacy.ledger.binding`): their releases, and the weakest of their seals."""
+        seals = [source.seal for source in sources]
+        weakest = next((s for s in seals if s is None or not s.signed), seals[0])
+        return cls(
+            releases=tuple(r for source in sources for r in source.releases), seal=weakest, derivation=dict(record)
+        )
+
+    def current_row_sets(self) -> list[tuple[str, tuple[str, ...] | None, int]] | None:
+        """(row set, the columns it covers, bytes a hash) of each part's latest release, which the rows must come from
+        (a later release of the same part, e.g. ``compose=True``, relabels its rows). None when a release predates
+        row sets."""
         latest: dict[str | None, Release] = {}
         for release in self.releases:
             latest[release.part] = release
         if any(release.row_set is None for release in latest.values()):
             return None
-        return [(r.row_set, None if r.row_columns is None else tuple(r.row_columns)) for r in latest.values()]
+        return [
+            (r.row_set, None if r.row_columns is None else tuple(r.row_columns), r.row_hash_bytes)
+            for r in latest.values()
+        ]
+
+
+def parse_ledger_block(text: str, where: str = "dataset") -> dict[str, Any]:
+    """The JSON object of a ledger block (a release's ledger or a derivation), or :class:`IntegrityError`."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise IntegrityError(
+            f"{where}: its privacy ledger is not valid JSON ({error.msg} at character {error.pos}): it was "
+            "edited, or rows of datasets with different ledgers were put together "
+            "(datasets.concatenate_datasets joins their descriptions). Combine released parts with "
+            "squarechipo.privacy.combine_parts, or use one release."
+        ) from None
+    if not isinstance(record, dict):
+        raise IntegrityError(f"{where}: its privacy ledger must be a JSON object (got {type(record).__name__}).")
+    return record
 
 
 def extend_ledger(

@@ -1,7 +1,8 @@
 """Weight sketches: recognise a copy of a private run's weights however it was saved, cast, merged or reshaped.
 
 Every private run records, in this machine's record store (``$SQUARECHIPO_RECORD_STORE``, default
-``records.sqlite`` in the cache root), a sketch of the model it trained and of the model it started from: the
+``records.sqlite`` in :func:`squarechipo.data.store.machine_dir`), a sketch of the model it trained and of the model
+it started from: the
 values of :data:`SKETCH_SIZE` weights at positions drawn per tensor, keyed by the tensor's name. A model a later
 run starts from is sketched at the same positions and matched:
 
@@ -212,10 +213,21 @@ def bf16_agreement(sketch: np.ndarray, trained: np.ndarray) -> float:
 
 
 def record_store_path() -> Path:
-    """This machine's store of privacy records and weight sketches (what the lineage guard matches copies to)."""
-    from squarechipo.data.store import cache_root
+    """This machine's store of privacy records and weight sketches (what the lineage guard matches copies to):
+    ``$SQUARECHIPO_RECORD_STORE`` (an absolute path) or ``records.sqlite`` in :func:`squarechipo.data.store.
+    machine_dir`, which neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves."""
+    from squarechipo.data.store import machine_dir
 
-    return Path(os.environ.get(RECORD_STORE_ENV) or cache_root() / "records.sqlite").expanduser()
+    named = os.environ.get(RECORD_STORE_ENV)
+    if not named:
+        return machine_dir() / "records.sqlite"
+    path = Path(named).expanduser()
+    if not path.is_absolute():
+        raise ValueError(
+            f"{RECORD_STORE_ENV}={named!r} is a relative path, which names another store of model records in every "
+            f"folder a job runs from. Give an absolute path (e.g. {path.resolve()}), or unset it."
+        )
+    return path
 
 
 def _records():

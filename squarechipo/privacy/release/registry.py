@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, Sketch, band_key_table, estimated_jaccard
-from squarechipo.data.store import cache_root
+from squarechipo.data.store import machine_dir
 
 __all__ = [
     "REGISTRY_ENV",
@@ -85,9 +85,26 @@ class RegistryError(RuntimeError):
     """The registry of releases cannot be trusted (missing, emptied, corrupt) or refuses a release."""
 
 
+def default_registry_path() -> Path:
+    """This machine's registry: ``releases.sqlite`` in :func:`squarechipo.data.store.machine_dir` (neither ``$HOME``
+    nor ``$SQUARECHIPO_CACHE`` moves it)."""
+    return machine_dir() / "releases.sqlite"
+
+
 def registry_path() -> Path:
-    """Where this machine's registry of releases lives."""
-    return Path(os.environ.get(REGISTRY_ENV) or cache_root() / "releases.sqlite").expanduser()
+    """Where the registry of releases lives: ``$SQUARECHIPO_RELEASE_REGISTRY`` (an absolute path: a relative one
+    would name another registry in every folder a job runs from) or this machine's (:func:`default_registry_path`)."""
+    named = os.environ.get(REGISTRY_ENV)
+    if not named:
+        return default_registry_path()
+    path = Path(named).expanduser()
+    if not path.is_absolute():
+        raise RegistryError(
+            f"{REGISTRY_ENV}={named!r} is a relative path, which names another registry in every folder a job runs "
+            f"from (each counting from zero). Give an absolute path, e.g. {REGISTRY_ENV}={Path(named).resolve()}, or "
+            "unset it to use this machine's registry."
+        )
+    return path
 
 
 def _started_marker(path: Path) -> Path:
@@ -97,9 +114,10 @@ def _started_marker(path: Path) -> Path:
 
 
 def _first_on_this_machine(path: Path) -> bool:
-    """The default registry, never started here (no marker beside it): the first release starts it. A registry named
-    by ``$SQUARECHIPO_RELEASE_REGISTRY``, or one started before and now missing, is never started silently."""
-    return not os.environ.get(REGISTRY_ENV) and not _started_marker(path).exists()
+    """This machine's registry, never started here (no marker beside it): the first release starts it. Any other
+    registry (named by ``$SQUARECHIPO_RELEASE_REGISTRY``), or this one started before and now missing, is never started
+    silently."""
+    return path == default_registry_path() and not _started_marker(path).exists()
 
 
 def _missing(path: Path) -> RegistryError:
@@ -124,13 +142,27 @@ def _missing(path: Path) -> RegistryError:
 def init_registry(path: str | os.PathLike | None = None) -> Path:
     """Start a new, empty registry of releases (an explicit step, logged). Refuses a path that already holds one."""
     path = Path(path).expanduser() if path is not None else registry_path()
-    if path.exists() and path.stat().st_size > 0:
+    if not path.is_absolute():
         raise RegistryError(
-            f"{path} already exists; a registry is started once. Move it away first if you mean to start over (the "
-            "releases it records are then no longer counted)."
+            f"{path}: start a registry at an absolute path (a relative one names a new one per folder)."
         )
+    if not _start(path):
+        raise RegistryError(
+            f"{path} already exists; a registry is started once. Use it as it is (point {REGISTRY_ENV} at it), or, to "
+            "start over, move it away first (the releases it records are then no longer counted)."
+        )
+    return path
+
+
+def _start(path: Path) -> bool:
+    """Create a registry at ``path`` atomically: built whole in a file of its own, then linked into place, so two
+    processes starting one at the same moment end with one registry (the loser's is discarded). False when one
+    was there already (or won the race)."""
+    if path.exists() and path.stat().st_size > 0:
+        return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(str(path), timeout=60.0)
+    building = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
+    db = sqlite3.connect(str(building), timeout=60.0)
     try:
         with db:
             db.execute("PRAGMA journal_mode=WAL")
@@ -142,16 +174,29 @@ def init_registry(path: str | os.PathLike | None = None) -> Path:
             db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
     finally:
         db.close()
+    try:
+        if path.exists():  # an empty file left where a registry should be: replaced only if it is still empty
+            if path.stat().st_size > 0:
+                return False
+            os.replace(building, path)
+        else:
+            os.link(building, path)  # fails if another process linked its registry first
+    except FileExistsError:
+        return False
+    finally:
+        building.unlink(missing_ok=True)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{building}{suffix}").unlink(missing_ok=True)
     _started_marker(path).write_text(f"{meta['registry_id']} {created}\n")
     logger.warning("started a new registry of releases at %s: releases made before it are not counted", path)
-    return path
+    return True
 
 
 def _connect() -> sqlite3.Connection:
     """The registry, checked: refuses a missing, emptied, foreign or unreadable file with its path and the fix."""
     path = registry_path()
     if not path.is_file() and _first_on_this_machine(path):
-        init_registry(path)  # logged: the first release on this machine starts its registry
+        _start(path)  # logged: the first release on this machine starts its registry (one, however many race)
     if not path.is_file():
         raise _missing(path)
     try:
@@ -360,15 +405,17 @@ def register_release(
     *,
     expected: EarlierReleases,
     folder: str | None = None,
-) -> None:
+) -> str:
     """Enter a release, in one transaction with the check that decides it: the earlier releases of its rows must be
-    those its ledger composed (``expected``). A release entered before (the same id) is left as it is."""
+    those its ledger composed (``expected``). A release entered before (the same id) is left as it is. Returns the
+    registry's id, which the release's ledger then names."""
     db = _connect()
     try:
+        registry_id = db.execute("SELECT value FROM meta WHERE key = 'registry_id'").fetchone()[0]
         db.execute("BEGIN IMMEDIATE")  # one writer decides at a time; readers of the old state see no half-entry
         if db.execute("SELECT 1 FROM releases WHERE id = ?", (release_id,)).fetchone():
             db.rollback()
-            return
+            return registry_id
         # Nothing entered since the release looked: the answer stands (a full query again costs as much as the first).
         now = expected if expected.state and _state(db) == expected.state else _query(db, units, marks)
         if now.ids != expected.ids:
@@ -399,6 +446,7 @@ def register_release(
             bands = zip(flat[order].tolist(), (order // marks.keys.shape[1]).tolist())
             db.executemany("INSERT INTO released_bands VALUES (?, ?, ?)", [(k, number, i) for k, i in bands])
         db.commit()
+        return registry_id
     except BaseException:
         if db.in_transaction:
             db.rollback()

@@ -32,10 +32,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from squarechipo.data.fingerprint import row_hashes
 from squarechipo.data.kary import validate_kary
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.validation import validate_preference_dataset
-from squarechipo.privacy.ledger.binding import _rebind, get_ledger
+from squarechipo.privacy.ledger.binding import derive, get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.privacy.mechanisms.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 
@@ -231,19 +232,51 @@ def draw_rows(
     return table, _release_fields(mechanism, len(dataset), num_labels, outcome, fixed_seed=seed is not None)
 
 
-@label_free("joins released parts (both must carry a ledger)")
+def _check_part(ledger: PrivacyLedger | None, name: str) -> PrivacyLedger:
+    """A part that may be combined: a release (not derived rows), signed, and entered in a registry of releases."""
+    if ledger is None:
+        raise ValueError(f"the {name} part carries no privacy ledger: both parts must be releases.")
+    if ledger.derivation is not None:
+        raise ValueError(f"the {name} part holds rows derived from a release ({ledger.derivation.get('transform')}).")
+    if ledger.seal is None or not ledger.seal.signed:
+        raise ValueError(
+            f"the {name} part's ledger carries an {ledger.seal.describe() if ledger.seal else 'unchecked seal'}: only "
+            "signed releases are combined (anyone can write an unsigned ledger). Release the part with this version."
+        )
+    first = ledger.releases[0]  # the release of the raw labels; later ones are post-processing (compose=True)
+    if first.randomness == "os_entropy" and first.epsilon is not None and first.registry_id is None:
+        raise ValueError(
+            f"the {name} part's release was never entered in a registry of releases, so its rows may have been "
+            "released again elsewhere. Release the part through release_dataset or release_once."
+        )
+    return ledger
+
+
+@label_free("joins released parts (each checked: a signed, registered release; the two disjoint)")
 def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets.Dataset:
-    """Concatenate two released disjoint parts; the ledger lists both releases (parallel composition)."""
-    ledgers = [get_ledger(part) for part in (first, second)]
-    if any(ledger is None for ledger in ledgers):
-        raise ValueError("both parts must be released datasets with a privacy ledger.")
+    """Concatenate two released disjoint parts; the ledger lists both releases (parallel composition).
+
+    Each part must be a signed release entered in a registry of releases, and no comparison may be in both (their
+    noise would add up, and parallel composition would understate ε). The combined rows are derived here, in this
+    process, from the rows just checked (:func:`squarechipo.privacy.ledger.binding.derive`)."""
+    ledgers = [
+        _check_part(get_ledger(part, f"the {name} part"), name)
+        for part, name in ((first, "first"), (second, "second"))
+    ]
     parts = [r.part for ledger in ledgers for r in ledger.releases]
     if None in parts or len(set(parts)) != len(parts):
         raise ValueError(f"each part's releases must name a distinct part (got {parts}); pass part=… when releasing.")
-    parts_data = [
-        p if FROM_PRIOR_COLUMN in p.column_names else p.add_column(FROM_PRIOR_COLUMN, [False] * len(p))
+    shared = set(row_hashes(first)) & set(row_hashes(second))
+    if shared:
+        raise ValueError(
+            f"the two parts share {len(shared)} comparison(s): parts must be disjoint (each label released once). "
+            "Release disjoint rows as the parts (split the raw rows first, e.g. with train_test_split)."
+        )
+    tables = [
+        p.with_format("arrow")[:]
+        if FROM_PRIOR_COLUMN in p.column_names
+        else p.with_format("arrow")[:].append_column(FROM_PRIOR_COLUMN, pa.array([False] * len(p)))
         for p in (first, second)
     ]
-    combined = datasets.concatenate_datasets([parts_data[0].cast(parts_data[1].features), parts_data[1]])
-    # Both parts were verified above and the join adds only a constant public column: bound to the joined rows.
-    return _rebind(PrivacyLedger(releases=ledgers[0].releases + ledgers[1].releases), combined)
+    joined = pa.concat_tables([tables[0].select(tables[1].column_names).cast(tables[1].schema), tables[1]])
+    return derive(ledgers, datasets.Dataset(joined), "combine_parts")

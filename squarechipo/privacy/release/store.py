@@ -1,11 +1,11 @@
 """Storing releases: once per folder, saved and loaded with their ledger and marker.
 
 :func:`release_once` makes a release once per output folder: on the main process, under a lock beside the folder, it
-runs the release transaction (:mod:`squarechipo.privacy.release.transaction`: admit, draw, stage, register in this
-machine's registry of releases, rename).
+runs the release transaction (:mod:`squarechipo.privacy.release.transaction`: admit, draw, stage, register in the
+registry of releases, seal, rename).
 Every rank and every re-run reuses the saved release after checking that it was made from the same rows with the
 same mechanism, so no fresh noise is ever drawn on a re-run. A release cut off after its staged copy was complete is
-completed by the next run, and registered then from its released rows; one cut off earlier is refused.
+completed by the next run (registered if it was not, then sealed); one cut off earlier is refused.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from squarechipo.data.loading import load_data_file, load_saved_folder
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, with_ledger
 from squarechipo.privacy.mechanisms.measurements import Measurement
-from squarechipo.privacy.release.transaction import ReleaseTransaction, complete_interrupted, write_folder
+from squarechipo.privacy.release.transaction import complete_interrupted, release_into, write_folder
 
 __all__ = ["load_privatized", "load_release", "release_once", "save_privatized", "save_release"]
 
@@ -172,10 +172,10 @@ def release_once(
             complete_interrupted(folder, _load)
             if not (folder / "dataset_info.json").exists():
                 _refuse_foreign(folder)
-                released = ReleaseTransaction(
-                    dataset, pipeline, seed=seed, part=part, public_columns=public_columns, rerelease=rerelease,
-                    privacy_unit=privacy_unit,
-                ).into(folder)  # fmt: skip
+                released = release_into(
+                    folder, dataset, pipeline, seed=seed, part=part, public_columns=public_columns,
+                    rerelease=rerelease, privacy_unit=privacy_unit,
+                )  # fmt: skip
                 logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
     if state is not None:
         state.wait_for_everyone()

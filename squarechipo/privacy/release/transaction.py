@@ -1,30 +1,38 @@
-"""The release transaction, owned in one place: admit → draw → stage → register → rename.
+"""The release transaction, owned in one place: admit → draw → (stage) → register → seal → (rename).
 
-Every path that turns raw labels into released ones goes through :class:`ReleaseTransaction`:
+A release is one step. :func:`release_dataset` (in memory) and :func:`release_into` (a folder, for
+:func:`squarechipo.privacy.release.store.release_once`) run every step and return nothing before the release is
+registered and sealed; the steps themselves are private:
 
 1. **admit**: the input is one split and a measurement; rows that already carry a ledger are post-processing
    (``compose``) or refused; copies of a comparison are refused (their noise would add up); the registry of releases
    is asked for earlier releases of these rows (refused unless ``rerelease``);
-2. **draw**: the noise, once (:func:`squarechipo.privacy.release.rows.draw_rows`), and the ledger extended by one
-   release, bound to the released rows;
-3. **stage** (a release into a folder): the rows, the keys it registers, then the sealed marker, into a staging folder;
-4. **register**: the release entered into the registry in the one transaction that decides
-   (:func:`squarechipo.privacy.release.registry.register_release`);
-5. **rename** (a folder): the staged folder into place. Nothing is visible before it is registered; a staged release
-   cut off before its rename is completed by :func:`complete_interrupted`.
+2. **draw**: the noise, once (:func:`squarechipo.privacy.release.rows.draw_rows`); the released rows are held
+   unsealed;
+3. **stage** (a folder): the rows alone, then what registering them needs (their registry keys, the unsealed release),
+   into a staging folder. Rows without a ledger read as raw labels, which every reader refuses: a staged folder is
+   never readable as a release;
+4. **register**: a counted release (raw rows, OS entropy, an ε) is entered into the registry in the one transaction
+   that decides (:func:`squarechipo.privacy.release.registry.register_release`);
+5. **seal**: the ledger, naming the registry that took the release, is sealed and signed
+   (:mod:`squarechipo.data.integrity`); in a folder it is written into the staged copy with the release marker, and
+   the folder is renamed into place.
 
-:func:`release_dataset` runs admit, draw and register; :func:`squarechipo.privacy.release.store.release_once` runs all
-five under a lock beside the folder.
+A staged release cut off at any point after its rows and keys were written is completed by the next run
+(:func:`complete_interrupted`): registered if it was not, sealed, renamed. One cut off earlier is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import math
 import os
 import shutil
+import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import datasets
@@ -32,10 +40,10 @@ import datasets
 from squarechipo.data import metadata
 from squarechipo.data.fingerprint import canonical_rows, encode_row_set, exact_row_hashes, fingerprint_of
 from squarechipo.data.integrity import MARKER, marker_record
-from squarechipo.data.label_roles import label_free, releases_labels, tag_role
+from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import Sketch, copies, describe_copies, sketch
 from squarechipo.privacy.ledger.binding import get_ledger
-from squarechipo.privacy.ledger.records import PrivacyLedger, extend_ledger
+from squarechipo.privacy.ledger.records import PrivacyLedger, Release
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline, Measurement
 from squarechipo.privacy.release.registry import (
     EarlierReleases,
@@ -43,14 +51,18 @@ from squarechipo.privacy.release.registry import (
     earlier_releases,
     register_release,
 )
-from squarechipo.privacy.release.rows import draw_rows
+from squarechipo.privacy.release.rows import PAIR_COLUMNS, draw_rows
 
-__all__ = ["ReleaseTransaction", "complete_interrupted", "release_dataset", "staging_folder", "write_folder"]
+__all__ = ["complete_interrupted", "release_dataset", "release_into", "staging_folder", "write_folder"]
 
 logger = logging.getLogger("squarechipo")
 #: In a staged release: the keys it enters into the registry of releases (a declared privacy unit's column may not
-#: be kept in the rows), removed once it is registered.
+#: be kept in the rows), removed once it is sealed.
 UNITS_FILE = "squarechipo_registry_units.bin"
+#: In a staged release: the release as drawn, unsealed (written after the rows and keys, removed once it is sealed).
+PENDING_FILE = "squarechipo_pending_release.json"
+#: Columns that hold a comparison's text or label: never a privacy unit (naming one would remove it from the rows).
+_NOT_A_UNIT = (*PAIR_COLUMNS, "responses", "best")
 
 
 def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, compose: bool) -> None:
@@ -88,8 +100,26 @@ def _refuse_copies(found: list, n_rows: int) -> None:
         )
 
 
+def _unit_value(value) -> str:
+    """A unit id compared by value: 1, 1.0 and numpy's 1 are one unit (JSON of the number, integral floats as
+    integers); text as it is."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalars
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
 def _unit_keys(dataset: datasets.Dataset, privacy_unit: str) -> tuple[list[bytes], int]:
     """(a key per row for its declared privacy unit, the most rows one unit has)."""
+    if privacy_unit in _NOT_A_UNIT:
+        raise ValueError(
+            f"privacy_unit {privacy_unit!r} is a column of the comparison itself, not a unit of privacy (a release "
+            "would remove it from the rows). Name the column that identifies the unit: a labeller id or a comparison "
+            "id (add one with dataset.add_column if there is none)."
+        )
     if privacy_unit not in dataset.column_names:
         raise ValueError(
             f"privacy_unit {privacy_unit!r} is not a column of the dataset (columns: {dataset.column_names}); name "
@@ -98,7 +128,7 @@ def _unit_keys(dataset: datasets.Dataset, privacy_unit: str) -> tuple[list[bytes
     values = dataset[privacy_unit]
     if any(v is None or (isinstance(v, str) and not v.strip()) for v in values):
         raise ValueError(f"privacy_unit column {privacy_unit!r} has empty values: every row needs its unit.")
-    keys = [hashlib.sha256(f"unit\x1f{privacy_unit}\x1f{v}".encode()).digest() for v in values]
+    keys = [hashlib.sha256(f"unit\x1f{privacy_unit}\x1f{_unit_value(v)}".encode()).digest() for v in values]
     return keys, max(Counter(keys).values())
 
 
@@ -116,9 +146,9 @@ def _earlier(units: list[bytes], marks, new_epsilon: float, rerelease: bool) -> 
 
 
 @dataclass
-class ReleaseTransaction:
-    """One release of one split's labels, each step in order (see the module). ``released`` and ``digest`` are set
-    by :meth:`draw`; a counted release (raw rows, OS entropy, an ε) registers its ``units`` and ``marks``."""
+class _Release:
+    """One release of one split's labels (see the module). Private: only :func:`release_dataset` and
+    :func:`release_into` run it, every step in order."""
 
     dataset: datasets.Dataset
     mechanism: Measurement
@@ -128,17 +158,18 @@ class ReleaseTransaction:
     public_columns: list[str] | tuple[str, ...] = ()
     rerelease: bool = False
     privacy_unit: str | None = None
-    existing: PrivacyLedger | None = None
-    fingerprint: str = ""
-    per_unit: int = 1
-    counted: bool = False
-    units: list[bytes] = field(default_factory=list)
-    marks: Sketch | None = None
-    earlier: EarlierReleases | None = None
-    released: datasets.Dataset | None = None
-    digest: str = ""
+    _existing: PrivacyLedger | None = None
+    _fingerprint: str = ""
+    _per_unit: int = 1
+    _counted: bool = False
+    _units: list[bytes] = field(default_factory=list)
+    _marks: Sketch | None = None
+    _earlier: EarlierReleases | None = None
+    _table: object = None
+    _info: datasets.DatasetInfo | None = None
+    _release: Release | None = None
 
-    def admit(self) -> None:
+    def _admit(self) -> None:
         """Check the input, refuse copies of a comparison, and find earlier releases of these rows."""
         if isinstance(self.dataset, datasets.DatasetDict):
             raise ValueError(
@@ -149,86 +180,128 @@ class ReleaseTransaction:
                 "mechanism must be a squarechipo.privacy.mechanisms.measurements.Measurement, e.g. "
                 f"LabelPipeline(epsilon=1.0) (got {type(self.mechanism).__name__})."
             )
-        self.existing = get_ledger(self.dataset)
-        _check_not_released(self.existing, self.mechanism, self.compose)
+        self._existing = get_ledger(self.dataset)
+        _check_not_released(self._existing, self.mechanism, self.compose)
         # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).
-        self.counted = self.existing is None and self.seed is None and self.mechanism.epsilon is not None
+        self._counted = self._existing is None and self.seed is None and self.mechanism.epsilon is not None
         rows = canonical_rows(self.dataset.with_format("arrow")[:])
         hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
-        self.fingerprint, _ = fingerprint_of(hashes)
-        self.units = hashes
+        self._fingerprint, _ = fingerprint_of(hashes)
+        self._units = hashes
         # One set of MinHash signatures serves the copy check and the registry.
-        marks = sketch(rows) if self.counted or self.privacy_unit is None else None
+        marks = sketch(rows) if self._counted or self.privacy_unit is None else None
         if self.privacy_unit is None:
             _refuse_copies(copies(rows, marks), len(self.dataset))
         else:
             # A unit groups rows, never splits a comparison's history: the registry counts the content too.
-            unit_keys, self.per_unit = _unit_keys(self.dataset, self.privacy_unit)
-            self.units = hashes + unit_keys
-        if self.counted:
-            self.marks = marks
-            epsilon = self.mechanism.epsilon * self.per_unit
-            self.earlier = _earlier(self.units, self.marks, epsilon, self.rerelease)
+            unit_keys, self._per_unit = _unit_keys(self.dataset, self.privacy_unit)
+            self._units = hashes + unit_keys
+        if self._counted:
+            self._marks = marks
+            epsilon = self.mechanism.epsilon * self._per_unit
+            self._earlier = _earlier(self._units, self._marks, epsilon, self.rerelease)
 
-    def draw(self) -> datasets.Dataset:
-        """The noise, once, and the ledger extended by this release and bound to the released rows."""
+    def _draw(self) -> None:
+        """The noise, once. The released rows and their release are held here, unsealed."""
         dataset = self.dataset
         if self.privacy_unit is not None and self.privacy_unit not in self.public_columns:
             dataset = dataset.remove_columns([self.privacy_unit])
         table, fields = draw_rows(dataset, self.mechanism, self.seed, self.public_columns)
-        if self.earlier is not None:
-            fields.update(earlier_epsilon=self.earlier.epsilon, earlier_releases=len(self.earlier.releases))
+        if self._earlier is not None:
+            fields.update(earlier_epsilon=self._earlier.epsilon, earlier_releases=len(self._earlier.releases))
         if self.privacy_unit is not None:
-            fields.update(privacy_unit=self.privacy_unit, rows_per_unit=self.per_unit)
+            fields.update(privacy_unit=self.privacy_unit, rows_per_unit=self._per_unit)
         fields.update(
             row_set=encode_row_set(exact_row_hashes(datasets.Dataset(table))), row_columns=table.column_names
         )
-        info, self.digest = extend_ledger(
-            dataset.info, self.existing, **fields, data_fingerprint=self.fingerprint, part=self.part
+        self._release = Release.now(
+            **fields, data_fingerprint=self._fingerprint, part=self.part, release_id=uuid.uuid4().hex
         )
+        info = datasets.DatasetInfo(description=metadata.without_block(dataset.info.description))
         # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
         info.features = datasets.Features.from_arrow_schema(table.schema)
-        self.released = datasets.Dataset(table, info=info, split=dataset.split)
-        logger.info("released %d rows through %s", len(self.released), self.mechanism.to_dict())
-        return self.released
+        self._table, self._info = table, info
+        logger.info("drew a release of %d rows through %s", table.num_rows, self.mechanism.to_dict())
 
-    def stage(self, folder: Path) -> Path:
-        """The rows, the keys this release registers, then the sealed marker, in the folder's staging copy."""
+    def _rows(self) -> datasets.Dataset:
+        """The released rows without a ledger (what a staged folder holds)."""
+        return datasets.Dataset(self._table, info=self._info, split=self.dataset.split)
+
+    def _register(self, folder: str | None = None) -> None:
+        """Enter a counted release into the registry, in the transaction that decides; the release then names the
+        registry (a seeded or composed release is not counted)."""
+        if not self._counted:
+            return
+        registry_id = register_release(
+            self._release.release_id, self._units, self._marks, self.mechanism.epsilon, self._release.created_at,
+            expected=self._earlier, folder=folder,
+        )  # fmt: skip
+        self._release = replace(self._release, registry_id=registry_id)
+
+    def _sealed(self) -> tuple[datasets.Dataset, str]:
+        """(the released rows with their sealed ledger, the ledger's digest): only after :meth:`_register`."""
+        ledger = (self._existing or PrivacyLedger()).with_release(self._release)
+        record = ledger.to_dict()
+        info = metadata.info_with_block(self._info, json.dumps(record, sort_keys=True))
+        return datasets.Dataset(self._table, info=info, split=self.dataset.split), record["digest"]
+
+    def _stage(self, folder: Path) -> Path:
+        """The rows, the keys this release registers, then the release as drawn, into the folder's staging copy."""
         staging = staging_folder(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        self.released.save_to_disk(str(staging))
-        if self.counted:
-            (staging / UNITS_FILE).write_bytes(b"".join(self.units))
-        metadata.write_folder_marker(staging, marker_record(self.released, self.digest))
+        self._rows().save_to_disk(str(staging))
+        if self._counted:
+            (staging / UNITS_FILE).write_bytes(b"".join(self._units))
+        pending = {
+            "release": asdict(self._release),
+            "existing": None if self._existing is None else self._existing.to_dict(),
+            "counted": self._counted,
+            "epsilon": self.mechanism.epsilon,
+            "expected": None if self._earlier is None else sorted(self._earlier.ids),
+        }
+        (staging / PENDING_FILE).write_text(json.dumps(pending, sort_keys=True), encoding="utf-8")
         return staging
 
-    def register(self, folder: str | None = None) -> None:
-        """Enter a counted release into the registry, in the transaction that decides (a seeded or composed release
-        is not counted)."""
-        if not self.counted:
-            return
-        made = get_ledger(self.released).releases[-1].created_at
-        register_release(self.digest, self.units, self.marks, self.mechanism.epsilon, made, expected=self.earlier,
-                         folder=folder)  # fmt: skip
 
-    def into(self, folder: Path) -> datasets.Dataset:
-        """Every step into ``folder``: admit, draw, stage, register, rename. A release the registry refuses is
-        discarded before anything read it."""
-        self.admit()
-        self.draw()
-        staging = self.stage(folder)
-        # From here a staged copy with its marker is completed, and registered, by the next run.
-        try:
-            self.register(str(folder))
-        except RegistryError:
-            shutil.rmtree(staging)
-            raise
-        (staging / UNITS_FILE).unlink(missing_ok=True)
-        os.replace(staging, folder)
-        return self.released
+def _finish(staging: Path, folder: Path, released: datasets.Dataset, digest: str) -> None:
+    """Seal a staged release (its ledger into ``dataset_info.json``, then the marker) and rename it into place."""
+    metadata.write_folder_block(staging, metadata.read_block(released))
+    metadata.write_folder_marker(staging, marker_record(released, digest))
+    (staging / UNITS_FILE).unlink(missing_ok=True)
+    (staging / PENDING_FILE).unlink(missing_ok=True)
+    os.replace(staging, folder)
 
 
-tag_role(ReleaseTransaction.__init__, "releases_labels", why="the transaction that draws a release of the raw labels")
+@releases_labels("release_dataset's measurement, once, into a folder (registered before it is sealed and renamed)")
+def release_into(
+    folder: Path,
+    dataset: datasets.Dataset,
+    mechanism: Measurement,
+    *,
+    seed: int | None = None,
+    part: str | None = None,
+    public_columns: list[str] | tuple[str, ...] = (),
+    rerelease: bool = False,
+    privacy_unit: str | None = None,
+) -> datasets.Dataset:
+    """Every step into ``folder`` (which must not hold a release): admit, draw, stage, register, seal, rename. A
+    release the registry refuses is discarded before anything could read it."""
+    release = _Release(
+        dataset, mechanism, seed=seed, part=part, public_columns=public_columns, rerelease=rerelease,
+        privacy_unit=privacy_unit,
+    )  # fmt: skip
+    release._admit()
+    release._draw()
+    staging = release._stage(folder)
+    # From here the staged rows are completed, registered and sealed, by the next run if this one stops.
+    try:
+        release._register(str(folder))
+    except RegistryError:
+        shutil.rmtree(staging)
+        raise
+    released, digest = release._sealed()
+    _finish(staging, folder, released, digest)
+    return released
 
 
 @releases_labels("randomized response (or the measurement given) stands between the raw labels and the output")
@@ -274,14 +347,14 @@ def release_dataset(
     Returns:
         A new dataset with the kept columns and the ledger attached.
     """
-    transaction = ReleaseTransaction(
+    release = _Release(
         dataset, mechanism, seed=seed, compose=compose, part=part, public_columns=public_columns,
         rerelease=rerelease, privacy_unit=privacy_unit,
     )  # fmt: skip
-    transaction.admit()
-    released = transaction.draw()
-    transaction.register()
-    return released
+    release._admit()
+    release._draw()
+    release._register()
+    return release._sealed()[0]
 
 
 def staging_folder(folder: Path) -> Path:
@@ -302,52 +375,60 @@ def write_folder(data: datasets.Dataset | datasets.DatasetDict, folder: Path, ma
 
 
 def complete_interrupted(folder: Path, load) -> None:
-    """Complete a release cut off between its stage and its rename (registered now, then renamed), or refuse one cut
-    off earlier. ``load(folder)`` gives (rows, ledger) of a saved release, checked."""
+    """Complete a release cut off after its staged rows and keys were written: registered (if it was not), sealed,
+    renamed. ``load(folder)`` gives (rows, ledger) of a sealed release, checked. A staged copy the rename already
+    replaced is removed; one cut off before its keys were written is refused."""
     staging = staging_folder(folder)
     if not staging.exists():
         return
-    if (staging / MARKER).is_file():
-        if folder.exists():
-            shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
-        else:
-            _register_staged(staging, folder, *load(staging))
-            os.replace(staging, folder)
-            logger.warning("completed an interrupted release from its staged copy: %s", folder)
+    if folder.exists():
+        shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
+        return
+    pending = staging / PENDING_FILE
+    if pending.is_file():
+        released, digest = _seal_staged(staging, folder, json.loads(pending.read_text(encoding="utf-8")))
+        _finish(staging, folder, released, digest)
+        logger.warning("completed an interrupted release from its staged copy: %s", folder)
+        return
+    if (staging / MARKER).is_file():  # sealed, cut off before the rename
+        load(staging)
+        os.replace(staging, folder)
+        logger.warning("completed an interrupted release from its staged copy: %s", folder)
         return
     raise ValueError(
-        f"an interrupted release left {staging} unfinished (it has no {MARKER}). No run trained on it, but its noise "
-        f"was drawn from the raw labels, and squarechipo never draws fresh noise silently. To release again, delete "
-        f"{staging} yourself; the new release draws new noise, which is sound only because nothing of the "
-        "interrupted one was read."
+        f"an interrupted release left {staging} unfinished (its rows or keys were not all written). Nothing could "
+        f"read it as a release, but its noise was drawn from the raw labels, and squarechipo never draws fresh noise "
+        f"silently. To release again, delete {staging} yourself; the new release draws new noise, which is sound "
+        "only because nothing of the interrupted one was read."
     )
 
 
-def _register_staged(staging: Path, folder: Path, released: datasets.Dataset, ledger: PrivacyLedger) -> None:
-    """Enter a complete staged release that was cut off before it was registered (idempotent: a registered one is
-    left as it is). Its rows give the keys, unless it wrote them (a declared privacy unit). The registry must still
-    hold exactly the earlier releases its ledger composed with; otherwise it is refused, never made visible."""
-    last = ledger.releases[-1]
-    counted = len(ledger.releases) == 1 and last.randomness == "os_entropy" and last.epsilon is not None
-    if not counted:
-        return
-    rows = canonical_rows(released.with_format("arrow")[:])
-    units_file = staging / UNITS_FILE
-    if units_file.is_file():
-        blob = units_file.read_bytes()
+def _seal_staged(staging: Path, folder: Path, pending: dict) -> tuple[datasets.Dataset, str]:
+    """Register (if it was not) and seal a staged release from its rows, keys and pending record. The registry must
+    still hold exactly the earlier releases its ledger composed with; otherwise it is refused, never made visible."""
+    rows = datasets.load_from_disk(str(staging))
+    release = Release(**pending["release"])
+    existing = None if pending["existing"] is None else PrivacyLedger.from_dict(pending["existing"], str(staging))
+    if pending["counted"]:
+        canonical = canonical_rows(rows.with_format("arrow")[:])
+        blob = (staging / UNITS_FILE).read_bytes()
         units = [blob[i : i + 32] for i in range(0, len(blob), 32)]
-    else:
-        units = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
-    marks = sketch(rows)
-    now = earlier_releases(units, marks)
-    now_ids = now.ids - {ledger.digest}
-    if ledger.digest not in now.ids and (
-        abs(now.epsilon - last.earlier_epsilon) > 1e-12 or len(now_ids) != last.earlier_releases
-    ):
-        raise RegistryError(
-            f"the interrupted release staged in {staging} composed with {last.earlier_releases} earlier release(s) "
-            f"(ε {last.earlier_epsilon:g}), but the registry now holds {now.describe()}: its ledger would understate "
-            f"the ε, so it is not completed. Delete {staging} and release again (nothing read it)."
+        marks = sketch(canonical)
+        now = earlier_releases(units, marks)
+        earlier = now.ids - {release.release_id}
+        if release.release_id not in now.ids and (
+            abs(now.epsilon - release.earlier_epsilon) > 1e-12 or len(earlier) != release.earlier_releases
+        ):
+            raise RegistryError(
+                f"the interrupted release staged in {staging} composed with {release.earlier_releases} earlier "
+                f"release(s) (ε {release.earlier_epsilon:g}), but the registry now holds {now.describe()}: its ledger "
+                f"would understate the ε, so it is not completed. Delete {staging} and release again (nothing read "
+                "it)."
+            )
+        registry_id = register_release(
+            release.release_id, units, marks, pending["epsilon"], release.created_at, expected=now, folder=str(folder)
         )
-    register_release(ledger.digest, units, marks, last.epsilon, last.created_at, expected=now, folder=str(folder))
-    units_file.unlink(missing_ok=True)
+        release = replace(release, registry_id=registry_id)
+    record = (existing or PrivacyLedger()).with_release(release).to_dict()
+    info = metadata.info_with_block(rows.info, json.dumps(record, sort_keys=True))
+    return datasets.Dataset(rows.data, info=info, split=rows.split), record["digest"]
