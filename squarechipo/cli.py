@@ -56,7 +56,7 @@ TOOLS = {
     "sim": ("squarechipo.sim.__main__", "the simulation lab"),
     "data": ("squarechipo.data.finance", "generate a dataset: data finance --out DIR"),
     "registry": ("squarechipo.privacy.release.registry", "the registry of releases on this machine: init | show"),
-    "key": ("squarechipo.data.integrity", "a new random secret key that seals privacy ledgers: key new"),
+    "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: key new | show | verify"),
 }
 
 

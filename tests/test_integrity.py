@@ -1,5 +1,5 @@
-"""Tamper evidence and keys: an edited ledger, edited labels or a deleted ledger are refused; a keyed ledger is
-checked with its key; an empty or short key is refused, not used."""
+"""Tamper evidence and keys: an edited ledger, edited labels or a deleted ledger are refused; a signature verifies with
+the public key and nobody else can make one; legacy seals are read and reported as such; keys are generated."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from squarechipo.data.integrity import KEY_ENV, MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.release.store import load_release, release_once
+from tests.helpers.keys import roles
 from tests.helpers.rows import plan_rows
 
 
@@ -54,12 +55,14 @@ def test_an_edited_ledger_edited_labels_or_a_deleted_ledger_are_refused(tmp_path
         with pytest.raises(IntegrityError, match=message):
             load_release(clean)
 
-    # A forger who recomputes the digest still has to keep the release consistent with its own pipeline.
+    # A forger who recomputes the digest (here with the key, which a custodian holds) still has to keep the release
+    # consistent with its own pipeline.
     from squarechipo.data.integrity import seal
+    from squarechipo.privacy.ledger.records import _sealed_view
 
     def consistent_forgery(ledger):
         ledger["releases"][0]["mechanism"] = "none"
-        ledger.update(seal(ledger))
+        ledger.update(seal(ledger, view=_sealed_view))
 
     _edit_ledger(fresh(), consistent_forgery)
     with pytest.raises(IntegrityError, match="the privacy ledger is not the one this release was saved with"):
@@ -92,81 +95,150 @@ def test_an_edited_ledger_edited_labels_or_a_deleted_ledger_are_refused(tmp_path
         load_release(clean)
 
 
+def _legacy_hmac(record: dict, key: str) -> dict:
+    """``record`` sealed as squarechipo 0.3 sealed it under SQUARECHIPO_LEDGER_KEY (HMAC-SHA256, the key named by an
+    HMAC of a fixed string): the form of seals teams already hold."""
+    import hashlib
+    import hmac
+
+    body = {k: v for k, v in record.items() if k not in ("digest", "signature")}
+    payload = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    named = hmac.new(key.encode(), b"squarechipo key id", hashlib.sha256).hexdigest()[:8]
+    return {**body, "digest": f"hmac-sha256:{named}:" + hmac.new(key.encode(), payload, hashlib.sha256).hexdigest()}
+
+
 _TEAM_KEY = "9c41e07bd25f8a36c1e94d7b02af58e3d6b17c904e2fa85d3b60c1e79a4f2d58"
-
-
 _OTHER_KEY = "2be7d90c4a15f63e8d2b7a0c91f4e65d3a8c07b12e9f4d6a5c3b81e07d92f4a6"
+_LEGACY_MODEL = Path(__file__).parent.parent / "results" / "main_job_releases" / "rel_n128_eps4.0_1"
 
 
-def test_a_keyed_ledger_is_checked_with_the_key(tmp_path, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, _TEAM_KEY)
-    released = release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)
-    assert get_ledger(released).digest.startswith("hmac-sha256:")
-    # Another key: named as such (its id), with no advice to release the raw rows again (that would spend ε).
-    monkeypatch.setenv(KEY_ENV, _OTHER_KEY)
-    with pytest.raises(IntegrityError, match="sealed under another key") as refused:
-        get_ledger(released)
-    assert "Do not release the raw rows again" in str(refused.value)
-    # The same key after an edit is an edit, not another key.
-    monkeypatch.setenv(KEY_ENV, _TEAM_KEY)
-    from squarechipo.data import metadata
-
-    edited_record = json.loads(metadata.read_block(released))
-    edited_record["total_epsilon"] = 9.0
-    edited = metadata.with_block(released.select(range(len(released))), json.dumps(edited_record))
-    with pytest.raises(IntegrityError, match="does not match its digest"):
-        get_ledger(edited)
-    monkeypatch.delenv(KEY_ENV)
-    with pytest.raises(IntegrityError, match=f"sealed with a secret key \\(key id [0-9a-f]{{8}}\\); set {KEY_ENV}"):
-        get_ledger(released)
-    # The forger the key exists for: without the key, they edit the ledger and re-seal it with a plain digest. With
-    # the key set, a plain seal is refused, however well it matches.
+def test_a_forger_without_the_private_key_can_neither_seal_nor_sign_a_release(tmp_path, monkeypatch):
+    """HMAC keys were shared secrets: every process that verified a seal could forge one (a guessable key was found
+    from one marker in about 1,000 guesses and an ε 0.05 release forged). The custodian signs with Ed25519; the
+    analyst verifies with the public key, and whatever it seals itself is refused across the boundary."""
     from squarechipo.data import metadata
     from squarechipo.data.integrity import seal
+    from squarechipo.data.signing import generate_key_pair
+    from squarechipo.privacy.ledger.records import _sealed_view
 
-    plain = release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)  # sealed with sha256 (no key now)
-    record = json.loads(metadata.read_block(plain))
-    record["releases"][0]["epsilon"] = record["releases"][0]["pipeline"]["epsilon"] = 8.0
-    forged = metadata.with_block(plain, json.dumps(seal(record)))
-    assert get_ledger(forged).total_epsilon == 8.0  # without a key, a re-sealed plain digest cannot be told apart
-    monkeypatch.setenv(KEY_ENV, _TEAM_KEY)
-    with pytest.raises(IntegrityError, match=f"{KEY_ENV} is set, but the privacy ledger carries a plain sha256"):
-        get_ledger(forged)
+    keys = roles(tmp_path, monkeypatch)
+    released = release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)
+    keys.analyst()
+    ledger = get_ledger(released)
+    assert ledger.seal.signed and ledger.seal.key_id == keys.custodian_key.key_id and ledger.total_epsilon == 1.0
+    record = json.loads(metadata.read_block(released))
+    record["releases"][0]["epsilon"] = record["releases"][0]["pipeline"]["epsilon"] = 0.05
+    record["total_epsilon"] = 0.05
+    unsigned = seal(record, view=_sealed_view)  # the analyst holds no signing key: a plain digest
+    assert "signature" not in unsigned
+    with pytest.raises(IntegrityError, match=r"carries an unsigned digest.*only a seal signed by a trusted key"):
+        get_ledger(metadata.with_block(released.select(range(40)), json.dumps(unsigned)))
+    own = generate_key_pair(tmp_path / "analyst.pem")  # a key of its own signs, and is named as unknown
+    monkeypatch.setenv("SQUARECHIPO_SIGNING_KEY", str(own.path))
+    signed = seal(record, view=_sealed_view)
+    keys.analyst()
+    with pytest.raises(IntegrityError, match=rf"signed by key {own.key_id}, which is not among the keys"):
+        get_ledger(metadata.with_block(released.select(range(40)), json.dumps(signed)))
+    # A signature copied onto edited fields does not verify.
+    copied = {**unsigned, "signature": json.loads(metadata.read_block(released))["signature"]}
+    with pytest.raises(IntegrityError, match="signature does not verify"):
+        get_ledger(metadata.with_block(released.select(range(40)), json.dumps(copied)))
 
 
-@pytest.mark.parametrize(
-    "value", ["", "   ", "k", "x" * 31, "k" * 32, "team-secret-" + "k" * 32, "0123456789abcdef" * 2]
-)
-def test_an_empty_or_short_key_is_refused_not_used(monkeypatch, value):
-    """An empty key fell back to plain digests; a 1-character key was recovered from one seal in under a second and a
-    forged release then loaded. Both are refused wherever a seal is made or checked."""
-    from squarechipo.data.integrity import MIN_KEY_BYTES, LedgerKeyError
+def test_legacy_plain_and_hmac_seals_are_read_and_reported_as_such_and_refused_across_the_boundary(
+    monkeypatch, tmp_path
+):
+    """Seals written by squarechipo 0.3 (plain sha256, or HMAC under SQUARECHIPO_LEDGER_KEY) are still read on one's
+    own machine, reported as what they are; an analyst who trusts a custodian's key refuses them."""
+    from squarechipo.privacy.provenance.record import verify_privacy_record
+
+    found = verify_privacy_record(_LEGACY_MODEL)  # a model record and ledger written by 0.3, committed in results/
+    assert found["record"].startswith("unsigned digest") and found["ledger"][0].startswith("unsigned digest")
+    assert found["epsilon_backed_by_ledger"] and found["epsilon"] == 4.0
+    from squarechipo.data import metadata
 
     released = release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)
-    monkeypatch.setenv(KEY_ENV, value)
-    with pytest.raises(LedgerKeyError, match=f"{KEY_ENV} is (set but empty|{len(value)} byte|not random)"):
-        release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)
-    with pytest.raises(LedgerKeyError, match=f"{MIN_KEY_BYTES}|squarechipo key new"):
-        get_ledger(released)
-    monkeypatch.setenv(KEY_ENV, "3f9a1c7e52d04b8e96a2f1c3d7e58b04")  # the boundary: 32 random hex digits are accepted
-    assert get_ledger(release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)).digest.startswith(
-        "hmac-sha256:"
+    legacy = _legacy_hmac({k: v for k, v in json.loads(metadata.read_block(released)).items()}, _TEAM_KEY)
+    with_hmac = metadata.with_block(released.select(range(40)), json.dumps(legacy))
+    with pytest.raises(IntegrityError, match=rf"legacy HMAC seal \(key id [0-9a-f]{{8}}\).*set {KEY_ENV}"):
+        get_ledger(with_hmac)
+    monkeypatch.setenv(KEY_ENV, _TEAM_KEY)
+    assert get_ledger(with_hmac).seal.describe().startswith("legacy HMAC-SHA256 seal (key id")
+    monkeypatch.setenv(KEY_ENV, _OTHER_KEY)
+    with pytest.raises(IntegrityError, match="sealed under another key") as refused:
+        get_ledger(with_hmac)
+    assert "Do not release the raw rows again" in str(refused.value)
+    roles(tmp_path, monkeypatch).analyst()
+    monkeypatch.setenv(KEY_ENV, _TEAM_KEY)
+    with pytest.raises(IntegrityError, match="legacy HMAC-SHA256 seal.*Across the trust boundary"):
+        get_ledger(with_hmac)
+    with pytest.raises(IntegrityError, match="unsigned digest.*Across the trust boundary"):
+        verify_privacy_record(_LEGACY_MODEL)
+
+
+@pytest.mark.parametrize("value", ["", "   ", "k" * 32, "team-secret-" + "k" * 32])
+def test_an_empty_or_patterned_legacy_key_is_refused_not_used(monkeypatch, value):
+    """An empty key fell back to plain digests; a patterned one was recovered from one seal. The key of legacy HMAC
+    seals is still checked before it is used to read one."""
+    from squarechipo.data import metadata
+    from squarechipo.data.integrity import LedgerKeyError
+
+    released = release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)
+    legacy = metadata.with_block(
+        released.select(range(40)), json.dumps(_legacy_hmac(json.loads(metadata.read_block(released)), _TEAM_KEY))
     )
+    monkeypatch.setenv(KEY_ENV, value)
+    with pytest.raises(LedgerKeyError, match=f"{KEY_ENV} is (set but empty|not random)"):
+        get_ledger(legacy)
 
 
-def test_squarechipo_key_new_prints_a_key_that_seals(monkeypatch, capsys):
-    """A 32-byte key of one repeated character was accepted and recovered from one saved release in under 400
-    guesses. Keys come from `squarechipo key new` (the OS's randomness); a typed pattern is refused."""
+def test_a_random_legacy_key_of_every_short_length_is_refused_by_its_length():
+    """A 16-byte random key sealed when the length check was masked by the randomness check (the test fed only
+    patterned keys). Random keys of every length below 32 bytes are refused by the length check itself."""
+    import secrets
+
+    from squarechipo.data.integrity import MIN_KEY_BYTES, LedgerKeyError, _key
+
+    for length in range(1, MIN_KEY_BYTES):
+        key = secrets.token_urlsafe(MIN_KEY_BYTES)[:length]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(KEY_ENV, key)
+            with pytest.raises(LedgerKeyError, match=rf"is {length} byte\(s\) long; a key must be at least 32 bytes"):
+                _key()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KEY_ENV, secrets.token_hex(16))  # 32 random hex digits: accepted
+        assert _key() is not None
+
+
+def test_squarechipo_key_new_writes_a_private_key_only_its_owner_reads_and_verify_needs_the_public_key(
+    tmp_path, monkeypatch, capsys
+):
+    """Keys are generated, never typed; the private file is 0600; a typed secret, a readable key file or an existing
+    path is refused; `key verify` checks a model's record with the public key alone."""
+    import os
+    import stat
+
     from squarechipo.cli import main
-    from squarechipo.data.integrity import key_weakness
+    from squarechipo.data.signing import public_key_text, signing_key
 
-    keys = []
-    for _ in range(2):
-        assert main(["key", "new"]) == 0
-        keys.append(capsys.readouterr().out.strip())
-    assert keys[0] != keys[1] and all(len(k) == 64 and key_weakness(k.encode()) is None for k in keys)
-    monkeypatch.setenv(KEY_ENV, keys[0])
-    assert get_ledger(release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)).digest.startswith("hmac")
+    assert main(["key", "new", "--out", str(tmp_path / "custodian.pem")]) == 0
+    printed = capsys.readouterr().out.splitlines()[0]
+    assert printed.startswith("ed25519:") and (tmp_path / "custodian.pem.pub").read_text().startswith(printed)
+    assert stat.S_IMODE(os.stat(tmp_path / "custodian.pem").st_mode) == 0o600
+    assert main(["key", "new", "--out", str(tmp_path / "custodian.pem")]) == 1  # never overwritten
+    assert "already exists" in capsys.readouterr().err
+    monkeypatch.setenv("SQUARECHIPO_SIGNING_KEY", str(tmp_path / "custodian.pem"))
+    assert public_key_text(signing_key().public) == printed
+    typed = tmp_path / "typed.pem"
+    typed.write_text("finance-team-ledger-key-2026-11-29\n")
+    typed.chmod(0o600)
+    monkeypatch.setenv("SQUARECHIPO_SIGNING_KEY", str(typed))
+    with pytest.raises(ValueError, match="is not an Ed25519 private key written by `squarechipo key new`"):
+        signing_key()
+    (tmp_path / "custodian.pem").chmod(0o644)
+    monkeypatch.setenv("SQUARECHIPO_SIGNING_KEY", str(tmp_path / "custodian.pem"))
+    with pytest.raises(ValueError, match=r"may be read by other users \(mode 644\).*chmod 600"):
+        signing_key()
 
 
 def test_an_edited_record_or_release_is_met_with_its_own_fix_never_a_second_release(tmp_path):

@@ -8,6 +8,7 @@ release (fail closed) and starting one is explicit; a declared privacy unit comp
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
 import sqlite3
 
@@ -164,18 +165,25 @@ def test_the_registry_is_one_sqlite_file_with_its_format(tmp_path):
 def test_the_first_release_on_a_machine_starts_its_registry_and_a_lost_or_redirected_one_still_stops(
     tmp_path, monkeypatch, caplog
 ):
-    """The README's example stopped on a fresh machine (no registry). The first release where the default registry
-    was never started now starts it, logged; a registry started and then lost, or one named by the environment and
-    missing, still stops a release."""
+    """The README's example stopped on a fresh machine (no registry). The first release where the machine's registry
+    was never started now starts it, logged; pointing SQUARECHIPO_CACHE or HOME elsewhere starts no other (each
+    released the same rows again before); a relative path is refused; a registry started and then lost, or one named
+    by the environment and missing, still stops a release."""
     import logging
 
     monkeypatch.delenv(REGISTRY_ENV)
-    monkeypatch.setenv("SQUARECHIPO_CACHE", str(tmp_path / "cache"))
     with caplog.at_level(logging.WARNING, logger="squarechipo"):
         release_dataset(_rows(), LabelPipeline(epsilon=0.5))
     assert registry_path().is_file() and "started a new registry of releases" in caplog.text
-    with pytest.raises(ValueError, match=r"30 row\(s\) were released before"):  # it counts from then on
+    for variable, value in (("SQUARECHIPO_CACHE", tmp_path / "cache"), ("HOME", tmp_path / "home")):
+        monkeypatch.setenv(variable, str(value))
+        with pytest.raises(ValueError, match=r"30 row\(s\) were released before"):  # the same registry counts
+            release_dataset(_rows(), LabelPipeline(epsilon=0.5))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(REGISTRY_ENV, "releases.sqlite")
+    with pytest.raises(RegistryError, match=rf"{REGISTRY_ENV}='releases.sqlite' is a relative path"):
         release_dataset(_rows(), LabelPipeline(epsilon=0.5))
+    monkeypatch.delenv(REGISTRY_ENV)
     for leftover in registry_path().parent.glob("releases.sqlite*"):  # every file of the registry, by pattern
         leftover.unlink()
     with pytest.raises(RegistryError, match="was started on this machine .* and is now missing"):
@@ -183,6 +191,62 @@ def test_the_first_release_on_a_machine_starts_its_registry_and_a_lost_or_redire
     monkeypatch.setenv(REGISTRY_ENV, str(tmp_path / "elsewhere.sqlite"))
     with pytest.raises(RegistryError, match="there is no registry of releases at .*elsewhere.sqlite"):
         release_dataset(_rows(5, start=300), LabelPipeline(epsilon=0.5))
+
+
+@pytest.mark.integration
+def test_the_machine_folder_is_the_accounts_whatever_home_or_the_cache_say(tmp_path):
+    """Where the machine's registry, record store and key live, read in fresh processes with HOME and
+    SQUARECHIPO_CACHE pointed elsewhere: the same folder (the account's home from the password database)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from squarechipo.data.store import machine_dir; print(machine_dir())"
+    seen = set()
+    for home, cache in ((None, None), (tmp_path / "h1", tmp_path / "c1"), ("relative-home", "relative-cache")):
+        env = {**os.environ}
+        for name, value in (("HOME", home), ("SQUARECHIPO_CACHE", cache)):
+            if value is not None:
+                env[name] = str(value)
+        seen.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout)
+    assert len(seen) == 1 and seen.pop().strip().endswith(".squarechipo")
+
+
+def _first_release_in_a_fresh_process(machine: str, barrier, queue) -> None:
+    from squarechipo.data import store
+
+    store.machine_dir = lambda: __import__("pathlib").Path(machine)  # this test's machine folder, in this process
+    os.environ.pop(REGISTRY_ENV, None)
+    barrier.wait()
+    try:
+        release_dataset(_rows(12, start=600), LabelPipeline(epsilon=0.5))
+        queue.put("released")
+    except (ValueError, RegistryError) as refused:
+        queue.put(str(refused))
+
+
+@pytest.mark.integration
+def test_two_first_releases_at_once_give_one_registry_and_one_release(tmp_path):
+    """Two processes making a machine's first release at the same moment: the loser was told the sound registry "is
+    not a squarechipo registry ... move it away". Now one registry is started, one release is made, and the other is
+    refused because those rows were just released."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, queue = context.Barrier(2), context.Queue()
+    machine = tmp_path / ".squarechipo"
+    workers = [
+        context.Process(target=_first_release_in_a_fresh_process, args=(str(machine), barrier, queue))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    answers = sorted(queue.get(timeout=5) for _ in workers)
+    assert answers[1] == "released" and "12 row(s) were released before" in answers[0], answers
+    left = {p.name for p in machine.iterdir()}
+    assert {"releases.sqlite", ".releases.sqlite.started"} <= left and not any(n.endswith(".new") for n in left)
 
 
 def _long_rows(n: int, start: int) -> datasets.Dataset:
@@ -271,23 +335,22 @@ def test_a_release_entered_while_another_was_drawn_is_found_by_the_transaction_t
     entered, the second's transaction reads the registry again (its state changed) and refuses, naming the first.
     A release whose look is still current is entered without that second read."""
     from squarechipo.privacy.release.registry import RegistryError, earlier_releases
-    from squarechipo.privacy.release.transaction import ReleaseTransaction
+    from squarechipo.privacy.release.transaction import _Release
 
-    # 40 rows: two draws that came out equal (and so one release, one ledger digest) are a 1e-11 chance.
-    first, second = (ReleaseTransaction(_rows(40, start=300), LabelPipeline(epsilon=0.5)) for _ in range(2))
+    first, second = (_Release(_rows(40, start=300), LabelPipeline(epsilon=0.5)) for _ in range(2))
     for transaction in (first, second):
-        transaction.admit()
-        transaction.draw()
-    assert first.earlier.state == second.earlier.state and not first.earlier.rows
-    first.register()
+        transaction._admit()
+        transaction._draw()
+    assert first._earlier.state == second._earlier.state and not first._earlier.rows
+    first._register()
     concurrent = (
         r"^another release of these rows was registered while this one was being drawn \(1 release\(s\): 40 row.*\); "
         r"this release was not made visible and its noise is discarded \(nothing read it\)\. Reuse that release, or "
         r"run again with rerelease=True to compose with it\.$"
     )
     with pytest.raises(RegistryError, match=concurrent):
-        second.register()
-    assert earlier_releases(first.units).ids == {first.digest}  # the second was not entered
+        second._register()
+    assert earlier_releases(first._units).ids == {first._release.release_id}  # the second was not entered
 
 
 def test_the_registry_sums_every_earlier_release_of_a_row_exactly_and_as_a_near_copy():
@@ -299,8 +362,8 @@ def test_the_registry_sums_every_earlier_release_of_a_row_exactly_and_as_a_near_
     from squarechipo.privacy.release.registry import earlier_releases
 
     rows = _long_rows(3, start=400)
-    first = get_ledger(release_dataset(rows, LabelPipeline(epsilon=0.5))).digest
-    second = get_ledger(release_dataset(rows, LabelPipeline(epsilon=1.0), rerelease=True)).digest
+    first = get_ledger(release_dataset(rows, LabelPipeline(epsilon=0.5))).releases[0].release_id
+    second = get_ledger(release_dataset(rows, LabelPipeline(epsilon=1.0), rerelease=True)).releases[0].release_id
     edited = rows.map(lambda r: {"chosen": r["chosen"] + " now"})  # near-copies of both releases' rows
     for probe, near in ((rows, 0), (edited, 3)):
         found = earlier_releases(row_hashes(probe), sketch(canonical_rows(probe.with_format("arrow")[:])))
@@ -400,18 +463,18 @@ def test_a_unit_entered_without_a_count_counts_its_release_once(tmp_path, monkey
 
 def test_a_release_nearly_copying_one_entered_while_it_was_drawn_is_refused_by_its_transaction():
     """The entering transaction's second read looks for near-copies too, not only for the same rows."""
-    from squarechipo.privacy.release.transaction import ReleaseTransaction
+    from squarechipo.privacy.release.transaction import _Release
 
     rows = _long_rows(40, start=760)
-    first = ReleaseTransaction(rows, LabelPipeline(epsilon=0.5))
-    second = ReleaseTransaction(_variant(rows, "again"), LabelPipeline(epsilon=0.5))
+    first = _Release(rows, LabelPipeline(epsilon=0.5))
+    second = _Release(_variant(rows, "again"), LabelPipeline(epsilon=0.5))
     for transaction in (first, second):
-        transaction.admit()
-        transaction.draw()
-    first.register()
+        transaction._admit()
+        transaction._draw()
+    first._register()
     refusal = r"another release of these rows .*40 row\(s\) .*40 of them as near-copies"
     with pytest.raises(RegistryError, match=refusal):
-        second.register()
+        second._register()
 
 
 def test_a_registry_of_another_format_or_missing_a_table_is_refused(tmp_path, monkeypatch):
@@ -493,8 +556,8 @@ def test_each_refusal_of_the_registry_says_in_full_what_happened_and_the_fix(tmp
     )
     path = init_registry(tmp_path / "r.sqlite")
     assert _refusal(lambda: init_registry(path)) == (
-        f"{path} already exists; a registry is started once. Move it away first if you mean to start over (the "
-        "releases it records are then no longer counted)."
+        f"{path} already exists; a registry is started once. Use it as it is (point {REGISTRY_ENV} at it), or, to "
+        "start over, move it away first (the releases it records are then no longer counted)."
     )
     monkeypatch.setenv(REGISTRY_ENV, str(path))
     started = (path.parent / f".{path.name}.started").read_text().split()[1]

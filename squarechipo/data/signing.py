@@ -36,7 +36,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from squarechipo.data.store import machine_dir
+from squarechipo.data import store
 
 __all__ = [
     "SIGNING_KEY_ENV",
@@ -169,7 +169,7 @@ def signing_key(*, create: bool = True) -> SigningKey | None:
         return _read_private(path)
     if trust_is_explicit():
         return None
-    path = machine_dir() / _MACHINE_KEY
+    path = store.machine_dir() / _MACHINE_KEY
     with _LOCK:
         if not path.exists():
             if not create:

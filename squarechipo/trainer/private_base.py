@@ -87,7 +87,9 @@ class PrivateTrainerMixin:
         self.privacy: PrivacySettings = privacy
         self._labels_released = ledger is not None
         self._admitted_train = train_dataset
-        self._admitted: set[str] = set()
+        #: The datasets this trainer prepared (tokenized) from splits that passed the rule, by identity: a reader
+        #: later finds its own objects here, and nothing a caller sets (a fingerprint) can stand in for one.
+        self._prepared: list = []
         self._eval_labels_public = bool(args.eval_labels_public)
         self._check_eval_splits(eval_dataset)
         self.training_data = training_data_record(train_dataset)
@@ -147,7 +149,7 @@ class PrivateTrainerMixin:
             return
         parts = dataset.items() if isinstance(dataset, dict) else [(name, dataset)]
         for split, part in parts:
-            if getattr(part, "_fingerprint", None) in getattr(self, "_admitted", ()):
+            if self._is_prepared(part):
                 continue
             require_released_or_public(
                 part,
@@ -166,10 +168,23 @@ class PrivateTrainerMixin:
         self._check_read(eval_dataset, "eval")
 
     def _remember(self, dataset) -> None:
-        """A dataset this trainer prepared from one that passed the rule: later reads of it pass."""
-        fingerprint = getattr(dataset, "_fingerprint", None)
-        if fingerprint is not None:
-            self._admitted.add(fingerprint)
+        """A dataset this trainer prepared from one that passed the rule: later reads of that very object pass."""
+        if dataset is not None and not self._is_prepared(dataset):
+            self._prepared.append(dataset)
+
+    def _is_prepared(self, dataset) -> bool:
+        return any(dataset is prepared for prepared in getattr(self, "_prepared", ()))
+
+    def get_train_dataloader(self):
+        """The training rows as TRL loads them, only if they are the rows this trainer prepared from the split it
+        checked at construction: a ``train_dataset`` assigned afterwards is refused, whatever it holds."""
+        if self.train_dataset is not None and not self._is_prepared(self.train_dataset):
+            raise RawLabelsError(
+                f"{type(self).__name__}: train_dataset was replaced after the trainer was built, so the rows it would "
+                "train on were never checked (a trainer checks its training rows, and records their ledger, when it "
+                "is built). Build a new trainer with these rows: SquareChiPOTrainer(..., train_dataset=rows)."
+            )
+        return super().get_train_dataloader()
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         self._check_read(dataset, dataset_name)
@@ -180,6 +195,8 @@ class PrivateTrainerMixin:
         return prepared
 
     def _precompute_ref_logps(self, dataset, name, batch_size):
+        if not self._is_prepared(dataset):  # it builds a DataLoader over the rows: only rows this trainer prepared
+            self._check_read(dataset, name)
         computed = super()._precompute_ref_logps(dataset, name, batch_size)
         self._remember(computed)
         return computed

@@ -75,7 +75,10 @@ class PrivacySettings:
             "corruption_rate": last.corruption_rate if last else None,
             "adversary": last.adversary if last else None,
             "order": last.order if last else None,
-            "ledger": self.ledger.to_dict() if self.ledger is not None else None,
+            # Without its row sets (they cost 16 bytes a row), its seal intact: anyone with the signer's public key
+            # can check what the card states (squarechipo key verify).
+            "ledger": self.ledger.summary() if self.ledger is not None else None,
+            "ledger_seal": self.ledger.seal.describe() if self.ledger is not None and self.ledger.seal else None,
         }
 
 

@@ -414,7 +414,9 @@ class PrivacyLedger:
         sources' summaries, with their releases listed once more for readers of the record."""
         if self.derivation is not None:
             kept = {k: v for k, v in self.derivation.items() if k != "derivation"}
-            return {**kept, "releases": [asdict(r) for r in self.releases], "total_epsilon": self.total_epsilon}
+            answers = {str(p): self.debiasing_for(p).describe() for p in self.parts}
+            releases = [asdict(r) for r in self.releases]
+            return {**kept, "releases": releases, "total_epsilon": self.total_epsilon, "debiasing": answers}
         record = self.to_dict()
         return _sealed_view(record) if record.get("format") == LEDGER_FORMAT else record
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from squarechipo.data.integrity import check_seal, seal
+from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.privacy.ledger.records import library_version as _library_version
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "PrivacyRecord",
     "read_privacy_record",
     "start_sketch",
+    "verify_privacy_record",
     "weights_fingerprint",
     "write_privacy_record",
 ]
@@ -165,6 +167,7 @@ class PrivacyRecord:
             ("order", self.order or "n/a"),
             ("how the loss treats the released labels", self.debiasing or "none recorded"),
             ("source of the privacy parameters", self.privacy_source or "none recorded"),
+            ("seal of the release's ledger", self.details.get("ledger_seal") or "no ledger"),
             ("training data fingerprint", self.dataset_fingerprint or "unknown"),
         ]
 
@@ -310,7 +313,42 @@ def read_privacy_record(folder: str | os.PathLike) -> PrivacyRecord | None:
         raise ValueError(f"{path} is not valid JSON ({error}); restore it or delete the folder's model.") from error
     if not isinstance(values, dict):
         raise ValueError(f"{path} must hold a JSON object (a squarechipo privacy record).")
-    check_seal(
-        values, str(path), "privacy record", "Restore the folder as squarechipo saved it, or train the model again."
-    )
-    return PrivacyRecord.from_dict({k: v for k, v in values.items() if k != "digest"})
+    check_seal(values, str(path), "privacy record", _RECORD_FIX, signed_only=False)
+    return PrivacyRecord.from_dict({k: v for k, v in values.items() if k not in ("digest", "signature")})
+
+
+_RECORD_FIX = "Restore the folder as squarechipo saved it, or train the model again."
+
+
+def _ledger_of_record(summary: dict, where: str) -> tuple[PrivacyLedger, list[str]]:
+    """The ledger a record carries (a release's, or the sources of derived rows), each seal checked: (the ledger,
+    what each seal says)."""
+    from squarechipo.privacy.ledger.binding import DERIVED_FORMAT
+
+    if summary.get("format") == DERIVED_FORMAT:
+        sources = [PrivacyLedger.from_dict(s, f"{where} (source {i})") for i, s in enumerate(summary["sources"])]
+        return PrivacyLedger(releases=tuple(r for s in sources for r in s.releases)), [
+            s.seal.describe() for s in sources
+        ]
+    ledger = PrivacyLedger.from_dict(summary, where)
+    return ledger, [ledger.seal.describe()]
+
+
+def verify_privacy_record(folder: str | os.PathLike) -> dict[str, Any]:
+    """Check a model's privacy record as anyone holding the signer's public key can: the record's own seal, the
+    release ledger it carries (signed by the custodian, without its row sets), and that the ε the record and its card
+    state is the one that ledger backs. Raises on a seal that does not verify or a key that is not trusted."""
+    path = Path(folder) / PRIVACY_FILE
+    values = json.loads(path.read_text(encoding="utf-8"))
+    found = {"model": str(folder), "record": check_seal(values, str(path), "privacy record", _RECORD_FIX,
+                                                         signed_only=False).describe()}  # fmt: skip
+    found["epsilon"] = values.get("epsilon")
+    summary = values.get("ledger")
+    if not summary:
+        found["ledger"] = "none: the record states no release (public labels, or ε asserted by a config)"
+        return found
+    ledger, seals = _ledger_of_record(summary, f"{path} [ledger]")
+    found["ledger"] = seals
+    stated, backed = values.get("epsilon"), ledger.total_epsilon
+    found["epsilon_backed_by_ledger"] = stated is not None and backed is not None and abs(stated - backed) < 1e-9
+    return found

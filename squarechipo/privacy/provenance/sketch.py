@@ -216,11 +216,11 @@ def record_store_path() -> Path:
     """This machine's store of privacy records and weight sketches (what the lineage guard matches copies to):
     ``$SQUARECHIPO_RECORD_STORE`` (an absolute path) or ``records.sqlite`` in :func:`squarechipo.data.store.
     machine_dir`, which neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves."""
-    from squarechipo.data.store import machine_dir
+    from squarechipo.data import store
 
     named = os.environ.get(RECORD_STORE_ENV)
     if not named:
-        return machine_dir() / "records.sqlite"
+        return store.machine_dir() / "records.sqlite"
     path = Path(named).expanduser()
     if not path.is_absolute():
         raise ValueError(

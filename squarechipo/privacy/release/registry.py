@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, Sketch, band_key_table, estimated_jaccard
-from squarechipo.data.store import machine_dir
+from squarechipo.data import store
 
 __all__ = [
     "REGISTRY_ENV",
@@ -88,7 +88,7 @@ class RegistryError(RuntimeError):
 def default_registry_path() -> Path:
     """This machine's registry: ``releases.sqlite`` in :func:`squarechipo.data.store.machine_dir` (neither ``$HOME``
     nor ``$SQUARECHIPO_CACHE`` moves it)."""
-    return machine_dir() / "releases.sqlite"
+    return store.machine_dir() / "releases.sqlite"
 
 
 def registry_path() -> Path:

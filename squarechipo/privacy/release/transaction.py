@@ -381,16 +381,16 @@ def complete_interrupted(folder: Path, load) -> None:
     staging = staging_folder(folder)
     if not staging.exists():
         return
-    if folder.exists():
+    pending, sealed = staging / PENDING_FILE, (staging / MARKER).is_file()
+    if folder.exists() and (pending.is_file() or sealed):
         shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
         return
-    pending = staging / PENDING_FILE
-    if pending.is_file():
+    if pending.is_file() and not folder.exists():
         released, digest = _seal_staged(staging, folder, json.loads(pending.read_text(encoding="utf-8")))
         _finish(staging, folder, released, digest)
         logger.warning("completed an interrupted release from its staged copy: %s", folder)
         return
-    if (staging / MARKER).is_file():  # sealed, cut off before the rename
+    if sealed and not folder.exists():  # sealed, cut off before the rename
         load(staging)
         os.replace(staging, folder)
         logger.warning("completed an interrupted release from its staged copy: %s", folder)
