@@ -50,7 +50,7 @@ def _takes_a_dataset(function) -> str | None:
 
 
 #: Annotations of rows in any form: datasets, Arrow tables, data frames, lists or sequences of row dicts.
-_ROWS = re.compile(r"Dataset(?!Info)|pa\.Table|DataFrame|(list|Sequence|Iterable)\[(dict|Mapping)")
+_ROWS = re.compile(r"Dataset(?!Info)|pa\.Table|DataFrame|CheckedRows|(list|Sequence|Iterable)\[(dict|Mapping)")
 #: What a callable reads that makes it a reader of labels: the orientation of a pair, or a best-of-K label.
 _LABEL_KEYS = {"chosen", "rejected", "best"}
 
@@ -119,7 +119,7 @@ def test_every_public_callable_that_reads_rows_in_any_form_declares_its_label_ro
     assert len(found) > len(_entry_points())  # it sees more than the dataset-taking entry points
     missing = [f"{name} ({why})" for name, function, why in found if label_role(function) is None]
     assert not missing, f"these public callables read rows but declare no label role: {missing}"
-    assert {label_role(f)["role"] for _, f, _ in found} >= {"reads_labels", "reads_passed_rows", "label_free"}
+    assert {label_role(f)["role"] for _, f, _ in found} >= {"reads_labels", "reads_checked_rows", "label_free"}
     probe = textwrap.dedent(
         """
         def probe(items):
@@ -309,7 +309,11 @@ def test_what_a_run_saves_gives_back_the_released_eval_labels_at_best_never_the_
     saved = trainer.evaluate()["eval_rewards/margins"]
     flipped = np.array(validation["chosen"]) != np.array(raw_validation["chosen"])
     assert flipped.any() and not flipped.all()
-    rows, collator = tokenize_preferences(raw_validation, tokenizer), preference_collator(tokenizer)
+    from squarechipo.privacy.door import rows_without_labels
+
+    # The attacker scores each pair in a fixed order and then tries every labelling: the order carries nothing.
+    pairs = rows_without_labels(raw_validation, "each pair in a fixed order the attack then relabels")
+    rows, collator = tokenize_preferences(pairs, tokenizer), preference_collator(tokenizer)
     policy = model_logps(trainer.model, rows, collator, 8, "policy")
     reference = model_logps(tiny_model_factory(), rows, collator, 8, "reference")  # the public starting model
     margins = (trainer.beta * ((policy[0] - reference[0]) - (policy[1] - reference[1]))).numpy()
@@ -335,3 +339,88 @@ def test_training_on_a_release_folder_whose_ledger_was_deleted_is_refused(tmp_pa
     (folder / "dataset_info.json").write_text(json.dumps(info))
     with pytest.raises(IntegrityError, match="but no privacy ledger: the ledger was deleted"):
         load_training_splits(args, str(tmp_path / "out"), SingleProcessState(), with_eval=False)
+
+
+def _flip(dataset: datasets.Dataset) -> datasets.Dataset:
+    return dataset.map(lambda row: {"chosen": row["rejected"], "rejected": row["chosen"]})
+
+
+def _outcome(function, argument: str, dataset: datasets.Dataset, flipped: bool):
+    """What ``function(dataset)`` gives; with ``flipped``, rows it passes through are put back in their first
+    orientation (a function that passes rows through returns them flipped: that is its input, not a label it read).
+    An error by its type and message."""
+
+    def normal(value):
+        if isinstance(value, datasets.Dataset):
+            value = value.to_list()
+        if isinstance(value, (list, tuple)):
+            return [normal(item) for item in value]
+        if isinstance(value, dict) and flipped and {"chosen", "rejected"} <= set(value):
+            return {**value, "chosen": value["rejected"], "rejected": value["chosen"]}
+        return value if not hasattr(value, "__dict__") else repr(sorted(vars(value).items(), key=str))
+
+    try:
+        return normal(function(**{argument: dataset}))
+    except Exception as error:  # noqa: BLE001 - refusing both alike is the same behaviour
+        return (type(error).__name__, str(error).replace("rejected", "chosen"))
+
+
+def test_every_label_free_callable_returns_the_same_on_rows_with_flipped_labels():
+    """A role is checked by what a function does, not what it declares: a label-free function given the same rows
+    with every label flipped returns the same (rows it passes through come back flipped, as they went in). A function
+    declared label-free that read labels (fitting on them, hashing them) fails here."""
+    raw = _raw()
+    checked = []
+    for qualified, function, owner in _entry_points():
+        if label_role(function)["role"] != "label_free" or owner is not None:
+            continue
+        argument = _takes_a_dataset(function)
+        parameters = inspect.signature(function).parameters.values()
+        if any(p.default is inspect.Parameter.empty and p.name != argument and p.kind <= p.KEYWORD_ONLY
+               and p.kind != p.VAR_POSITIONAL for p in parameters):  # fmt: skip
+            continue  # it needs more than rows (a ledger, a path): its own tests call it
+        same = _outcome(function, argument, raw, False)
+        flipped = (_outcome(function, argument, _flip(raw), back) for back in (False, True))
+        assert same in flipped, f"{qualified} reads labels"
+        checked.append(qualified.rsplit(".", 1)[1])
+    assert {"preference_fingerprint", "validate_preference_dataset", "pairwise_rows", "canonical_pairs"} <= set(
+        checked
+    ), checked
+    assert len(checked) >= 18
+
+
+def test_a_function_that_reads_labels_fails_the_behaviour_check():
+    """The check itself, on a function that fits on labels while declaring it reads none."""
+    from squarechipo.data.label_roles import label_free
+
+    @label_free("claims to read no label")
+    def share_chosen_longer(dataset: datasets.Dataset) -> float:
+        return float(np.mean([len(c) > len(r) for c, r in zip(dataset["chosen"], dataset["rejected"])]))
+
+    raw = _raw()
+    same = _outcome(share_chosen_longer, "dataset", raw, False)
+    assert same not in [_outcome(share_chosen_longer, "dataset", _flip(raw), back) for back in (False, True)]
+
+
+def test_every_reader_of_rows_in_memory_refuses_rows_that_did_not_go_through_the_door():
+    """score_candidates returned L(π) of raw rows under a tag that checked nothing. Readers of rows held in memory
+    take only rows the door made; a list or a dataset is refused, and nobody makes CheckedRows by hand."""
+    from squarechipo.privacy.door import CheckedRows, checked_rows
+
+    readers = [(q, f) for q, f, _ in _public_callables() if (label_role(f) or {}).get("role") == "reads_checked_rows"]
+    assert {q.rsplit(".", 1)[1] for q, _ in readers} >= {"model_logps", "tokenize_preferences"}
+    for _, function in readers:
+        argument = label_role(function)["rows"]
+        blank = {n: None for n, p in inspect.signature(function).parameters.items() if p.default is p.empty}
+        for rows in (_raw(), _raw().to_list()):
+            with pytest.raises(RawLabelsError, match="holds raw labels as far as it can tell"):
+                function(**{**blank, argument: rows})
+    with pytest.raises(TypeError, match="made by squarechipo.privacy.door"):
+        CheckedRows(_raw().to_list(), "released", object())
+    with pytest.raises(RawLabelsError, match="holds raw labels"):
+        checked_rows(_raw(), split="test", public=False, reader="a reader", declare="public=True")
+    released = release_dataset(_raw(), LabelPipeline(epsilon=1.0), seed=0)
+    assert len(checked_rows(released, split="test", public=False, reader="a reader", declare="-")) == 8
+    import squarechipo.select.scoring as scoring
+
+    assert not [name for name in vars(scoring) if name == "score_candidates"]  # the scores have no public door

@@ -14,6 +14,7 @@ from trl.trainer.dpo_trainer import DataCollatorForPreference
 from squarechipo.losses import self_play_loss, self_play_margin
 from squarechipo.models.generation import MIXTURE_FILE, generate_responses, mixture_members
 from squarechipo.models.logprobs import model_logps, tokenize_preferences
+from squarechipo.privacy.door import rows_without_labels
 from squarechipo.privacy.provenance.record import PrivacyRecord
 from squarechipo.reward import (
     PreferenceModel,
@@ -51,7 +52,7 @@ def _self_play_rows(tokenizer, policy, reference, target):
             "rejected": [f"Another reply {i}, longer than that." for i in range(8)],
         }
     )
-    rows = tokenize_preferences(pairs, tokenizer)
+    rows = tokenize_preferences(rows_without_labels(pairs, "two answers per prompt the test scores"), tokenizer)
     collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id)
     ref = model_logps(reference, rows, collator, 4, "ref")
     previous = model_logps(policy, rows, collator, 4, "previous")

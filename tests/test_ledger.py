@@ -112,10 +112,10 @@ def test_a_row_set_from_before_column_binding_checks_every_row_and_label(release
     """Row sets over (prompt, chosen, rejected) alone: an edited row or a swapped pair is outside the set."""
     from dataclasses import replace
 
-    from squarechipo.data.fingerprint import encode_row_set, released_row_hashes
+    from squarechipo.data.fingerprint import _released_row_hashes, encode_row_set
 
     (release,) = get_ledger(released).releases
-    text_only = replace(release, row_set=encode_row_set(released_row_hashes(released)), row_columns=None)
+    text_only = replace(release, row_set=encode_row_set(_released_row_hashes(released)), row_columns=None)
     assert get_ledger(_with_releases(released, text_only)).total_epsilon == 0.5
     swapped = released.map(
         lambda row, i: {"chosen": row["rejected"], "rejected": row["chosen"]} if i == 4 else row, with_indices=True
@@ -137,13 +137,16 @@ def test_rows_of_two_parts_bound_in_two_formats_hold_where_each_row_is_in_either
     those of a part bound to its text alone are all accepted together; an edited row of either is not."""
     from dataclasses import replace
 
-    from squarechipo.data.fingerprint import encode_row_set, released_row_hashes
+    from squarechipo.data.fingerprint import _released_row_hashes, encode_row_set
 
     first = release_dataset(_rows(100), LabelPipeline(epsilon=1.0), seed=1)
     second = release_dataset(_rows(200), LabelPipeline(epsilon=1.0), seed=2)
     exact = replace(get_ledger(first).releases[0], part="a")
     text_only = replace(
-        get_ledger(second).releases[0], part="b", row_columns=None, row_set=encode_row_set(released_row_hashes(second))
+        get_ledger(second).releases[0],
+        part="b",
+        row_columns=None,
+        row_set=encode_row_set(_released_row_hashes(second)),
     )
     both = datasets.concatenate_datasets([first, second])
     assert get_ledger(_with_releases(both, exact, text_only)).parts == ("a", "b")

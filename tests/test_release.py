@@ -88,12 +88,12 @@ def test_no_trace_of_which_rows_were_swapped():
     # What the proxies above stand for: the ledger is a function of public parameters and of the released rows
     # only (its row set, which binds it to them, is computed from the output). Another seed swaps other rows, yet
     # the ledgers are equal up to the time of the release and the row set.
-    from squarechipo.data.fingerprint import encode_row_set, exact_row_hashes
+    from squarechipo.data.fingerprint import _exact_row_hashes, encode_row_set
 
     other = release(data, LabelPipeline(epsilon=1.0, corruption_rate=0.1), seed=4)
     assert other["chosen"] != out["chosen"]
     for released in (out, other):
-        assert get_ledger(released).releases[0].row_set == encode_row_set(exact_row_hashes(released))
+        assert get_ledger(released).releases[0].row_set == encode_row_set(_exact_row_hashes(released))
 
     def public(dataset):
         record = get_ledger(dataset).to_dict()

@@ -107,7 +107,7 @@ def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_
     the pipeline, the ledger and the folder's marker describe those rows, and a re-run (another seed) returns the
     same release without drawing noise or rewriting a byte of the folder."""
     from squarechipo.data.fingerprint import preference_fingerprint
-    from squarechipo.data.integrity import rows_digest
+    from squarechipo.data.integrity import _rows_digest
     from squarechipo.privacy.mechanisms.binary import ctl
 
     rows, folder = plan_rows(), tmp_path / "release"
@@ -119,7 +119,7 @@ def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_
     (release,) = ledger.releases
     assert release.data_fingerprint == preference_fingerprint(rows) and release.n_rows == len(rows)
     marker = json.loads((folder / MARKER).read_text())
-    assert marker["ledger_digest"] == ledger.digest and marker["rows_digest"] == rows_digest(released)
+    assert marker["ledger_digest"] == ledger.digest and marker["rows_digest"] == _rows_digest(released)
 
     def files():
         return {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in folder.rglob("*") if path.is_file()}

@@ -17,10 +17,11 @@ from squarechipo.data.fingerprint import training_data_record
 from squarechipo.data.integrity import seal
 from squarechipo.losses import margins as policy_margins
 from squarechipo.models.logprobs import tokenize_preferences
+from squarechipo.privacy.door import mechanism_input
 from squarechipo.select import select_policy
 from squarechipo.select.candidates import Candidate, load_candidate
 from squarechipo.select.exponential import row_square_losses
-from squarechipo.select.scoring import score_candidates
+from squarechipo.select.scoring import _score_candidates as score_candidates
 from squarechipo.trainer import PRIVACY_FILE, SquareChiPOTrainer
 from tests.helpers.launch import launch
 from tests.helpers.models import make_tiny_model
@@ -103,7 +104,7 @@ def _load(path):
 def test_batched_scores_equal_the_definition(pool, tokenizer):
     """The batched, padded, prompt-sharing lean-head scores equal a per-row full-logits computation."""
     data = pool["private"].select(range(10))
-    rows = tokenize_preferences(data, tokenizer)
+    rows = tokenize_preferences(mechanism_input(data, "the scores this test checks"), tokenizer)
     totals = score_candidates(
         rows,
         _load(pool["ref"]),
@@ -124,7 +125,7 @@ def test_batched_scores_equal_the_definition(pool, tokenizer):
 
 
 def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_only(pool, tokenizer, tmp_path):
-    rows = tokenize_preferences(pool["private"], tokenizer)
+    rows = tokenize_preferences(mechanism_input(pool["private"], "the scores this test checks"), tokenizer)
     loaders = [_load(pool[name]) for name in ("ref", "good", "bad")]
     totals = score_candidates(
         rows,

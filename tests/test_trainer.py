@@ -23,7 +23,7 @@ from squarechipo.privacy import LabelPipeline, get_ledger
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.privacy.mechanisms.calibration import flip_probability
 from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
-from tests.helpers.rows import release_rows
+from tests.helpers.rows import checked, release_rows
 from tests.helpers.runs import tiny_config
 
 
@@ -266,7 +266,7 @@ def test_each_method_trains_with_its_own_loss(method, tiny_model_factory, tokeni
     trainer = SquareChiPOTrainer(
         policy_model, ref_model=reference_model, args=args, train_dataset=train, processing_class=tokenizer
     )
-    tokenized = tokenize_preferences(train, tokenizer)
+    tokenized = tokenize_preferences(checked(train), tokenizer)
     collator = preference_collator(tokenizer, max_length=args.max_length)
     policy = model_logps(trainer.model, tokenized, collator, 8, "policy")
     reference = model_logps(trainer.ref_model, tokenized, collator, 8, "reference")
@@ -305,7 +305,7 @@ def test_implied_p_chosen_is_the_mean_sigmoid_of_the_clipped_margins(
     trainer = build(tiny_model_factory, tokenizer, args, train)
     trainer.train()
     logged = trainer.evaluate(train)["eval_implied_p_chosen"]
-    tokenized = tokenize_preferences(train, tokenizer)
+    tokenized = tokenize_preferences(checked(train), tokenizer)
     collator = preference_collator(tokenizer, max_length=args.max_length)
     policy = model_logps(trainer.model, tokenized, collator, 8, "policy")
     reference = model_logps(trainer.ref_model, tokenized, collator, 8, "reference")
@@ -459,8 +459,10 @@ def test_lora_adapter_uses_base_as_reference(tiny_model_factory, tokenizer, fina
     assert trainer.state.log_history[0]["loss"] > 0
     # The reference log-probs are the base model's (adapter off), not the trained policy's (adapter on).
     from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+    from squarechipo.privacy.door import rows_without_labels
 
-    tokenized = tokenize_preferences(rows(finance_splits, 8), tokenizer)
+    pairs = rows_without_labels(rows(finance_splits, 8), "pairs whose log-probs under two models the test compares")
+    tokenized = tokenize_preferences(pairs, tokenizer)
     collator = preference_collator(tokenizer, max_length=128)
     batch = collator(tokenized)
     reference = torch.stack(trainer.compute_ref_log_probs(trainer.model, batch)).double()
@@ -570,7 +572,7 @@ def test_prior_rows_are_pseudo_labels_with_their_weight(tokenizer, finance_split
         policy, ref_model=reference, args=args, train_dataset=data, eval_dataset=data, processing_class=tokenizer
     )
     loss = trainer.evaluate()["eval_loss"]
-    tokenized = tokenize_preferences(data, tokenizer)
+    tokenized = tokenize_preferences(checked(data), tokenizer)
     collator = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id, max_length=128)
     pol, ref = model_logps(policy, tokenized, collator, 8, "p"), model_logps(reference, tokenized, collator, 8, "r")
     debiased = preference_loss(
@@ -706,7 +708,7 @@ def test_reference_log_probs_stay_those_of_the_frozen_reference_after_training(
         **extra,
     )  # fmt: skip
     trainer.train()
-    tokenized = tokenize_preferences(train, tokenizer)
+    tokenized = tokenize_preferences(checked(train, public=True), tokenizer)  # the config declares them public
     collator = preference_collator(tokenizer, max_length=128)
     batch = collator(tokenized)
     trainer.model.eval()

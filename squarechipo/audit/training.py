@@ -30,6 +30,7 @@ from squarechipo.audit.canaries import (
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+from squarechipo.privacy.door import rows_without_labels
 from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.scripts.launch import run_script
 
@@ -90,7 +91,8 @@ def _scores(trained: Path, start: str, source: datasets.Dataset) -> np.ndarray:
     """
     start = resolve_model_path(start)
     tokenizer = AutoTokenizer.from_pretrained(start)
-    rows, collator = tokenize_preferences(source, tokenizer), preference_collator(tokenizer)
+    pairs = rows_without_labels(source, "each canary's pair in its fixed order (a⁰, a¹), which is not its label")
+    rows, collator = tokenize_preferences(pairs, tokenizer), preference_collator(tokenizer)
     return _preference(trained, rows, collator) - _preference(start, rows, collator)
 
 

@@ -38,8 +38,6 @@ __all__ = [
     "LEGACY_ROW_SET_BYTES",
     "ROW_SET_BYTES",
     "encode_row_set",
-    "exact_row_hashes",
-    "released_row_hashes",
     "rows_outside",
     "canonical_rows",
     "canonical_text",
@@ -294,8 +292,7 @@ ROW_SET_BYTES = 16
 LEGACY_ROW_SET_BYTES = 4
 
 
-@label_free("compared with a ledger's row set, never stored or shown (a release stores those of its released rows)")
-def released_row_hashes(dataset: datasets.Dataset) -> list[bytes] | None:
+def _released_row_hashes(dataset: datasets.Dataset) -> list[bytes] | None:
     """sha256 of each row as released, in its stored order: prompt, chosen, rejected (pairs) or prompt, responses
     and the released label columns (best-of-K rows), each text in canonical form. Unlike :func:`row_hashes` this
     depends on the released labels (which are public): a ledger that holds these hashes is bound to its rows *and*
@@ -319,8 +316,7 @@ def released_row_hashes(dataset: datasets.Dataset) -> list[bytes] | None:
     return [hashlib.sha256(row.encode("utf-8")).digest() for row in joined]
 
 
-@label_free("compared with a ledger's row set, never stored or shown (a release stores those of its released rows)")
-def exact_row_hashes(dataset: datasets.Dataset, columns: list[str] | tuple[str, ...] | None = None) -> list[bytes]:
+def _exact_row_hashes(dataset: datasets.Dataset, columns: list[str] | tuple[str, ...] | None = None) -> list[bytes]:
     """sha256 of each row exactly as stored: every column (or ``columns``), by name, each value as JSON (text byte
     for byte: no canonical form, so an upper-cased or look-alike letter is a changed row). Two rows hash alike only
     if every column holds the same value; a ledger bound to these hashes is void on any edited, added or moved

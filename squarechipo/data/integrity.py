@@ -46,7 +46,6 @@ __all__ = [
     "check_marker",
     "check_seal",
     "marker_record",
-    "rows_digest",
     "seal",
 ]
 
@@ -266,8 +265,7 @@ def _column_text(column) -> str:
     return _SEPARATOR.join(json.dumps(v, sort_keys=True, ensure_ascii=False) for v in values)
 
 
-@label_free("the digest of a release's rows as saved, whose labels are the released ones")
-def rows_digest(dataset: datasets.Dataset) -> str:
+def _rows_digest(dataset: datasets.Dataset) -> str:
     """sha256 over the stored rows in order, every column by name (released labels included)."""
     table = dataset.with_format("arrow")[:]
     digest = hashlib.sha256()
@@ -279,7 +277,7 @@ def rows_digest(dataset: datasets.Dataset) -> str:
 @label_free("seals a release's rows as saved (released labels)")
 def marker_record(dataset: datasets.Dataset, ledger_digest: str) -> dict[str, Any]:
     """The sealed marker of a saved release: its ledger's digest and its rows' digest and count."""
-    return seal({"ledger_digest": ledger_digest, "rows_digest": rows_digest(dataset), "n_rows": len(dataset)})
+    return seal({"ledger_digest": ledger_digest, "rows_digest": _rows_digest(dataset), "n_rows": len(dataset)})
 
 
 @label_free("compares a saved release with its seal")
@@ -308,7 +306,7 @@ def check_marker(
         )
     if ledger_digest != marker["ledger_digest"]:
         raise IntegrityError(f"{where}: the privacy ledger is not the one this release was saved with.")
-    if len(dataset) != marker["n_rows"] or rows_digest(dataset) != marker["rows_digest"]:
+    if len(dataset) != marker["n_rows"] or _rows_digest(dataset) != marker["rows_digest"]:
         raise IntegrityError(
             f"{where}: the released rows changed after the release was saved ({len(dataset)} rows now, "
             f"{marker['n_rows']} then, or their labels or text differ). Restore the release, or release the raw "

@@ -7,8 +7,8 @@ The roles (:mod:`squarechipo.privacy.door` adds the third, which applies the rul
   and what comes out is released (or is the mechanism's output);
 - ``reads_labels`` (:func:`squarechipo.privacy.door.reads_labels`) — it reads labels, and raw ones are refused unless
   declared public;
-- :func:`reads_passed_rows` — it reads the labels of rows handed to it as lists or tensors, which carry no ledger to
-  check: the callers that passed those rows through the door are named in its ``why``.
+- ``reads_checked_rows`` (:func:`squarechipo.privacy.door.reads_checked_rows`) — it reads the labels of rows held in
+  memory, and takes only rows the door made (:class:`squarechipo.privacy.door.CheckedRows`).
 
 A callable takes rows when it takes a dataset, a table or a list of row dicts, or reads a row's ``chosen``,
 ``rejected`` or ``best``: what it reads decides, not a parameter's name (the door's test finds them all).
@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["label_free", "label_role", "reads_passed_rows", "releases_labels", "tag_role"]
+__all__ = ["label_free", "label_role", "releases_labels", "tag_role"]
 
 _ROLE = "__squarechipo_label_role__"
 
@@ -48,9 +48,3 @@ def releases_labels(why: str) -> Callable:
 def label_free(why: str) -> Callable:
     """Mark a callable that reads no label (or only released ones); ``why`` says so."""
     return lambda function: tag_role(function, "label_free", why=why)
-
-
-def reads_passed_rows(why: str) -> Callable:
-    """Mark a helper that reads labels of rows given as lists or tensors (no ledger travels with them); ``why`` names
-    the callers that apply the door before passing rows on."""
-    return lambda function: tag_role(function, "reads_passed_rows", why=why)

@@ -5,9 +5,7 @@ One flattener for every consumer: generation, the judges, the pairwise preferenc
 
 from __future__ import annotations
 
-from squarechipo.data.label_roles import reads_passed_rows
-
-__all__ = ["PAIR_TEMPLATE", "pair_text", "pairwise_row", "prompt_text", "response_text"]
+__all__ = ["PAIR_TEMPLATE", "pair_text", "prompt_text", "response_text"]
 
 
 def prompt_text(prompt) -> str:
@@ -32,12 +30,3 @@ PAIR_TEMPLATE = "Prompt:\n{prompt}\n\nResponse A:\n{first}\n\nResponse B:\n{seco
 def pair_text(prompt, first, second) -> str:
     """The text the classifier scores for s(x, first, second)."""
     return PAIR_TEMPLATE.format(prompt=prompt_text(prompt), first=response_text(first), second=response_text(second))
-
-
-@reads_passed_rows("applied by squarechipo.privacy.ledger.binding.pairwise_rows, which checks the rows' ledger first")
-def pairwise_row(row: dict) -> dict:
-    """A preference row (x, a⁺, a⁻) as the pair of texts chosen = text(x, a⁺, a⁻), rejected = text(x, a⁻, a⁺)."""
-    return {
-        "chosen": pair_text(row["prompt"], row["chosen"], row["rejected"]),
-        "rejected": pair_text(row["prompt"], row["rejected"], row["chosen"]),
-    }

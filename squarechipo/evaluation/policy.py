@@ -23,13 +23,12 @@ import numpy as np
 import torch
 from scipy.special import expit, softmax
 
-from squarechipo.data.label_roles import reads_passed_rows
 from squarechipo.data.text import response_text
 from squarechipo.evaluation.gold import gold_rewards, has_loop
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.models.generation import generate_with_model
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
-from squarechipo.privacy.door import reads_labels
+from squarechipo.privacy.door import CheckedRows, checked_rows, reads_labels, require_checked, rows_without_labels
 from squarechipo.stats import paired_test, share_explained
 
 __all__ = ["SamplingSettings", "GoldEvaluator", "compare"]
@@ -53,6 +52,23 @@ def _as_messages(response: str) -> list[dict]:
     return [{"role": "assistant", "content": response}]
 
 
+def _pair_row(row: dict) -> dict:
+    """One test pair in the collator's layout."""
+    return _pairs([row["prompt"]], [row["chosen"]], [row["rejected"]])[0]
+
+
+def _pairs(prompts: list, first: list, second: list) -> list[dict]:
+    """Rows of two responses per prompt in the collator's layout (strings become assistant messages)."""
+    return [
+        {
+            "prompt": p,
+            "chosen": a if isinstance(a, list) else _as_messages(a),
+            "rejected": b if isinstance(b, list) else _as_messages(b),
+        }
+        for p, a, b in zip(prompts, first, second)
+    ]
+
+
 class GoldEvaluator:
     """Measures policies on ``test`` (prompt/chosen/rejected rows) against ``reference`` under the gold reward."""
 
@@ -70,10 +86,12 @@ class GoldEvaluator:
         self.reference, self.tokenizer, self.gold = reference, tokenizer, gold
         self.settings = settings or SamplingSettings()
         self.prompts = list(test["prompt"])
-        self.pairs = [
-            {"prompt": p, "chosen": c, "rejected": r}
-            for p, c, r in zip(self.prompts, test["chosen"], test["rejected"])
-        ]
+        #: The test pairs as the door checked them (released, or declared public); every method reads them through
+        #: require_checked, so pairs assigned by hand afterwards are refused.
+        self.pairs = checked_rows(
+            test.select_columns(["prompt", "chosen", "rejected"]), split="test", public=labels_public,
+            reader="GoldEvaluator", declare="labels_public=True",
+        )  # fmt: skip
         self.collator = preference_collator(tokenizer)
 
     def sample(self, model) -> list[list[str]]:
@@ -96,20 +114,26 @@ class GoldEvaluator:
             for k in range(s.samples_per_prompt)
         ]
 
-    @reads_passed_rows("this GoldEvaluator's test pairs, which its constructor took through the door")
     def logps(self, model, first: list, second: list) -> np.ndarray:
-        """(2, n) summed log-probs of two responses per prompt (strings or messages), each prompt run once."""
-        rows = [
-            {
-                "prompt": p,
-                "chosen": a if isinstance(a, list) else _as_messages(a),
-                "rejected": b if isinstance(b, list) else _as_messages(b),
-            }
-            for p, a, b in zip(self.prompts, first, second)
-        ]
+        """(2, n) summed log-probs of two responses per prompt (strings or messages) the policies sampled, each
+        prompt run once."""
+        rows = rows_without_labels(_pairs(self.prompts, first, second), "two samples of policies per prompt")
+        return self._logps(model, rows)
+
+    def test_logps(self, model) -> np.ndarray:
+        """(2, n) summed log-probs of each test pair's chosen and rejected responses (checked at construction)."""
+        pairs = require_checked(self.pairs, "GoldEvaluator.test_logps")
+        return self._logps(model, pairs.map(_pair_row))
+
+    def _logps(self, model, rows: CheckedRows) -> np.ndarray:
         tokenized = tokenize_preferences(rows, self.tokenizer)
         with torch.no_grad():
             return model_logps(model, tokenized, self.collator, self.settings.logp_batch_size, "log-probs").numpy()
+
+    def _pair_texts(self) -> tuple[list[str], list[str]]:
+        """The texts of each test pair's chosen and rejected responses (checked at construction)."""
+        pairs = require_checked(self.pairs, "GoldEvaluator")
+        return [response_text(p["chosen"]) for p in pairs], [response_text(p["rejected"]) for p in pairs]
 
     def _sample_logps(self, model, samples: list[list[str]]) -> np.ndarray:
         """(K, n) log-probs of the samples, two samples per scoring row."""
@@ -123,7 +147,6 @@ class GoldEvaluator:
         """The per-prompt record of ``model`` on its own samples (see :meth:`measure_samples`)."""
         return self.measure_samples(model, self.sample(model), pool)
 
-    @reads_passed_rows("this GoldEvaluator's test pairs, which its constructor took through the door")
     def measure_samples(self, model, samples: list[list[str]], pool: list[list[str]] | None = None) -> dict:
         """The per-prompt record of ``model`` (lists of floats, JSON-ready) on ``samples`` drawn from it.
         ``pool``: the SFT policy's samples, the extra candidates of the fixed pool (None: this model is the SFT
@@ -141,7 +164,7 @@ class GoldEvaluator:
             ref = logp if model is self.reference else self._sample_logps(self.reference, samples)
             record |= {"logp": logp, "logp_ref": ref}
         if self.settings.generation_free:
-            test_logps = self.logps(model, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs])
+            test_logps = self.test_logps(model)
             record["test_logp"] = test_logps
             # Without a pool the model's own samples are the pool: their log-probs are the pass above.
             record["pool_logp"] = np.concatenate(
@@ -151,7 +174,6 @@ class GoldEvaluator:
         out["examples"] = [samples[0][i] for i in range(min(4, len(self.prompts)))]
         return out
 
-    @reads_passed_rows("this GoldEvaluator's test pairs, which its constructor took through the door")
     def constants(self, sft_samples: list[list[str]], sft_record: dict | None = None) -> dict:
         """What every comparison shares: π_ref's log-probs on the test pairs, r* of the test pairs (their clean
         label is argmax r*) and r* of the fixed pool (test pair + the SFT policy's samples). ``sft_record``, the
@@ -159,16 +181,13 @@ class GoldEvaluator:
         are taken from it instead of being computed again. Empty without the generation-free measures."""
         if not self.settings.generation_free:
             return {}
-        chosen = [response_text(p["chosen"]) for p in self.pairs]
-        rejected = [response_text(p["rejected"]) for p in self.pairs]
+        chosen, rejected = self._pair_texts()
         pair_rewards = np.stack(
             [gold_rewards(self.gold, self.prompts, chosen), gold_rewards(self.gold, self.prompts, rejected)]
         )
         if sft_record is None:
             sample_rewards = np.stack([gold_rewards(self.gold, self.prompts, s) for s in sft_samples])
-            ref_test = self.logps(
-                self.reference, [p["chosen"] for p in self.pairs], [p["rejected"] for p in self.pairs]
-            )
+            ref_test = self.test_logps(self.reference)
         else:
             sample_rewards, ref_test = np.asarray(sft_record["reward"]), np.asarray(sft_record["test_logp"])
         pool_rewards = np.concatenate([pair_rewards, sample_rewards])

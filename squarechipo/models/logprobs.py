@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import datasets
 import torch
 from accelerate import PartialState
 from tqdm.auto import tqdm
@@ -24,8 +23,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl.data_utils import extract_prompt, is_conversational
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-from squarechipo.data.label_roles import label_free, reads_passed_rows
 from squarechipo.models.lm_head import add_lean_lm_head
+from squarechipo.privacy.door import CheckedRows, reads_checked_rows
 
 __all__ = ["completion_logps", "model_logps", "preference_collator", "tokenize_preferences"]
 
@@ -72,15 +71,15 @@ def _tokenize_row(example: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
     return {"prompt_ids": prompt[:start], "chosen_ids": chosen[start:], "rejected_ids": rejected[start:]}
 
 
-@label_free("tokenizes the rows it is given; what its callers compute from them is guarded by their own roles")
-def tokenize_preferences(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase) -> list[dict]:
-    """prompt_ids / chosen_ids / rejected_ids per row, in memory (no cache file of the private rows)."""
-    rows = []
-    for example in dataset:
-        if "prompt" not in example:
-            example = extract_prompt(example)
-        rows.append(_tokenize_row(example, tokenizer))
-    return rows
+@reads_checked_rows("rows")
+def tokenize_preferences(rows: CheckedRows, tokenizer: PreTrainedTokenizerBase) -> CheckedRows:
+    """prompt_ids / chosen_ids / rejected_ids per row, in memory (no cache file of the private rows); checked rows
+    stay checked."""
+
+    def tokenize(example: dict) -> dict:
+        return _tokenize_row(example if "prompt" in example else extract_prompt(example), tokenizer)
+
+    return rows.map(tokenize)
 
 
 def _batches(rows: list[dict], collator: DataCollatorForPreference, batch_size: int) -> Iterator[dict]:
@@ -111,10 +110,8 @@ def completion_logps(model: PreTrainedModel, batch: dict, lean: bool) -> tuple[t
     return logps.chunk(2, dim=0)
 
 
-@reads_passed_rows(
-    "tokenised rows from callers that apply the door: select_policy, comparison_features, GoldEvaluator"
-)
-def model_logps(model: PreTrainedModel, rows: list[dict], collator, batch_size: int, desc: str) -> torch.Tensor:
+@reads_checked_rows("rows")
+def model_logps(model: PreTrainedModel, rows: CheckedRows, collator, batch_size: int, desc: str) -> torch.Tensor:
     """(2, n) float64 summed completion log-probs [chosen; rejected] of tokenized rows, gradient-free."""
     model.eval()
     lean = add_lean_lm_head(model, share_prompt="packed")  # 10-15% faster than the KV-cache layout here

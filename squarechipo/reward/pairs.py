@@ -30,4 +30,4 @@ def to_pairwise_dataset(dataset: datasets.Dataset) -> datasets.Dataset:
 
     Row count and order are kept; the privacy ledger of ``dataset`` travels with the result.
     """
-    return pairwise_rows(dataset, desc="pairing responses")
+    return pairwise_rows(dataset)

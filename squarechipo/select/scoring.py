@@ -1,5 +1,5 @@
-"""Score candidate policies on private preference rows: L(π) = Σ_i (2σ(m_i) − 1 − 1)² (Zhou et al. 2025 (Square-χPO),
-Algorithm 2).
+"""Score candidate policies on private preference rows: L(π) = Σ_i (2σ(m_i) − 1 − 1)² (Zhou et al. 2025
+(Square-χPO), Algorithm 2). Private to the selector, which passes the scores only to the exponential mechanism.
 
 The reference log-probabilities are computed once; each candidate then runs one batched, gradient-free forward per
 batch with the lean LM head (completion positions only, each prompt once). Across processes every rank scores a
@@ -19,17 +19,16 @@ from accelerate.utils import reduce
 from transformers import PreTrainedModel
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-from squarechipo.data.label_roles import reads_passed_rows
 from squarechipo.losses import margins as policy_margins
 from squarechipo.models.logprobs import model_logps
+from squarechipo.privacy.door import CheckedRows, require_checked
 from squarechipo.select.exponential import row_square_losses
 
-__all__ = ["score_candidates"]
+__all__: list[str] = []  # private: L(π) of raw rows leaves this package only through the exponential mechanism
 
 
-@reads_passed_rows("select_policy's private rows; the scores go only into the exponential mechanism (select_index)")
-def score_candidates(
-    rows: list[dict],
+def _score_candidates(
+    rows: CheckedRows,
     load_reference: Callable[[], PreTrainedModel],
     load_candidates: Sequence[Callable[[], PreTrainedModel]],
     *,
@@ -44,10 +43,13 @@ def score_candidates(
 ) -> torch.Tensor:
     """L(π_k) for every candidate, float64, summed over this process's ``rows`` and all-reduced.
 
-    Private: the result must only be passed to :func:`squarechipo.select.exponential.select_index`.
-    Models are loaded one at a time through the given callables and freed after use. With
-    ``all_reduce=False`` the sums cover this process's rows only.
+    Private: the result must only be passed to :func:`squarechipo.select.exponential.select_index` (the selector,
+    :func:`squarechipo.select.selector.select_policy`, does so and returns only the index). ``rows`` are the
+    mechanism's input (:func:`squarechipo.privacy.door.mechanism_input`) or checked rows. Models are loaded one at a
+    time through the given callables and freed after use. With ``all_reduce=False`` the sums cover this process's
+    rows only.
     """
+    rows = require_checked(rows, "the central selector's scoring")
     collator = DataCollatorForPreference(
         pad_token_id=pad_token_id, max_length=max_length, truncation_mode=truncation_mode
     )

@@ -28,6 +28,7 @@ from squarechipo.losses import LINKS, margin_clip
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import tokenize_preferences
 from squarechipo.models.runtime import distributed_state
+from squarechipo.privacy.door import mechanism_input
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.mechanisms.calibration import check_epsilon
 from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage
@@ -39,7 +40,7 @@ from squarechipo.privacy.provenance.record import (
 )
 from squarechipo.select.candidates import Candidate, check_candidates, load_candidate
 from squarechipo.select.exponential import ROW_LOSS_SENSITIVITY, select_index
-from squarechipo.select.scoring import score_candidates
+from squarechipo.select.scoring import _score_candidates
 
 __all__ = ["Selection", "select_policy", "STAGE"]
 
@@ -108,10 +109,11 @@ def _private_choice(
     tokenizer = AutoTokenizer.from_pretrained(reference_path)
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     shard = private_dataset.shard(num_shards=state.num_processes, index=state.process_index, contiguous=True)
-    rows = tokenize_preferences(shard, tokenizer)
+    mechanism = "the exponential mechanism (central DP, Zhou et al. 2025 (Square-χPO), Alg. 2): only its index leaves"
+    rows = tokenize_preferences(mechanism_input(shard, mechanism), tokenizer)
     device = state.device
     reference = Candidate(name=ref_model, path=Path(reference_path), record=None)
-    totals = score_candidates(
+    totals = _score_candidates(
         rows,
         lambda: load_candidate(reference, dtype=dtype, device=device),
         [lambda c=c: load_candidate(c, dtype=dtype, device=device) for c in pool],

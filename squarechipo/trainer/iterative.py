@@ -34,6 +34,7 @@ from squarechipo.data.label_roles import label_free
 from squarechipo.models.generation import MIXTURE_FILE, generate_with_model
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 from squarechipo.models.preference import PreferenceModel
+from squarechipo.privacy.door import rows_without_labels
 from squarechipo.privacy.provenance.lineage import LineageReport, ModelLineage, check_lineage
 from squarechipo.privacy.provenance.record import PRIVACY_FILE, PrivacyRecord, write_privacy_record
 from squarechipo.trainer.self_play import SelfPlayConfig, SelfPlayTrainer
@@ -129,7 +130,9 @@ def iterative_square_chipo(
     collator = preference_collator(tokenizer, max_length=args.max_length, truncation_mode=args.truncation_mode)
     pairs = _reference_pairs(policy, tokenizer, prompts, args)
     first, second = (pairs[c] for c in ("chosen", "rejected"))
-    rows = tokenize_preferences(pairs, tokenizer)
+    rows = tokenize_preferences(
+        rows_without_labels(pairs, "two samples of the reference policy per prompt"), tokenizer
+    )
     ref_logps = model_logps(policy, rows, collator, args.responses_batch_size, "log π_ref(a|x), log π_ref(b|x)")
     members = [reference_name]
     targets_summary = []

@@ -16,6 +16,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from squarechipo.data.label_roles import label_free
 from squarechipo.losses import METHODS, margins
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
+from squarechipo.privacy.door import rows_without_labels
 from squarechipo.privacy.release.rows import canonical_pairs
 
 __all__ = ["policy_prior"]
@@ -38,7 +39,8 @@ def policy_prior(
     """p(u ≻ v) per row of ``raw_rows`` (canonical order of :func:`canonical_pairs`), float64 in [0, 1]."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive (got {temperature!r}); larger values flatten the prior.")
-    rows = tokenize_preferences(canonical_pairs(raw_rows), tokenizer)
+    canonical = rows_without_labels(canonical_pairs(raw_rows), "each pair in its label-free canonical order (u, v)")
+    rows = tokenize_preferences(canonical, tokenizer)
     collator = preference_collator(tokenizer, max_length=max_length)
     policy_logps = model_logps(policy, rows, collator, batch_size, "stage-1 prior: policy log-probs")
     ref_logps = model_logps(reference, rows, collator, batch_size, "stage-1 prior: reference log-probs")

@@ -11,8 +11,9 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 
 from squarechipo.models.logprobs import tokenize_preferences
+from squarechipo.privacy.door import mechanism_input
 from squarechipo.select.candidates import Candidate, load_candidate
-from squarechipo.select.scoring import score_candidates
+from squarechipo.select.scoring import _score_candidates as score_candidates
 
 ref, good, bad, data_dir, out = sys.argv[1:6]
 state = PartialState(cpu=True)
@@ -26,12 +27,21 @@ def load(path):
 
 kwargs = dict(pad_token_id=tokenizer.pad_token_id, beta=0.1, link="chipo", clip=10.0, max_length=128, batch_size=4)
 shard = private.shard(num_shards=state.num_processes, index=state.process_index, contiguous=True)
-sharded = score_candidates(tokenize_preferences(shard, tokenizer), load(ref), [load(good), load(bad)], **kwargs)
+sharded = score_candidates(
+    tokenize_preferences(mechanism_input(shard, "the sum this test checks"), tokenizer),
+    load(ref),
+    [load(good), load(bad)],
+    **kwargs,
+)
 counts = [None] * state.num_processes
 dist.all_gather_object(counts, len(shard))
 if state.is_main_process:
     single = score_candidates(
-        tokenize_preferences(private, tokenizer), load(ref), [load(good), load(bad)], all_reduce=False, **kwargs
+        tokenize_preferences(mechanism_input(private, "the sum this test checks"), tokenizer),
+        load(ref),
+        [load(good), load(bad)],
+        all_reduce=False,
+        **kwargs,
     )
     Path(out).write_text(
         json.dumps(

@@ -2,7 +2,7 @@
 
 A release records the set of rows it released (:attr:`squarechipo.privacy.ledger.records.Release.row_set`: the first
 16 bytes of each released row's hash over every column, byte for byte, :func:`squarechipo.data.fingerprint.
-exact_row_hashes`) and the columns that hash covers (``row_columns``); the seal covers the set. :func:`get_ledger`
+_exact_row_hashes`) and the columns that hash covers (``row_columns``); the seal covers the set. :func:`get_ledger`
 checks every dataset it reads a ledger from, each time: no cache of verified datasets exists, so nothing a caller sets
 (a fingerprint, an attribute) can stand in for the check.
 
@@ -36,16 +36,16 @@ import numpy as np
 from squarechipo.data import metadata
 from squarechipo.data.fingerprint import (
     ROW_SET_BYTES,
-    exact_row_hashes,
+    _exact_row_hashes,
     preference_fingerprint,
-    released_row_hashes,
+    _released_row_hashes,
     rows_outside,
 )
 from squarechipo.data.label_roles import label_free
-from squarechipo.data.text import pairwise_row
+from squarechipo.data.text import pair_text
 from squarechipo.privacy.ledger.records import IntegrityError, PrivacyLedger, parse_ledger_block
 
-__all__ = ["DERIVED_FORMAT", "check_readable", "check_rows", "derive", "get_ledger", "pairwise_rows"]
+__all__ = ["DERIVED_FORMAT", "check_readable", "check_rows", "get_ledger", "pairwise_rows"]
 
 #: The block of rows a library transform derived in this process from verified rows.
 DERIVED_FORMAT = "squarechipo.derived_rows/1"
@@ -125,7 +125,7 @@ def _outside(ledger: PrivacyLedger, dataset: datasets.Dataset, where: str):
     for row_set, bound, width in usable:
         exact = bound is not None
         if exact not in hashed:
-            row_hashes = exact_row_hashes(dataset) if exact else released_row_hashes(dataset)
+            row_hashes = _exact_row_hashes(dataset) if exact else _released_row_hashes(dataset)
             if row_hashes is None:
                 raise IntegrityError(
                     f"{where}: these rows hold no prompt/chosen/rejected (or responses) text, so they cannot be "
@@ -173,10 +173,10 @@ def check_rows(ledger: PrivacyLedger, dataset, where: str) -> None:
 
 
 def _keyed_hashes(rows: datasets.Dataset) -> list[bytes]:
-    return [hmac.new(_PROCESS_KEY, h, hashlib.sha256).digest()[:ROW_SET_BYTES] for h in exact_row_hashes(rows)]
+    return [hmac.new(_PROCESS_KEY, h, hashlib.sha256).digest()[:ROW_SET_BYTES] for h in _exact_row_hashes(rows)]
 
 
-def derive(sources: list[PrivacyLedger], rows: datasets.Dataset, transform: str) -> datasets.Dataset:
+def _derive(sources: list[PrivacyLedger], rows: datasets.Dataset, transform: str) -> datasets.Dataset:
     """``rows``, computed in this process by the library transform ``transform`` from rows whose ledgers
     (``sources``) were just verified, with a derivation attached (see the module). Never for rows a caller computed."""
     derivation = uuid.uuid4().hex
@@ -212,12 +212,20 @@ def _derived_ledger(record: dict, dataset, where: str) -> PrivacyLedger:
     return PrivacyLedger.derived_from(sources, record)
 
 
+def _pairwise_row(row: dict) -> dict:
+    """A preference row (x, a⁺, a⁻) as the pair of texts chosen = text(x, a⁺, a⁻), rejected = text(x, a⁻, a⁺)."""
+    return {
+        "chosen": pair_text(row["prompt"], row["chosen"], row["rejected"]),
+        "rejected": pair_text(row["prompt"], row["rejected"], row["chosen"]),
+    }
+
+
 @label_free("a fixed text transform of released rows (their ledger checked first); raw rows stay raw")
 def pairwise_rows(dataset: datasets.Dataset) -> datasets.Dataset:
     """prompt/chosen/rejected rows → the texts of a pairwise preference model (:func:`squarechipo.data.text.
-    pairwise_row`), row by row, in order. A release's ledger is checked, then the derived rows are computed here from
-    the rows it checked and carry a derivation (see the module): post-processing of the release, valid in this
-    process. It takes no ``datasets.map`` options: one of them (``cache_file_name``) loads rows from a file instead of
+    pair_text` of each order), row by row, in order. A release's ledger is checked, then the derived rows are
+    computed here from the rows it checked and carry a derivation (see the module): post-processing of the release,
+    valid in this process. It takes no ``datasets.map`` options: one of them (``cache_file_name``) loads rows from a file instead of
     computing them."""
     missing = {"prompt", "chosen", "rejected"} - set(dataset.column_names)
     if missing:
@@ -233,7 +241,7 @@ def pairwise_rows(dataset: datasets.Dataset) -> datasets.Dataset:
             f"{len(empty)} row(s) (row {', '.join(map(str, empty[:5]))}) have no prompt, chosen or rejected value: a "
             "preference-model row needs all three. Drop them first (dataset.filter)."
         )
-    pairs = [pairwise_row(row) for row in table.select(["prompt", "chosen", "rejected"]).to_pylist()]
+    pairs = [_pairwise_row(row) for row in table.select(["prompt", "chosen", "rejected"]).to_pylist()]
     features = datasets.Features({"chosen": datasets.Value("string"), "rejected": datasets.Value("string")})
     derived = datasets.Dataset.from_list(pairs, features=features)
-    return derived if ledger is None else derive([ledger], derived, "pairwise_rows")
+    return derived if ledger is None else _derive([ledger], derived, "pairwise_rows")

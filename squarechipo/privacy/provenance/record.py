@@ -22,7 +22,7 @@ from typing import Any
 
 from squarechipo.data.integrity import check_seal, seal
 from squarechipo.privacy.ledger.records import PrivacyLedger
-from squarechipo.privacy.ledger.records import library_version as _library_version
+from squarechipo.privacy.ledger.release_entry import library_version as _library_version
 
 __all__ = [
     "EXPOSURES",

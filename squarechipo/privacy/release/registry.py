@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, Sketch, band_key_table, estimated_jaccard
 from squarechipo.data import store
+from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, Sketch, band_key_table, estimated_jaccard
 
 __all__ = [
     "REGISTRY_ENV",

@@ -36,7 +36,7 @@ from squarechipo.data.fingerprint import row_hashes
 from squarechipo.data.kary import validate_kary
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.validation import validate_preference_dataset
-from squarechipo.privacy.ledger.binding import derive, get_ledger
+from squarechipo.privacy.ledger.binding import _derive, get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.privacy.mechanisms.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 
@@ -279,4 +279,4 @@ def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets
         for p in (first, second)
     ]
     joined = pa.concat_tables([tables[0].select(tables[1].column_names).cast(tables[1].schema), tables[1]])
-    return derive(ledgers, datasets.Dataset(joined), "combine_parts")
+    return _derive(ledgers, datasets.Dataset(joined), "combine_parts")

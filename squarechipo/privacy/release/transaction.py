@@ -38,7 +38,7 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data import metadata
-from squarechipo.data.fingerprint import canonical_rows, encode_row_set, exact_row_hashes, fingerprint_of
+from squarechipo.data.fingerprint import canonical_rows, encode_row_set, _exact_row_hashes, fingerprint_of
 from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import Sketch, copies, describe_copies, sketch
@@ -212,7 +212,7 @@ class _Release:
         if self.privacy_unit is not None:
             fields.update(privacy_unit=self.privacy_unit, rows_per_unit=self._per_unit)
         fields.update(
-            row_set=encode_row_set(exact_row_hashes(datasets.Dataset(table))), row_columns=table.column_names
+            row_set=encode_row_set(_exact_row_hashes(datasets.Dataset(table))), row_columns=table.column_names
         )
         self._release = Release.now(
             **fields, data_fingerprint=self._fingerprint, part=self.part, release_id=uuid.uuid4().hex
