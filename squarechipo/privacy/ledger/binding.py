@@ -17,7 +17,7 @@ and look-alike letters included), a changed label, an added row.
 release.rows.combine_parts`) compute their rows here, in memory, from the rows they just verified, and attach a
 *derivation*: the sources' ledgers (sealed, without their row sets) and the rows' hashes under a key of this process,
 which never leaves it. Derived rows are therefore valid only in the process that derived them, and only as derived;
-saved and loaded, or handed to another process, they are refused (derive them again from the release). No function
+handed to another process (saved and loaded there) they are refused (derive them again from the release). No function
 takes a caller's computation, and none passes a caller's keyword to ``datasets`` (which could load other rows from a
 cache file instead of computing them).
 """
@@ -37,8 +37,8 @@ from squarechipo.data import metadata
 from squarechipo.data.fingerprint import (
     ROW_SET_BYTES,
     _exact_row_hashes,
-    preference_fingerprint,
     _released_row_hashes,
+    preference_fingerprint,
     rows_outside,
 )
 from squarechipo.data.label_roles import label_free
@@ -225,8 +225,8 @@ def pairwise_rows(dataset: datasets.Dataset) -> datasets.Dataset:
     """prompt/chosen/rejected rows → the texts of a pairwise preference model (:func:`squarechipo.data.text.
     pair_text` of each order), row by row, in order. A release's ledger is checked, then the derived rows are
     computed here from the rows it checked and carry a derivation (see the module): post-processing of the release,
-    valid in this process. It takes no ``datasets.map`` options: one of them (``cache_file_name``) loads rows from a file instead of
-    computing them."""
+    valid in this process. It takes no ``datasets.map`` options: one of them (``cache_file_name``) loads rows from a
+    file instead of computing them."""
     missing = {"prompt", "chosen", "rejected"} - set(dataset.column_names)
     if missing:
         raise ValueError(

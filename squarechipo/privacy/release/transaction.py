@@ -38,7 +38,7 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data import metadata
-from squarechipo.data.fingerprint import canonical_rows, encode_row_set, _exact_row_hashes, fingerprint_of
+from squarechipo.data.fingerprint import _exact_row_hashes, canonical_rows, encode_row_set, fingerprint_of
 from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import Sketch, copies, describe_copies, sketch
