@@ -1,10 +1,13 @@
 """The privacy invariants of docs/privacy.md, each as a property, and an adversary that looks for a way around them.
 
 The adversary is a hypothesis state machine: it applies random sequences of what a user reaches for — the
-``datasets.Dataset`` methods, pandas, lists, Parquet and disk round trips, squarechipo's own functions that take or
-return rows, and a hand-copied ledger — to raw and released rows, and after every step checks the invariant: where
-a ledger is accepted, every row, column for column, is a row the release wrote (or the library's fixed pairwise
-transform of one). The quick tier runs a bounded number of sequences; ``bash scripts/adversary.sh`` runs many more.
+``datasets.Dataset`` methods, format transforms (``with_transform``, ``set_transform``, ``set_format``), ``map`` with
+a fingerprint it chooses or a cache file of raw rows, pandas, lists, Parquet and disk round trips, squarechipo's own
+functions that take or return rows (with ``datasets`` keywords), a hand-copied ledger, and datasets assigned to a
+trainer after it was built — to raw and released rows, and after every step checks the invariant on what a reader
+sees (the rows iterated and mapped, not only the stored ones): where a ledger is accepted, every such row, column for
+column, is a row the release wrote (or the library's fixed pairwise transform of one). The quick tier runs a bounded
+number of sequences; ``bash scripts/adversary.sh`` runs many more.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multi
 
 from squarechipo.data import metadata
 from squarechipo.data.integrity import IntegrityError
-from squarechipo.data.text import pairwise_row
 from squarechipo.privacy import LabelPipeline, get_ledger, load_privatized, release_dataset, save_privatized
+from squarechipo.privacy.door import RawLabelsError
+from squarechipo.privacy.ledger.binding import _pairwise_row as pairwise_row
 from squarechipo.privacy.ledger.binding import pairwise_rows
 from tests.helpers.rows import distinct_pairs
 
@@ -53,8 +57,16 @@ def _world() -> tuple[datasets.Dataset, datasets.Dataset, frozenset[str], dict[s
     return raw, released, allowed, dict(zip(raw["prompt"], raw["chosen"]))
 
 
+def _seen(data: datasets.Dataset) -> list[dict]:
+    """The rows as readers see them: iterated (as a DataLoader does, through any format) and mapped (as a trainer's
+    tokenization does), besides the stored rows."""
+    iterated = [dict(row) for row in data]
+    mapped = data.map(lambda row: {"_seen": json.dumps(dict(row), sort_keys=True, ensure_ascii=False, default=str)})
+    return [*data.to_list(), *iterated, *(json.loads(text) for text in mapped["_seen"])]
+
+
 def assert_invariant(data: datasets.Dataset) -> None:
-    """Where ``data``'s ledger is accepted, each of its rows is exactly a row the release wrote."""
+    """Where ``data``'s ledger is accepted, each row a reader sees is exactly a row the release wrote."""
     try:
         ledger = get_ledger(data)
     except IntegrityError:
@@ -62,7 +74,7 @@ def assert_invariant(data: datasets.Dataset) -> None:
     if ledger is None:
         return
     allowed = _world()[2]
-    stray = [row for row in data.to_list() if _row_key(row) not in allowed]
+    stray = [row for row in _seen(data) if _row_key(row) not in allowed]
     assert not stray, f"a ledger (ε {ledger.total_epsilon}) vouches for rows it never released: {stray[:2]}"
 
 
@@ -80,6 +92,47 @@ def _raw_labels_back(data: datasets.Dataset) -> datasets.Dataset:
 def _raw_label_column(data: datasets.Dataset) -> list[float]:
     truth = _world()[3]
     return [float(truth.get(p) == c) for p, c in zip(data["prompt"], data["chosen"])]
+
+
+def _raw_back_batch():
+    """A batched transform that puts the raw labels back."""
+    truth = _world()[3]
+
+    def back(batch):
+        out = dict(batch)
+        if not {"prompt", "chosen", "rejected"} <= set(batch):
+            return out
+        rows = list(zip(batch["prompt"], batch["chosen"], batch["rejected"]))
+        out["chosen"] = [c if truth.get(p) in (c, None) else r for p, c, r in rows]
+        out["rejected"] = [r if truth.get(p) in (c, None) else c for p, c, r in rows]
+        return out
+
+    return back
+
+
+def get_ledger_or_none(data):
+    try:
+        return get_ledger(data)
+    except IntegrityError:
+        return None
+
+
+@functools.cache
+def _trainer():
+    """One tiny trainer built on the release (a trainer per step would cost seconds each)."""
+    from transformers import AutoTokenizer
+
+    from squarechipo.models import embedded_model_path
+    from squarechipo.trainer import SquareChiPOTrainer
+    from tests.helpers.models import make_tiny_model
+    from tests.helpers.runs import tiny_config
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_path())
+    return SquareChiPOTrainer(
+        make_tiny_model(tokenizer, 0), ref_model=make_tiny_model(tokenizer, 1),
+        args=tiny_config(tempfile.mkdtemp(prefix="adversary-trainer-")), train_dataset=_world()[1],
+        processing_class=tokenizer,
+    )  # fmt: skip
 
 
 class Adversary(RuleBasedStateMachine):
@@ -168,6 +221,58 @@ class Adversary(RuleBasedStateMachine):
             return self._keep(pairwise_rows(d))
         except (ValueError, KeyError):
             return d
+
+    @rule(target=data, d=data, how=st.sampled_from(["with_transform", "set_transform", "set_format"]))
+    def format_transform(self, d, how):
+        """Readers see a transform's output; the stored rows stay as released."""
+        if not {"prompt", "chosen", "rejected"} <= set(d.column_names):
+            return d
+        back = _raw_back_batch()
+        if how == "with_transform":
+            return self._keep(d.with_transform(back))
+        copy = d.select(range(len(d)))
+        if how == "set_transform":
+            copy.set_transform(back)
+        else:
+            copy.set_format("custom", transform=back)
+        return self._keep(copy)
+
+    @rule(target=data, d=data, keyword=st.sampled_from(["new_fingerprint", "cache_file_name"]))
+    def map_keywords(self, d, keyword):
+        """A fingerprint the caller chooses, or a cache file of raw rows that datasets loads instead of computing."""
+        if not {"prompt", "chosen", "rejected"} <= set(d.column_names) or not len(d):
+            return d
+        if keyword == "new_fingerprint":
+            get_ledger_or_none(d)  # a check first, which a cache keyed by fingerprints would remember
+            return self._keep(d.map(_raw_back_batch(), batched=True, new_fingerprint=d._fingerprint))
+        raw = (
+            _world()[0].select_columns(d.column_names)
+            if set(d.column_names) <= set(_world()[0].column_names)
+            else None
+        )
+        if raw is None:
+            return d
+        cache = os.path.join(tempfile.mkdtemp(prefix="adversary-"), "rows.arrow")
+        raw.map(lambda row: row, cache_file_name=cache)  # the file of raw rows
+        return self._keep(d.map(lambda row: row, cache_file_name=cache))
+
+    @rule(d=data, keyword=st.sampled_from(["cache_file_name", "new_fingerprint", "load_from_cache_file"]))
+    def pairwise_keywords(self, d, keyword):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{keyword}'"):
+            pairwise_rows(d, **{keyword: "x"})
+
+    @rule(d=data, tokenized=st.booleans())
+    def assign_to_a_trainer(self, d, tokenized):
+        """`trainer.train_dataset = d` after construction: its dataloader reads only what the trainer prepared."""
+        trainer = _trainer()
+        prepared = trainer.train_dataset
+        other = d.map(lambda row: {"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]}) if tokenized else d
+        try:
+            trainer.train_dataset = other
+            with pytest.raises(RawLabelsError, match="train_dataset was replaced"):
+                trainer.get_train_dataloader()
+        finally:
+            trainer.train_dataset = prepared
 
     @rule(target=data, donor=data, d=data)
     def graft_ledger(self, donor, d):
