@@ -34,6 +34,13 @@ os.environ["SQUARECHIPO_RECORD_STORE"] = os.path.join(tempfile.mkdtemp(prefix="s
 # never the machine's own (~/.squarechipo), and no trusted-keys list (one person holds both roles, as on a laptop).
 os.environ["SQUARECHIPO_SIGNING_KEY"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-key-"), "signing.pem")
 os.environ.pop("SQUARECHIPO_TRUSTED_KEYS", None)
+# Every process a test starts sees a machine folder of the session's own (tests/helpers/machine/sitecustomize.py), so
+# a command run without the variables above never reads or writes the account's ~/.squarechipo.
+os.environ["SQUARECHIPO_TEST_MACHINE_DIR"] = os.path.join(
+    tempfile.mkdtemp(prefix="squarechipo-machine-"), ".squarechipo"
+)
+_SHIM = os.path.join(os.path.dirname(__file__), "helpers", "machine")
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SHIM, os.environ.get("PYTHONPATH")) if p)
 os.environ.pop("SQUARECHIPO_LEDGER_KEY", None)
 
 

@@ -256,7 +256,9 @@ def test_every_python_block_of_the_page_runs_as_on_a_fresh_machine(page, work, t
     never made. Each Python block runs as written (the model, rows and steps shrunk), in a folder holding only the
     data, with a cache and a default registry no release ever touched."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "SQUARECHIPO_CACHE": str(tmp_path / "c")}
-    env.pop("SQUARECHIPO_RELEASE_REGISTRY", None)
+    env["SQUARECHIPO_TEST_MACHINE_DIR"] = str(tmp_path / "machine")  # a machine no release or key ever touched
+    for variable in ("SQUARECHIPO_RELEASE_REGISTRY", "SQUARECHIPO_RECORD_STORE", "SQUARECHIPO_SIGNING_KEY"):
+        env.pop(variable, None)
     for index, code in enumerate(python_blocks(ROOT / page)):
         for pattern, replacement in PYTHON_SIZES:
             code = re.sub(pattern, replacement, code)
@@ -265,7 +267,8 @@ def test_every_python_block_of_the_page_runs_as_on_a_fresh_machine(page, work, t
         done = launch([sys.executable, str(script)], cwd=work, env=env, timeout=600)
         failed = f"{page}: python block {index} failed:\n{done.stdout[-2500:]}\n{done.stderr[-2500:]}"
         assert done.returncode == 0, failed
-    assert (tmp_path / "c" / "releases.sqlite").is_file()  # the first release started the machine's registry
+    assert (tmp_path / "machine" / "releases.sqlite").is_file()  # the first release started the machine's registry
+    assert (tmp_path / "machine" / "signing_key.pem").is_file()  # ... and its signing key
 
 
 @pytest.mark.slow

@@ -205,6 +205,7 @@ def test_the_machine_folder_is_the_accounts_whatever_home_or_the_cache_say(tmp_p
     seen = set()
     for home, cache in ((None, None), (tmp_path / "h1", tmp_path / "c1"), ("relative-home", "relative-cache")):
         env = {**os.environ}
+        env.pop("SQUARECHIPO_TEST_MACHINE_DIR")  # the real rule, read only (the test shim is off)
         for name, value in (("HOME", home), ("SQUARECHIPO_CACHE", cache)):
             if value is not None:
                 env[name] = str(value)
