@@ -4,6 +4,7 @@ by construction (docs/privacy.md, the threat model)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -283,3 +284,39 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
     assert found.rows == 12 and len(found.releases) == 1  # counted once
     with pytest.raises(ValueError, match="were released before"):
         release_dataset(rows, LabelPipeline(epsilon=0.5))
+
+
+def test_a_models_record_is_checked_with_the_public_key_alone(tmp_path, monkeypatch):
+    """A card's privacy record can be checked by anyone holding the custodian's public key, without the power to
+    forge one: the record carries the release's signed ledger (without its row sets); an ε edited into the record,
+    or a ledger edited inside it, is found."""
+    from squarechipo.cli import main
+    from squarechipo.privacy.ledger.debiasing import resolve_privacy
+    from squarechipo.privacy.provenance.record import PRIVACY_FILE, PrivacyRecord, verify_privacy_record
+    from squarechipo.privacy.provenance.record import write_privacy_record as write
+    from tests.helpers.keys import roles
+
+    keys = roles(tmp_path, monkeypatch)
+    released = release_dataset(distinct_pairs(16, offset=5900), LabelPipeline(epsilon=0.5), seed=0)
+    settings = resolve_privacy(get_ledger(released), epsilon=None, flip_rate=None, override=False)
+    model = tmp_path / "model"
+    write(model, PrivacyRecord.build({"stage": "preference_optimization", **settings.record(False)}))
+    stored = json.loads((model / PRIVACY_FILE).read_text())
+    assert '"row_set":' not in json.dumps(stored["ledger"]) and stored["ledger"]["signature"].startswith("ed25519:")
+    assert len(json.dumps(stored)) < 20_000  # a summary, not 16 bytes a row
+    keys.analyst()  # the public key only
+    found = verify_privacy_record(model)
+    assert found["epsilon_backed_by_ledger"] and found["ledger"][0].startswith(
+        f"signed by key {keys.custodian_key.key_id} (Ed25519"
+    )
+    assert main(["key", "verify", str(model)]) == 0
+    from squarechipo.data.integrity import seal
+
+    overclaim = {**stored, "epsilon": 0.05}  # the analyst re-seals the record (unsigned: it holds no key)
+    (model / PRIVACY_FILE).write_text(json.dumps(seal(overclaim)))
+    found = verify_privacy_record(model)
+    assert found["record"].startswith("unsigned digest") and not found["epsilon_backed_by_ledger"]
+    ledger = {**stored["ledger"], "total_epsilon": 0.05}
+    (model / PRIVACY_FILE).write_text(json.dumps(seal({**overclaim, "ledger": ledger})))
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        verify_privacy_record(model)
