@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from squarechipo._lazy import lazy_exports
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 #: The top-level names, imported on first use: ``import squarechipo`` stays cheap.
 _EXPORTS = {

@@ -1,5 +1,6 @@
-"""Score candidate policies on private preference rows: L(π) = Σ_i (2σ(m_i) − 1 − 1)² (Zhou et al. 2025
-(Square-χPO), Algorithm 2). Private to the selector, which passes the scores only to the exponential mechanism.
+"""Score candidate policies on private preference rows: L(π) = Σ_i (2σ(m_i) − 1 − 1)²
+(Zhou et al. 2025 (Square-χPO), Algorithm 2). Private to the selector, which passes the scores only to the
+exponential mechanism.
 
 The reference log-probabilities are computed once; each candidate then runs one batched, gradient-free forward per
 batch with the lean LM head (completion positions only, each prompt once). Across processes every rank scores a
