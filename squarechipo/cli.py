@@ -55,7 +55,7 @@ TOOLS = {
     "audit": ("squarechipo.audit.__main__", "empirical ε lower bounds for mechanisms and training runs"),
     "sim": ("squarechipo.sim.__main__", "the simulation lab"),
     "data": ("squarechipo.data.finance", "generate a dataset: data finance --out DIR"),
-    "registry": ("squarechipo.privacy.release.registry", "the registry of releases on this machine: init | show"),
+    "registry": ("squarechipo.scripts.registry", "the registry of releases: init | show | migrate | grant"),
     "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: key new | show | verify"),
 }
 
@@ -142,9 +142,10 @@ def _parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The errors that are the user's to fix (a missing file, a bad option or value, a refused release or ledger):
     each message names the file or field and the fix, so the CLI prints it as one line."""
+    from squarechipo.data.database import DatabaseError
     from squarechipo.privacy.release.registry import RegistryError
 
-    return (ValueError, RegistryError, FileNotFoundError, NotADirectoryError, PermissionError)
+    return (ValueError, RegistryError, DatabaseError, FileNotFoundError, NotADirectoryError, PermissionError)
 
 
 def main(argv: list[str] | None = None) -> int:

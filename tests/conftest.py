@@ -105,3 +105,21 @@ def finance_splits():
     from squarechipo.data.finance import build_datasets
 
     return build_datasets(n_rows=280, seed=0, sft_rows=40, judge_rows=40)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server in a temporary folder (tests/helpers/postgres.py), one per test process."""
+    from tests.helpers import postgres as helper
+
+    why = helper.available()
+    if why:
+        pytest.skip(why)
+    server = helper.start_server()
+    yield server
+    try:
+        server.stop("immediate")
+    finally:
+        import shutil
+
+        shutil.rmtree(server.folder, ignore_errors=True)

@@ -548,7 +548,7 @@ def test_each_refusal_of_the_registry_says_in_full_what_happened_and_the_fix(tmp
     monkeypatch.setenv(REGISTRY_ENV, str(never))
     # A registry named by the environment is never started silently.
     assert _refusal(release) == (
-        f"there is no registry of releases at {never} ({REGISTRY_ENV} or the cache root), so no release can be "
+        f"there is no registry of releases at {never} ({REGISTRY_ENV} or this machine's), so no release can be "
         "checked against earlier releases of the same rows, and squarechipo does not start one silently (a lost or "
         "redirected registry would count from zero). If no release was ever made with this registry's setting, start "
         "one: "
@@ -573,16 +573,17 @@ def test_each_refusal_of_the_registry_says_in_full_what_happened_and_the_fix(tmp
     )
     path.write_bytes(b"")
     assert _refusal(release) == (
-        f"the registry of releases at {path} is empty: it was emptied, replaced or written by another version, so it "
-        "cannot say which rows were released. Restore it (a backup older than the last release under-counts the "
-        "releases made since); only if it is lost for good, move it away and start a new one (squarechipo registry "
-        "init)."
+        f"the registry of releases at {path} is empty: it was emptied, dropped, replaced or written by another "
+        "version, so it cannot say which rows were released. Restore it (a backup older than the last release "
+        "under-counts the releases made since); only if it is lost for good, move it away and start a new one "
+        "(squarechipo registry init)."
     )
     path.write_bytes(b"this is not a database" * 100)
     assert _refusal(release) == (
-        f"the registry of releases at {path} cannot be read (DatabaseError: file is not a database): it is corrupt or "
-        "not a registry. Restore it from a backup (a backup older than the last release under-counts: releases made "
-        "since it are not in it, so their rows could be released again; add them back or treat their rows as spent); "
+        f"the registry of releases at {path} cannot be read (DatabaseError: file is not a database): it is corrupt, "
+        "not a registry, or this role may not read it. Restore it from a backup (a backup older than the last release "
+        "under-counts: releases made since it are not in it, so their rows could be released again; add them back or "
+        "treat their rows as spent); "
         "squarechipo will not release rows it cannot check against it. Only if it is lost for good, move it away and "
         "start a new one (squarechipo registry init): releases it recorded are then no longer counted."
     )

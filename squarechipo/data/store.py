@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SqliteMap", "cache_root", "machine_dir"]
+__all__ = ["RecordTable", "SqliteMap", "cache_root", "machine_dir"]
 
 _TYPES = {"text": "TEXT", "real": "REAL", "blob": "BLOB"}
 
@@ -102,3 +102,53 @@ class SqliteMap:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class RecordTable:
+    """``table`` of string keys to ``kind`` values (``text`` or ``blob``) in a SQLite file or a PostgreSQL database
+    (:mod:`squarechipo.data.database`): the store of model records a team may share across machines. The table is
+    created at first use (on a server, by a role that may create tables; an administrator may create it first)."""
+
+    def __init__(self, target: str | os.PathLike, table: str, kind: str = "text") -> None:
+        from squarechipo.data.database import connect, is_url
+
+        if kind not in ("text", "blob") or not table.isidentifier():
+            raise ValueError(f"kind must be text or blob and table an identifier (got {kind!r}, {table!r}).")
+        if not is_url(target):
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        self.table, self.db = table, connect(target, must_exist=False)
+        if self.db.kind == "sqlite":
+            self.db.execute("PRAGMA journal_mode=WAL")  # several processes read and write one file
+        value = "TEXT" if kind == "text" else "{blob}"
+        if table not in self.db.tables():
+            self.db.execute(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value {value} NOT NULL)")
+
+    def get(self, key: str) -> Any | None:
+        found = self.db.execute(f"SELECT value FROM {self.table} WHERE key = ?", (key,)).fetchone()
+        return None if found is None else (bytes(found[0]) if isinstance(found[0], memoryview) else found[0])
+
+    def put(self, key: str, value: Any) -> None:
+        self.db.execute(
+            f"INSERT INTO {self.table} (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def items(self, prefix: str = "") -> list[tuple[str, Any]]:
+        """Every (key, value), in key order; only keys starting with ``prefix`` when one is given."""
+        rows = self.db.execute(
+            f"SELECT key, value FROM {self.table} WHERE substr(key, 1, ?) = ? ORDER BY key", (len(prefix), prefix)
+        ).fetchall()
+        return [(k, bytes(v) if isinstance(v, memoryview) else v) for k, v in rows]
+
+    def __len__(self) -> int:
+        return self.db.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0]
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> RecordTable:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

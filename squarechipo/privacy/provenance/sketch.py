@@ -212,15 +212,18 @@ def bf16_agreement(sketch: np.ndarray, trained: np.ndarray) -> float:
     return float((rounded(sketch) == rounded(trained)).double().mean()) if len(trained) else 0.0
 
 
-def record_store_path() -> Path:
-    """This machine's store of privacy records and weight sketches (what the lineage guard matches copies to):
-    ``$SQUARECHIPO_RECORD_STORE`` (an absolute path) or ``records.sqlite`` in :func:`squarechipo.data.store.
-    machine_dir`, which neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves."""
+def record_store_path() -> Path | str:
+    """The store of privacy records and weight sketches (what the lineage guard matches copies to):
+    ``$SQUARECHIPO_RECORD_STORE`` (an absolute path, or a ``postgresql://`` URL a team shares) or ``records.sqlite``
+    in :func:`squarechipo.data.store.machine_dir`, which neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves."""
     from squarechipo.data import store
+    from squarechipo.data.database import is_url
 
     named = os.environ.get(RECORD_STORE_ENV)
     if not named:
         return store.machine_dir() / "records.sqlite"
+    if is_url(named):
+        return named
     path = Path(named).expanduser()
     if not path.is_absolute():
         raise ValueError(
@@ -231,39 +234,44 @@ def record_store_path() -> Path:
 
 
 def _records():
-    from squarechipo.data.store import SqliteMap
+    from squarechipo.data.store import RecordTable
 
-    return SqliteMap(record_store_path(), "records")
+    return RecordTable(record_store_path(), "records")
 
 
 def _sketches():
-    from squarechipo.data.store import SqliteMap
+    from squarechipo.data.store import RecordTable
 
-    return SqliteMap(record_store_path(), "weight_sketches_by_name", "blob")
+    return RecordTable(record_store_path(), "weight_sketches_by_name", "blob")
 
 
 def remember_record(record: dict, model, start: Sketch | None) -> str:
     """Enter a saved model's record into the store under its weights' identity (returned); with the sketch of the
     model its private run started from, also the trained and starting weights at those positions."""
     identity = weights_identity(model)
-    _records().put(identity, json.dumps(record))
+    with _records() as records:
+        records.put(identity, json.dumps(record))
     if start is not None:
         trained, found = sketch_model(model, at=start)
         if found.mean() >= _MIN_OVERLAP:
-            _sketches().put(f"{start.architecture}:{identity}", start.to_bytes(trained.values, found.astype(float)))
+            with _sketches() as sketches:
+                sketches.put(f"{start.architecture}:{identity}", start.to_bytes(trained.values, found.astype(float)))
     return identity
 
 
 def recorded_by_weights(model) -> dict | None:
-    """The record (as stored, a JSON object) of a model squarechipo saved on this machine whose weights ``model``
+    """The record (as stored, a JSON object) of a model squarechipo saved into this store whose weights ``model``
     holds, or None: exactly, by identity; or as a cast, perturbed, merged or reshaped copy, by sketch."""
     identity = weights_identity(model)
-    found = _records().get(identity)
+    with _records() as records:
+        found = records.get(identity)
     if found:
         return json.loads(found)
     names = tuple(sorted(_merged_tensors(model)))
     architecture = hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
-    for key, blob in _sketches().items(prefix=f"{architecture}:"):
+    with _sketches() as sketches:
+        stored = sketches.items(prefix=f"{architecture}:")
+    for key, blob in stored:
         start, (trained, held) = Sketch.from_bytes(blob)
         candidate, found_here = sketch_model(model, at=start)
         both = found_here & (held > 0)
@@ -274,7 +282,8 @@ def recorded_by_weights(model) -> dict | None:
             continue
         t = copy_projection(values, trained_values, start_values)
         if t is not None and COPY_RANGE[0] <= t <= COPY_RANGE[1]:
-            record = _records().get(key.split(":", 1)[1])
+            with _records() as records:
+                record = records.get(key.split(":", 1)[1])
             if record:
                 return {**json.loads(record), "matched_by_sketch": round(t, 4)}
     return None

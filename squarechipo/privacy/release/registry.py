@@ -1,36 +1,40 @@
-"""The registry of releases on this machine: composition across releases of the same rows, authoritative.
+"""The registry of releases: composition across releases of the same rows, authoritative.
 
 Randomized response protects a label once. Released again with fresh noise, into another folder or another file,
 the same rows give an attacker several independent noisy copies, and their majority is the raw label. Each ledger
 describes one dataset's own releases, so it cannot see the others; this registry can. For every release drawn from
 OS entropy it keeps each released unit's key (the hash of a row's canonical content, :func:`squarechipo.data.
 fingerprint.row_hashes`, label-free and equal for retyped copies; and, where a privacy unit is declared, the hash of
-its value too: a unit groups rows, never splits one comparison's history), the
-rows' MinHash signatures and LSH band keys (so near-copies, :mod:`squarechipo.data.near_duplicates`, are found
-too), the release's ε, its time and where it was saved.
+its value too: a unit groups rows, never splits one comparison's history), the rows' MinHash signatures and LSH band
+keys (so near-copies, :mod:`squarechipo.data.near_duplicates`, are found too), the release's ε, its time and where it
+was saved.
+
+Where it lives: ``$SQUARECHIPO_RELEASE_REGISTRY`` (an absolute path of a SQLite file, or a ``postgresql://`` URL that
+a team shares across machines) or this machine's ``releases.sqlite`` (:func:`default_registry_path`). One schema and
+one code path serve both engines (:mod:`squarechipo.data.database`).
 
 It is authoritative:
 
-- **One transaction decides.** A release is entered by :func:`register_release`, which re-reads the earlier
-  releases of its rows and inserts it in one ``BEGIN IMMEDIATE`` transaction. Of two releases of the same rows at
-  the same moment, exactly one is entered as drawn; the other finds the first and is refused (or, with
-  ``rerelease``, must be drawn again so its ledger states the composed ε).
-- **Registered before it is visible.** The release path enters a release after its staged copy is complete and
-  before it is renamed into place (:mod:`squarechipo.privacy.release.store`); a release completed after an
-  interruption is entered then, from its released rows.
-- **Fail closed.** A registry that is lost (missing where one was started: a marker beside it says so), emptied,
-  redirected to a missing file (``$SQUARECHIPO_RELEASE_REGISTRY``), not a registry or unreadable stops a release with
-  its path and the fix; it never silently starts from zero. The one exception is a machine's first release: where the
-  default registry was never started (no marker), that release starts it and logs so. Starting one by hand is
-  :func:`init_registry` (``squarechipo registry init``).
+- **One transaction decides.** A release is entered by :func:`register_release`, which re-reads the earlier releases
+  of its rows and inserts it in one serializable transaction, one writer at a time. Of two releases of the same rows
+  at the same moment, from one machine or two, exactly one is entered as drawn; the other finds the first and is
+  refused (or, with ``rerelease``, must be drawn again so its ledger states the composed ε).
+- **Registered before it is sealed.** The release path enters a release before it signs its ledger
+  (:mod:`squarechipo.privacy.release.transaction`); a release cut off before it was entered is entered when the next
+  run completes it.
+- **Fail closed.** A registry that is lost (a file missing where one was started: a marker beside it says so),
+  emptied, dropped, redirected to a missing file, of another format, unreadable or on a server that cannot be reached
+  stops a release with its path or URL (password removed) and the fix; it never silently starts from zero and never
+  falls back to another registry. The one exception is a machine's first release: where this machine's registry was
+  never started (no marker), that release starts it and logs so. Starting one by hand is :func:`init_registry`
+  (``squarechipo registry init``).
 
 A new release of raw rows that were released before is refused unless the caller opts in (``rerelease=True``,
 ``label_rerelease: true`` in a config). Then the ledger records ``earlier_epsilon``: basic composition, the largest
 sum of the earlier releases' ε over any one unit, and the ledger's and the card's total ε include it.
 
-What it does not cover: releases made on other machines or into another registry, paraphrased rows, and seeded
-releases (a fixed seed is for simulation; their cards already say they are not private). The file is
-``$SQUARECHIPO_RELEASE_REGISTRY`` or ``releases.sqlite`` in the record store (``~/.cache/squarechipo``).
+What it does not cover: releases entered into another registry, paraphrased rows, and seeded releases (a fixed seed
+is for simulation; their cards already say they are not private).
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ import datetime as _dt
 import hashlib
 import logging
 import os
-import sqlite3
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -48,17 +51,21 @@ from pathlib import Path
 import numpy as np
 
 from squarechipo.data import store
-from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, Sketch, band_key_table, estimated_jaccard
+from squarechipo.data.database import Database, DatabaseError, connect, is_url, redact
+from squarechipo.data.near_duplicates import BANDS, NEAR_COPY_JACCARD, Sketch, estimated_jaccard
 
 __all__ = [
     "REGISTRY_ENV",
     "REGISTRY_FORMAT",
     "EarlierReleases",
     "RegistryError",
+    "default_registry_path",
     "earlier_releases",
     "init_registry",
+    "open_registry",
     "register_release",
     "registry_path",
+    "registry_target",
 ]
 
 logger = logging.getLogger("squarechipo")
@@ -66,23 +73,25 @@ logger = logging.getLogger("squarechipo")
 REGISTRY_ENV = "SQUARECHIPO_RELEASE_REGISTRY"
 REGISTRY_FORMAT = "squarechipo.release_registry/3"
 #: The format 0.3 wrote (release ids as text in every row, band keys as blobs): opened, it is migrated to this one.
-_FORMAT_2 = "squarechipo.release_registry/2"
-_TABLES = {"meta", "releases", "released_units", "released_bands", "released_signatures"}
-#: Format 3: a release is referred to by its number; band keys are integers (squarechipo.data.near_duplicates).
-_SCHEMA = (
-    "CREATE TABLE releases (no INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, epsilon REAL NOT NULL, "
-    "made TEXT NOT NULL, folder TEXT, rows INTEGER NOT NULL)",
-    "CREATE TABLE released_units (unit BLOB NOT NULL, release INTEGER NOT NULL, count INTEGER)",
+FORMAT_2 = "squarechipo.release_registry/2"
+TABLES = ("meta", "releases", "released_units", "released_bands", "released_signatures")
+#: Format 3, in the portable spelling of squarechipo.data.database: a release is referred to by its number; band keys
+#: are integers (squarechipo.data.near_duplicates).
+SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE releases (no {serial}, id TEXT UNIQUE NOT NULL, epsilon DOUBLE PRECISION NOT NULL, "
+    "made TEXT NOT NULL, folder TEXT, rows BIGINT NOT NULL)",
+    "CREATE TABLE released_units (unit {blob} NOT NULL, release BIGINT NOT NULL, count BIGINT)",
     "CREATE INDEX released_units_by_unit ON released_units (unit)",
-    "CREATE TABLE released_bands (band INTEGER NOT NULL, release INTEGER NOT NULL, row INTEGER NOT NULL)",
+    "CREATE TABLE released_bands (band BIGINT NOT NULL, release BIGINT NOT NULL, row BIGINT NOT NULL)",
     "CREATE INDEX released_bands_by_band ON released_bands (band)",
-    "CREATE TABLE released_signatures (release INTEGER NOT NULL, row INTEGER NOT NULL, signature BLOB NOT NULL, "
-    "PRIMARY KEY (release, row)) WITHOUT ROWID",
+    "CREATE TABLE released_signatures (release BIGINT NOT NULL, row BIGINT NOT NULL, signature {blob} NOT NULL, "
+    "PRIMARY KEY (release, row)) {without_rowid}",
 )
 
 
 class RegistryError(RuntimeError):
-    """The registry of releases cannot be trusted (missing, emptied, corrupt) or refuses a release."""
+    """The registry of releases cannot be trusted (missing, emptied, corrupt, unreachable) or refuses a release."""
 
 
 def default_registry_path() -> Path:
@@ -91,12 +100,15 @@ def default_registry_path() -> Path:
     return store.machine_dir() / "releases.sqlite"
 
 
-def registry_path() -> Path:
-    """Where the registry of releases lives: ``$SQUARECHIPO_RELEASE_REGISTRY`` (an absolute path: a relative one
-    would name another registry in every folder a job runs from) or this machine's (:func:`default_registry_path`)."""
+def registry_target() -> str | Path:
+    """Where the registry of releases lives: ``$SQUARECHIPO_RELEASE_REGISTRY`` (a ``postgresql://`` URL, or an absolute
+    path: a relative one would name another registry in every folder a job runs from) or this machine's
+    (:func:`default_registry_path`)."""
     named = os.environ.get(REGISTRY_ENV)
     if not named:
         return default_registry_path()
+    if is_url(named):
+        return named
     path = Path(named).expanduser()
     if not path.is_absolute():
         raise RegistryError(
@@ -105,6 +117,14 @@ def registry_path() -> Path:
             "unset it to use this machine's registry."
         )
     return path
+
+
+def registry_path() -> Path:
+    """The registry's file (:func:`registry_target`); a registry on a server has none."""
+    target = registry_target()
+    if isinstance(target, str):
+        raise RegistryError(f"the registry of releases is on a server ({redact(target)}), not in a file.")
+    return target
 
 
 def _started_marker(path: Path) -> Path:
@@ -131,7 +151,7 @@ def _missing(path: Path) -> RegistryError:
             "(squarechipo registry init): the rows it recorded could then be released again."
         )
     return RegistryError(
-        f"there is no registry of releases at {path} ({REGISTRY_ENV} or the cache root), so no release can be "
+        f"there is no registry of releases at {path} ({REGISTRY_ENV} or this machine's), so no release can be "
         "checked against earlier releases of the same rows, and squarechipo does not start one silently (a lost or "
         "redirected registry would count from zero). If no release was ever made with this registry's setting, "
         "start one: `squarechipo registry init` (or squarechipo.privacy.release.registry.init_registry()). If it was "
@@ -139,9 +159,26 @@ def _missing(path: Path) -> RegistryError:
     )
 
 
-def init_registry(path: str | os.PathLike | None = None) -> Path:
-    """Start a new, empty registry of releases (an explicit step, logged). Refuses a path that already holds one."""
-    path = Path(path).expanduser() if path is not None else registry_path()
+def _meta(created: str) -> dict[str, str]:
+    return {"format": REGISTRY_FORMAT, "registry_id": uuid.uuid4().hex, "created": created}
+
+
+def _create_schema(db: Database) -> dict[str, str]:
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    meta = _meta(created)
+    for statement in SCHEMA:
+        db.execute(statement)
+    db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
+    return meta
+
+
+def init_registry(target: str | os.PathLike | None = None) -> str | Path:
+    """Start a new, empty registry of releases (an explicit step, logged): a file, or the tables of a registry in a
+    PostgreSQL database (which must exist). Refuses a file or a database that already holds one."""
+    target = registry_target() if target is None else target
+    if is_url(target):
+        return _start_on_server(str(target))
+    path = Path(target).expanduser()
     if not path.is_absolute():
         raise RegistryError(
             f"{path}: start a registry at an absolute path (a relative one names a new one per folder)."
@@ -154,26 +191,41 @@ def init_registry(path: str | os.PathLike | None = None) -> Path:
     return path
 
 
+def _start_on_server(url: str) -> str:
+    with _opened(url) as db:
+
+        def create(db: Database) -> dict[str, str] | None:
+            return None if set(TABLES) & db.tables() else _create_schema(db)
+
+        try:
+            meta = db.retried(create, write=True)
+        except DatabaseError as error:
+            raise RegistryError(
+                f"the registry of releases at {db.where} could not be started ({error.detail}). Starting one creates "
+                "its tables: connect as a role that may create tables in that database (the team's administrator)."
+            ) from None
+        if meta is None:
+            raise RegistryError(
+                f"{db.where} already holds a registry of releases (or tables of its names); a registry is started "
+                "once. Use it as it is; to start over, drop its tables first (the releases it records are then no "
+                "longer counted)."
+            )
+    logger.warning("started a new registry of releases at %s: releases made before it are not counted", redact(url))
+    return url
+
+
 def _start(path: Path) -> bool:
-    """Create a registry at ``path`` atomically: built whole in a file of its own, then linked into place, so two
+    """Create a registry file at ``path`` atomically: built whole in a file of its own, then linked into place, so two
     processes starting one at the same moment end with one registry (the loser's is discarded). False when one
     was there already (or won the race)."""
     if path.exists() and path.stat().st_size > 0:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     building = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
-    db = sqlite3.connect(str(building), timeout=60.0)
-    try:
-        with db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            for statement in _SCHEMA:
-                db.execute(statement)
-            created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            meta = {"format": REGISTRY_FORMAT, "registry_id": uuid.uuid4().hex, "created": created}
-            db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-    finally:
-        db.close()
+    with connect(building, must_exist=False) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        with db.transaction(write=True):
+            meta = _create_schema(db)
     try:
         if path.exists():  # an empty file left where a registry should be: replaced only if it is still empty
             if path.stat().st_size > 0:
@@ -187,98 +239,62 @@ def _start(path: Path) -> bool:
         building.unlink(missing_ok=True)
         for suffix in ("-wal", "-shm"):
             Path(f"{building}{suffix}").unlink(missing_ok=True)
-    _started_marker(path).write_text(f"{meta['registry_id']} {created}\n")
+    _started_marker(path).write_text(f"{meta['registry_id']} {meta['created']}\n")
     logger.warning("started a new registry of releases at %s: releases made before it are not counted", path)
     return True
 
 
-def _connect() -> sqlite3.Connection:
-    """The registry, checked: refuses a missing, emptied, foreign or unreadable file with its path and the fix."""
-    path = registry_path()
-    if not path.is_file() and _first_on_this_machine(path):
-        _start(path)  # logged: the first release on this machine starts its registry (one, however many race)
-    if not path.is_file():
-        raise _missing(path)
+def _opened(target: str | Path) -> Database:
+    """A connection to ``target``, or :class:`RegistryError` naming it (a server that cannot be reached)."""
     try:
-        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=60.0)
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
-    except sqlite3.DatabaseError as error:
+        return connect(target)
+    except DatabaseError as error:
         raise RegistryError(
-            f"the registry of releases at {path} cannot be read ({type(error).__name__}: {error}): it is corrupt or "
-            "not a registry. Restore it from a backup (a backup older than the last release under-counts: releases "
-            "made since it are not in it, so their rows could be released again; add them back or treat their rows as "
-            "spent); squarechipo will not release rows it cannot check against it. Only if it is lost for good, move "
-            "it away and start a new one (squarechipo registry init): releases it recorded are then no longer counted."
+            f"the registry of releases at {redact(target)} cannot be reached or opened ({error.detail}), so no "
+            "release can be checked against earlier releases of the same rows: squarechipo makes none, and never "
+            f"falls back to a local registry. Start the server (or fix {REGISTRY_ENV}) and run again."
         ) from None
-    if _TABLES <= tables and meta.get("format") == _FORMAT_2:
-        try:
-            _migrate(db, path)
-        except (sqlite3.DatabaseError, ValueError) as error:
-            db.close()
-            raise RegistryError(
-                f"the registry of releases at {path} is format 2 and could not be migrated to format 3 "
-                f"({type(error).__name__}: {error}); nothing was changed. Restore it from a backup, or keep using it "
-                "with squarechipo 0.3; only if it is lost for good, move it away and start a new one "
-                "(squarechipo registry init)."
-            ) from None
-        meta["format"] = REGISTRY_FORMAT
-    if not _TABLES <= tables or meta.get("format") != REGISTRY_FORMAT:
+
+
+def open_registry() -> Database:
+    """The registry, checked: refuses a missing, emptied, dropped, foreign, unreadable or unreachable one with its
+    path or URL and the fix."""
+    target = registry_target()
+    if isinstance(target, Path):
+        if not target.is_file() and _first_on_this_machine(target):
+            _start(target)  # logged: the first release on this machine starts its registry (one, however many race)
+        if not target.is_file():
+            raise _missing(target)
+    db = _opened(target)
+    try:
+        tables = db.tables()
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
+    except DatabaseError as error:
         db.close()
-        state = "empty" if not tables else f"not a squarechipo registry ({REGISTRY_FORMAT})"
         raise RegistryError(
-            f"the registry of releases at {path} is {state}: it was emptied, replaced or written by another version, "
-            "so it cannot say which rows were released. Restore it (a backup older than the last release "
-            "under-counts the releases made since); only if it is lost for good, move it away and start a new one "
-            "(squarechipo registry init)."
+            f"the registry of releases at {db.where} cannot be read ({error.detail}): it is corrupt, not a registry, "
+            "or this role may not read it. Restore it from a backup (a backup older than the last release "
+            "under-counts: "
+            "releases made since it are not in it, so their rows could be released again; add them back or treat "
+            "their rows as spent); squarechipo will not release rows it cannot check against it. Only if it is lost "
+            "for good, move it away and start a new one (squarechipo registry init): releases it recorded are then "
+            "no longer counted."
+        ) from None
+    if set(TABLES) <= tables and meta.get("format") == FORMAT_2 and db.kind == "sqlite":
+        from squarechipo.privacy.release.registry_admin import migrate_format_2
+
+        migrate_format_2(db)
+        meta["format"] = REGISTRY_FORMAT
+    if not set(TABLES) <= tables or meta.get("format") != REGISTRY_FORMAT:
+        db.close()
+        state = "empty" if not tables & set(TABLES) else f"not a squarechipo registry ({REGISTRY_FORMAT})"
+        raise RegistryError(
+            f"the registry of releases at {db.where} is {state}: it was emptied, dropped, replaced or written by "
+            "another version, so it cannot say which rows were released. Restore it (a backup older than the last "
+            "release under-counts the releases made since); only if it is lost for good, move it away and start a "
+            "new one (squarechipo registry init)."
         )
     return db
-
-
-def _migrate(db: sqlite3.Connection, path: Path) -> None:
-    """Format 2 → 3, in one transaction: the same releases, units and signatures, releases referred to by number and
-    band keys recomputed from the stored signatures (format 2's blob keys are not kept)."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        if db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] != _FORMAT_2:
-            db.rollback()  # another process migrated it meanwhile
-            return
-        for name in ("released_units_by_unit", "released_bands_by_band"):
-            db.execute(f"DROP INDEX IF EXISTS {name}")
-        for table in ("releases", "released_units", "released_bands", "released_signatures"):
-            db.execute(f"ALTER TABLE {table} RENAME TO {table}_v2")
-        for statement in _SCHEMA:
-            db.execute(statement)
-        db.execute(
-            "INSERT INTO releases (id, epsilon, made, folder, rows) "
-            "SELECT id, epsilon, made, folder, rows FROM releases_v2 ORDER BY made, id"
-        )
-        db.execute(
-            "INSERT INTO released_units SELECT u.unit, r.no, u.count FROM released_units_v2 u "
-            "JOIN releases r ON r.id = u.release"
-        )
-        db.execute(
-            "INSERT INTO released_signatures SELECT r.no, g.row, g.signature FROM released_signatures_v2 g "
-            "JOIN releases r ON r.id = g.release"
-        )
-        stored = db.execute("SELECT release, row, signature FROM released_signatures").fetchall()
-        if stored:
-            marks = np.stack([np.frombuffer(blob, dtype="<u4") for _, _, blob in stored])
-            keys = band_key_table(marks).tolist()
-            db.executemany(
-                "INSERT INTO released_bands VALUES (?, ?, ?)",
-                [(key, release, row) for (release, row, _), row_keys in zip(stored, keys) for key in row_keys],
-            )
-        for table in ("releases", "released_units", "released_bands", "released_signatures"):
-            db.execute(f"DROP TABLE {table}_v2")
-        db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (REGISTRY_FORMAT,))
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('migrated_from', ?)", (_FORMAT_2,))
-        db.commit()
-    except BaseException:
-        db.rollback()
-        raise
-    logger.warning("migrated the registry of releases at %s to %s (the same releases, a smaller file)", path,
-                   REGISTRY_FORMAT)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -292,22 +308,30 @@ class EarlierReleases:
     ids: frozenset[str] = field(default_factory=frozenset)
     #: The registry's releases when this was read (:func:`_state`); empty: unknown.
     state: str = ""
+    #: Release id → where it was saved (its folder; None for a release made in memory).
+    folders: dict[str, str | None] = field(default_factory=dict, compare=False)
 
     def describe(self) -> str:
-        made = ", ".join(f"ε {eps:g} at {when}" for _, eps, when in self.releases)
+        made = ", ".join(
+            f"ε {eps:g} at {when}" + (f" into {self.folders[id_]}" if self.folders.get(id_) else "")
+            for id_, eps, when in self.releases
+        )
         near = f", {self.near_copies} of them as near-copies" if self.near_copies else ""
         return f"{self.rows} row(s) were released before{near} ({made}; composed ε of those releases {self.epsilon:g})"
 
 
-def _matching(db: sqlite3.Connection, keys: list, table: str, key: str, columns: str) -> list[tuple]:
-    """``columns`` of the rows of ``table`` whose ``key`` is one of ``keys``, by the cheaper plan: a registry smaller
-    than the query is read whole and filtered here; a larger one is joined with a temporary table of the keys."""
+def _matching(db: Database, keys: list, table: str, key: str, columns: str) -> list[tuple]:
+    """``columns`` of the rows of ``table`` whose ``key`` is one of ``keys``, by the cheaper plan: on SQLite a registry
+    smaller than the query is read whole and filtered here, a larger one joined with a temporary table of the keys; on
+    PostgreSQL the keys go as one array."""
     wanted = set(keys)
     if not wanted:
         return []
+    if db.kind == "postgresql":
+        return db.execute(f"SELECT {key}, {columns} FROM {table} WHERE {key} = ANY(?)", (list(wanted),)).fetchall()
     held = db.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0] or 0  # rows ever entered: an upper bound
     if held <= len(wanted):
-        return [row for row in db.execute(f"SELECT {key}, {columns} FROM {table}") if row[0] in wanted]
+        return [row for row in db.execute(f"SELECT {key}, {columns} FROM {table}").fetchall() if row[0] in wanted]
     db.execute("CREATE TEMP TABLE IF NOT EXISTS wanted (key)")
     db.execute("DELETE FROM wanted")
     db.executemany("INSERT INTO wanted VALUES (?)", ((k,) for k in sorted(wanted)))
@@ -317,20 +341,21 @@ def _matching(db: sqlite3.Connection, keys: list, table: str, key: str, columns:
         db.execute("DELETE FROM wanted")
 
 
-def _state(db: sqlite3.Connection) -> str:
+def _state(db: Database) -> str:
     """The releases entered so far, as one digest: the answer to a query can change only when this does (a release's
     units, bands and signatures are entered in the transaction that enters it)."""
-    ids = sorted(row[0] for row in db.execute("SELECT id FROM releases"))
+    ids = sorted(row[0] for row in db.execute("SELECT id FROM releases").fetchall())
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
 
 
-def _query(db: sqlite3.Connection, units: list[bytes], marks: Sketch | None) -> EarlierReleases:
+def _query(db: Database, units: list[bytes], marks: Sketch | None) -> EarlierReleases:
     per_row: dict[int, float] = defaultdict(float)
     involved: dict[str, tuple[float, str]] = {}
     index: dict[bytes, list[int]] = defaultdict(list)
     for i, unit in enumerate(units):
         index[unit].append(i)
-    entered = {no: (id_, eps, made) for no, id_, eps, made in db.execute("SELECT no, id, epsilon, made FROM releases")}
+    listed = db.execute("SELECT no, id, epsilon, made, folder FROM releases").fetchall()
+    entered = {no: (id_, eps, made) for no, id_, eps, made, _ in listed}
     for unit, release, count in _matching(db, list(index), "released_units", "unit", "release, count"):
         if release not in entered:  # a unit of no entered release (as the join that read them before skipped)
             continue
@@ -346,13 +371,14 @@ def _query(db: sqlite3.Connection, units: list[bytes], marks: Sketch | None) -> 
     releases = tuple(sorted(((k, *v) for k, v in involved.items()), key=lambda r: r[2]))
     # A row can hold several keys (its content, its declared unit), laid out in blocks of one key per row.
     rows = len({i % len(marks) for i in per_row}) if marks is not None and len(marks) else len(per_row)
+    folders = {id_: folder for _, id_, _, _, folder in listed if id_ in involved}
     return EarlierReleases(
-        rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved), _state(db)
+        rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved), _state(db), folders
     )
 
 
 def _near_copies(
-    db: sqlite3.Connection, marks: Sketch, exact: set[int], entered: dict[int, tuple[str, float, str]]
+    db: Database, marks: Sketch, exact: set[int], entered: dict[int, tuple[str, float, str]]
 ) -> dict[int, list[tuple[str, float, str]]]:
     """Rows (not already matched exactly) whose MinHash signature is a near-copy of a registered row's: for each,
     every release holding such a row (a row nearly copying rows of two releases has spent both releases' ε)."""
@@ -377,9 +403,9 @@ def _near_copies(
             stored = db.execute(
                 "SELECT signature FROM released_signatures WHERE release = ? AND row = ?", (release, row)
             ).fetchone()
-            if stored is not None and estimated_jaccard(marks.signatures[i], np.frombuffer(stored[0], "<u4")) >= (
-                NEAR_COPY_JACCARD
-            ):
+            if stored is not None and estimated_jaccard(
+                marks.signatures[i], np.frombuffer(bytes(stored[0]), "<u4")
+            ) >= (NEAR_COPY_JACCARD):
                 matched.add(release)
                 found.setdefault(i, []).append(entered[release])
     return found
@@ -389,11 +415,23 @@ def earlier_releases(units: list[bytes], marks: Sketch | None = None) -> Earlier
     """The earlier releases of any of these rows recorded here: by unit key, and by near-copy when ``marks`` (the
     rows' :class:`~squarechipo.data.near_duplicates.Sketch`) is given. ``units`` holds one content key per row, then
     (for a declared privacy unit) one unit key per row."""
-    db = _connect()
+    with open_registry() as db:
+        return _refused(db, lambda: db.retried(lambda db: _query(db, units, marks)))
+
+
+def _refused(db: Database, work):
+    """``work()``, with the server's refusals (a role that may not read or write the registry, a server stopped
+    mid-transaction) as :class:`RegistryError` naming the registry: nothing half-entered stays."""
     try:
-        return _query(db, units, marks)
-    finally:
-        db.close()
+        return work()
+    except DatabaseError as error:
+        denied = getattr(error, "sqlstate", None) == "42501"
+        why = (
+            "this role may not do that: releases are entered by the custodian's role (docs/team.md)"
+            if denied
+            else "the registry could not finish; the transaction was rolled back, so nothing of it was entered"
+        )
+        raise RegistryError(f"the registry of releases at {db.where} refused ({error.detail}): {why}.") from None
 
 
 def register_release(
@@ -409,71 +447,46 @@ def register_release(
     """Enter a release, in one transaction with the check that decides it: the earlier releases of its rows must be
     those its ledger composed (``expected``). A release entered before (the same id) is left as it is. Returns the
     registry's id, which the release's ledger then names."""
-    db = _connect()
-    try:
+
+    def enter(db: Database) -> str:
         registry_id = db.execute("SELECT value FROM meta WHERE key = 'registry_id'").fetchone()[0]
-        db.execute("BEGIN IMMEDIATE")  # one writer decides at a time; readers of the old state see no half-entry
         if db.execute("SELECT 1 FROM releases WHERE id = ?", (release_id,)).fetchone():
-            db.rollback()
             return registry_id
         # Nothing entered since the release looked: the answer stands (a full query again costs as much as the first).
         now = expected if expected.state and _state(db) == expected.state else _query(db, units, marks)
         if now.ids != expected.ids:
-            db.rollback()
             new = sorted(now.ids - expected.ids)
             raise RegistryError(
                 f"another release of these rows was registered while this one was being drawn ({len(new)} release(s): "
                 f"{now.describe()}); this release was not made visible and its noise is discarded (nothing read it). "
                 "Reuse that release, or run again with rerelease=True to compose with it."
             )
-        counts: dict[bytes, int] = defaultdict(int)
-        for unit in units:
-            counts[unit] += 1
-        entry = (release_id, float(epsilon), made, folder, len(units))
-        number = db.execute("INSERT INTO releases (id, epsilon, made, folder, rows) VALUES (?, ?, ?, ?, ?)", entry)
-        number = number.lastrowid
-        # Keys inserted in index order: neighbouring inserts touch neighbouring pages of the index.
-        db.executemany(
-            "INSERT INTO released_units VALUES (?, ?, ?)", [(u, number, c) for u, c in sorted(counts.items())]
-        )
-        if marks is not None:
-            db.executemany(
-                "INSERT INTO released_signatures VALUES (?, ?, ?)",
-                [(number, i, m.astype("<u4").tobytes()) for i, m in enumerate(marks.signatures)],
-            )
-            flat = marks.keys.ravel()
-            order = np.argsort(flat, kind="stable")
-            bands = zip(flat[order].tolist(), (order // marks.keys.shape[1]).tolist())
-            db.executemany("INSERT INTO released_bands VALUES (?, ?, ?)", [(k, number, i) for k, i in bands])
-        db.commit()
+        _enter(db, release_id, units, marks, epsilon, made, folder)
         return registry_id
-    except BaseException:
-        if db.in_transaction:
-            db.rollback()
-        raise
-    finally:
-        db.close()
+
+    with open_registry() as db:
+        return _refused(db, lambda: db.retried(enter, write=True))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``squarechipo registry init [--path P]`` (start one, explicitly) | ``squarechipo registry show``."""
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(prog="squarechipo registry", description="the registry of releases")
-    commands = parser.add_subparsers(dest="command", required=True)
-    start = commands.add_parser("init", help="start a new registry (refuses a path that holds one)")
-    start.add_argument("--path", default=None, help=f"default: ${REGISTRY_ENV} or the cache root's releases.sqlite")
-    commands.add_parser("show", help="where the registry is, its id, and how many releases and units it holds")
-    args = parser.parse_args(argv)
-    if args.command == "init":
-        print(init_registry(args.path))
-        return 0
-    db = _connect()
-    try:
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        releases = db.execute("SELECT COUNT(*), COALESCE(SUM(rows), 0) FROM releases").fetchone()
-    finally:
-        db.close()
-    print(json.dumps({"path": str(registry_path()), **meta, "releases": releases[0], "rows": releases[1]}, indent=2))
-    return 0
+def _enter(db: Database, release_id, units, marks, epsilon, made, folder) -> None:
+    """The release's row, its units, signatures and band keys (inside the deciding transaction)."""
+    counts: dict[bytes, int] = defaultdict(int)
+    for unit in units:
+        counts[unit] += 1
+    entry = (release_id, float(epsilon), made, folder, len(units))
+    number = db.execute(
+        "INSERT INTO releases (id, epsilon, made, folder, rows) VALUES (?, ?, ?, ?, ?) RETURNING no", entry
+    ).fetchone()[0]
+    # Keys inserted in index order: neighbouring inserts touch neighbouring pages of the index.
+    db.bulk_insert("released_units", ("unit", "release", "count"), [(u, number, c) for u, c in sorted(counts.items())])
+    if marks is None:
+        return
+    db.bulk_insert(
+        "released_signatures",
+        ("release", "row", "signature"),
+        ((number, i, m.astype("<u4").tobytes()) for i, m in enumerate(marks.signatures)),
+    )
+    flat = marks.keys.ravel()
+    order = np.argsort(flat, kind="stable")
+    bands = zip(flat[order].tolist(), (order // BANDS).tolist())
+    db.bulk_insert("released_bands", ("band", "release", "row"), ((k, number, i) for k, i in bands))

@@ -137,8 +137,8 @@ def _earlier(units: list[bytes], marks, new_epsilon: float, rerelease: bool) -> 
     earlier = earlier_releases(units, marks)
     if earlier.rows and not rerelease:
         raise ValueError(
-            f"{earlier.describe()} on this machine. Releasing the same rows again draws fresh noise, and the "
-            f"copies together reveal the labels. Reuse the earlier release (its folder or file), or pass "
+            f"{earlier.describe()}, in the registry of releases. Releasing the same rows again draws fresh noise, and "
+            f"the copies together reveal the labels. Reuse the earlier release (its folder or file), or pass "
             f"rerelease=True (label_rerelease: true in a config): the ledger and the card then state ε "
             f"{earlier.epsilon + new_epsilon:g}, the basic composition of all releases of these rows."
         )
@@ -335,9 +335,9 @@ def release_dataset(
             Ghazi et al. 2021 (label DP)); releases on disjoint parts compose in parallel in the ledger.
         public_columns: (pairs) columns besides prompt/chosen/rejected that do not depend on the label (an id, a
             category): kept. Label-carrying columns are dropped and named in the ledger; any other column raises.
-        rerelease: raw rows released before on this machine (:mod:`squarechipo.privacy.release.registry`) are
-            refused unless this is True; then the ledger adds the earlier releases' ε (basic composition) to its
-            total.
+        rerelease: raw rows released before into the registry of releases
+            (:mod:`squarechipo.privacy.release.registry`) are refused unless this is True; then the ledger adds the
+            earlier releases' ε (basic composition) to its total.
         privacy_unit: a column that identifies the unit of privacy (a labeller or comparison id). Without it the
             unit is one comparison, and rows that copy another row's comparison (exactly, retyped or nearly) are
             refused. With it, rows of one unit compose (the ledger's ε is per unit: ε × the most rows one unit

@@ -1,0 +1,185 @@
+"""Looking after a registry of releases: its format, its move to a team's server, who may read and write it.
+
+- :func:`migrate_format_2`: a SQLite registry written by squarechipo 0.3 (format 2) becomes format 3 in one
+  transaction, the first time it is opened.
+- :func:`migrate_to`: a SQLite registry (and the machine's store of model records) copied into a PostgreSQL
+  database, then checked: every release, unit, band key and signature is there, and every row the file counted is
+  still counted there (each release's rows are looked up in the copy and found, with the same releases).
+- :func:`grant_roles`: the custodian's role may read and enter releases (never change or delete one); the analysts'
+  role may only read the registry, and may write model records.
+- :func:`describe`: where the registry is, its id and format, how many releases and rows it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from squarechipo.data.database import Database, DatabaseError, connect, is_url, redact
+from squarechipo.data.near_duplicates import band_key_table
+from squarechipo.privacy.release.registry import (
+    FORMAT_2,
+    REGISTRY_FORMAT,
+    SCHEMA,
+    TABLES,
+    RegistryError,
+    _query,
+    init_registry,
+    open_registry,
+)
+
+__all__ = ["describe", "grant_roles", "migrate_format_2", "migrate_to"]
+
+logger = logging.getLogger("squarechipo")
+
+
+def migrate_format_2(db: Database) -> None:
+    """Format 2 → 3, in one transaction: the same releases, units and signatures, releases referred to by number and
+    band keys recomputed from the stored signatures (format 2's blob keys are not kept). Refused, unchanged, when the
+    file cannot be migrated."""
+    try:
+        with db.transaction(write=True):
+            if db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] != FORMAT_2:
+                return  # another process migrated it meanwhile
+            _format_2_to_3(db)
+    except (DatabaseError, ValueError) as error:
+        db.close()
+        raise RegistryError(
+            f"the registry of releases at {db.where} is format 2 and could not be migrated to format 3 "
+            f"({type(error).__name__}: {error}); nothing was changed. Restore it from a backup, or keep using it "
+            "with squarechipo 0.3; only if it is lost for good, move it away and start a new one "
+            "(squarechipo registry init)."
+        ) from None
+    logger.warning(
+        "migrated the registry of releases at %s to %s (the same releases, a smaller file)", db.where, REGISTRY_FORMAT
+    )
+
+
+def _format_2_to_3(db: Database) -> None:
+    for name in ("released_units_by_unit", "released_bands_by_band"):
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+    for table in TABLES[1:]:
+        db.execute(f"ALTER TABLE {table} RENAME TO {table}_v2")
+    for statement in SCHEMA[1:]:
+        db.execute(statement)
+    db.execute(
+        "INSERT INTO releases (id, epsilon, made, folder, rows) "
+        "SELECT id, epsilon, made, folder, rows FROM releases_v2 ORDER BY made, id"
+    )
+    db.execute(
+        "INSERT INTO released_units SELECT u.unit, r.no, u.count FROM released_units_v2 u "
+        "JOIN releases r ON r.id = u.release"
+    )
+    db.execute(
+        "INSERT INTO released_signatures SELECT r.no, g.row, g.signature FROM released_signatures_v2 g "
+        "JOIN releases r ON r.id = g.release"
+    )
+    stored = db.execute("SELECT release, row, signature FROM released_signatures").fetchall()
+    if stored:
+        marks = np.stack([np.frombuffer(blob, dtype="<u4") for _, _, blob in stored])
+        keys = band_key_table(marks).tolist()
+        db.executemany(
+            "INSERT INTO released_bands VALUES (?, ?, ?)",
+            [(key, release, row) for (release, row, _), row_keys in zip(stored, keys) for key in row_keys],
+        )
+    for table in TABLES[1:]:
+        db.execute(f"DROP TABLE {table}_v2")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (REGISTRY_FORMAT,))
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('migrated_from', ?)", (FORMAT_2,))
+
+
+def describe() -> dict:
+    """Where the registry of releases is, what its meta says, and how many releases and rows it holds."""
+    with open_registry() as db:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        releases, rows = db.execute("SELECT COUNT(*), COALESCE(SUM(rows), 0) FROM releases").fetchone()
+        return {"registry": db.where, **meta, "releases": int(releases), "rows": int(rows)}
+
+
+#: What each role may do: the registry is append-only for the custodian and read-only for analysts; the record store
+#: takes model records from whoever trains.
+_REGISTRY_TABLES = ", ".join(TABLES)
+
+
+def grant_roles(url: str, *, custodian: str | None, analyst: str | None) -> list[str]:
+    """Grant the custodian's role SELECT and INSERT on the registry's tables (never UPDATE or DELETE: a release, once
+    entered, stays), and the analysts' role SELECT only. Returns the statements run (as the connecting role, which
+    must own the tables)."""
+    statements = []
+    if custodian:
+        statements += [
+            f'GRANT SELECT, INSERT ON {_REGISTRY_TABLES} TO "{custodian}"',
+            f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{custodian}"',
+        ]
+    if analyst:
+        statements += [f'GRANT SELECT ON {_REGISTRY_TABLES} TO "{analyst}"']
+    with connect(url) as db:
+        with db.transaction(write=True):
+            for statement in statements:
+                db.execute(statement)
+    return statements
+
+
+def migrate_to(url: str, *, source: Path) -> dict:
+    """Copy the SQLite registry at ``source`` into the PostgreSQL database at ``url`` (started there now; refused if
+    one is there already), then check the copy: the same releases, units, band keys and signatures, and every row
+    the file counted found again in the copy with the same earlier releases. Returns the counts and the check."""
+    if not is_url(url):
+        raise RegistryError(f"migrate --to takes a postgresql:// URL (got {url!r}).")
+    with connect(source) as old:
+        if old.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == FORMAT_2:
+            migrate_format_2(old)
+        init_registry(url)
+        with connect(url) as new:
+            counts = new.retried(lambda new: _copy(old, new), write=True)
+            counts["check"] = _check_copy(old, new)
+    counts["registry"] = redact(url)
+    return counts
+
+
+def _copy(old: Database, new: Database) -> dict:
+    numbers = {}
+    meta = dict(old.execute("SELECT key, value FROM meta").fetchall())
+    new.execute("UPDATE meta SET value = ? WHERE key = 'registry_id'", (meta["registry_id"],))
+    new.execute("INSERT INTO meta (key, value) VALUES ('migrated_from', ?)", (f"sqlite {old.where}",))
+    for no, id_, epsilon, made, folder, rows in old.execute(
+        "SELECT no, id, epsilon, made, folder, rows FROM releases ORDER BY no"
+    ).fetchall():
+        numbers[no] = new.execute(
+            "INSERT INTO releases (id, epsilon, made, folder, rows) VALUES (?, ?, ?, ?, ?) RETURNING no",
+            (id_, epsilon, made, folder, rows),
+        ).fetchone()[0]
+    counts = {"releases": len(numbers)}
+    for table, columns in (
+        ("released_units", ("unit", "release", "count")),
+        ("released_bands", ("band", "release", "row")),
+        ("released_signatures", ("release", "row", "signature")),
+    ):
+        rows = old.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+        at = columns.index("release")
+        new.bulk_insert(table, columns, (tuple(numbers[v] if i == at else v for i, v in enumerate(r)) for r in rows))
+        counts[table] = len(rows)
+    return counts
+
+
+def _check_copy(old: Database, new: Database) -> str:
+    """Every count equal, and every release's units found again in the copy, with the same earlier releases."""
+    for table in TABLES[1:]:
+        before, after = (db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for db in (old, new))
+        if before != after:
+            raise RegistryError(f"the copy of {table} holds {after} rows, the file {before}: the migration failed.")
+    units = defaultdict(list)
+    for unit, release in old.execute("SELECT u.unit, r.id FROM released_units u JOIN releases r ON r.no = u.release"):
+        units[release].append(bytes(unit))
+    for release, keys in units.items():
+        found_old = _query(old, keys, None)
+        found_new = new.retried(lambda db, keys=keys: _query(db, keys, None))
+        if found_new.ids != found_old.ids or found_new.rows != len(set(keys)) or release not in found_new.ids:
+            raise RegistryError(
+                f"release {release}: the copy counts {found_new.rows} of its {len(set(keys))} units (releases "
+                f"{sorted(found_new.ids)}), the file {sorted(found_old.ids)}: the migration failed."
+            )
+    return f"every release's rows found again in the copy, with the same earlier releases ({len(units)} releases)"

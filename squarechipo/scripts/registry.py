@@ -1,0 +1,58 @@
+"""``squarechipo registry``: the registry of releases (a machine's file, or a team's PostgreSQL database).
+
+    squarechipo registry init [--path P | --url postgresql://…]     # start one, explicitly
+    squarechipo registry show                                        # where it is, its id, its releases and rows
+    squarechipo registry migrate --to postgresql://… [--from FILE]   # a machine's file into a team's database
+    squarechipo registry grant --url postgresql://… --custodian R --analyst R
+
+The registry is ``$SQUARECHIPO_RELEASE_REGISTRY`` (a path or a URL) or this machine's
+``~/.squarechipo/releases.sqlite``. A URL's password is never printed. docs/team.md sets up a team's server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from squarechipo.privacy.release.registry import REGISTRY_ENV, init_registry, registry_target
+
+__all__ = ["main", "make_parser"]
+
+
+def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("init", help="start a new registry (refuses a file or a database that holds one)")
+    where = start.add_mutually_exclusive_group()
+    where.add_argument("--path", default=None, help=f"a SQLite file (default: ${REGISTRY_ENV} or this machine's)")
+    where.add_argument("--url", default=None, help="a postgresql:// URL: the registry's tables in that database")
+    commands.add_parser("show", help="where the registry is, its id, and how many releases and rows it holds")
+    move = commands.add_parser("migrate", help="copy a SQLite registry into a PostgreSQL database, then check it")
+    move.add_argument("--to", required=True, help="the postgresql:// URL of the team's database")
+    move.add_argument("--from", dest="source", default=None, help="the SQLite registry (default: the current one)")
+    grant = commands.add_parser("grant", help="who may read and who may write a team's registry (PostgreSQL roles)")
+    grant.add_argument("--url", required=True, help="the registry's database, as the role that owns its tables")
+    grant.add_argument("--custodian", default=None, help="the role that enters releases (SELECT, INSERT)")
+    grant.add_argument("--analyst", default=None, help="the role that only reads the registry (SELECT)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from squarechipo.data.database import redact
+    from squarechipo.privacy.release import registry_admin
+
+    args = make_parser().parse_args(argv)
+    if args.command == "init":
+        print(redact(init_registry(args.url or args.path)))
+    elif args.command == "show":
+        print(json.dumps(registry_admin.describe(), indent=2))
+    elif args.command == "migrate":
+        source = Path(args.source) if args.source else registry_target()
+        if not isinstance(source, Path):
+            raise ValueError(f"--from names the SQLite registry to copy; {REGISTRY_ENV} is a URL here: pass --from.")
+        print(json.dumps(registry_admin.migrate_to(args.to, source=source), indent=2))
+    else:
+        for statement in registry_admin.grant_roles(args.url, custodian=args.custodian, analyst=args.analyst):
+            print(statement)
+    return 0

@@ -1,0 +1,211 @@
+"""One registry for a team: releases and model records in PostgreSQL, against a real server
+(tests/helpers/postgres.py).
+
+Two "machines" are processes with their own HOME, cache and machine folder, pointed at one URL. The same guarantees
+hold as on one machine: one transaction decides between two releases of the same rows; near-copies count across
+machines; a server that cannot be reached, or is stopped mid-release, fails closed naming the URL without its
+password; a client killed mid-transaction leaves nothing; an analyst's role can neither enter nor delete a release;
+a machine's registry moves to the server with everything it counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.privacy.release.registry import REGISTRY_ENV, RegistryError, init_registry
+from tests.helpers.rows import distinct_pairs
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _machine_env(folder: Path, url: str) -> dict[str, str]:
+    """A machine of its own: HOME, cache and machine folder (its own registry file and key), the team's URL."""
+    env = {**os.environ, REGISTRY_ENV: url, "HOME": str(folder / "home"), "SQUARECHIPO_CACHE": str(folder / "cache")}
+    env["SQUARECHIPO_TEST_MACHINE_DIR"] = str(folder / ".squarechipo")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    for own in ("SQUARECHIPO_SIGNING_KEY", "SQUARECHIPO_RECORD_STORE"):
+        env.pop(own, None)
+    return env
+
+
+def _start(folder: Path, url: str, *task: str) -> subprocess.Popen:
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "tests.helpers.team_machine", *task]
+    return subprocess.Popen(command, cwd=folder, env=_machine_env(folder, url), stdout=subprocess.PIPE, text=True)
+
+
+def _answer(process: subprocess.Popen) -> dict:
+    out, _ = process.communicate(timeout=300)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_two_machines_on_one_url_release_rows_once_and_count_near_copies(postgres, tmp_path, capsys, monkeypatch):
+    """The second release of the same rows, from a machine with another HOME and cache, is refused naming the first
+    (where it was saved); so are near-copies of them; of two machines releasing the same rows at once, exactly one
+    does. `registry init` and `registry show` work on a URL."""
+    from squarechipo.cli import main
+
+    url = postgres.database()
+    assert main(["registry", "init", "--url", url]) == 0
+    first = _answer(_start(tmp_path / "a", url, "0", "24"))
+    assert first["released"] == 24
+    again, near = (_answer(_start(tmp_path / "b", url, "0", "24", *more)) for more in ((), ("--near",)))
+    assert "24 row(s) were released before" in again["refused"] and first["folder"] in again["refused"]
+    assert re.search(r"\b2[0-4] of them as near-copies", near["refused"])  # a few rows are too short to stay near
+    racing = [_start(tmp_path / name, url, "100", "24") for name in ("c", "d")]
+    answers = sorted(json.dumps(_answer(p)) for p in racing)
+    assert sum('"released"' in a for a in answers) == 1 and "released before" in "".join(answers), answers
+    capsys.readouterr()
+    monkeypatch.setenv(REGISTRY_ENV, url)
+    assert main(["registry", "show"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["releases"] == 2 and shown["rows"] == 48 and shown["registry"] == url
+    assert not (tmp_path / "b" / ".squarechipo" / "releases.sqlite").exists()  # no machine's own registry was used
+
+
+def test_a_server_that_cannot_be_reached_or_stops_mid_release_fails_closed_naming_the_url_without_its_password(
+    postgres, tmp_path, monkeypatch, caplog
+):
+    """Unreachable: one line naming the URL (password removed), no local registry started. Stopped between the
+    release's rows and its commit: refused, and nothing of it entered. The password appears in no ledger, log or
+    message."""
+    import squarechipo.privacy.release.registry as registry
+    from squarechipo.cli import main
+
+    secret = "hunter2-team-secret"
+    url = postgres.url(postgres.new_database(), password=secret)
+    init_registry(url)
+    monkeypatch.setenv(REGISTRY_ENV, url)
+    released = release_dataset(distinct_pairs(8, offset=300), LabelPipeline(epsilon=0.5))
+    assert secret not in json.dumps(get_ledger(released).to_dict()) and secret not in caplog.text
+    enter = registry._enter
+
+    def stop_then_enter(db, *args):
+        enter(db, *args)
+        postgres.stop("immediate")  # the server goes away before the commit
+
+    monkeypatch.setattr(registry, "_enter", stop_then_enter)
+    with pytest.raises(RegistryError) as stopped:
+        release_dataset(distinct_pairs(8, offset=320), LabelPipeline(epsilon=0.5))
+    monkeypatch.setattr(registry, "_enter", enter)
+    assert secret not in str(stopped.value)
+    with pytest.raises(RegistryError, match="cannot be reached or opened .* never falls back to a local") as refused:
+        release_dataset(distinct_pairs(8, offset=340), LabelPipeline(epsilon=0.5))
+    assert secret not in str(refused.value) and ":***@" in str(refused.value)
+    assert main(["registry", "show"]) == 1
+    assert not (Path(str(registry.default_registry_path())).exists())  # no local registry was started
+    postgres.start()
+    from squarechipo.privacy.release.registry_admin import describe
+
+    assert describe()["releases"] == 1  # the release cut off by the stop left nothing
+    release_dataset(distinct_pairs(8, offset=320), LabelPipeline(epsilon=0.5))  # so its rows were never spent
+
+
+def test_a_client_killed_mid_transaction_leaves_nothing_half_entered(postgres, tmp_path, monkeypatch):
+    """A machine killed with SIGKILL while its release's rows sit inside the open transaction: the server rolls the
+    transaction back; the registry holds nothing of it, and the rows can be released."""
+    from squarechipo.privacy.release.registry_admin import describe
+
+    url = postgres.database()
+    init_registry(url)
+    signal_file = tmp_path / "inside"
+    process = _start(tmp_path / "a", url, "500", "16", "--pause-inside", str(signal_file))
+    for _ in range(600):
+        if signal_file.exists() or process.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert signal_file.exists(), "the machine never reached the registry's transaction"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(30)
+    monkeypatch.setenv(REGISTRY_ENV, url)
+    assert describe()["releases"] == 0
+    assert get_ledger(release_dataset(distinct_pairs(16, offset=500), LabelPipeline(epsilon=0.5))).total_epsilon
+
+
+def test_an_analysts_role_cannot_enter_or_delete_a_release_and_the_custodians_cannot_delete_one(
+    postgres, monkeypatch, capsys
+):
+    """Who may read the team's registry and who may write it: the custodian's role enters releases (SELECT, INSERT),
+    the analysts' role only reads. Neither may change or delete a release once entered."""
+    import psycopg
+
+    from squarechipo.cli import main
+
+    database = postgres.new_database()
+    url = postgres.url(database)
+    for role in ("custodian_r", "analyst_r"):
+        postgres.sql(f"DO $$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    init_registry(url)
+    assert main(["registry", "grant", "--url", url, "--custodian", "custodian_r", "--analyst", "analyst_r"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="custodian_r"))
+    release_dataset(distinct_pairs(8, offset=700), LabelPipeline(epsilon=0.5))
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="analyst_r"))
+    with pytest.raises(ValueError, match="8 row\\(s\\) were released before"):  # it reads the registry
+        release_dataset(distinct_pairs(8, offset=700), LabelPipeline(epsilon=0.5))
+    with pytest.raises(RegistryError, match="this role may not do that: releases are entered by the custodian"):
+        release_dataset(distinct_pairs(8, offset=720), LabelPipeline(epsilon=0.5))
+    for role in ("analyst_r", "custodian_r"):
+        with psycopg.connect(postgres.url(database, user=role), autocommit=True) as connection:
+            for statement in ("DELETE FROM releases", "UPDATE releases SET epsilon = 0", "DELETE FROM released_units"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    connection.execute(statement)
+    with psycopg.connect(url) as connection:
+        assert connection.execute("SELECT COUNT(*) FROM releases").fetchone()[0] == 1
+
+
+def test_a_machines_registry_moves_to_the_server_and_everything_it_counted_still_counts(
+    postgres, tmp_path, monkeypatch, capsys
+):
+    """`squarechipo registry migrate --to URL`: the file's releases, units, band keys and signatures, checked by
+    the command; afterwards the same rows, and near-copies of them, are refused by the server's registry."""
+    from squarechipo.cli import main
+
+    rows = distinct_pairs(20, offset=900)
+    release_dataset(rows, LabelPipeline(epsilon=0.5))  # into this test's own SQLite registry
+    release_dataset(distinct_pairs(10, offset=950), LabelPipeline(epsilon=1.0))
+    source = os.environ[REGISTRY_ENV]
+    url = postgres.database()
+    assert main(["registry", "migrate", "--to", url, "--from", source]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["releases"] == 2 and report["released_units"] == 30 and report["released_bands"] == 30 * 20
+    assert report["check"].startswith("every release's rows found again in the copy")
+    monkeypatch.setenv(REGISTRY_ENV, url)
+    with pytest.raises(ValueError, match="20 row\\(s\\) were released before"):
+        release_dataset(rows, LabelPipeline(epsilon=0.5))
+    near = rows.map(lambda row: {"chosen": row["chosen"] + " Then review it."})
+    with pytest.raises(ValueError, match=r"\d+ of them as near-copies"):
+        release_dataset(near, LabelPipeline(epsilon=0.5))
+    assert main(["registry", "migrate", "--to", url, "--from", source]) == 1  # a second copy is refused
+
+
+def test_model_records_on_the_server_are_known_to_every_machine(postgres, tmp_path, monkeypatch, tiny_model_factory):
+    """A model trained privately on one machine was unknown to the lineage guard on another: with the record store
+    on the team's server, a record entered by one process is found by another."""
+    from squarechipo.privacy.provenance.sketch import RECORD_STORE_ENV, remember_record
+
+    url = postgres.database()
+    monkeypatch.setenv(RECORD_STORE_ENV, url)
+    model = tiny_model_factory(3)
+    identity = remember_record({"stage": "preference_optimization", "epsilon": 0.5}, model, None)
+    model.save_pretrained(tmp_path / "copy")
+    code = (
+        "from transformers import AutoModelForCausalLM\n"
+        "from squarechipo.privacy.provenance.sketch import recorded_by_weights\n"
+        f"print(recorded_by_weights(AutoModelForCausalLM.from_pretrained({str(tmp_path / 'copy')!r}))['epsilon'])"
+    )
+    env = {**_machine_env(tmp_path / "b", url), RECORD_STORE_ENV: url}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "0.5", done.stderr[-2000:]
+    assert identity
