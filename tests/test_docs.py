@@ -44,6 +44,11 @@ NOT_RUN = {
     r"audit training .*--leak sft": "tests/test_audit.py runs the training audit with and without the SFT leak",
     r"reproduce table1 --scale cpu(?!.*--dry-run)": "tests/test_reproduce.py runs table1 end to end, then resumes it",
     r"-m squarechipo\.sim --smoke$": "the lab's first command above already runs at --smoke in this test",
+    r"postgresql://|^createdb ": (
+        "needs a team's PostgreSQL server: tests/test_team_registry.py runs init, grant, migrate and the releases "
+        "against a real one"
+    ),
+    r"registry audit outputs/": "tests/test_registry.py audits saved releases against a registry restored from backup",
     r"^accelerate launch recipes/train\.py --config recipes/configs/square_chipo\.yaml$": (
         "tests/test_recipes.py launches recipes/train.py so and checks a re-run draws no fresh noise; the README's "
         "`squarechipo train` runs this config in this test"

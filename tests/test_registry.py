@@ -7,10 +7,12 @@ release (fail closed) and starting one is explicit; a declared privacy unit comp
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import re
 import sqlite3
+from pathlib import Path
 
 import datasets
 import pytest
@@ -592,3 +594,27 @@ def test_each_refusal_of_the_registry_says_in_full_what_happened_and_the_fix(tmp
     assert two.describe() == (
         "3 row(s) were released before (ε 0.5 at 2026-01-01, ε 1 at 2026-01-02; composed ε of those releases 1.5)"
     )
+
+
+def test_a_registry_restored_from_an_older_backup_is_found_to_under_count(tmp_path, monkeypatch, capsys):
+    """A backup older than the last release under-counts: `squarechipo registry audit` names the saved releases the
+    restored registry does not hold (their ledgers name them), and says what to do."""
+    import shutil
+
+    from squarechipo.cli import main
+
+    path = Path(os.environ[REGISTRY_ENV])
+    release_once(_rows(6, start=1000), LabelPipeline(epsilon=0.5), tmp_path / "first")
+    shutil.copy(path, tmp_path / "backup.sqlite")  # the nightly backup
+    release_once(_rows(6, start=1100), LabelPipeline(epsilon=0.5), tmp_path / "second")
+    assert main(["registry", "audit", str(tmp_path / "first"), str(tmp_path / "second")]) == 0
+    shutil.copy(tmp_path / "backup.sqlite", path)  # the registry restored from it
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    capsys.readouterr()
+    assert main(["registry", "audit", str(tmp_path / "first"), str(tmp_path / "second")]) == 1
+    out, err = capsys.readouterr()
+    assert [entry["entered_here"] for entry in json.loads(out)] == [True, False]
+    assert f"1 saved release(s) are not entered in this registry ({tmp_path / 'second'})" in err
+    with pytest.raises(ValueError, match="released before"):  # what the backup still counts, it refuses
+        release_dataset(_rows(6, start=1000), LabelPipeline(epsilon=0.5))

@@ -175,11 +175,18 @@ def test_a_machines_registry_moves_to_the_server_and_everything_it_counted_still
     rows = distinct_pairs(20, offset=900)
     release_dataset(rows, LabelPipeline(epsilon=0.5))  # into this test's own SQLite registry
     release_dataset(distinct_pairs(10, offset=950), LabelPipeline(epsilon=1.0))
+    from squarechipo.data.store import RecordTable
+
+    with RecordTable(os.environ["SQUARECHIPO_RECORD_STORE"], "records") as records:  # a model record of this machine
+        records.put("sha256:a-model", json.dumps({"stage": "preference_optimization", "epsilon": 0.5}))
     source = os.environ[REGISTRY_ENV]
     url = postgres.database()
     assert main(["registry", "migrate", "--to", url, "--from", source]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["releases"] == 2 and report["released_units"] == 30 and report["released_bands"] == 30 * 20
+    assert report["model_records"] >= 1
+    with RecordTable(url, "records") as records:
+        assert json.loads(records.get("sha256:a-model"))["epsilon"] == 0.5
     assert report["check"].startswith("every release's rows found again in the copy")
     monkeypatch.setenv(REGISTRY_ENV, url)
     with pytest.raises(ValueError, match="20 row\\(s\\) were released before"):

@@ -4,6 +4,7 @@
     squarechipo registry show                                        # where it is, its id, its releases and rows
     squarechipo registry migrate --to postgresql://… [--from FILE]   # a machine's file into a team's database
     squarechipo registry grant --url postgresql://… --custodian R --analyst R
+    squarechipo registry audit RELEASE [RELEASE ...]                 # are these saved releases entered here?
 
 The registry is ``$SQUARECHIPO_RELEASE_REGISTRY`` (a path or a URL) or this machine's
 ``~/.squarechipo/releases.sqlite``. A URL's password is never printed. docs/team.md sets up a team's server.
@@ -31,10 +32,13 @@ def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
     move = commands.add_parser("migrate", help="copy a SQLite registry into a PostgreSQL database, then check it")
     move.add_argument("--to", required=True, help="the postgresql:// URL of the team's database")
     move.add_argument("--from", dest="source", default=None, help="the SQLite registry (default: the current one)")
+    move.add_argument("--records", default=None, help="the SQLite store of model records (default: the current one)")
     grant = commands.add_parser("grant", help="who may read and who may write a team's registry (PostgreSQL roles)")
     grant.add_argument("--url", required=True, help="the registry's database, as the role that owns its tables")
     grant.add_argument("--custodian", default=None, help="the role that enters releases (SELECT, INSERT)")
     grant.add_argument("--analyst", default=None, help="the role that only reads the registry (SELECT)")
+    audit = commands.add_parser("audit", help="whether saved releases are entered here (after a restore: missing?)")
+    audit.add_argument("releases", nargs="+", help="saved releases: folders, .jsonl or .parquet files")
     return parser
 
 
@@ -51,8 +55,22 @@ def main(argv: list[str] | None = None) -> int:
         source = Path(args.source) if args.source else registry_target()
         if not isinstance(source, Path):
             raise ValueError(f"--from names the SQLite registry to copy; {REGISTRY_ENV} is a URL here: pass --from.")
-        print(json.dumps(registry_admin.migrate_to(args.to, source=source), indent=2))
-    else:
+        from squarechipo.privacy.provenance.sketch import record_store_path
+
+        records = Path(args.records) if args.records else record_store_path()
+        records = records if isinstance(records, Path) else None
+        print(json.dumps(registry_admin.migrate_to(args.to, source=source, records=records), indent=2))
+    elif args.command == "grant":
         for statement in registry_admin.grant_roles(args.url, custodian=args.custodian, analyst=args.analyst):
             print(statement)
+    else:
+        found = registry_admin.audit_releases(args.releases)
+        print(json.dumps(found, indent=2))
+        missing = [f["release"] for f in found if not f["entered_here"]]
+        if missing:
+            raise ValueError(
+                f"{len(missing)} saved release(s) are not entered in this registry ({', '.join(missing)}): it "
+                "under-counts (a backup older than them, or another registry). Restore a newer backup; if there is "
+                "none, treat their rows as spent and never release them again (this registry cannot count them)."
+            )
     return 0

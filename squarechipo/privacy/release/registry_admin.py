@@ -8,6 +8,9 @@
 - :func:`grant_roles`: the custodian's role may read and enter releases (never change or delete one); the analysts'
   role may only read the registry, and may write model records.
 - :func:`describe`: where the registry is, its id and format, how many releases and rows it holds.
+- :func:`audit_releases`: whether saved releases are entered in this registry. After a registry is restored from a
+  backup, releases made since the backup are missing from it (it under-counts: their rows could be released again);
+  their ledgers still name them, so auditing the saved releases finds them.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from squarechipo.privacy.release.registry import (
     open_registry,
 )
 
-__all__ = ["describe", "grant_roles", "migrate_format_2", "migrate_to"]
+__all__ = ["audit_releases", "describe", "grant_roles", "migrate_format_2", "migrate_to"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -104,11 +107,24 @@ def describe() -> dict:
 _REGISTRY_TABLES = ", ".join(TABLES)
 
 
+#: The store of model records, when it shares the registry's database: whoever trains writes its model's record.
+_RECORD_TABLES = ("records", "weight_sketches_by_name")
+
+
 def grant_roles(url: str, *, custodian: str | None, analyst: str | None) -> list[str]:
     """Grant the custodian's role SELECT and INSERT on the registry's tables (never UPDATE or DELETE: a release, once
-    entered, stays), and the analysts' role SELECT only. Returns the statements run (as the connecting role, which
-    must own the tables)."""
+    entered, stays), and the analysts' role SELECT only; both may read and write the store of model records in the
+    same database (its tables are created here if missing). Returns the statements run (as the connecting role,
+    which must own the tables)."""
+    from squarechipo.data.store import RecordTable
+
+    for table, kind in zip(_RECORD_TABLES, ("text", "blob")):
+        RecordTable(url, table, kind).close()
+    records = ", ".join(_RECORD_TABLES)
     statements = []
+    for role in (custodian, analyst):
+        if role:
+            statements.append(f'GRANT SELECT, INSERT, UPDATE ON {records} TO "{role}"')
     if custodian:
         statements += [
             f'GRANT SELECT, INSERT ON {_REGISTRY_TABLES} TO "{custodian}"',
@@ -123,10 +139,11 @@ def grant_roles(url: str, *, custodian: str | None, analyst: str | None) -> list
     return statements
 
 
-def migrate_to(url: str, *, source: Path) -> dict:
+def migrate_to(url: str, *, source: Path, records: Path | None = None) -> dict:
     """Copy the SQLite registry at ``source`` into the PostgreSQL database at ``url`` (started there now; refused if
     one is there already), then check the copy: the same releases, units, band keys and signatures, and every row
-    the file counted found again in the copy with the same earlier releases. Returns the counts and the check."""
+    the file counted found again in the copy with the same earlier releases. With ``records`` (a SQLite store of
+    model records), its records and weight sketches are copied too, and counted. Returns the counts and the check."""
     if not is_url(url):
         raise RegistryError(f"migrate --to takes a postgresql:// URL (got {url!r}).")
     with connect(source) as old:
@@ -136,8 +153,25 @@ def migrate_to(url: str, *, source: Path) -> dict:
         with connect(url) as new:
             counts = new.retried(lambda new: _copy(old, new), write=True)
             counts["check"] = _check_copy(old, new)
+    if records is not None and Path(records).is_file():
+        counts["model_records"] = _copy_records(Path(records), url)
     counts["registry"] = redact(url)
     return counts
+
+
+def _copy_records(source: Path, url: str) -> int:
+    """The store of model records (its records and weight sketches) into ``url``; refused if a count differs."""
+    from squarechipo.data.store import RecordTable
+
+    copied = 0
+    for table, kind in zip(_RECORD_TABLES, ("text", "blob")):
+        with RecordTable(source, table, kind) as old, RecordTable(url, table, kind) as new:
+            for key, value in old.items():
+                new.put(key, value)
+            if len(new) < len(old):
+                raise RegistryError(f"the copy of {table} holds {len(new)} entries, the file {len(old)}.")
+            copied += len(old)
+    return copied
 
 
 def _copy(old: Database, new: Database) -> dict:
@@ -183,3 +217,34 @@ def _check_copy(old: Database, new: Database) -> str:
                 f"{sorted(found_new.ids)}), the file {sorted(found_old.ids)}: the migration failed."
             )
     return f"every release's rows found again in the copy, with the same earlier releases ({len(units)} releases)"
+
+
+def audit_releases(paths: list[str]) -> list[dict]:
+    """For each saved release (a folder or file), whether every counted release its ledger names (by release id and
+    registry id) is entered in this registry. A release missing here was made into another registry, or after the
+    backup this registry was restored from."""
+    from squarechipo.privacy.ledger.binding import get_ledger
+    from squarechipo.privacy.release.store import load_privatized
+
+    found = []
+    with open_registry() as db:
+        registry_id = db.execute("SELECT value FROM meta WHERE key = 'registry_id'").fetchone()[0]
+        for path in paths:
+            data = load_privatized(path)
+            splits = data.values() if hasattr(data, "values") else [data]
+            for split in splits:
+                ledger = get_ledger(split, str(path))
+                for release in ledger.releases if ledger else ():
+                    if release.registry_id is None:
+                        continue  # not counted (a seeded or composed release)
+                    entered = db.execute("SELECT 1 FROM releases WHERE id = ?", (release.release_id,)).fetchone()
+                    found.append(
+                        {
+                            "release": str(path),
+                            "release_id": release.release_id,
+                            "made": release.created_at,
+                            "registry_id": release.registry_id,
+                            "entered_here": bool(entered) and release.registry_id == registry_id,
+                        }
+                    )
+    return found
