@@ -110,6 +110,12 @@ def test_a_server_that_cannot_be_reached_or_stops_mid_release_fails_closed_namin
 
     assert describe()["releases"] == 1  # the release cut off by the stop left nothing
     release_dataset(distinct_pairs(8, offset=320), LabelPipeline(epsilon=0.5))  # so its rows were never spent
+    database = url.split("@/")[1].split("?")[0]
+    for damage, state in (("DROP TABLE released_bands", "not a squarechipo registry"), ("DROP TABLE meta", "")):
+        postgres.sql(damage, database)  # dropped by hand: the registry can no longer say what was released
+        with pytest.raises(RegistryError, match=rf"registry of releases at .*:\*\*\*@.* is {state}") as broken:
+            release_dataset(distinct_pairs(8, offset=360), LabelPipeline(epsilon=0.5))
+        assert secret not in str(broken.value)
 
 
 def test_a_client_killed_mid_transaction_leaves_nothing_half_entered(postgres, tmp_path, monkeypatch):
