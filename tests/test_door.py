@@ -19,6 +19,7 @@ import textwrap
 import datasets
 import numpy as np
 import pytest
+import torch
 
 import squarechipo
 from squarechipo.data import metadata
@@ -355,6 +356,8 @@ def _outcome(function, argument: str, dataset: datasets.Dataset, flipped: bool):
     def normal(value):
         if isinstance(value, datasets.Dataset):
             value = value.to_list()
+        if isinstance(value, np.ndarray):
+            value = np.round(value.astype(float), 6).tolist()
         if isinstance(value, (list, tuple)):
             return [normal(item) for item in value]
         if isinstance(value, dict) and flipped and {"chosen", "rejected"} <= set(value):
@@ -367,10 +370,21 @@ def _outcome(function, argument: str, dataset: datasets.Dataset, flipped: bool):
         return (type(error).__name__, str(error).replace("rejected", "chosen"))
 
 
-def test_every_label_free_callable_returns_the_same_on_rows_with_flipped_labels():
+def test_every_label_free_callable_returns_the_same_on_rows_with_flipped_labels(tokenizer, tiny_model_factory):
     """A role is checked by what a function does, not what it declares: a label-free function given the same rows
     with every label flipped returns the same (rows it passes through come back flipped, as they went in). A function
-    declared label-free that read labels (fitting on them, hashing them) fails here."""
+    declared label-free that read labels (fitting on them, hashing them) fails here: a planted bug tagged
+    fit_linear_reward_model label-free and the introspection test accepted it. Arguments besides the rows are filled
+    by name (a tiny model and the real tokenizer, a radius, a method); a callable that needs others is left to its own
+    tests."""
+    from tests.helpers.models import make_tiny_classifier
+
+    policy = tiny_model_factory()
+    fillers = {  # made anew for each call: a function may change a model in place (fitting its head)
+        "model": lambda: make_tiny_classifier(tokenizer), "policy": lambda: policy, "reference": lambda: policy,
+        "tokenizer": lambda: tokenizer, "radius": lambda: 1.0, "method": lambda: "square_chipo",
+        "beta": lambda: 0.1, "clip": lambda: None, "rng": lambda: np.random.default_rng(0),
+    }  # fmt: skip
     raw = _raw()
     checked = []
     for qualified, function, owner in _entry_points():
@@ -378,17 +392,26 @@ def test_every_label_free_callable_returns_the_same_on_rows_with_flipped_labels(
             continue
         argument = _takes_a_dataset(function)
         parameters = inspect.signature(function).parameters.values()
-        if any(p.default is inspect.Parameter.empty and p.name != argument and p.kind <= p.KEYWORD_ONLY
-               and p.kind != p.VAR_POSITIONAL for p in parameters):  # fmt: skip
+        needed = [p.name for p in parameters if p.default is inspect.Parameter.empty and p.name != argument
+                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]  # fmt: skip
+        if any(name not in fillers for name in needed):
             continue  # it needs more than rows (a ledger, a path): its own tests call it
-        same = _outcome(function, argument, raw, False)
-        flipped = (_outcome(function, argument, _flip(raw), back) for back in (False, True))
+
+        def call(function=function, needed=needed, **rows):
+            """What it returns, and what it left in the models it was given (a head fitted in place)."""
+            values = {name: fillers[name]() for name in needed}
+            returned = function(**values, **rows)
+            models = [v for v in values.values() if isinstance(v, torch.nn.Module) and v is not policy]
+            return returned, [[round(float(p.sum()), 5) for p in m.parameters()] for m in models]
+
+        same = _outcome(call, argument, raw, False)
+        flipped = (_outcome(call, argument, _flip(raw), back) for back in (False, True))
         assert same in flipped, f"{qualified} reads labels"
         checked.append(qualified.rsplit(".", 1)[1])
-    assert {"preference_fingerprint", "validate_preference_dataset", "pairwise_rows", "canonical_pairs"} <= set(
+    assert {"preference_fingerprint", "validate_preference_dataset", "pairwise_rows", "policy_prior"} <= set(
         checked
     ), checked
-    assert len(checked) >= 18
+    assert len(checked) >= 19
 
 
 def test_a_function_that_reads_labels_fails_the_behaviour_check():

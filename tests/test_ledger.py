@@ -355,3 +355,35 @@ def test_ledger_records_name_where_by_default_and_the_first_format_is_still_read
     (tmp_path / "rows.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
     assert read_ledger_for_path(tmp_path / "rows.jsonl") is None  # a file with no ledger has none
     assert Release.now("none", None, 3, fixed_seed=False, pipeline={}).row_columns is None
+
+
+def test_a_release_holds_when_its_columns_are_reordered_cast_or_re_encoded(tmp_path):
+    """A planted bug hashed the columns in their stored order, not sorted: a release whose columns were only
+    reordered was then refused, and no test reordered columns. Reordered, cast to an equal type (large_string) and
+    re-encoded (Parquet, pandas), the rows are the released ones; an edited value is still refused."""
+    import pyarrow as pa
+
+    from squarechipo.data import metadata
+
+    rows = _rows(300, 12).add_column("row_id", list(range(12)))
+    released = release_dataset(rows, LabelPipeline(epsilon=1.0), seed=3, public_columns=["row_id"])
+    info = datasets.DatasetInfo(description=released.info.description)
+    reordered = released.select_columns(["rejected", "row_id", "prompt", "chosen"])
+    assert reordered.column_names != released.column_names and get_ledger(reordered).total_epsilon == 1.0
+    table = released.with_format("arrow")[:]
+    large = table.cast(pa.schema([pa.field(f.name, pa.large_string() if f.type == pa.string() else f.type)
+                                  for f in table.schema]))  # fmt: skip
+    cast = datasets.Dataset(large, info=info.copy())
+    assert get_ledger(cast).total_epsilon == 1.0
+    released.to_parquet(str(tmp_path / "rows.parquet"))
+    for again in (
+        datasets.Dataset.from_parquet(str(tmp_path / "rows.parquet"), info=info.copy()),
+        datasets.Dataset.from_pandas(
+            released.to_pandas()[list(reversed(released.column_names))], info=info.copy(), preserve_index=False
+        ),  # fmt: skip
+    ):
+        assert get_ledger(again).total_epsilon == 1.0
+    bumped = reordered.map(lambda row, i: {"row_id": row["row_id"] + (i == 0)}, with_indices=True)
+    edited = metadata.with_block(bumped, metadata.read_block(released))
+    with pytest.raises(IntegrityError, match=r"1 of 12 rows \(row 0\)"):
+        get_ledger(edited)
