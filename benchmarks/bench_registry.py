@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import sys
 import tempfile
@@ -23,8 +24,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _release(n: int, seed: int):
@@ -35,6 +34,16 @@ def _release(n: int, seed: int):
     units = [hashlib.sha256(b"%d:%d" % (seed, i)).digest() for i in range(n)]
     signatures = rng.integers(0, 2**32, size=(n, NUM_PERM), dtype=np.uint64).astype(np.uint32)
     return units, Sketch(signatures, band_key_table(signatures))
+
+
+def _postgres():
+    """The tests' temporary PostgreSQL server (tests/helpers/postgres.py of this checkout), loaded from its file."""
+    path = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "postgres.py"
+    spec = importlib.util.spec_from_file_location("squarechipo_test_postgres", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def run(target: str, rows: int, earlier: int) -> dict[str, float]:
@@ -74,9 +83,7 @@ def main() -> None:
             elif args.url:
                 target = args.url
             else:
-                from tests.helpers.postgres import start_server
-
-                server = start_server()
+                server = _postgres().start_server()
                 target = server.database()
             try:
                 figures = run(target, args.rows, args.earlier)

@@ -53,6 +53,14 @@ import numpy as np
 from squarechipo.data import store
 from squarechipo.data.database import Database, DatabaseError, connect, is_url, redact
 from squarechipo.data.near_duplicates import BANDS, NEAR_COPY_JACCARD, Sketch, estimated_jaccard
+from squarechipo.privacy.release.registry_schema import (
+    FORMAT_2,
+    REGISTRY_FORMAT,
+    SCHEMA,
+    TABLES,
+    RegistryError,
+    migrate_format_2,
+)
 
 __all__ = [
     "REGISTRY_ENV",
@@ -71,27 +79,6 @@ __all__ = [
 logger = logging.getLogger("squarechipo")
 
 REGISTRY_ENV = "SQUARECHIPO_RELEASE_REGISTRY"
-REGISTRY_FORMAT = "squarechipo.release_registry/3"
-#: The format 0.3 wrote (release ids as text in every row, band keys as blobs): opened, it is migrated to this one.
-FORMAT_2 = "squarechipo.release_registry/2"
-TABLES = ("meta", "releases", "released_units", "released_bands", "released_signatures")
-#: Format 3, in the portable spelling of squarechipo.data.database: a release is referred to by its number; band keys
-#: are integers (squarechipo.data.near_duplicates).
-SCHEMA = (
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE releases (no {serial}, id TEXT UNIQUE NOT NULL, epsilon DOUBLE PRECISION NOT NULL, "
-    "made TEXT NOT NULL, folder TEXT, rows BIGINT NOT NULL)",
-    "CREATE TABLE released_units (unit {blob} NOT NULL, release BIGINT NOT NULL, count BIGINT)",
-    "CREATE INDEX released_units_by_unit ON released_units (unit)",
-    "CREATE TABLE released_bands (band BIGINT NOT NULL, release BIGINT NOT NULL, row BIGINT NOT NULL)",
-    "CREATE INDEX released_bands_by_band ON released_bands (band)",
-    "CREATE TABLE released_signatures (release BIGINT NOT NULL, row BIGINT NOT NULL, signature {blob} NOT NULL, "
-    "PRIMARY KEY (release, row)) {without_rowid}",
-)
-
-
-class RegistryError(RuntimeError):
-    """The registry of releases cannot be trusted (missing, emptied, corrupt, unreachable) or refuses a release."""
 
 
 def default_registry_path() -> Path:
@@ -281,8 +268,6 @@ def open_registry() -> Database:
             "no longer counted."
         ) from None
     if set(TABLES) <= tables and meta.get("format") == FORMAT_2 and db.kind == "sqlite":
-        from squarechipo.privacy.release.registry_admin import migrate_format_2
-
         migrate_format_2(db)
         meta["format"] = REGISTRY_FORMAT
     if not set(TABLES) <= tables or meta.get("format") != REGISTRY_FORMAT:

@@ -1,7 +1,5 @@
 """Looking after a registry of releases: its format, its move to a team's server, who may read and write it.
 
-- :func:`migrate_format_2`: a SQLite registry written by squarechipo 0.3 (format 2) becomes format 3 in one
-  transaction, the first time it is opened.
 - :func:`migrate_to`: a SQLite registry (and the machine's store of model records) copied into a PostgreSQL
   database, then checked: every release, unit, band key and signature is there, and every row the file counted is
   still counted there (each release's rows are looked up in the copy and found, with the same releases).
@@ -19,79 +17,13 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
+from squarechipo.data.database import Database, connect, is_url, redact
+from squarechipo.privacy.release.registry import _query, init_registry, open_registry
+from squarechipo.privacy.release.registry_schema import FORMAT_2, TABLES, RegistryError, migrate_format_2
 
-from squarechipo.data.database import Database, DatabaseError, connect, is_url, redact
-from squarechipo.data.near_duplicates import band_key_table
-from squarechipo.privacy.release.registry import (
-    FORMAT_2,
-    REGISTRY_FORMAT,
-    SCHEMA,
-    TABLES,
-    RegistryError,
-    _query,
-    init_registry,
-    open_registry,
-)
-
-__all__ = ["audit_releases", "describe", "grant_roles", "migrate_format_2", "migrate_to"]
+__all__ = ["audit_releases", "describe", "grant_roles", "migrate_to"]
 
 logger = logging.getLogger("squarechipo")
-
-
-def migrate_format_2(db: Database) -> None:
-    """Format 2 → 3, in one transaction: the same releases, units and signatures, releases referred to by number and
-    band keys recomputed from the stored signatures (format 2's blob keys are not kept). Refused, unchanged, when the
-    file cannot be migrated."""
-    try:
-        with db.transaction(write=True):
-            if db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] != FORMAT_2:
-                return  # another process migrated it meanwhile
-            _format_2_to_3(db)
-    except (DatabaseError, ValueError) as error:
-        db.close()
-        raise RegistryError(
-            f"the registry of releases at {db.where} is format 2 and could not be migrated to format 3 "
-            f"({type(error).__name__}: {error}); nothing was changed. Restore it from a backup, or keep using it "
-            "with squarechipo 0.3; only if it is lost for good, move it away and start a new one "
-            "(squarechipo registry init)."
-        ) from None
-    logger.warning(
-        "migrated the registry of releases at %s to %s (the same releases, a smaller file)", db.where, REGISTRY_FORMAT
-    )
-
-
-def _format_2_to_3(db: Database) -> None:
-    for name in ("released_units_by_unit", "released_bands_by_band"):
-        db.execute(f"DROP INDEX IF EXISTS {name}")
-    for table in TABLES[1:]:
-        db.execute(f"ALTER TABLE {table} RENAME TO {table}_v2")
-    for statement in SCHEMA[1:]:
-        db.execute(statement)
-    db.execute(
-        "INSERT INTO releases (id, epsilon, made, folder, rows) "
-        "SELECT id, epsilon, made, folder, rows FROM releases_v2 ORDER BY made, id"
-    )
-    db.execute(
-        "INSERT INTO released_units SELECT u.unit, r.no, u.count FROM released_units_v2 u "
-        "JOIN releases r ON r.id = u.release"
-    )
-    db.execute(
-        "INSERT INTO released_signatures SELECT r.no, g.row, g.signature FROM released_signatures_v2 g "
-        "JOIN releases r ON r.id = g.release"
-    )
-    stored = db.execute("SELECT release, row, signature FROM released_signatures").fetchall()
-    if stored:
-        marks = np.stack([np.frombuffer(blob, dtype="<u4") for _, _, blob in stored])
-        keys = band_key_table(marks).tolist()
-        db.executemany(
-            "INSERT INTO released_bands VALUES (?, ?, ?)",
-            [(key, release, row) for (release, row, _), row_keys in zip(stored, keys) for key in row_keys],
-        )
-    for table in TABLES[1:]:
-        db.execute(f"DROP TABLE {table}_v2")
-    db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (REGISTRY_FORMAT,))
-    db.execute("INSERT OR REPLACE INTO meta VALUES ('migrated_from', ?)", (FORMAT_2,))
 
 
 def describe() -> dict:
