@@ -219,7 +219,10 @@ def test_squarechipo_key_new_writes_a_private_key_only_its_owner_reads_and_verif
     import stat
 
     from squarechipo.cli import main
-    from squarechipo.data.signing import public_key_text, signing_key
+    from squarechipo.data.signing import _parse_public, key_id_of, public_key_text, signing_key
+
+    def signing_key_id(text: str) -> str:
+        return key_id_of(_parse_public(text, "printed"))
 
     assert main(["key", "new", "--out", str(tmp_path / "custodian.pem")]) == 0
     printed = capsys.readouterr().out.splitlines()[0]
@@ -229,6 +232,13 @@ def test_squarechipo_key_new_writes_a_private_key_only_its_owner_reads_and_verif
     assert "already exists" in capsys.readouterr().err
     monkeypatch.setenv("SQUARECHIPO_SIGNING_KEY", str(tmp_path / "custodian.pem"))
     assert public_key_text(signing_key().public) == printed
+    release_once(plan_rows(), LabelPipeline(epsilon=0.5), tmp_path / "release", seed=0)
+    monkeypatch.delenv("SQUARECHIPO_SIGNING_KEY")  # an analyst: the public key only
+    monkeypatch.setenv("SQUARECHIPO_TRUSTED_KEYS", str(tmp_path / "custodian.pem.pub"))
+    assert main(["key", "verify", str(tmp_path / "release")]) == 0
+    verified = json.loads(capsys.readouterr().out)["splits"]["release"]
+    assert verified["epsilon"] == 0.5 and verified["ledger"].startswith(f"signed by key {signing_key_id(printed)}")
+    monkeypatch.delenv("SQUARECHIPO_TRUSTED_KEYS")
     typed = tmp_path / "typed.pem"
     typed.write_text("finance-team-ledger-key-2026-11-29\n")
     typed.chmod(0o600)

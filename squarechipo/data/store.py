@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RecordTable", "SqliteMap", "cache_root", "machine_dir"]
+__all__ = ["RecordTable", "SqliteMap", "cache_root", "machine_dir", "store_target"]
 
 _TYPES = {"text": "TEXT", "real": "REAL", "blob": "BLOB"}
 
@@ -37,6 +37,27 @@ def machine_dir() -> Path:
     except (ImportError, KeyError):  # no password database entry (Windows, a container's anonymous user)
         home = Path.home()
     return home / ".squarechipo"
+
+
+def store_target(variable: str, default: str, what: str, error: type[Exception] = ValueError) -> Path | str:
+    """Where a store that counts privacy lives: ``$variable`` (a ``postgresql://`` URL, or an absolute path: a relative
+    one would name another store in every folder a job runs from, each counting from zero) or ``default`` in
+    :func:`machine_dir`."""
+    from squarechipo.data.database import is_url
+
+    named = os.environ.get(variable)
+    if not named:
+        return machine_dir() / default
+    if is_url(named):
+        return named
+    path = Path(named).expanduser()
+    if not path.is_absolute():
+        raise error(
+            f"{variable}={named!r} is a relative path, which names another {what} in every folder a job runs from "
+            f"(each counting from zero). Give an absolute path, e.g. {variable}={path.resolve()}, or unset it to use "
+            "this machine's."
+        )
+    return path
 
 
 class SqliteMap:

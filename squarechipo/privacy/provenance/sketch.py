@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,20 +216,8 @@ def record_store_path() -> Path | str:
     ``$SQUARECHIPO_RECORD_STORE`` (an absolute path, or a ``postgresql://`` URL a team shares) or ``records.sqlite``
     in :func:`squarechipo.data.store.machine_dir`, which neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves."""
     from squarechipo.data import store
-    from squarechipo.data.database import is_url
 
-    named = os.environ.get(RECORD_STORE_ENV)
-    if not named:
-        return store.machine_dir() / "records.sqlite"
-    if is_url(named):
-        return named
-    path = Path(named).expanduser()
-    if not path.is_absolute():
-        raise ValueError(
-            f"{RECORD_STORE_ENV}={named!r} is a relative path, which names another store of model records in every "
-            f"folder a job runs from. Give an absolute path (e.g. {path.resolve()}), or unset it."
-        )
-    return path
+    return store.store_target(RECORD_STORE_ENV, "records.sqlite", "store of model records")
 
 
 def _records():

@@ -91,19 +91,7 @@ def registry_target() -> str | Path:
     """Where the registry of releases lives: ``$SQUARECHIPO_RELEASE_REGISTRY`` (a ``postgresql://`` URL, or an absolute
     path: a relative one would name another registry in every folder a job runs from) or this machine's
     (:func:`default_registry_path`)."""
-    named = os.environ.get(REGISTRY_ENV)
-    if not named:
-        return default_registry_path()
-    if is_url(named):
-        return named
-    path = Path(named).expanduser()
-    if not path.is_absolute():
-        raise RegistryError(
-            f"{REGISTRY_ENV}={named!r} is a relative path, which names another registry in every folder a job runs "
-            f"from (each counting from zero). Give an absolute path, e.g. {REGISTRY_ENV}={Path(named).resolve()}, or "
-            "unset it to use this machine's registry."
-        )
-    return path
+    return store.store_target(REGISTRY_ENV, "releases.sqlite", "registry of releases", RegistryError)
 
 
 def registry_path() -> Path:
