@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Mutation testing (mutmut) of the modules where a wrong number is a wrong privacy or statistics claim, each against
-# the fastest test files that cover it. Outside the ten-minute suite: `bash scripts/mutation.sh` runs every module in
+# Mutation testing (mutmut) of every module of privacy/, data/ and reproduce/study/, and of the losses, the selector
+# and the statistics, each against the fastest test files that cover it (tests/test_architecture.py keeps the table
+# complete). Outside the ten-minute suite: `bash scripts/mutation.sh` runs every module in
 # the table below, `bash scripts/mutation.sh squarechipo/losses.py` one. It works in a copy of the working tree under
 # ${MUTATION_DIR:-/tmp/squarechipo-mutation} and prints, per module, killed / survived / total and the kill rate; the
 # survivors are listed in <dir>/<module>/survivors.txt (`mutmut show NAME` in that folder prints each one's diff).
@@ -8,19 +9,52 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 declare -A TESTS=(
+  [squarechipo/privacy/door.py]="tests/test_door.py"
   [squarechipo/privacy/mechanisms/calibration.py]="tests/test_calibration.py tests/test_losses.py tests/test_mechanisms.py"
   [squarechipo/privacy/mechanisms/binary.py]="tests/test_mechanisms.py"
   [squarechipo/privacy/mechanisms/label_dp.py]="tests/test_label_dp.py tests/test_mechanisms.py"
-  [squarechipo/privacy/ledger/binding.py]="tests/test_ledger.py tests/test_privacy_invariants.py tests/test_release.py"
+  [squarechipo/privacy/mechanisms/measurements.py]="tests/test_mechanisms.py tests/test_release.py tests/test_label_dp.py"
+  [squarechipo/privacy/ledger/binding.py]="tests/test_ledger.py tests/test_privacy_invariants.py tests/test_release.py tests/test_trust_boundary.py"
   [squarechipo/privacy/ledger/records.py]="tests/test_ledger.py tests/test_release.py tests/test_integrity.py tests/test_label_dp.py"
-  [squarechipo/privacy/release/registry.py]="tests/test_registry.py tests/test_privacy_invariants.py"
+  [squarechipo/privacy/ledger/release_entry.py]="tests/test_ledger.py tests/test_release.py tests/test_label_dp.py"
+  [squarechipo/privacy/ledger/debiasing.py]="tests/test_ledger.py tests/test_trainer.py"
+  [squarechipo/privacy/provenance/lineage.py]="tests/test_lineage.py"
+  [squarechipo/privacy/provenance/record.py]="tests/test_lineage.py tests/test_trust_boundary.py tests/test_integrity.py"
+  [squarechipo/privacy/provenance/sketch.py]="tests/test_sketch.py tests/test_lineage.py"
+  [squarechipo/privacy/release/registry.py]="tests/test_registry.py tests/test_privacy_invariants.py tests/test_team_registry.py"
+  [squarechipo/privacy/release/registry_schema.py]="tests/test_registry.py"
+  [squarechipo/privacy/release/registry_admin.py]="tests/test_registry.py tests/test_team_registry.py"
+  [squarechipo/privacy/release/rows.py]="tests/test_release.py tests/test_validation.py tests/test_trust_boundary.py"
+  [squarechipo/privacy/release/store.py]="tests/test_release_store.py tests/test_integrity.py"
+  [squarechipo/privacy/release/transaction.py]="tests/test_release_store.py tests/test_registry.py tests/test_trust_boundary.py tests/test_release.py"
+  [squarechipo/data/database.py]="tests/test_team_registry.py tests/test_registry.py"
+  [squarechipo/data/finance.py]="tests/test_finance_data.py"
+  [squarechipo/data/finance_templates.py]="tests/test_finance_data.py"
+  [squarechipo/data/fingerprint.py]="tests/test_near_duplicates.py tests/test_validation.py tests/test_ledger.py tests/test_trust_boundary.py"
+  [squarechipo/data/integrity.py]="tests/test_integrity.py tests/test_release_store.py"
+  [squarechipo/data/kary.py]="tests/test_label_dp.py"
+  [squarechipo/data/label_roles.py]="tests/test_door.py"
+  [squarechipo/data/loading.py]="tests/test_release_store.py tests/test_validation.py"
+  [squarechipo/data/metadata.py]="tests/test_release_store.py tests/test_ledger.py"
   [squarechipo/data/near_duplicates.py]="tests/test_near_duplicates.py"
+  [squarechipo/data/signing.py]="tests/test_integrity.py tests/test_trust_boundary.py"
+  [squarechipo/data/store.py]="tests/test_registry.py tests/test_team_registry.py tests/test_lineage.py"
+  [squarechipo/data/text.py]="tests/test_reward_trainer.py tests/test_evaluation.py"
+  [squarechipo/data/validation.py]="tests/test_validation.py"
   [squarechipo/losses.py]="tests/test_losses.py"
   [squarechipo/select/exponential.py]="tests/test_select_exponential.py"
   [squarechipo/stats.py]="tests/test_stats.py tests/test_report_intervals.py tests/test_judge_stats.py"
   [squarechipo/reproduce/study/claims.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/cli.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/design.py]="tests/test_study.py tests/test_power_plan.py"
   [squarechipo/reproduce/study/power.py]="tests/test_power_plan.py tests/test_study.py"
   [squarechipo/reproduce/study/headline.py]="tests/test_headline.py tests/test_study.py"
+  [squarechipo/reproduce/study/provenance.py]="tests/test_study_provenance.py tests/test_study.py"
+  [squarechipo/reproduce/study/report.py]="tests/test_study.py tests/test_report_intervals.py"
+  [squarechipo/reproduce/study/reuse.py]="tests/test_study_reuse.py tests/test_study.py"
+  [squarechipo/reproduce/study/runner.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/shared_setup.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/training.py]="tests/test_study.py"
 )
 # Extra pytest arguments per module: the study's modules skip its whole-protocol test (two minutes a mutant); its
 # other tests check the claims, the plan and the headline on hand-made records.
@@ -28,27 +62,34 @@ declare -A ARGS=(
   [squarechipo/reproduce/study/claims.py]="-m|not slow"
   [squarechipo/reproduce/study/power.py]="-m|not slow"
   [squarechipo/reproduce/study/headline.py]="-m|not slow"
+  [squarechipo/reproduce/study/reuse.py]="-m|not slow"
+  [squarechipo/reproduce/study/provenance.py]="-m|not slow"
+  [squarechipo/reproduce/study/design.py]="-m|not slow"
 )
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   echo "usage: bash scripts/mutation.sh [module ...]  (no module: all of them; results in ${MUTATION_DIR:-/tmp/squarechipo-mutation})"
   printf '  %s\n' "${!TESTS[@]}" | sort
   exit 0
 fi
-bash scripts/install.sh >/dev/null
-.venv/bin/python -m pip --disable-pip-version-check -q install "mutmut>=3.8,<4"
 MODULES=("$@")
 [ ${#MODULES[@]} -eq 0 ] && MODULES=("${!TESTS[@]}")
+# Every module named is checked before anything is installed (the install takes minutes on a fresh clone).
+for module in "${MODULES[@]}"; do
+  if [ -z "${TESTS[$module]:-}" ]; then
+    echo "mutation.sh: no test files are listed for $module; add it to the table in scripts/mutation.sh (see --help)" >&2
+    exit 2
+  fi
+  [ -f "$module" ] || { echo "mutation.sh: $module does not exist" >&2; exit 2; }
+done
+bash scripts/install.sh >/dev/null
+.venv/bin/python -m pip --disable-pip-version-check -q install "mutmut>=3.8,<4"
 BASE=${MUTATION_DIR:-/tmp/squarechipo-mutation}
 # mutmut forks a child per mutant from a process that has run the tests: with OpenMP's thread pool started in the
 # parent (torch on two threads), a forked child can hang in it, asleep, until mutmut's wall-clock limit (read as a
 # time-out). One thread each avoids the pool.
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 for module in "${MODULES[@]}"; do
-  tests=${TESTS[$module]:-}
-  if [ -z "$tests" ]; then
-    echo "mutation.sh: no test files are listed for $module; add it to the table in scripts/mutation.sh" >&2
-    exit 2
-  fi
+  tests=${TESTS[$module]}
   work="$BASE/$(echo "$module" | tr '/' '_')"
   rm -rf "$work" && mkdir -p "$work"
   git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work" 2>/dev/null || true
