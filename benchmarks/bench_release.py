@@ -76,10 +76,10 @@ def release_seconds(data: datasets.Dataset, folder: Path) -> tuple[float, float]
     """(wall, CPU) seconds of the whole counted release into ``folder``: admit, draw, ledger, stage, register,
     rename."""
     from squarechipo.privacy import LabelPipeline
-    from squarechipo.privacy.release.store import release_once
+    from squarechipo.privacy.release.store import release_dataset
 
     start = _clock()
-    release_once(data, LabelPipeline(epsilon=1.0), folder)
+    release_dataset(data, LabelPipeline(epsilon=1.0), folder)
     timings: dict[str, tuple[float, float]] = {}
     _stage("release", start, timings)
     return timings["release"]

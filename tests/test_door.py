@@ -27,7 +27,6 @@ from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.data.label_roles import label_role
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
-from squarechipo.privacy.release.store import release_once
 from squarechipo.trainer.private_base import PrivateTrainerMixin
 from tests.helpers.rows import distinct_pairs, plan_rows
 from tests.helpers.runs import SingleProcessState, train_tiny
@@ -333,7 +332,7 @@ def test_training_on_a_release_folder_whose_ledger_was_deleted_is_refused(tmp_pa
     from squarechipo.trainer.splits import load_training_splits
 
     folder = tmp_path / "release"
-    release_once(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=0)
+    release_dataset(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=0)
     args = TrainScriptArguments(dataset_name=str(folder))
     train, _ = load_training_splits(args, str(tmp_path / "out"), SingleProcessState(), with_eval=False)
     assert get_ledger(train).total_epsilon == 0.5

@@ -65,14 +65,14 @@ def test_audit_sizes_confidence_and_options_are_checked(capsys):
 
 def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):
     from squarechipo.privacy import LabelPipeline
-    from squarechipo.privacy.release.store import release_once
+    from squarechipo.privacy.release.store import release_dataset
 
     rows = datasets.Dataset.from_dict({"prompt": ["p0", "p1"], "chosen": ["a", "c"], "rejected": ["b", "d"]})
     raw = tmp_path / "raw"
     rows.save_to_disk(str(raw))
     before = sorted((p.name, p.stat().st_mtime_ns) for p in raw.iterdir())
     with pytest.raises(ValueError, match=r"looks like raw data, not a release\. privatized_dir is the folder"):
-        release_once(rows, LabelPipeline(epsilon=1.0), raw, seed=0)
+        release_dataset(rows, LabelPipeline(epsilon=1.0), raw, seed=0)
     assert sorted((p.name, p.stat().st_mtime_ns) for p in raw.iterdir()) == before
 
 

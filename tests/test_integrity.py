@@ -12,7 +12,7 @@ import pytest
 
 from squarechipo.data.integrity import KEY_ENV, MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
-from squarechipo.privacy.release.store import load_release, release_once
+from squarechipo.privacy.release.store import load_release
 from tests.helpers.keys import roles
 from tests.helpers.rows import plan_rows
 
@@ -32,7 +32,7 @@ def _edit_ledger(folder: Path, change) -> None:
 def test_an_edited_ledger_edited_labels_or_a_deleted_ledger_are_refused(tmp_path):
     rows = plan_rows()
     folder = tmp_path / "release"
-    release_once(rows, LabelPipeline(epsilon=0.5, corruption_rate=0.1), folder, seed=0)
+    release_dataset(rows, LabelPipeline(epsilon=0.5, corruption_rate=0.1), folder, seed=0)
     clean = tmp_path / "clean"
 
     def fresh() -> Path:
@@ -232,7 +232,7 @@ def test_squarechipo_key_new_writes_a_private_key_only_its_owner_reads_and_verif
     assert "already exists" in capsys.readouterr().err
     monkeypatch.setenv("SQUARECHIPO_SIGNING_KEY", str(tmp_path / "custodian.pem"))
     assert public_key_text(signing_key().public) == printed
-    release_once(plan_rows(), LabelPipeline(epsilon=0.5), tmp_path / "release", seed=0)
+    release_dataset(plan_rows(), LabelPipeline(epsilon=0.5), tmp_path / "release", seed=0)
     monkeypatch.delenv("SQUARECHIPO_SIGNING_KEY")  # an analyst: the public key only
     monkeypatch.setenv("SQUARECHIPO_TRUSTED_KEYS", str(tmp_path / "custodian.pem.pub"))
     assert main(["key", "verify", str(tmp_path / "release")]) == 0
@@ -266,7 +266,7 @@ def test_an_edited_record_or_release_is_met_with_its_own_fix_never_a_second_rele
         read_privacy_record(model)
     assert "train the model again" in str(refused.value) and "raw rows again" not in str(refused.value)
     folder = tmp_path / "release"
-    release_once(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=0)
+    release_dataset(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=0)
     _edit_ledger(folder, lambda ledger: ledger["releases"][0].update(epsilon=5.0))
     with pytest.raises(IntegrityError, match="does not match its digest") as refused:
         load_release(folder)

@@ -19,7 +19,7 @@ import pytest
 
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.release.registry import REGISTRY_ENV, RegistryError, init_registry, registry_path
-from squarechipo.privacy.release.store import load_release, release_once
+from squarechipo.privacy.release.store import load_release
 
 
 def _rows(n: int = 30, start: int = 0) -> datasets.Dataset:
@@ -48,7 +48,7 @@ def _release_at_a_barrier(folder: str, registry: str, barrier, queue) -> None:
 
     release_module.register_release = register_after_both_drew
     try:
-        release_once(_rows(), LabelPipeline(epsilon=0.5), folder)
+        release_dataset(_rows(), LabelPipeline(epsilon=0.5), folder)
         queue.put(("released", folder))
     except RegistryError as error:
         queue.put(("refused", str(error)))
@@ -90,15 +90,15 @@ def test_a_release_cut_off_before_it_was_registered_is_registered_when_completed
     monkeypatch.setattr(release_module, "register_release", killed)
     folder = tmp_path / "release"
     with pytest.raises(SystemExit):
-        release_once(_rows(), LabelPipeline(epsilon=0.5), folder)
+        release_dataset(_rows(), LabelPipeline(epsilon=0.5), folder)
     staging = tmp_path / ".release.staging"
     assert staging.is_dir() and not folder.exists()  # nothing visible
     monkeypatch.undo()
-    completed = release_once(_rows(), LabelPipeline(epsilon=0.5), folder)
+    completed = release_dataset(_rows(), LabelPipeline(epsilon=0.5), folder)
     assert folder.is_dir() and not staging.exists()
     assert completed["chosen"] == load_release(folder)["chosen"]
     with pytest.raises(ValueError, match=r"30 row\(s\) were released before"):
-        release_once(_rows(), LabelPipeline(epsilon=0.5), tmp_path / "elsewhere")
+        release_dataset(_rows(), LabelPipeline(epsilon=0.5), tmp_path / "elsewhere")
 
 
 def test_a_missing_emptied_redirected_or_corrupt_registry_stops_the_release(tmp_path, monkeypatch):
@@ -604,9 +604,9 @@ def test_a_registry_restored_from_an_older_backup_is_found_to_under_count(tmp_pa
     from squarechipo.cli import main
 
     path = Path(os.environ[REGISTRY_ENV])
-    release_once(_rows(6, start=1000), LabelPipeline(epsilon=0.5), tmp_path / "first")
+    release_dataset(_rows(6, start=1000), LabelPipeline(epsilon=0.5), tmp_path / "first")
     shutil.copy(path, tmp_path / "backup.sqlite")  # the nightly backup
-    release_once(_rows(6, start=1100), LabelPipeline(epsilon=0.5), tmp_path / "second")
+    release_dataset(_rows(6, start=1100), LabelPipeline(epsilon=0.5), tmp_path / "second")
     assert main(["registry", "audit", str(tmp_path / "first"), str(tmp_path / "second")]) == 0
     shutil.copy(tmp_path / "backup.sqlite", path)  # the registry restored from it
     for suffix in ("-wal", "-shm"):

@@ -15,7 +15,7 @@ import pytest
 
 from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
-from squarechipo.privacy.release.store import load_release, release_once
+from squarechipo.privacy.release.store import load_release
 from tests.helpers.rows import plan_rows
 from tests.helpers.runs import train_tiny
 
@@ -90,16 +90,16 @@ def test_a_dataset_dict_is_saved_with_one_marker_record_per_released_split(tmp_p
 def test_an_interrupted_release_is_completed_from_its_staged_copy_or_refused(tmp_path):
     rows = plan_rows()
     folder = tmp_path / "release"
-    done = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=1)
+    done = release_dataset(rows, LabelPipeline(epsilon=0.5), folder, seed=1)
     # Cut off after the staged copy was complete, before the rename: the next run completes it.
     staging = folder.parent / f".{folder.name}.staging"
     folder.rename(staging)
-    again = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=2)  # another seed: it must not be used
+    again = release_dataset(rows, LabelPipeline(epsilon=0.5), folder, seed=2)  # another seed: it must not be used
     assert again["chosen"] == done["chosen"] and not staging.exists()
     # Cut off before the marker: refused, with what to do.
     (staging / "partial").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"an interrupted release left .*staging unfinished .* delete"):
-        release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "release", seed=3)
+        release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "release", seed=3)
 
 
 def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_path):
@@ -111,7 +111,7 @@ def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_
     from squarechipo.privacy.mechanisms.binary import ctl
 
     rows, folder = plan_rows(), tmp_path / "release"
-    released = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=1)
+    released = release_dataset(rows, LabelPipeline(epsilon=0.5), folder, seed=1)
     swap = ctl(np.zeros(len(rows), dtype=bool), 0.5, 0.0, np.random.default_rng(1))  # the first draw of seed 1
     assert 0 < swap.sum() < len(rows)
     assert released["chosen"] == [r if s else c for c, r, s in zip(rows["chosen"], rows["rejected"], swap)]
@@ -125,18 +125,18 @@ def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_
         return {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in folder.rglob("*") if path.is_file()}
 
     saved = files()
-    again = release_once(rows, LabelPipeline(epsilon=0.5), folder, seed=2)
+    again = release_dataset(rows, LabelPipeline(epsilon=0.5), folder, seed=2)
     assert again["chosen"] == released["chosen"] and get_ledger(again) == ledger
     assert files() == saved
 
 
 def _release_in_process(folder: str, seed: int, queue) -> None:
-    released = release_once(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=seed)
+    released = release_dataset(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=seed)
     queue.put(released["chosen"])
 
 
 @pytest.mark.integration
-def test_two_runs_racing_on_one_fresh_folder_release_once_and_share_it(tmp_path):
+def test_two_runs_racing_on_one_fresh_folder_release_it_once_and_share_it(tmp_path):
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     folder = str(tmp_path / "release")
@@ -173,19 +173,21 @@ def test_a_second_release_of_the_same_rows_is_refused_or_composed(tmp_path):
     from squarechipo.privacy.mechanisms.calibration import flip_probability
 
     rows = plan_rows(60)
-    first = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "one")
+    first = release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "one")
     assert get_ledger(first).total_epsilon == 0.5
-    again = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "one")  # the same folder: reused, no new noise
+    again = release_dataset(
+        rows, LabelPipeline(epsilon=0.5), tmp_path / "one"
+    )  # the same folder: reused, no new noise
     assert again["chosen"] == first["chosen"]
     retyped = rows.map(lambda r: {"prompt": r["prompt"].upper() + " "}).shuffle(seed=0)
     superset = datasets.concatenate_datasets([plan_rows(70).select(range(60, 70)), rows])
     for other in (rows, retyped, superset):
         with pytest.raises(ValueError, match=r"60 row\(s\) were released before \(ε 0.5 at .*rerelease=True"):
-            release_once(other, LabelPipeline(epsilon=0.5), tmp_path / "two")
+            release_dataset(other, LabelPipeline(epsilon=0.5), tmp_path / "two")
         with pytest.raises(ValueError, match=r"60 row\(s\) were released before"):
             release_dataset(other, LabelPipeline(epsilon=1.0))
     assert not (tmp_path / "two").exists()
-    second = release_once(rows, LabelPipeline(epsilon=0.5), tmp_path / "two", rerelease=True)
+    second = release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "two", rerelease=True)
     ledger = get_ledger(second)
     (release,) = ledger.releases
     assert (release.earlier_epsilon, release.earlier_releases) == (0.5, 1)

@@ -16,7 +16,7 @@ from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.privacy.ledger.binding import pairwise_rows
-from squarechipo.privacy.release.store import load_release, release_once
+from squarechipo.privacy.release.store import load_release
 from tests.helpers.rows import distinct_pairs
 
 
@@ -228,7 +228,8 @@ def test_combine_parts_takes_only_disjoint_registered_signed_parts():
     again = release_dataset(rows.select(range(4, 12)), LabelPipeline(epsilon=0.5), seed=3, part="c")
     with pytest.raises(ValueError, match="the two parts share 4 comparison"):
         combine_parts(first, again)
-    unregistered = transaction._Release(distinct_pairs(8, offset=5700), LabelPipeline(epsilon=0.5), part="d")
+    options = transaction.ReleaseOptions(part="d")
+    unregistered = transaction._Release(distinct_pairs(8, offset=5700), LabelPipeline(epsilon=0.5), options)
     unregistered._admit()
     unregistered._draw()
     signed_only, _ = unregistered._sealed()  # signed by hand, never registered
@@ -267,7 +268,7 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
 
             patch.setattr(transaction, "_finish", seal_only)
         with pytest.raises(Cut):
-            release_once(rows, LabelPipeline(epsilon=0.5), folder)
+            release_dataset(rows, LabelPipeline(epsilon=0.5), folder)
     assert staging.is_dir() and not folder.exists()
     copy = datasets.load_from_disk(str(staging))
     if cut != "sealed":
@@ -275,7 +276,7 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
     else:
         assert get_ledger(copy).releases[0].registry_id is not None  # sealed only after it was registered
     assert transaction.register_release is real_register
-    done = release_once(rows, LabelPipeline(epsilon=0.5), folder)  # the next run completes it, drawing nothing
+    done = release_dataset(rows, LabelPipeline(epsilon=0.5), folder)  # the next run completes it, drawing nothing
     assert done["chosen"] == copy["chosen"] and not staging.exists()
     assert get_ledger(load_release(folder)).releases[0].registry_id is not None
     from squarechipo.data.fingerprint import row_hashes

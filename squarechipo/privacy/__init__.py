@@ -23,9 +23,8 @@ _EXPORTS = {
         "squarechipo.privacy.mechanisms.binary",
     ),
     "combine_parts": "squarechipo.privacy.release.rows",
-    "release_dataset": "squarechipo.privacy.release.transaction",
     **dict.fromkeys(
-        ("load_privatized", "load_release", "release_once", "save_privatized", "save_release"),
+        ("load_privatized", "load_release", "release_dataset", "save_privatized", "save_release"),
         "squarechipo.privacy.release.store",
     ),
 }
@@ -50,7 +49,6 @@ __all__ = [
     "ltc",
     "randomized_response",
     "release_dataset",
-    "release_once",
     "save_privatized",
     "save_release",
 ]
@@ -69,8 +67,7 @@ if TYPE_CHECKING:
     from squarechipo.privacy.release.store import (
         load_privatized,
         load_release,
-        release_once,
+        release_dataset,
         save_privatized,
         save_release,
     )
-    from squarechipo.privacy.release.transaction import release_dataset

@@ -7,8 +7,8 @@ Stage 2 queries each part-2 label once through RRWithPrior, the prior being the 
 σ(β·h/τ) (``lp2st_temperature``), then trains a fresh policy on both parts: RR rows get the c(ε)
 debiasing, rows released from the prior are pseudo-labels weighted by ``prior_row_weight`` (0 drops
 them). Each label is released once, so the ledger of the final model shows ε, not 2ε. Releases are
-saved under ``<output_dir>/released_part{1,2}`` by the one ``release_once`` and reused on a re-run
-(no fresh noise); a re-run whose prior differs (another temperature, another stage-1 policy) stops.
+saved under ``<output_dir>/released_part{1,2}`` by the one release call (``release_dataset`` with a folder) and
+reused on a re-run (no fresh noise); a re-run whose prior differs (another temperature, another stage-1 policy) stops.
 
 Ghazi et al. 2021 (label DP)'s guarantee needs a prior that does not depend on the part-2 labels: the model stage 1
 starts from (which is also the prior's reference) is checked against the part-2 rows before the prior is computed
@@ -31,7 +31,7 @@ from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.mechanisms.measurements import RRWithPrior
 from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage, mark_source
 from squarechipo.privacy.release.rows import combine_parts
-from squarechipo.privacy.release.store import release_once
+from squarechipo.privacy.release.store import release_dataset
 from squarechipo.scripts._common import finish_run, setup_logging
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.lp2st import policy_prior
@@ -100,7 +100,7 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
-    part1 = release_once(
+    part1 = release_dataset(
         raw.select(range(cut)),
         pipeline,
         out / "released_part1",
@@ -117,7 +117,7 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
     raw2 = raw.select(range(cut, len(raw)))
     prior, prior_lineage = _stage1_prior(model_path, stage1, raw2, tokenizer, script_args, training_args)
     del stage1
-    part2 = release_once(
+    part2 = release_dataset(
         raw2,
         RRWithPrior(pipeline.epsilon, prior, script_args.lp2st_temperature),
         out / "released_part2",

@@ -2,7 +2,7 @@
 
 The training split goes through the label pipeline on the main process, is saved with its ledger under
 ``privatized_dir`` (default ``<output_dir>/released_train``) and reused by every rank and every re-run, so no
-fresh noise is drawn (:func:`squarechipo.privacy.release.store.release_once`).
+fresh noise is drawn (:func:`squarechipo.privacy.release.store.release_dataset` with a folder).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import datasets
 
 from squarechipo.data import load_preference_dataset
 from squarechipo.privacy.door import reads_labels
-from squarechipo.privacy.release.store import release_once
+from squarechipo.privacy.release.store import release_dataset
 from squarechipo.trainer.script_args import TrainScriptArguments
 
 __all__ = ["labels_digest", "load_training_splits"]
@@ -48,7 +48,7 @@ def _release(args: TrainScriptArguments, rows, split: str, output_dir: str, stat
     """One split released through the run's pipeline once (its own folder and ledger), reused after."""
     seed = None if args.label_seed is None else args.label_seed + offset
     folder = _release_folder(args, output_dir, split)
-    released = release_once(
+    released = release_dataset(
         rows,
         args.label_pipeline(),
         folder,

@@ -17,7 +17,7 @@ from pathlib import Path
 def main(argv: list[str]) -> None:
     offset, n = int(argv[0]), int(argv[1])
     from squarechipo.privacy import LabelPipeline
-    from squarechipo.privacy.release.store import release_once
+    from squarechipo.privacy.release.store import release_dataset
     from tests.helpers.rows import distinct_pairs
 
     rows = distinct_pairs(n, offset=offset)
@@ -36,7 +36,7 @@ def main(argv: list[str]) -> None:
         registry._enter = paused
     folder = Path.cwd() / f"release_{offset}"
     try:
-        released = release_once(rows, LabelPipeline(epsilon=0.5), folder)
+        released = release_dataset(rows, LabelPipeline(epsilon=0.5), folder)
         print(json.dumps({"released": len(released), "folder": str(folder)}))
     except (ValueError, RuntimeError) as refused:
         print(json.dumps({"refused": str(refused)}))

@@ -1,4 +1,5 @@
-"""The one release path: raw labels in, released rows out, drawn once. ``transaction`` owns every step of a release
-(admit → draw → stage → register → rename) and ``release_dataset``; ``rows`` is the draw itself (the measurement on
-the rows, the column policy); ``registry`` is this machine's record of releases; ``store`` saves and loads releases
-with their ledger and marker, and ``release_once`` makes one per folder."""
+"""The one release path: raw labels in, released rows out, drawn once. ``store.release_dataset`` is the one release
+call (in memory, or once per folder); ``transaction`` owns every step of a release (admit → draw → stage → register
+→ seal → rename); ``rows`` is the draw itself (the measurement on the rows, the column policy); ``registry`` is the
+record of releases (a machine's file, or a team's server); ``store`` saves and loads releases with their ledger and
+marker."""

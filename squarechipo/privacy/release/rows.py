@@ -247,7 +247,7 @@ def _check_part(ledger: PrivacyLedger | None, name: str) -> PrivacyLedger:
     if first.randomness == "os_entropy" and first.epsilon is not None and first.registry_id is None:
         raise ValueError(
             f"the {name} part's release was never entered in a registry of releases, so its rows may have been "
-            "released again elsewhere. Release the part through release_dataset or release_once."
+            "released again elsewhere. Release the part through release_dataset."
         )
     return ledger
 

@@ -1,10 +1,10 @@
-"""Storing releases: once per folder, saved and loaded with their ledger and marker.
+"""The one release call, and storing releases: once per folder, saved and loaded with their ledger and marker.
 
-:func:`release_once` makes a release once per output folder: on the main process, under a lock beside the folder, it
-runs the release transaction (:mod:`squarechipo.privacy.release.transaction`: admit, draw, stage, register in the
-registry of releases, seal, rename).
-Every rank and every re-run reuses the saved release after checking that it was made from the same rows with the
-same mechanism, so no fresh noise is ever drawn on a re-run. A release cut off after its staged copy was complete is
+:func:`release_dataset` is the one release call. With a folder it makes a release once per folder: on the main
+process, under a lock beside the folder, it runs the release transaction (:mod:`squarechipo.privacy.release.
+transaction`: admit, draw, stage, register in the registry of releases, seal, rename). Every rank and every re-run
+reuses the saved release after checking that it was made from the same rows with the same mechanism, so no fresh
+noise is ever drawn on a re-run. A release cut off after its staged copy was complete is
 completed by the next run (registered if it was not, then sealed); one cut off earlier is refused.
 """
 
@@ -26,9 +26,15 @@ from squarechipo.data.loading import load_data_file, load_saved_folder
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, with_ledger
 from squarechipo.privacy.mechanisms.measurements import Measurement
-from squarechipo.privacy.release.transaction import complete_interrupted, release_into, write_folder
+from squarechipo.privacy.release.transaction import (
+    ReleaseOptions,
+    complete_interrupted,
+    release_in_memory,
+    release_into,
+    write_folder,
+)
 
-__all__ = ["load_privatized", "load_release", "release_once", "save_privatized", "save_release"]
+__all__ = ["load_privatized", "load_release", "release_dataset", "save_privatized", "save_release"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -133,56 +139,83 @@ def _refuse_foreign(folder: Path) -> None:
         )
 
 
-@releases_labels("release_dataset's mechanism, once per folder")
-def release_once(
+@releases_labels("randomized response (or the measurement given) stands between the raw labels and the output")
+def release_dataset(
     dataset: datasets.Dataset,
-    pipeline: Measurement,
-    folder: str | os.PathLike,
+    mechanism: Measurement,
+    folder: str | os.PathLike | None = None,
     *,
     seed: int | None = None,
-    state=None,
+    compose: bool = False,
     part: str | None = None,
     public_columns: list[str] | tuple[str, ...] = (),
     rerelease: bool = False,
     privacy_unit: str | None = None,
+    state=None,
 ) -> datasets.Dataset:
-    """Return the released version of ``dataset``: privatize and save it the first time, load it after.
+    """Release a dataset's labels through ``mechanism`` once, record it in the registry of releases, and return the
+    released rows with their signed ledger; with ``folder``, save it there the first time and reuse it after.
 
     Args:
-        dataset: the raw split (``chosen`` = the true preference).
-        pipeline: the measurement (a label pipeline, or ``RRWithPrior`` for LP-2ST's part 2).
-        folder: where the release is saved (:func:`save_release`; the ledger travels inside).
-        seed: ``None`` = OS entropy (real data); an integer for simulation only.
-        state: an ``accelerate.PartialState`` in distributed runs; the main process writes and the
-            others wait, then load. ``None`` = a single process.
-        part: the disjoint part these rows are (multi-stage training; see ``release_dataset``).
-        public_columns: columns kept beside the released labels (see ``release_dataset``).
-        rerelease: allow rows released before into another folder or file (see ``release_dataset``).
-        privacy_unit: the column that identifies the unit of privacy (see ``release_dataset``).
+        dataset: raw preference pairs whose ``chosen`` is the true preferred response, in any TRL format
+            (validated first; invalid rows raise — drop them explicitly with
+            ``validate_preference_dataset(..., drop_invalid=True)``), or raw best-of-K rows.
+        mechanism: a :class:`~squarechipo.privacy.mechanisms.measurements.Measurement` (``LabelPipeline`` for ε, α,
+            adversary and order; ``KaryRR``, ``SubsetMechanism`` or ``RRWithPrior``).
+        folder: where the release is saved (a ``save_to_disk`` folder, its ledger and marker inside). The first call
+            releases into it; every later call (a re-run of the same script, another rank) loads the saved release
+            after checking it came from the same rows and mechanism, so no fresh noise is ever drawn. One release at
+            a time per folder (a file lock); one cut off is completed from its staged copy by the next call. ``None``:
+            the release is returned in memory only (saving it is then yours: :func:`save_privatized`).
+        seed: ``None`` (default) draws from OS entropy: use this for real labels. An integer is for simulation and
+            makes the noise reproducible by anyone who knows it; the ledger records that a fixed seed was used, never
+            the seed.
+        compose: (``LabelPipeline`` only) the dataset already carries a ledger and you mean to add noise to its
+            released labels. That is post-processing of the earlier release (the raw labels keep its ε); the ledger
+            records the new release, sums the ε (a valid, loose bound) and gives the tight ε of the stored labels
+            (``stored_labels_epsilon``).
+        part: the name of the disjoint part of a larger dataset these rows are (multi-stage training,
+            Ghazi et al. 2021 (label DP)); releases on disjoint parts compose in parallel in the ledger.
+        public_columns: (pairs) columns besides prompt/chosen/rejected that do not depend on the label (an id, a
+            category): kept. Label-carrying columns are dropped and named in the ledger; any other column raises.
+        rerelease: raw rows released before into the registry of releases (:mod:`squarechipo.privacy.release.
+            registry`) are refused, naming the earlier release and where it was saved, unless this is True; then
+            the ledger adds the earlier releases' ε (basic composition) to its total.
+        privacy_unit: a column that identifies the unit of privacy (a labeller or comparison id). Without it the
+            unit is one comparison, and rows that copy another row's comparison (exactly, retyped or nearly) are
+            refused. With it, rows of one unit compose (the ledger's ε is per unit: ε × the most rows one unit has),
+            content copies across units are allowed, and the registry counts both the units and each comparison's
+            content. The column is kept only if it is also in ``public_columns``.
+        state: an ``accelerate.PartialState`` in distributed runs (with ``folder``): the main process releases and
+            the others wait, then load. ``None`` = a single process.
 
-    One release at a time per folder (a file lock): a second run waits, then reuses it. It is entered into the
-    registry of releases before it is renamed into place; an interrupted release is completed (and registered) from
-    its staged copy or refused (:func:`~squarechipo.privacy.release.transaction.complete_interrupted`); never
-    silently drawn again.
+    Returns:
+        A new dataset with the kept columns and the signed ledger attached.
     """
-    folder = Path(folder)
+    options = ReleaseOptions(seed, compose, part, public_columns, rerelease, privacy_unit)
+    if folder is None:
+        return release_in_memory(dataset, mechanism, options)
+    return _once_per_folder(Path(folder), dataset, mechanism, options, state)
+
+
+def _once_per_folder(folder: Path, dataset, mechanism: Measurement, options: ReleaseOptions, state):
+    """The release in ``folder``: made by the main process the first time (completing one cut off), loaded and
+    checked after, and on every other rank."""
     released = None
     if state is None or state.is_main_process:
         with _lock(folder):
             complete_interrupted(folder, _load)
             if not (folder / "dataset_info.json").exists():
                 _refuse_foreign(folder)
-                released = release_into(
-                    folder, dataset, pipeline, seed=seed, part=part, public_columns=public_columns,
-                    rerelease=rerelease, privacy_unit=privacy_unit,
-                )  # fmt: skip
-                logger.warning("released %d training rows through %s to %s", len(released), pipeline.to_dict(), folder)
+                released = release_into(folder, dataset, mechanism, options)
+                logger.warning("released %d rows through %s to %s", len(released), mechanism.to_dict(), folder)
     if state is not None:
         state.wait_for_everyone()
         _receive_if_unseen(folder, state)
     if released is None:  # an earlier release (or the main process's): checked before it is used
         released, ledger = _load(folder)
-        _check_reuse(ledger, dataset, pipeline, folder)
+        _check_reuse(ledger, dataset, mechanism, folder)
+        logger.info("reusing the release saved in %s (no fresh noise)", folder)
     return released
 
 

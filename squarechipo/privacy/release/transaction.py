@@ -1,8 +1,8 @@
 """The release transaction, owned in one place: admit → draw → (stage) → register → seal → (rename).
 
-A release is one step. :func:`release_dataset` (in memory) and :func:`release_into` (a folder, for
-:func:`squarechipo.privacy.release.store.release_once`) run every step and return nothing before the release is
-registered and sealed; the steps themselves are private:
+A release is one step: the one release call, :func:`squarechipo.privacy.release.store.release_dataset`, runs every step
+(:func:`release_in_memory`, or :func:`release_into` a folder) and returns nothing before the release is registered and
+sealed; the steps themselves are private:
 
 1. **admit**: the input is one split and a measurement; rows that already carry a ledger are post-processing
    (``compose``) or refused; copies of a comparison are refused (their noise would add up); the registry of releases
@@ -53,7 +53,14 @@ from squarechipo.privacy.release.registry import (
 )
 from squarechipo.privacy.release.rows import PAIR_COLUMNS, draw_rows
 
-__all__ = ["complete_interrupted", "release_dataset", "release_into", "staging_folder", "write_folder"]
+__all__ = [
+    "ReleaseOptions",
+    "complete_interrupted",
+    "release_in_memory",
+    "release_into",
+    "staging_folder",
+    "write_folder",
+]
 
 logger = logging.getLogger("squarechipo")
 #: In a staged release: the keys it enters into the registry of releases (a declared privacy unit's column may not
@@ -145,19 +152,30 @@ def _earlier(units: list[bytes], marks, new_epsilon: float, rerelease: bool) -> 
     return earlier
 
 
+@dataclass(frozen=True)
+class ReleaseOptions:
+    """How a release is made, shared by the one release call (:func:`squarechipo.privacy.release.store.
+    release_dataset`) and its steps. See that function for each field."""
+
+    seed: int | None = None
+    compose: bool = False
+    part: str | None = None
+    public_columns: tuple[str, ...] = ()
+    rerelease: bool = False
+    privacy_unit: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "public_columns", tuple(self.public_columns or ()))
+
+
 @dataclass
 class _Release:
-    """One release of one split's labels (see the module). Private: only :func:`release_dataset` and
+    """One release of one split's labels (see the module). Private: only :func:`release_in_memory` and
     :func:`release_into` run it, every step in order."""
 
     dataset: datasets.Dataset
     mechanism: Measurement
-    seed: int | None = None
-    compose: bool = False
-    part: str | None = None
-    public_columns: list[str] | tuple[str, ...] = ()
-    rerelease: bool = False
-    privacy_unit: str | None = None
+    options: ReleaseOptions = field(default_factory=ReleaseOptions)
     _existing: PrivacyLedger | None = None
     _fingerprint: str = ""
     _per_unit: int = 1
@@ -181,41 +199,41 @@ class _Release:
                 f"LabelPipeline(epsilon=1.0) (got {type(self.mechanism).__name__})."
             )
         self._existing = get_ledger(self.dataset)
-        _check_not_released(self._existing, self.mechanism, self.compose)
+        _check_not_released(self._existing, self.mechanism, self.options.compose)
         # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).
-        self._counted = self._existing is None and self.seed is None and self.mechanism.epsilon is not None
+        self._counted = self._existing is None and self.options.seed is None and self.mechanism.epsilon is not None
         rows = canonical_rows(self.dataset.with_format("arrow")[:])
         hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
         self._fingerprint, _ = fingerprint_of(hashes)
         self._units = hashes
         # One set of MinHash signatures serves the copy check and the registry.
-        marks = sketch(rows) if self._counted or self.privacy_unit is None else None
-        if self.privacy_unit is None:
+        marks = sketch(rows) if self._counted or self.options.privacy_unit is None else None
+        if self.options.privacy_unit is None:
             _refuse_copies(copies(rows, marks), len(self.dataset))
         else:
             # A unit groups rows, never splits a comparison's history: the registry counts the content too.
-            unit_keys, self._per_unit = _unit_keys(self.dataset, self.privacy_unit)
+            unit_keys, self._per_unit = _unit_keys(self.dataset, self.options.privacy_unit)
             self._units = hashes + unit_keys
         if self._counted:
             self._marks = marks
             epsilon = self.mechanism.epsilon * self._per_unit
-            self._earlier = _earlier(self._units, self._marks, epsilon, self.rerelease)
+            self._earlier = _earlier(self._units, self._marks, epsilon, self.options.rerelease)
 
     def _draw(self) -> None:
         """The noise, once. The released rows and their release are held here, unsealed."""
         dataset = self.dataset
-        if self.privacy_unit is not None and self.privacy_unit not in self.public_columns:
-            dataset = dataset.remove_columns([self.privacy_unit])
-        table, fields = draw_rows(dataset, self.mechanism, self.seed, self.public_columns)
+        if self.options.privacy_unit is not None and self.options.privacy_unit not in self.options.public_columns:
+            dataset = dataset.remove_columns([self.options.privacy_unit])
+        table, fields = draw_rows(dataset, self.mechanism, self.options.seed, self.options.public_columns)
         if self._earlier is not None:
             fields.update(earlier_epsilon=self._earlier.epsilon, earlier_releases=len(self._earlier.releases))
-        if self.privacy_unit is not None:
-            fields.update(privacy_unit=self.privacy_unit, rows_per_unit=self._per_unit)
+        if self.options.privacy_unit is not None:
+            fields.update(privacy_unit=self.options.privacy_unit, rows_per_unit=self._per_unit)
         fields.update(
             row_set=encode_row_set(_exact_row_hashes(datasets.Dataset(table))), row_columns=table.column_names
         )
         self._release = Release.now(
-            **fields, data_fingerprint=self._fingerprint, part=self.part, release_id=uuid.uuid4().hex
+            **fields, data_fingerprint=self._fingerprint, part=self.options.part, release_id=uuid.uuid4().hex
         )
         info = datasets.DatasetInfo(description=metadata.without_block(dataset.info.description))
         # The released columns differ for best-of-K and prior-guided rows: the features follow the new table.
@@ -272,24 +290,11 @@ def _finish(staging: Path, folder: Path, released: datasets.Dataset, digest: str
     os.replace(staging, folder)
 
 
-@releases_labels("release_dataset's measurement, once, into a folder (registered before it is sealed and renamed)")
-def release_into(
-    folder: Path,
-    dataset: datasets.Dataset,
-    mechanism: Measurement,
-    *,
-    seed: int | None = None,
-    part: str | None = None,
-    public_columns: list[str] | tuple[str, ...] = (),
-    rerelease: bool = False,
-    privacy_unit: str | None = None,
-) -> datasets.Dataset:
+@releases_labels("the release's steps into a folder, run only by the one release call (release_dataset)")
+def release_into(folder: Path, dataset: datasets.Dataset, mechanism: Measurement, options: ReleaseOptions):
     """Every step into ``folder`` (which must not hold a release): admit, draw, stage, register, seal, rename. A
-    release the registry refuses is discarded before anything could read it."""
-    release = _Release(
-        dataset, mechanism, seed=seed, part=part, public_columns=public_columns, rerelease=rerelease,
-        privacy_unit=privacy_unit,
-    )  # fmt: skip
+    release the registry refuses is discarded before anything could read it. Called only by the one release call."""
+    release = _Release(dataset, mechanism, options)
     release._admit()
     release._draw()
     staging = release._stage(folder)
@@ -304,53 +309,10 @@ def release_into(
     return released
 
 
-@releases_labels("randomized response (or the measurement given) stands between the raw labels and the output")
-def release_dataset(
-    dataset: datasets.Dataset,
-    mechanism: Measurement,
-    *,
-    seed: int | None = None,
-    compose: bool = False,
-    part: str | None = None,
-    public_columns: list[str] | tuple[str, ...] = (),
-    rerelease: bool = False,
-    privacy_unit: str | None = None,
-) -> datasets.Dataset:
-    """Release a dataset's labels through ``mechanism`` once, and record it in the ledger and the registry.
-
-    Args:
-        dataset: raw preference pairs whose ``chosen`` is the true preferred response, in any TRL format
-            (validated first; invalid rows raise — drop them explicitly with
-            ``validate_preference_dataset(..., drop_invalid=True)``), or raw best-of-K rows.
-        mechanism: a :class:`~squarechipo.privacy.mechanisms.measurements.Measurement` (``LabelPipeline`` for ε, α,
-            adversary and order; ``KaryRR``, ``SubsetMechanism`` or ``RRWithPrior``).
-        seed: ``None`` (default) draws from OS entropy: use this for real labels. An integer is for
-            simulation and makes the noise reproducible by anyone who knows it; the ledger records that
-            a fixed seed was used, never the seed.
-        compose: (``LabelPipeline`` only) the dataset already carries a ledger and you mean to add noise
-            to its released labels. That is post-processing of the earlier release (the raw labels keep
-            its ε); the ledger records the new release, sums the ε (a valid, loose bound) and gives the
-            tight ε of the stored labels (``stored_labels_epsilon``).
-        part: the name of the disjoint part of a larger dataset these rows are (multi-stage training,
-            Ghazi et al. 2021 (label DP)); releases on disjoint parts compose in parallel in the ledger.
-        public_columns: (pairs) columns besides prompt/chosen/rejected that do not depend on the label (an id, a
-            category): kept. Label-carrying columns are dropped and named in the ledger; any other column raises.
-        rerelease: raw rows released before into the registry of releases
-            (:mod:`squarechipo.privacy.release.registry`) are refused unless this is True; then the ledger adds the
-            earlier releases' ε (basic composition) to its total.
-        privacy_unit: a column that identifies the unit of privacy (a labeller or comparison id). Without it the
-            unit is one comparison, and rows that copy another row's comparison (exactly, retyped or nearly) are
-            refused. With it, rows of one unit compose (the ledger's ε is per unit: ε × the most rows one unit
-            has), content copies across units are allowed, and the registry counts both the units and each
-            comparison's content. The column is kept only if it is also in ``public_columns``.
-
-    Returns:
-        A new dataset with the kept columns and the ledger attached.
-    """
-    release = _Release(
-        dataset, mechanism, seed=seed, compose=compose, part=part, public_columns=public_columns,
-        rerelease=rerelease, privacy_unit=privacy_unit,
-    )  # fmt: skip
+@releases_labels("the release's steps in memory, run only by the one release call (release_dataset)")
+def release_in_memory(dataset: datasets.Dataset, mechanism: Measurement, options: ReleaseOptions):
+    """Admit, draw, register and seal, in memory. Called only by the one release call."""
+    release = _Release(dataset, mechanism, options)
     release._admit()
     release._draw()
     release._register()
