@@ -1,0 +1,141 @@
+"""squarechipo.data.signing, function by function: keys are generated and kept private, trust is explicit or the
+machine's own, and a signature verifies only with a trusted key over exactly what was signed."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import stat
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from squarechipo.data import signing
+from squarechipo.data.signing import (
+    SIGNING_KEY_ENV,
+    TRUSTED_KEYS_ENV,
+    SigningKeyError,
+    generate_key_pair,
+    key_id_of,
+    public_key_text,
+    signing_key,
+    trust_is_explicit,
+    trusted_keys,
+    verify,
+)
+
+
+@pytest.fixture
+def bare(monkeypatch):
+    """No key named and no trust named: the machine's own key pair is the one (this test's machine folder)."""
+    monkeypatch.delenv(SIGNING_KEY_ENV, raising=False)
+    monkeypatch.delenv(TRUSTED_KEYS_ENV, raising=False)
+
+
+def test_a_key_pair_is_written_private_with_its_public_key_beside_it(tmp_path):
+    key = generate_key_pair(tmp_path / "k.pem")
+    assert stat.S_IMODE(os.stat(tmp_path / "k.pem").st_mode) == 0o600
+    raw = key.public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    assert public_key_text(key.public) == "ed25519:" + base64.b64encode(raw).decode()
+    assert key.key_id == key_id_of(key.public) == hashlib.sha256(raw).hexdigest()[:16]
+    line = (tmp_path / "k.pem.pub").read_text()
+    assert line.startswith(public_key_text(key.public) + " squarechipo ") and line.endswith("\n")
+    with pytest.raises(SigningKeyError, match="already exists: a key is never overwritten"):
+        generate_key_pair(tmp_path / "k.pem")
+    with pytest.raises(SigningKeyError, match="give the key file as an absolute path"):
+        generate_key_pair("relative.pem")
+    signature = key.sign("sha256:abc")
+    named, _, encoded = signature.removeprefix("ed25519:").partition(":")
+    assert named == key.key_id
+    key.public.verify(base64.b64decode(encoded), b"sha256:abc")  # the signature is of exactly the digest string
+
+
+def test_the_named_key_is_read_only_when_it_is_a_private_ed25519_key_file(tmp_path, monkeypatch):
+    path = tmp_path / "k.pem"
+    made = generate_key_pair(path)
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(path))
+    assert signing_key().key_id == made.key_id and signing_key().path == path
+    monkeypatch.setenv(SIGNING_KEY_ENV, "k.pem")
+    with pytest.raises(SigningKeyError, match=rf"{SIGNING_KEY_ENV}='k.pem' is relative"):
+        signing_key()
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(tmp_path / "missing.pem"))
+    with pytest.raises(SigningKeyError, match=r"missing\.pem, which does not exist"):
+        signing_key()
+    for mode in (0o640, 0o604):
+        path.chmod(mode)
+        monkeypatch.setenv(SIGNING_KEY_ENV, str(path))
+        with pytest.raises(SigningKeyError, match=rf"may be read by other users \(mode {mode:o}\)"):
+            signing_key()
+    path.chmod(0o600)
+    other = tmp_path / "rsa.pem"
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    other.write_bytes(pem)
+    other.chmod(0o600)
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(other))
+    with pytest.raises(SigningKeyError, match="is not an Ed25519 private key written by `squarechipo key new`"):
+        signing_key()
+
+
+def test_without_any_setting_the_machine_key_is_made_once_and_trusted_alone(bare, caplog):
+    from squarechipo.data import store
+
+    assert not trust_is_explicit()
+    assert signing_key(create=False) is None  # not made until it is needed
+    with caplog.at_level(logging.WARNING, logger="squarechipo"):
+        first = signing_key()
+    assert (
+        first.path == store.machine_dir() / "signing_key.pem" and "generated this machine's signing key" in caplog.text
+    )
+    assert first.key_id in caplog.text and public_key_text(first.public) in caplog.text
+    assert signing_key().key_id == first.key_id and signing_key(create=False).key_id == first.key_id
+    assert list(trusted_keys()) == [first.key_id]
+
+
+def test_trusted_keys_come_from_a_file_or_the_variable_and_exclude_the_own_key(tmp_path, monkeypatch, bare):
+    a, b = generate_key_pair(tmp_path / "a.pem"), generate_key_pair(tmp_path / "b.pem")
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, f"{public_key_text(a.public)}, {public_key_text(b.public)}")
+    assert trust_is_explicit() and set(trusted_keys()) == {a.key_id, b.key_id}
+    assert signing_key() is None  # an analyst: nothing it writes is signed
+    listing = tmp_path / "trusted"
+    listing.write_text(f"# the team's custodians\n\n{public_key_text(a.public)} custodian one\n")
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(listing))
+    assert list(trusted_keys()) == [a.key_id]
+    listing.write_text("# nobody\n")
+    with pytest.raises(SigningKeyError, match="holds no public key, so no seal could be accepted"):
+        trusted_keys()
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(tmp_path / "none"))
+    with pytest.raises(SigningKeyError, match=r"none, which does not exist"):
+        trusted_keys()
+    listing.write_text("rsa:AAAA a key of another kind\n")
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(listing))
+    with pytest.raises(SigningKeyError, match=r"trusted: 'rsa:AAAA' is not a public key; each key reads ed25519"):
+        trusted_keys()
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, "ed25519:AAAA")
+    with pytest.raises(SigningKeyError, match=r"'ed25519:AAAA' is not a valid Ed25519 public key \(32 bytes"):
+        trusted_keys()
+
+
+def test_a_signature_verifies_only_by_a_trusted_key_over_what_was_signed(tmp_path, monkeypatch, bare):
+    a, b = generate_key_pair(tmp_path / "a.pem"), generate_key_pair(tmp_path / "b.pem")
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, public_key_text(a.public))
+    assert verify(a.sign("sha256:1"), "sha256:1", "here", "ledger") == a.key_id
+    assert verify(a.sign("sha256:1"), "sha256:2", "here", "ledger") is None  # signed other fields
+    named, _, encoded = a.sign("sha256:1").removeprefix("ed25519:").partition(":")
+    assert verify(f"ed25519:{named}:{encoded[:-4]}AAA=", "sha256:1", "here", "ledger") is None
+    with pytest.raises(SigningKeyError, match=rf"^here: the ledger is signed by key {b.key_id}, which is not among "):
+        verify(b.sign("sha256:1"), "sha256:1", "here", "ledger")
+    for malformed in ("ed25519:", "ed25519:abc", "hmac:abc:def", ""):
+        with pytest.raises(SigningKeyError, match="signature .* is malformed"):
+            verify(malformed, "sha256:1", "here", "ledger")
+    monkeypatch.delenv(TRUSTED_KEYS_ENV)
+    with pytest.raises(SigningKeyError, match=r"not among this machine's own key"):
+        verify(b.sign("sha256:1"), "sha256:1", "here", "ledger")
+    monkeypatch.setattr(signing, "signing_key", lambda create=True: None)  # no key at all on this machine yet
+    with pytest.raises(SigningKeyError, match=r"\(none\)"):
+        verify(a.sign("sha256:1"), "sha256:1", "here", "ledger")
