@@ -6,7 +6,8 @@ A thin wrapper kept at the path the project promises: the script is :mod:`square
 (``squarechipo self-play --config ...`` launches it from an installed package), with the same options.
 """
 
+from squarechipo.scripts._common import script_main
 from squarechipo.scripts.self_play import main, make_parser
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    script_main(main, make_parser, "self-play")

@@ -88,18 +88,63 @@ def launch_arguments(unknown: list[str]) -> list[str]:
 
 
 def _train(name: str, argv: list[str]) -> int:
+    """Check the config and the flags (an unknown one is refused naming the closest), then launch the script: through
+    Accelerate, or on a machine without an accelerator with N > 1 processes through ``torch.distributed.run`` (gloo),
+    since Accelerate's multi-CPU launcher needs MPI. A failed run has printed its own one line: its exit code is
+    returned, without Accelerate's traceback."""
+    import subprocess
+
     from accelerate.commands.launch import launch_command, launch_command_parser
+
+    from squarechipo.scripts._common import unknown_options
 
     module = importlib.import_module(f"squarechipo.scripts.{TRAINING[name]}")
     parser = module.make_parser(prog=f"squarechipo {name}")
     *_, config_rest, cli_rest = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
+    accelerate_parser = launch_command_parser()
+    launcher = {o for action in accelerate_parser._actions for o in action.option_strings} | {"--accelerate_config"}
+    script = {o for action in parser._actions for o in action.option_strings}
+    problem = unknown_options([w for w in config_rest + cli_rest if w.split("=")[0] not in launcher], script)
+    if problem:
+        raise ValueError(problem)
     script_args = _subtract(argv, cli_rest)
     launch = launch_arguments(config_rest + cli_rest)
-    accelerate = launch_command_parser().parse_args([*launch, str(module.__file__), *script_args])
-    launch_command(accelerate)
+    processes = _processes(launch)
+    try:
+        if processes > 1 and "--config_file" not in launch and not _accelerator():
+            return _torchrun(module.__file__, script_args, processes)
+        launch_command(accelerate_parser.parse_args([*launch, str(module.__file__), *script_args]))
+    except subprocess.CalledProcessError as failed:
+        return failed.returncode or 1
     return 0
+
+
+def _processes(launch: list[str]) -> int:
+    """The ``--num_processes`` Accelerate was given (1 when none)."""
+    for index, word in enumerate(launch):
+        if word == "--num_processes" and index + 1 < len(launch):
+            return int(launch[index + 1])
+        if word.startswith("--num_processes="):
+            return int(word.split("=", 1)[1])
+    return 1
+
+
+def _accelerator() -> bool:
+    from squarechipo.models.runtime import accelerator_available
+
+    return accelerator_available()
+
+
+def _torchrun(script: str, script_args: list[str], processes: int) -> int:
+    """N CPU processes over gloo (each with its share of the cores); the exit code of the group."""
+    import subprocess
+
+    threads = max(1, (os.cpu_count() or 1) // processes)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    return subprocess.run([*command, script, *script_args], env=env).returncode
 
 
 #: ``squarechipo data --help``: the generators (each takes ``--help`` of its own).
@@ -140,12 +185,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """The errors that are the user's to fix (a missing file, a bad option or value, a refused release or ledger):
-    each message names the file or field and the fix, so the CLI prints it as one line."""
-    from squarechipo.data.database import DatabaseError
-    from squarechipo.privacy.release.registry import RegistryError
+    """The errors that are the user's to fix (:func:`squarechipo.scripts._common.user_errors`): the CLI prints each as
+    one line."""
+    from squarechipo.scripts._common import user_errors
 
-    return (ValueError, RegistryError, DatabaseError, FileNotFoundError, NotADirectoryError, PermissionError)
+    return user_errors()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,10 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as error:
         if debug:
             raise
-        message = " ".join(str(error).split()) or type(error).__name__
-        if isinstance(error, FileNotFoundError) and error.filename:
-            message = f"no such file or folder: {error.filename}; check the path (configs live in recipes/configs/)"
-        print(f"squarechipo {name}: error: {message} (--debug shows the traceback)", file=sys.stderr)
+        from squarechipo.scripts._common import error_line
+
+        print(f"squarechipo {name}: error: {error_line(error)} (--debug shows the traceback)", file=sys.stderr)
         return 1
 
 

@@ -136,3 +136,16 @@ def test_dir_of_the_lazy_packages_lists_every_exported_name_before_any_is_loaded
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_misspelt_flag_or_config_key_is_refused_before_anything_launches_naming_the_closest(tmp_path, capsys):
+    """A misspelt config key or flag ended in Accelerate's usage ("unrecognized arguments: --lable_epsilon")."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model_name_or_path: embedded\ndataset_name: data/x\nlable_epsilon: 2.0\n")
+    for argv in (["train", "--config", str(config)], ["train", "--config", str(config).replace("c.yaml", "d.yaml")]):
+        if "d.yaml" in argv[-1]:
+            (tmp_path / "d.yaml").write_text("model_name_or_path: embedded\ndataset_name: data/x\n")
+            argv = [*argv, "--label_epsilonn", "2.0"]
+        code, err = _run(argv, capsys)
+        assert code == 1 and err.count("\n") == 1, err
+        assert "did you mean --label_epsilon?" in err and "Traceback" not in err, err

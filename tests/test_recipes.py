@@ -104,7 +104,7 @@ def test_accelerate_launch_trains_and_rerun_reuses_the_release(workspace):
         [str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/train.py", "--config", str(config)]
     )
     assert second.returncode == 0, second.stderr[-4000:]
-    assert "released 16 training rows" not in second.stderr  # no fresh noise on a re-run
+    assert "released 16 rows" not in second.stderr  # no fresh noise on a re-run
     assert digests(first.stderr) == digests(second.stderr)
     assert get_ledger(datasets.load_from_disk(str(out / "released_train"))) == ledger
 
@@ -129,7 +129,7 @@ def test_a_single_jsonl_file_is_the_train_split(workspace):
     result = run([sys.executable, "recipes/train.py", "--config", str(config)])
     assert result.returncode == 0, result.stderr[-4000:]
     assert "has no 'validation' split (splits: ['train']): evaluation is skipped" in result.stderr
-    assert "released 12 training rows" in result.stderr
+    assert "released 12 rows" in result.stderr
     assert (workspace / "own_file" / "model.safetensors").exists()
     card = (workspace / "own_file" / "README.md").read_text()
     assert "None" not in card and "huggingface.co/datasets/" not in card and "huggingface.co/None" not in card
@@ -149,9 +149,11 @@ def train_in_process(config: Path):
 
 @pytest.fixture(scope="module")
 def ddp(workspace):
-    """One two-process (gloo) run with a seeded release, shared by the DDP and the FSDP-on-CPU tests."""
+    """One two-process (gloo) run with a seeded release, shared by the DDP and the FSDP-on-CPU tests. It is launched
+    as the README writes it, `squarechipo train … --num_processes 2`: on a machine without an accelerator that ran
+    one process ("rank 0/1"); it now starts two, as torchrun does (the FSDP test below runs torchrun itself)."""
     config = write_config(workspace, "ddp", label_seed=7)
-    return run([str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/train.py", "--config", str(config)])
+    return run([str(BIN / "squarechipo"), "train", "--config", str(config), "--num_processes", "2"])
 
 
 @pytest.mark.slow
@@ -162,7 +164,7 @@ def test_two_cpu_processes_train_on_identical_privatized_labels(workspace, ddp):
     seen = digests(result.stderr)
     assert set(seen) == {0, 1}, result.stderr[-3000:]
     assert seen[0] == seen[1]
-    assert result.stderr.count("released 16 training rows") == 1  # only the main process drew the noise
+    assert result.stderr.count("released 16 rows") == 1  # only the main process drew the noise
     assert re.search(r"rank 1/2 trains on 16 released rows", result.stderr)  # a real 2-process (gloo) world
     assert result.stderr.count("process group closed") == 2  # both ranks shut down together
     assert (workspace / "ddp" / "model.safetensors").exists()
@@ -191,7 +193,7 @@ def test_nodes_without_shared_storage_receive_the_release(workspace):
     for name, process in nodes.items():
         assert process.returncode == 0, outputs[name][1].decode()[-4000:]
     main_log, other_log = (outputs[name][1].decode() for name in ("node_a", "node_b"))
-    assert "released 16 training rows" in main_log and "released 16 training rows" not in other_log
+    assert "released 16 rows" in main_log and "released 16 rows" not in other_log
     assert f"rank 1 could not see the main process's release; received its 16 released rows into {workspace}" in (
         other_log
     )
@@ -432,3 +434,17 @@ def test_reward_model_recipe_trains_with_the_rdpo_loss(workspace):
     plain, square = -torch.log(torch.sigmoid(m)).mean(), ((2 * torch.sigmoid(m) - 1 - 1 / (1 - 2 * rho)) ** 2).mean()
     assert loss == pytest.approx(debiased.item(), rel=1e-4)
     assert abs(debiased - plain) > 1e-2 and abs(debiased - square) > 1e-2
+
+
+@pytest.mark.slow
+def test_an_error_inside_a_training_job_reaches_the_user_as_the_jobs_one_line(workspace):
+    """An error inside a launched job was 40-126 lines with 2-4 tracebacks (the job's, Accelerate's
+    CalledProcessError). The job prints its one line; the launcher adds nothing and exits with its code."""
+    config = write_config(workspace, "raw_undeclared")
+    values = {k: v for k, v in yaml.safe_load(config.read_text()).items() if not k.startswith("label_")}
+    config.write_text(yaml.safe_dump(values))
+    done = run([str(BIN / "squarechipo"), "train", "--config", str(config)])
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("squarechipo train: error: ")]
+    assert len(errors) == 1 and "train_labels_public: true" in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "CalledProcessError" not in done.stderr

@@ -6,10 +6,20 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import datasets
+
 from squarechipo.data.label_roles import label_free
 from squarechipo.models.runtime import end_run
 
-__all__ = ["declare_public_labels", "finish_run", "setup_logging"]
+__all__ = [
+    "declare_public_labels",
+    "error_line",
+    "finish_run",
+    "script_main",
+    "setup_logging",
+    "unknown_options",
+    "user_errors",
+]
 
 logger = logging.getLogger("squarechipo")
 
@@ -19,21 +29,33 @@ def setup_logging() -> None:
 
 
 @label_free("sets the config's public flags; reads no row")
-def declare_public_labels(script_args, training_args, eval_dataset) -> None:
+def declare_public_labels(script_args, training_args, eval_dataset, train=None) -> None:
     """Which raw labels the config declares public, for the trainer's label rule.
 
-    A config with no label pipeline (``label_epsilon`` unset and no corruption) chose to train on the labels as they
-    are: that is its declaration that they are public (simulated or public labels), and no privacy is claimed. An
-    evaluation split listed in ``public_splits`` is public; with no pipeline, so is the evaluation split. Evaluation
-    is turned off when the data has no evaluation split (the loader logged it)."""
+    Labels are private by default, on the command line as in Python. A config with no label pipeline
+    (``label_epsilon`` unset and no corruption) trains on the labels as they are: on a release (a saved folder whose
+    ledger the trainer reads), or on raw labels only where it declares them public (``train_labels_public: true``,
+    simulated or public labels; no privacy is claimed, and the dataset's evaluation split counts as public too).
+    Otherwise it is refused before anything is trained. An evaluation split listed in ``public_splits`` is public.
+    Evaluation is turned off when the data has no evaluation split (the loader logged it)."""
+    from squarechipo.privacy.ledger.binding import get_ledger
+
     pipeline = script_args.label_pipeline()
     if not (pipeline.is_private or pipeline.is_corrupted):
-        logger.warning(
-            "no label pipeline (label_epsilon unset, label_corruption_rate 0): the training labels are used as they "
-            "are and declared public by this config; no privacy is claimed for the model."
-        )
-        training_args.train_labels_public = True
-        training_args.eval_labels_public = True
+        released = train is not None and isinstance(train, datasets.Dataset) and get_ledger(train) is not None
+        if not released and not training_args.train_labels_public:
+            raise ValueError(
+                f"{script_args.dataset_name}: the config releases no labels (label_epsilon unset, no corruption) and "
+                "its training labels are raw, which are private by default. Release them (label_epsilon: 4.0, say), "
+                "train on a saved release (dataset_name: <its folder>), or, if they are not private (simulated or "
+                "public labels), declare it: train_labels_public: true."
+            )
+        if not released:
+            logger.warning(
+                "no label pipeline: the training labels are used as they are, declared public by this config "
+                "(train_labels_public); no privacy is claimed for the model."
+            )
+            training_args.eval_labels_public = True
     if script_args.dataset_test_split in (script_args.public_splits or []):
         training_args.eval_labels_public = True
     if eval_dataset is None and training_args.eval_strategy != "no":
@@ -75,3 +97,70 @@ def finish_run(
     trainer.accelerator.wait_for_everyone()
     end_run(trainer)  # finishes trackers and shuts the process group down cleanly
     logger.info("rank %d/%d: process group closed", state.process_index, state.num_processes)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The errors that are the user's to fix (a missing file, a bad option or value, a refused release or ledger, a
+    registry that cannot be reached): each message names the file or field and the fix, so it is printed as one
+    line."""
+    import yaml
+
+    from squarechipo.data.database import DatabaseError
+    from squarechipo.privacy.release.registry import RegistryError
+
+    return (
+        ValueError, RegistryError, DatabaseError, FileNotFoundError, NotADirectoryError, PermissionError,
+        yaml.YAMLError,
+    )  # fmt: skip
+
+
+def error_line(error: BaseException) -> str:
+    """The one line an error is shown as."""
+    if isinstance(error, FileNotFoundError) and error.filename:
+        return f"no such file or folder: {error.filename}; check the path (configs live in recipes/configs/)"
+    if type(error).__module__.startswith("yaml"):
+        return f"a config is not valid YAML ({' '.join(str(error).split())}): fix the line it names"
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def unknown_options(given: list[str], known: set[str]) -> str | None:
+    """A one-line error for the ``--options`` in ``given`` that are not in ``known`` (each with the closest known
+    one, if any), or None."""
+    import difflib
+
+    unknown = [word.split("=", 1)[0] for word in given if word.startswith("--")]
+    unknown = [word for word in unknown if word not in known]
+    if not unknown:
+        return None
+    named = []
+    for word in unknown:
+        close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+        named.append(f"{word} (did you mean {close[0]}?)" if close else word)
+    where = "check its spelling in the config or on the command line (--help lists every option)"
+    return f"unknown option {', '.join(named)}: {where}"
+
+
+def script_main(main: Callable, make_parser: Callable, name: str, argv: list[str] | None = None) -> None:
+    """What ``python -m squarechipo.scripts.<name>`` and ``accelerate launch`` run: the config and flags parsed (an
+    unknown key or flag is refused naming the closest known one), then ``main``. The project's own errors print as
+    one line on the main process and exit 1; ``--debug`` shows the traceback."""
+    import os
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    parser = make_parser(prog=f"squarechipo {name}")
+    try:
+        *parsed, rest = parser.parse_args_and_config(argv, return_remaining_strings=True)
+        known = {option for action in parser._actions for option in action.option_strings}
+        problem = unknown_options(rest, known) if rest else None
+        if problem:
+            raise ValueError(problem)
+        main(*parsed)
+    except user_errors() as error:
+        if debug:
+            raise
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"squarechipo {name}: error: {error_line(error)} (--debug shows the traceback)", file=sys.stderr)
+        sys.exit(1)

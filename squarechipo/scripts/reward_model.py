@@ -33,7 +33,7 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     train, eval_dataset = load_training_splits(
         script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
     )
-    declare_public_labels(script_args, training_args, eval_dataset)
+    declare_public_labels(script_args, training_args, eval_dataset, train)
     if training_args.model_type == "preference":
         train = to_pairwise_dataset(train)
         eval_dataset = to_pairwise_dataset(eval_dataset) if eval_dataset is not None else None
@@ -71,4 +71,6 @@ def make_parser(prog: str | None = None) -> TrlParser:
 
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    from squarechipo.scripts._common import script_main
+
+    script_main(main, make_parser, "reward-model")

@@ -110,4 +110,6 @@ def make_parser(prog: str | None = None) -> TrlParser:
 
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    from squarechipo.scripts._common import script_main
+
+    script_main(main, make_parser, "select")

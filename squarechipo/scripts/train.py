@@ -42,7 +42,7 @@ def main(
     train, eval_dataset = load_training_splits(
         script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
     )
-    declare_public_labels(script_args, training_args, eval_dataset)
+    declare_public_labels(script_args, training_args, eval_dataset, train)
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     dtype = torch_dtype(model_args.dtype)
@@ -80,4 +80,6 @@ def make_parser(prog: str | None = None) -> TrlParser:
 
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    from squarechipo.scripts._common import script_main
+
+    script_main(main, make_parser, "train")
