@@ -42,8 +42,10 @@ def test_a_key_pair_is_written_private_with_its_public_key_beside_it(tmp_path):
     assert key.key_id == key_id_of(key.public) == hashlib.sha256(raw).hexdigest()[:16]
     line = (tmp_path / "k.pem.pub").read_text()
     assert line.startswith(public_key_text(key.public) + " squarechipo ") and line.endswith("\n")
-    with pytest.raises(SigningKeyError, match="already exists: a key is never overwritten"):
+    with pytest.raises(SigningKeyError, match=r"already exists: .*another path \(squarechipo key new --out PATH\)"):
         generate_key_pair(tmp_path / "k.pem")
+    nested = generate_key_pair(tmp_path / "keys" / "team" / "k.pem")  # folders made as needed
+    assert nested.path.is_file() and (tmp_path / "keys" / "team" / "k.pem.pub").is_file()
     with pytest.raises(SigningKeyError, match="give the key file as an absolute path"):
         generate_key_pair("relative.pem")
     signature = key.sign("sha256:abc")
@@ -61,7 +63,9 @@ def test_the_named_key_is_read_only_when_it_is_a_private_ed25519_key_file(tmp_pa
     with pytest.raises(SigningKeyError, match=rf"{SIGNING_KEY_ENV}='k.pem' is relative"):
         signing_key()
     monkeypatch.setenv(SIGNING_KEY_ENV, str(tmp_path / "missing.pem"))
-    with pytest.raises(SigningKeyError, match=r"missing\.pem, which does not exist"):
+    with pytest.raises(
+        SigningKeyError, match=r"missing\.pem, which does not exist.*`squarechipo key new` wrote, or write"
+    ):
         signing_key()
     for mode in (0o640, 0o604):
         path.chmod(mode)
@@ -78,7 +82,9 @@ def test_the_named_key_is_read_only_when_it_is_a_private_ed25519_key_file(tmp_pa
     other.write_bytes(pem)
     other.chmod(0o600)
     monkeypatch.setenv(SIGNING_KEY_ENV, str(other))
-    with pytest.raises(SigningKeyError, match="is not an Ed25519 private key written by `squarechipo key new`"):
+    with pytest.raises(
+        SigningKeyError, match=r"not an Ed25519 private key .*typed.*Write one: squarechipo key new\.$"
+    ):
         signing_key()
 
 
@@ -92,9 +98,27 @@ def test_without_any_setting_the_machine_key_is_made_once_and_trusted_alone(bare
     assert (
         first.path == store.machine_dir() / "signing_key.pem" and "generated this machine's signing key" in caplog.text
     )
-    assert first.key_id in caplog.text and public_key_text(first.public) in caplog.text
+    assert (
+        first.key_id in caplog.text and public_key_text(first.public) in caplog.text and str(first.path) in caplog.text
+    )
+    assert "A team names its custodian's key instead (docs/privacy.md)" in caplog.text
     assert signing_key().key_id == first.key_id and signing_key(create=False).key_id == first.key_id
     assert list(trusted_keys()) == [first.key_id]
+
+
+def test_a_machine_key_another_process_wrote_first_is_read_not_replaced(bare, monkeypatch):
+    """Two processes making a machine's first release at once: the one whose key file lost the race reads the
+    winner's key instead of failing (generate_key_pair never overwrites)."""
+    from squarechipo.data import store
+
+    made = []
+
+    def lost_the_race(path):
+        made.append(generate_key_pair(path))  # the other process's key lands first ...
+        raise SigningKeyError("already exists")  # ... so this process's write is refused
+
+    monkeypatch.setattr(signing, "generate_key_pair", lost_the_race)
+    assert signing_key().key_id == made[0].key_id and made[0].path == store.machine_dir() / "signing_key.pem"
 
 
 def test_trusted_keys_come_from_a_file_or_the_variable_and_exclude_the_own_key(tmp_path, monkeypatch, bare):
@@ -130,9 +154,19 @@ def test_a_signature_verifies_only_by_a_trusted_key_over_what_was_signed(tmp_pat
     assert verify(f"ed25519:{named}:{encoded[:-4]}AAA=", "sha256:1", "here", "ledger") is None
     with pytest.raises(SigningKeyError, match=rf"^here: the ledger is signed by key {b.key_id}, which is not among "):
         verify(b.sign("sha256:1"), "sha256:1", "here", "ledger")
-    for malformed in ("ed25519:", "ed25519:abc", "hmac:abc:def", ""):
+    for malformed in ("ed25519:", "ed25519:abc", "hmac:abc:def", "", "hmac1234:" + a.sign("sha256:1")[8:]):
         with pytest.raises(SigningKeyError, match="signature .* is malformed"):
             verify(malformed, "sha256:1", "here", "ledger")
+    # Characters outside base64 are not dropped: a signature with them is not the one that was made.
+    assert verify(a.sign("sha256:1") + "!", "sha256:1", "here", "ledger") is None
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, f"{public_key_text(a.public)},{public_key_text(b.public)}")
+    stranger = generate_key_pair(tmp_path / "c.pem")
+    with pytest.raises(SigningKeyError, match=rf"names \({', '.join(sorted([a.key_id, b.key_id]))}\)"):
+        verify(stranger.sign("sha256:1"), "sha256:1", "here", "ledger")
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, public_key_text(a.public)[:-2] + "!=")
+    with pytest.raises(SigningKeyError, match="is not a valid Ed25519 public key"):
+        trusted_keys()
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, public_key_text(a.public))
     monkeypatch.delenv(TRUSTED_KEYS_ENV)
     with pytest.raises(SigningKeyError, match=r"not among this machine's own key"):
         verify(b.sign("sha256:1"), "sha256:1", "here", "ledger")
