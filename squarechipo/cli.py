@@ -57,6 +57,7 @@ TOOLS = {
     "data": ("squarechipo.data.finance", "generate a dataset: data finance --out DIR"),
     "registry": ("squarechipo.scripts.registry", "the registry of releases: init | show | migrate | grant"),
     "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: key new | show | verify"),
+    "records": ("squarechipo.scripts.records", "the store of model records the lineage guard reads: show | forget"),
 }
 
 

@@ -303,3 +303,57 @@ def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory,
     (saved / PRIVACY_FILE).write_text(json.dumps(record))
     with pytest.raises(IntegrityError, match="privacy record has no digest"):
         ModelLineage.of_model(str(saved))
+
+
+def test_a_run_that_changes_no_weight_records_no_update_and_does_not_poison_its_starting_model(
+    tmp_path, tiny_model_factory, tokenizer
+):
+    """A 1-step smoke test inside the recipes' warm-up has learning rate 0 and saves weights equal to its start; the
+    store then marked the *starting* model as trained on those rows, and running the same command again was refused
+    ("the policy model … was trained on these rows") until records.sqlite was deleted. It records "no update" now."""
+    from squarechipo.privacy import LabelPipeline, release_dataset
+    from squarechipo.privacy.provenance.record import read_privacy_record
+    from squarechipo.privacy.provenance.sketch import recorded_by_weights
+    from squarechipo.trainer import SquareChiPOTrainer
+    from tests.helpers.rows import distinct_pairs
+    from tests.helpers.runs import tiny_config
+
+    released = release_dataset(distinct_pairs(8, offset=6100), LabelPipeline(epsilon=1.0), seed=0)
+    start = tiny_model_factory(4)
+    args = tiny_config(tmp_path / "smoke", learning_rate=0.0)
+
+    def run(model):
+        trainer = SquareChiPOTrainer(
+            model, ref_model=tiny_model_factory(5), args=args, train_dataset=released, processing_class=tokenizer
+        )
+        trainer.train()
+        trainer.save_model()
+        return trainer
+
+    run(start)
+    record = read_privacy_record(tmp_path / "smoke")
+    assert record.details["no_update"] and record.dataset_fingerprint is None
+    assert "unchanged: this run updated no weight" in (tmp_path / "smoke" / "README.md").read_text()
+    assert recorded_by_weights(tiny_model_factory(4)) is None  # the starting model is not marked as trained
+    run(tiny_model_factory(4))  # the same command again starts (it was refused)
+
+
+def test_records_show_and_forget_a_models_record(tmp_path, tiny_model_factory, capsys, monkeypatch):
+    """`squarechipo records show | forget`, like `registry show`: the store is listed, and a record is taken out only
+    when confirmed (here --yes; without it and without a terminal, refused in one line)."""
+    from squarechipo.cli import main
+    from squarechipo.privacy.provenance.record import PrivacyRecord, write_privacy_record
+    from squarechipo.privacy.provenance.sketch import recorded_by_weights
+
+    model = tiny_model_factory(6)
+    write_privacy_record(tmp_path / "m", PrivacyRecord.build({"stage": "preference_optimization", "epsilon": 1.0}),
+                         model=model)  # fmt: skip
+    assert main(["records", "show"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["records"] >= 1 and shown["latest"][-1]["epsilon"] == 1.0
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    assert main(["records", "forget", str(tmp_path / "m")]) == 1
+    assert "needs a confirmation: pass --yes" in capsys.readouterr().err
+    assert recorded_by_weights(model) is not None
+    assert main(["records", "forget", str(tmp_path / "m"), "--yes"]) == 0
+    assert "forgot 1 entry" in capsys.readouterr().out and recorded_by_weights(model) is None

@@ -165,6 +165,15 @@ class RecordTable:
     def __len__(self) -> int:
         return self.db.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0]
 
+    def delete(self, keys: list[str]) -> int:
+        """Remove ``keys``; how many were there."""
+        found = 0
+        for key in keys:
+            found += (
+                self.db.execute(f"DELETE FROM {self.table} WHERE key = ? RETURNING key", (key,)).fetchone() is not None
+            )
+        return found
+
     def close(self) -> None:
         self.db.close()
 

@@ -20,6 +20,7 @@ from squarechipo.models.card import fix_model_card
 from squarechipo.models.runtime import torch_dtype
 from squarechipo.privacy.provenance.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.provenance.record import write_privacy_record
+from squarechipo.privacy.provenance.sketch import weights_identity
 from squarechipo.scripts._common import finish_run, setup_logging
 from squarechipo.trainer.config import SFTRecipeConfig
 from squarechipo.trainer.sft import LeanSFTTrainer
@@ -49,6 +50,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     dtype = torch_dtype(model_args.dtype)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    start_identity = weights_identity(model)  # a run that changes no weight records "no update"
     trainer = LeanSFTTrainer(
         model,
         args=training_args,
@@ -74,8 +76,9 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
             "public rows; no label privacy is claimed for them."
         )
         write_privacy_record(
-            training_args.output_dir, record, intro=intro, model=trainer.accelerator.unwrap_model(trainer.model)
-        )
+            training_args.output_dir, record, intro=intro, model=trainer.accelerator.unwrap_model(trainer.model),
+            start_identity=start_identity,
+        )  # fmt: skip
 
     # The model is saved with its tokenizer (processing_class); SFT evaluates only as its config's strategy says.
     finish_run(

@@ -27,6 +27,7 @@ import dataclasses
 import logging
 
 import datasets
+import torch
 
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.data.label_roles import tag_role
@@ -36,6 +37,7 @@ from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.debiasing import PrivacySettings, resolve_privacy
 from squarechipo.privacy.provenance.lineage import LineageReport, ModelLineage, check_lineage
 from squarechipo.privacy.provenance.record import PrivacyRecord, start_sketch, write_privacy_record
+from squarechipo.privacy.provenance.sketch import weights_identity
 
 __all__ = ["PrivateTrainerMixin"]
 
@@ -96,6 +98,9 @@ class PrivateTrainerMixin:
         self.lineage: LineageReport | None = self._check_lineage(model, ref_model, train_dataset, args)
         #: The starting weights, sketched, so a cast, merged or reshaped copy of the trained model is recognised later.
         self._start_sketch = start_sketch(model, self.privacy.epsilon is not None)
+        #: The starting weights' identity: a run that changes none of them (a learning rate of 0 through its steps)
+        #: records "no update" instead of "trained on these rows" under the starting model's identity.
+        self._start_identity = weights_identity(model) if isinstance(model, torch.nn.Module) else None
 
     def _refuse_raw_training(self, train_dataset, args) -> None:
         """Raw training labels are private by default: train on them only when declared public."""
@@ -272,7 +277,7 @@ class PrivateTrainerMixin:
     def _write_record(self, folder) -> None:
         write_privacy_record(
             folder, self.privacy_record(), intro=self._card_intro(), model=self._saved_model(),
-            start_sketch=self._start_sketch,
+            start_sketch=self._start_sketch, start_identity=self._start_identity,
         )  # fmt: skip
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):

@@ -218,6 +218,11 @@ def _seeded(seeded: bool) -> str:
 
 #: Stage details shown first in the card when present: (key, card name, renderer or None).
 _DETAIL_ROWS = (
+    (
+        "no_update",
+        "weights",
+        lambda _: "unchanged: this run updated no weight (the saved model is its starting model)",
+    ),
     ("method", "method", None),
     ("model_type", "model type", None),
     ("loss", "loss", None),
@@ -273,6 +278,7 @@ def write_privacy_record(
     card_header: str | None = None,
     model=None,
     start_sketch=None,
+    start_identity: str | None = None,
 ) -> Path:
     """Write ``squarechipo_privacy.json`` (sealed, as ledgers are) and the card's privacy section (replacing an older
     section).
@@ -282,13 +288,18 @@ def write_privacy_record(
     saved ``model``, the record carries its weights' identity and enters this machine's record store
     (:mod:`squarechipo.privacy.provenance.sketch`), so a copy of the weights saved without this file is recognised by
     the lineage guard; with ``start_sketch`` (the sketch of the model training started from) a cast, perturbed, merged
-    or reshaped copy is recognised too.
+    or reshaped copy is recognised too. With ``start_identity`` (the starting weights' identity), a model equal to its
+    starting model records "no update" and enters nothing into the store.
     """
     if model is not None:
         from squarechipo.privacy.provenance.sketch import remember_record, weights_identity
 
-        record = dataclasses.replace(record, weights_fingerprint=weights_identity(model))
-        remember_record(record.to_dict(), model, start_sketch)
+        identity = weights_identity(model)
+        if identity == start_identity:
+            record = _no_update(record)  # the starting model must not be recorded as trained on these rows
+        else:
+            record = dataclasses.replace(record, weights_fingerprint=identity)
+            remember_record(record.to_dict(), model, start_sketch)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / PRIVACY_FILE
@@ -298,6 +309,20 @@ def write_privacy_record(
     text = text.split("\n" + _CARD_HEADING)[0].rstrip()
     readme.write_text((text + "\n\n" if text else "") + record.card_section(intro), encoding="utf-8")
     return path
+
+
+def _no_update(record: PrivacyRecord) -> PrivacyRecord:
+    """The record of a run that changed no weight (a learning rate of 0 through every step, e.g. a 1-step smoke test
+    inside its warm-up): it says so, names no training rows, and is not entered into the store of records."""
+    import logging
+
+    logging.getLogger("squarechipo").warning(
+        "no weight changed in this run (a learning rate of 0 through every step, e.g. a 1-step run inside its "
+        "warm-up): its record says 'no update', and the starting model is not recorded as trained on these rows."
+    )
+    return dataclasses.replace(
+        record, dataset_fingerprint=None, prompt_sketch=None, details={**record.details, "no_update": True}
+    )
 
 
 def read_privacy_record(folder: str | os.PathLike) -> PrivacyRecord | None:
