@@ -154,18 +154,21 @@ def test_a_signature_verifies_only_by_a_trusted_key_over_what_was_signed(tmp_pat
     assert verify(f"ed25519:{named}:{encoded[:-4]}AAA=", "sha256:1", "here", "ledger") is None
     with pytest.raises(SigningKeyError, match=rf"^here: the ledger is signed by key {b.key_id}, which is not among "):
         verify(b.sign("sha256:1"), "sha256:1", "here", "ledger")
-    for malformed in ("ed25519:", "ed25519:abc", "hmac:abc:def", "", "hmac1234:" + a.sign("sha256:1")[8:]):
+    for malformed in ("ed25519:", "ed25519:abc", "hmac:abc:def", "", "12345678" + a.sign("sha256:1")[8:]):
         with pytest.raises(SigningKeyError, match="signature .* is malformed"):
             verify(malformed, "sha256:1", "here", "ledger")
     # Characters outside base64 are not dropped: a signature with them is not the one that was made.
     assert verify(a.sign("sha256:1") + "!", "sha256:1", "here", "ledger") is None
+    assert verify(a.sign("sha256:1") + ":more", "sha256:1", "here", "ledger") is None  # the key id ends at the first :
     monkeypatch.setenv(TRUSTED_KEYS_ENV, f"{public_key_text(a.public)},{public_key_text(b.public)}")
     stranger = generate_key_pair(tmp_path / "c.pem")
     with pytest.raises(SigningKeyError, match=rf"names \({', '.join(sorted([a.key_id, b.key_id]))}\)"):
         verify(stranger.sign("sha256:1"), "sha256:1", "here", "ledger")
-    monkeypatch.setenv(TRUSTED_KEYS_ENV, public_key_text(a.public)[:-2] + "!=")
-    with pytest.raises(SigningKeyError, match="is not a valid Ed25519 public key"):
-        trusted_keys()
+    text = public_key_text(a.public)
+    for damaged in (text[:-2] + "!=", text[:20] + "!" + text[20:]):  # base64 with a stray character is not a key
+        monkeypatch.setenv(TRUSTED_KEYS_ENV, damaged)
+        with pytest.raises(SigningKeyError, match="is not a valid Ed25519 public key"):
+            trusted_keys()
     monkeypatch.setenv(TRUSTED_KEYS_ENV, public_key_text(a.public))
     monkeypatch.delenv(TRUSTED_KEYS_ENV)
     with pytest.raises(SigningKeyError, match=r"not among this machine's own key"):
