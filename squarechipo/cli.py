@@ -9,8 +9,10 @@
 
 Training subcommands launch their script (:mod:`squarechipo.scripts`) through ``accelerate launch``: options the
 script does not know (``--num_processes``, ``--mixed_precision``, ...) go to Accelerate, and
-``--accelerate_config FILE`` becomes Accelerate's ``--config_file``. On a machine without an accelerator each
-process gets every CPU core (``--num_cpu_threads_per_process``), which Accelerate otherwise sets to one.
+``--accelerate_config FILE`` (or a name: ``ddp``, ``fsdp2``, ``zero2``, ``zero3``, ``cpu``, the configs that ship with
+the package) becomes Accelerate's ``--config_file``. On a machine without an accelerator each process gets every CPU
+core (``--num_cpu_threads_per_process``), which Accelerate otherwise sets to one, and ``--num_processes N`` starts N
+processes through ``torch.distributed.run``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 
 from squarechipo import __version__
 
-__all__ = ["main", "TRAINING", "TOOLS"]
+__all__ = ["ACCELERATE_CONFIGS", "TOOLS", "TRAINING", "accelerate_config", "main"]
 
 #: Subcommand → script module launched through Accelerate (``main(script_args, training_args, model_args)``).
 TRAINING = {
@@ -58,6 +60,7 @@ TOOLS = {
     "registry": ("squarechipo.scripts.registry", "the registry of releases: init | show | migrate | grant"),
     "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: key new | show | verify"),
     "records": ("squarechipo.scripts.records", "the store of model records the lineage guard reads: show | forget"),
+    "env": ("squarechipo.scripts.env", "versions, the machine, and where the registry, records and key live"),
 }
 
 
@@ -73,6 +76,24 @@ def _subtract(items: list[str], remove: list[str]) -> list[str]:
     return rest
 
 
+#: The Accelerate configs that ship with the package, by name (``--accelerate_config zero2``), as TRL names its own.
+ACCELERATE_CONFIGS = ("cpu", "ddp", "fsdp2", "zero2", "zero3")
+
+
+def accelerate_config(name: str) -> str:
+    """A config file's path: the file named, or one of the package's configs by name (:data:`ACCELERATE_CONFIGS`)."""
+    from pathlib import Path
+
+    if Path(name).is_file():
+        return name
+    if name in ACCELERATE_CONFIGS:
+        return str(Path(__file__).parent / "scripts" / "accelerate_configs" / f"{name}.yaml")
+    raise ValueError(
+        f"--accelerate_config {name}: no such file, and not one of the configs that ship with squarechipo "
+        f"({', '.join(ACCELERATE_CONFIGS)})."
+    )
+
+
 def launch_arguments(unknown: list[str]) -> list[str]:
     """Accelerate's options from the ones the script did not know, with the CPU thread default added."""
     from squarechipo.models.runtime import accelerator_available
@@ -81,8 +102,8 @@ def launch_arguments(unknown: list[str]) -> list[str]:
     if "--accelerate_config" in args:
         index = args.index("--accelerate_config")
         if index + 1 >= len(args):
-            raise SystemExit("--accelerate_config needs a file, e.g. recipes/accelerate/ddp.yaml")
-        args = ["--config_file", args[index + 1], *args[:index], *args[index + 2 :]]
+            raise SystemExit(f"--accelerate_config needs a file or a name ({', '.join(ACCELERATE_CONFIGS)})")
+        args = ["--config_file", accelerate_config(args[index + 1]), *args[:index], *args[index + 2 :]]
     if not accelerator_available() and "--num_cpu_threads_per_process" not in args:
         args += ["--num_cpu_threads_per_process", str(os.cpu_count() or 1)]
     return args

@@ -149,3 +149,68 @@ def test_a_misspelt_flag_or_config_key_is_refused_before_anything_launches_namin
         code, err = _run(argv, capsys)
         assert code == 1 and err.count("\n") == 1, err
         assert "did you mean --label_epsilon?" in err and "Traceback" not in err, err
+
+
+def test_squarechipo_env_names_the_versions_and_where_the_privacy_state_lives(capsys, monkeypatch):
+    """`squarechipo env`, as `trl env`: versions for a bug report, and the registry, record store and key in use (a
+    URL without its password, never the key itself)."""
+    import os
+
+    monkeypatch.setenv("SQUARECHIPO_RELEASE_REGISTRY", "postgresql://team:hunter2@db.example.org/squarechipo")
+    assert main(["env"]) == 0
+    shown = capsys.readouterr().out
+    for name in ("squarechipo: ", "trl: 1.16", "torch: ", "cryptography: ", "Accelerator: "):
+        assert f"- {name}" in shown, shown
+    assert "postgresql://team:***@db.example.org/squarechipo" in shown and "hunter2" not in shown
+    assert f"- Store of model records: {os.environ['SQUARECHIPO_RECORD_STORE']}" in shown
+    assert "- Signing key: " in shown and "PRIVATE KEY" not in shown
+
+
+def test_the_named_accelerate_configs_ship_in_the_package_and_match_the_recipes(tmp_path):
+    """`--accelerate_config zero2` (TRL's names) was not found outside a checkout: the configs were not in the
+    wheel."""
+    from pathlib import Path
+
+    from squarechipo.cli import ACCELERATE_CONFIGS, accelerate_config
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ACCELERATE_CONFIGS:
+        shipped = Path(accelerate_config(name))
+        assert (
+            shipped.is_relative_to(root / "squarechipo")
+            and shipped.read_text() == (root / "recipes" / "accelerate" / f"{name}.yaml").read_text()
+        )
+    own = tmp_path / "mine.yaml"
+    own.write_text("distributed_type: NO\n")
+    assert accelerate_config(str(own)) == str(own)
+    with pytest.raises(ValueError, match=r"not one of the configs that ship with squarechipo \(cpu, ddp, fsdp2"):
+        accelerate_config("zero9")
+
+
+def test_options_that_cannot_work_here_are_refused_before_any_release(tmp_path):
+    """`--load_in_4bit/8bit`, `--trust_remote_code` and `model_init_kwargs` never reached the model (a QLoRA user
+    trained at full precision without knowing); `--report_to tensorboard` failed after the release was drawn."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    import torch
+
+    from squarechipo.scripts._common import check_trackers, model_kwargs
+
+    model = SimpleNamespace(model_revision="main", dtype="float32", attn_implementation="sdpa", load_in_4bit=False,
+                            load_in_8bit=False)  # fmt: skip
+    args = SimpleNamespace(trust_remote_code=True, model_init_kwargs={"low_cpu_mem_usage": True, "revision": "v2"})
+    kwargs = model_kwargs(model, args)
+    assert kwargs["trust_remote_code"] and kwargs["low_cpu_mem_usage"] and kwargs["revision"] == "v2"
+    assert kwargs["dtype"] == torch.float32 and kwargs["attn_implementation"] == "sdpa"
+    if not torch.cuda.is_available():
+        for flag in ("load_in_4bit", "load_in_8bit"):
+            quantized = SimpleNamespace(**{**vars(model), flag: True})
+            with pytest.raises(ValueError, match=rf"{flag}: quantization loads the model through bitsandbytes on a"):
+                model_kwargs(quantized, args)
+    if importlib.util.find_spec("tensorboard") is None:
+        with pytest.raises(
+            ValueError, match=r"report_to tensorboard: its package is not installed \(pip install tensor"
+        ):
+            check_trackers(SimpleNamespace(report_to=["tensorboard"]))
+    check_trackers(SimpleNamespace(report_to=["none"]))

@@ -25,7 +25,7 @@ from squarechipo.data import metadata
 from squarechipo.data.integrity import check_marker
 from squarechipo.data.validation import validate_preference_dataset
 
-__all__ = ["load_data_file", "load_preference_dataset", "load_saved_folder"]
+__all__ = ["load_data_file", "load_preference_dataset", "load_rows", "load_saved_folder"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -115,6 +115,21 @@ def _load_hub(name: str, config: str | None) -> datasets.DatasetDict | datasets.
         ) from error
 
 
+def load_rows(source: str | os.PathLike, *, config: str | None = None) -> datasets.Dataset | datasets.DatasetDict:
+    """Rows of any kind from a ``save_to_disk`` folder, a data file (one dataset), a folder of data files or a hub id,
+    unvalidated (:func:`load_preference_dataset` validates preference rows)."""
+    path = Path(source).expanduser()
+    if path.is_dir() and _is_saved_dataset(path):
+        return load_saved_folder(path)
+    if path.is_file():
+        return load_data_file(path)
+    if path.is_dir():
+        return _load_folder_of_files(path)
+    if path.suffix.lower() in _FILE_BUILDERS or str(source).startswith((".", "/", "~")):
+        raise ValueError(f"{source} does not exist.")
+    return _load_hub(str(source), config)
+
+
 def load_preference_dataset(
     source: str | os.PathLike,
     *,
@@ -128,18 +143,7 @@ def load_preference_dataset(
         split (raises, listing the available ones, if absent); a single data file is any split asked for. config: the
         hub config name, if any. drop_invalid: drop invalid rows (the count is logged) instead of raising.
     """
-    path = Path(source).expanduser()
-    if path.is_dir() and _is_saved_dataset(path):
-        data = load_saved_folder(path)
-    elif path.is_file():
-        data = load_data_file(path)
-    elif path.is_dir():
-        data = _load_folder_of_files(path)
-    elif path.suffix.lower() in _FILE_BUILDERS or str(source).startswith((".", "/", "~")):
-        raise ValueError(f"{source} does not exist.")
-    else:
-        data = _load_hub(str(source), config)
-
+    data = load_rows(source, config=config)
     if split is not None:
         if isinstance(data, datasets.DatasetDict):
             if split not in data:

@@ -12,8 +12,10 @@ from squarechipo.data.label_roles import label_free
 from squarechipo.models.runtime import end_run
 
 __all__ = [
+    "check_trackers",
     "declare_public_labels",
     "error_line",
+    "model_kwargs",
     "finish_run",
     "script_main",
     "setup_logging",
@@ -164,3 +166,60 @@ def script_main(main: Callable, make_parser: Callable, name: str, argv: list[str
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"squarechipo {name}: error: {error_line(error)} (--debug shows the traceback)", file=sys.stderr)
         sys.exit(1)
+
+
+def model_kwargs(model_args, training_args) -> dict:
+    """What every script's ``from_pretrained`` takes from the config: revision, dtype, attention,
+    ``trust_remote_code``, quantization, then ``model_init_kwargs`` (they win). Called before anything else runs, so
+    an option that cannot work here is refused before any release: quantization needs bitsandbytes and a CUDA GPU (a
+    QLoRA config would otherwise train at full precision without saying so)."""
+    import torch
+
+    from squarechipo.models.runtime import torch_dtype
+
+    kwargs = {
+        "revision": getattr(model_args, "model_revision", None),
+        "dtype": torch_dtype(getattr(model_args, "dtype", None)),
+        "attn_implementation": getattr(model_args, "attn_implementation", None),
+    }
+    if getattr(training_args, "trust_remote_code", False):
+        kwargs["trust_remote_code"] = True
+    if getattr(model_args, "load_in_4bit", False) or getattr(model_args, "load_in_8bit", False):
+        flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"{flag}: quantization loads the model through bitsandbytes on a CUDA GPU, and this machine has none. "
+                f"Remove {flag} (the model then trains at the dtype it is given), or run on a GPU."
+            )
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError:
+            raise ValueError(f"{flag} needs bitsandbytes: pip install bitsandbytes, or remove {flag}.") from None
+        from accelerate import PartialState
+        from trl import get_quantization_config
+
+        kwargs["quantization_config"] = get_quantization_config(model_args)
+        kwargs["device_map"] = {"": PartialState().local_process_index}
+    return {**kwargs, **(getattr(training_args, "model_init_kwargs", None) or {})}
+
+
+def check_trackers(training_args) -> None:
+    """Refuse a ``report_to`` tracker whose package is not installed, before any release is drawn (the trainer found
+    out only after it)."""
+    from transformers.integrations.integration_utils import (
+        INTEGRATION_TO_CALLBACK,
+        get_available_reporting_integrations,
+    )
+
+    wanted = [t for t in (getattr(training_args, "report_to", None) or []) if t not in ("none", "all")]
+    unknown = [t for t in wanted if t not in INTEGRATION_TO_CALLBACK]
+    missing = [t for t in wanted if t in INTEGRATION_TO_CALLBACK and t not in get_available_reporting_integrations()]
+    if unknown:
+        raise ValueError(
+            f"report_to {', '.join(unknown)}: no such tracker (known: {', '.join(INTEGRATION_TO_CALLBACK)})."
+        )
+    if missing:
+        raise ValueError(
+            f"report_to {', '.join(missing)}: its package is not installed (pip install {' '.join(missing)}), so the "
+            "run would stop once training starts, after its labels were released. Install it, or set report_to: none."
+        )

@@ -19,7 +19,13 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from squarechipo.models import resolve_model_path
 from squarechipo.privacy.provenance.lineage import mark_source
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer, to_pairwise_dataset
-from squarechipo.scripts._common import declare_public_labels, finish_run, setup_logging
+from squarechipo.scripts._common import (
+    check_trackers,
+    declare_public_labels,
+    finish_run,
+    model_kwargs,
+    setup_logging,
+)
 from squarechipo.trainer.script_args import TrainScriptArguments
 from squarechipo.trainer.splits import load_training_splits
 
@@ -28,6 +34,8 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     setup_logging()
     _ = training_args.device
     state = PartialState()
+    init_kwargs = model_kwargs(model_args, training_args)  # refused here, before any release, if it cannot work
+    check_trackers(training_args)
     with state.main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
     train, eval_dataset = load_training_splits(
@@ -41,9 +49,7 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = mark_source(
-        AutoModelForSequenceClassification.from_pretrained(
-            model_path, num_labels=1, revision=model_args.model_revision
-        ),
+        AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1, **init_kwargs),
         model_path,
     )
     model.config.pad_token_id = tokenizer.pad_token_id

@@ -8,20 +8,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import datasets
 from accelerate import PartialState
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
+from squarechipo.data.loading import load_rows
 from squarechipo.models import resolve_model_path
 from squarechipo.models.card import fix_model_card
-from squarechipo.models.runtime import torch_dtype
 from squarechipo.privacy.provenance.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.provenance.record import write_privacy_record
 from squarechipo.privacy.provenance.sketch import weights_identity
-from squarechipo.scripts._common import finish_run, setup_logging
+from squarechipo.scripts._common import check_trackers, finish_run, model_kwargs, setup_logging
 from squarechipo.trainer.config import SFTRecipeConfig
 from squarechipo.trainer.sft import LeanSFTTrainer
 
@@ -32,24 +31,35 @@ class SFTScriptArguments(ScriptArguments):
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N rows."})
 
 
-def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_args: ModelConfig) -> LeanSFTTrainer:
-    setup_logging()
-    _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
-    with PartialState().main_process_first():
-        model_path = resolve_model_path(model_args.model_name_or_path)
-    source = Path(script_args.dataset_name)
-    data = (
-        datasets.load_from_disk(str(source))
-        if source.is_dir()
-        else datasets.load_dataset(script_args.dataset_name, script_args.dataset_config)
-    )
+def _train_rows(script_args: SFTScriptArguments) -> tuple[datasets.DatasetDict, datasets.Dataset]:
+    """The SFT data and its (possibly truncated) train split; one data file is the train split, as `train` takes it."""
+    data = load_rows(script_args.dataset_name, config=script_args.dataset_config)
+    if isinstance(data, datasets.Dataset):
+        data = datasets.DatasetDict({script_args.dataset_train_split: data})
+    if script_args.dataset_train_split not in data:
+        raise ValueError(
+            f"{script_args.dataset_name} has no split {script_args.dataset_train_split!r} (splits: {list(data)}); set "
+            "dataset_train_split to one of them."
+        )
     train = data[script_args.dataset_train_split]
     if script_args.max_train_samples is not None:
         train = train.select(range(min(script_args.max_train_samples, len(train))))
+    return data, train
+
+
+def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_args: ModelConfig) -> LeanSFTTrainer:
+    setup_logging()
+    _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
+    init_kwargs = model_kwargs(model_args, training_args)
+    check_trackers(training_args)
+    with PartialState().main_process_first():
+        model_path = resolve_model_path(model_args.model_name_or_path)
+    data, train = _train_rows(script_args)
     eval_dataset = data.get(script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    dtype = torch_dtype(model_args.dtype)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_path, trust_remote_code=init_kwargs.get("trust_remote_code", False)
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs)
     start_identity = weights_identity(model)  # a run that changes no weight records "no update"
     trainer = LeanSFTTrainer(
         model,

@@ -20,9 +20,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from squarechipo.models import resolve_model_path
-from squarechipo.models.runtime import torch_dtype
 from squarechipo.privacy.provenance.lineage import mark_source
-from squarechipo.scripts._common import declare_public_labels, finish_run, setup_logging
+from squarechipo.scripts._common import (
+    check_trackers,
+    declare_public_labels,
+    finish_run,
+    model_kwargs,
+    setup_logging,
+)
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.script_args import TrainScriptArguments
 from squarechipo.trainer.splits import load_training_splits
@@ -36,6 +41,8 @@ def main(
     setup_logging()
     _ = training_args.device  # let TrainingArguments set up the (multi-CPU or GPU) distributed state first
     state = PartialState()
+    init_kwargs = model_kwargs(model_args, training_args)  # refused here, before any release, if it cannot work
+    check_trackers(training_args)
     with state.main_process_first():  # the embedded model is converted once, by the main process
         model_path = resolve_model_path(model_args.model_name_or_path)
 
@@ -44,10 +51,8 @@ def main(
     )
     declare_public_labels(script_args, training_args, eval_dataset, train)
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    dtype = torch_dtype(model_args.dtype)
-    init_kwargs = dict(
-        revision=model_args.model_revision, dtype=dtype, attn_implementation=model_args.attn_implementation
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_path, revision=model_args.model_revision, trust_remote_code=init_kwargs.get("trust_remote_code", False)
     )
     model = mark_source(AutoModelForCausalLM.from_pretrained(model_path, **init_kwargs), model_path)
     peft_config = get_peft_config(model_args)
