@@ -18,14 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 PY=.venv/bin/python
-# accelerate launch gives a CPU process one thread (OMP_NUM_THREADS=1) unless told otherwise: give it every core.
-LAUNCH=(.venv/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no
-  --num_cpu_threads_per_process "$(nproc)")
+# The commands the README teaches: each training job goes through Accelerate, with every CPU core per process.
+SQ=.venv/bin/squarechipo
 export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::FutureWarning}"
 
 echo "== [1/7] data: finance_preference -> data/"
 if [ ! -d data/finance_preference ]; then
-  "$PY" -m data_gen.finance --out data --seed 0
+  "$SQ" data finance --out data --seed 0
 elif [ ! -d data/finance_sft_mixed_conversational ]; then
   echo "data/ was written by an older generator (it has no judge split or no mixed SFT rows): move it away"
   echo "(mv data data.old) and run this script again" >&2
@@ -38,25 +37,25 @@ fi
 # silently: the main job keeps one of its own beside its outputs, started explicitly before its first release.
 export SQUARECHIPO_RELEASE_REGISTRY="${SQUARECHIPO_RELEASE_REGISTRY:-$PWD/outputs/quickstart/releases.sqlite}"
 if [ ! -e "$SQUARECHIPO_RELEASE_REGISTRY" ] && [ ! -d outputs/quickstart/square_chipo_ctl/released_train ]; then
-  .venv/bin/squarechipo registry init
+  "$SQ" registry init
 fi
 
 echo "== [2/7] SFT of the embedded SmolLM2-135M-Instruct on its own mixed rows -> outputs/quickstart/sft"
-"${LAUNCH[@]}" recipes/sft.py --config recipes/configs/quickstart_sft.yaml
+"$SQ" sft --config recipes/configs/quickstart_sft.yaml
 
 echo "== [3/7] Square-chiPO, CTL, epsilon=4, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
-"${LAUNCH[@]}" recipes/train.py --config recipes/configs/quickstart_align.yaml
+"$SQ" train --config recipes/configs/quickstart_align.yaml
 
 echo "== [4/7] the gold reward-model judge on public gold pairs -> outputs/quickstart/gold_judge"
-"$PY" recipes/gold_judge.py --config recipes/configs/quickstart_gold_judge.yaml
+"$SQ" gold-judge --config recipes/configs/quickstart_gold_judge.yaml
 
 echo "== [5/7] gold-reward gain over the SFT policy: 64 test prompts x 2 samples -> outputs/quickstart/eval/gold.json"
-"$PY" -m squarechipo.evaluation.gold_report --policy outputs/quickstart/square_chipo_ctl --sft outputs/quickstart/sft \
+"$SQ" gold-report --policy outputs/quickstart/square_chipo_ctl --sft outputs/quickstart/sft \
   --gold outputs/quickstart/gold_judge --dataset_name data/finance_preference_conversational --dataset_test_split test \
   --max_eval_samples 64 --samples 2 --public_splits test --skip_generation_free --out outputs/quickstart/eval/gold.json
 
 echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
-"$PY" eval/judge.py --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
+"$SQ" judge --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
   --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 16 --max-new-tokens 64 \
   --dtype bfloat16 \
   --judge reward-model --judge-model outputs/quickstart/gold_judge --judge-batch-size 16 \
@@ -64,7 +63,7 @@ echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/q
 
 echo "== [7/7] central DP selection (epsilon = 1) among base, SFT and Square-chiPO -> outputs/quickstart/selected"
 if [ ! -f outputs/quickstart/selected/squarechipo_privacy.json ]; then
-  "${LAUNCH[@]}" recipes/select_policy.py --config recipes/configs/select_policy.yaml
+  "$SQ" select --config recipes/configs/select_policy.yaml
 else
   echo "outputs/quickstart/selected already holds a selection; selecting again would spend another epsilon"
 fi

@@ -9,33 +9,15 @@ Papers are cited by author, year and title; ``docs/references.md`` lists them (Z
 Square-χPO, is the one the losses, pipelines and selector come from).
 """
 
-from typing import TYPE_CHECKING
-
 from squarechipo._lazy import lazy_exports
 
 __version__ = "0.4.0"
 
 #: The top-level names, imported on first use: ``import squarechipo`` stays cheap.
 _EXPORTS = {
-    "METHODS": "squarechipo.losses",
-    "PreferenceLossOutput": "squarechipo.losses",
-    "preference_loss": "squarechipo.losses",
-    "debias_factor": "squarechipo.privacy.mechanisms.calibration",
-    "flip_probability": "squarechipo.privacy.mechanisms.calibration",
-    "LabelPipeline": "squarechipo.privacy.mechanisms.measurements",
+    "squarechipo.losses": ("METHODS", "PreferenceLossOutput", "preference_loss"),
+    "squarechipo.privacy.mechanisms.calibration": ("debias_factor", "flip_probability"),
+    "squarechipo.privacy.mechanisms.measurements": ("LabelPipeline",),
 }
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ = [
-    "__version__",
-    "METHODS",
-    "PreferenceLossOutput",
-    "preference_loss",
-    "debias_factor",
-    "flip_probability",
-    "LabelPipeline",
-]
-
-if TYPE_CHECKING:
-    from squarechipo.losses import METHODS, PreferenceLossOutput, preference_loss
-    from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
-    from squarechipo.privacy.mechanisms.measurements import LabelPipeline
+__getattr__, __dir__, _names = lazy_exports(__name__, _EXPORTS)
+__all__ = ["__version__", *_names]

@@ -11,18 +11,24 @@ from typing import Any
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """(``__getattr__``, ``__dir__``) for ``package``: each name in ``exports`` (name → module) is imported from its
-    module the first time it is read, then kept in the package's namespace (PEP 562)."""
+def lazy_exports(
+    package: str, exports: dict[str, tuple[str, ...]]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """(``__getattr__``, ``__dir__``, ``__all__``) for ``package``, each public name written once: ``exports`` maps a
+    module to the names it gives; each is imported from its module the first time it is read, then kept in the
+    package's namespace (PEP 562)."""
+    where = {name: module for module, names in exports.items() for name in names}
+    if len(where) != sum(map(len, exports.values())):
+        raise ValueError(f"{package}: a name is exported from two modules; export each name once")
 
     def __getattr__(name: str) -> Any:
-        if name not in exports:
+        if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(exports[name]), name)
+        value = getattr(importlib.import_module(where[name]), name)
         setattr(sys.modules[package], name, value)
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*vars(sys.modules[package]), *exports})
+        return sorted({*vars(sys.modules[package]), *where})
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(where)

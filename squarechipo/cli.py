@@ -51,12 +51,12 @@ TOOLS = {
     "judge": ("squarechipo.scripts.judge", "win rate of a policy against a baseline, judged pairwise"),
     "judge-accuracy": ("squarechipo.scripts.judge_accuracy", "judges' accuracy on gold pairs"),
     "aggregate": ("squarechipo.scripts.aggregate", "seeds of judge runs into one table"),
-    "gold-report": ("squarechipo.evaluation.gold_report", "a policy's gold-reward gain over the SFT policy"),
-    "reproduce": ("squarechipo.reproduce.__main__", "Table 1 of Zhou et al. 2025 (Square-χPO) at a named scale"),
-    "study": ("squarechipo.reproduce.__main__", "the controlled study: pilot, main run, report"),
-    "audit": ("squarechipo.audit.__main__", "empirical ε lower bounds for mechanisms and training runs"),
-    "sim": ("squarechipo.sim.__main__", "the simulation lab"),
-    "data": ("squarechipo.data.finance", "generate a dataset: data finance --out DIR"),
+    "gold-report": ("squarechipo.scripts.gold_report", "a policy's gold-reward gain over the SFT policy"),
+    "reproduce": ("squarechipo.scripts.reproduce", "Table 1 of Zhou et al. 2025 (Square-χPO) at a named scale"),
+    "study": ("squarechipo.scripts.reproduce", "the controlled study: pilot, main run, report"),
+    "audit": ("squarechipo.scripts.audit", "empirical ε lower bounds for mechanisms and training runs"),
+    "sim": ("squarechipo.scripts.sim", "the simulation lab"),
+    "data": ("squarechipo.scripts.data", "generate a dataset: data finance --out DIR"),
     "registry": ("squarechipo.scripts.registry", "the registry of releases: init | show | migrate | grant"),
     "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: key new | show | verify"),
     "records": ("squarechipo.scripts.records", "the store of model records the lineage guard reads: show | forget"),
@@ -96,6 +96,10 @@ def accelerate_config(name: str) -> str:
 
 def launch_arguments(unknown: list[str]) -> list[str]:
     """Accelerate's options from the ones the script did not know, with the CPU thread default added."""
+    from pathlib import Path
+
+    from accelerate.commands.config import default_config_file
+
     from squarechipo.models.runtime import accelerator_available
 
     args = list(unknown)
@@ -104,9 +108,14 @@ def launch_arguments(unknown: list[str]) -> list[str]:
         if index + 1 >= len(args):
             raise SystemExit(f"--accelerate_config needs a file or a name ({', '.join(ACCELERATE_CONFIGS)})")
         args = ["--config_file", accelerate_config(args[index + 1]), *args[:index], *args[index + 2 :]]
-    if not accelerator_available() and "--num_cpu_threads_per_process" not in args:
-        args += ["--num_cpu_threads_per_process", str(os.cpu_count() or 1)]
-    return args
+    if accelerator_available():
+        return args  # Accelerate's own defaults (every device) and its note about them
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    cpu = {"--num_cpu_threads_per_process": str(os.cpu_count() or 1)}
+    if "--config_file" not in given and not Path(default_config_file).is_file():
+        # What Accelerate would pick on a CPU machine, said explicitly so it prints no warning about defaults.
+        cpu |= {"--num_processes": "1", "--num_machines": "1", "--mixed_precision": "no", "--dynamo_backend": "no"}
+    return args + [word for flag, value in cpu.items() if flag not in given for word in (flag, value)]
 
 
 def _train(name: str, argv: list[str]) -> int:

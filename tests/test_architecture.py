@@ -26,9 +26,9 @@ LAYERS = (
     "judge",
     "evaluation",
     "sim",
-    "scripts",
     "reproduce",
     "audit",
+    "scripts",  # every command's main(): the entry points sit on top of the library
     "cli",
 )
 MAX_FUNCTION_LINES = 60
@@ -40,6 +40,8 @@ LONG_FUNCTION_MARKER = "# Long:"
 
 def _layer(module: str) -> str:
     parts = module.split(".")
+    if parts[-1] == "__main__":
+        return "cli"  # `python -m squarechipo.<package>`: an entry point, as the command is
     return parts[1] if len(parts) > 1 and parts[0] == "squarechipo" else ""
 
 
@@ -80,6 +82,34 @@ def test_imports_flow_one_way_through_the_layers():
             if target and target != own and LAYERS.index(target) > LAYERS.index(own):
                 violations.append(f"{path.relative_to(ROOT)}:{line} ({own}) imports {module} ({target})")
     assert not violations, "imports against the layer order:\n" + "\n".join(violations)
+
+
+#: Inside privacy/, the same rule: the mechanisms know nothing of a ledger, the ledger nothing of a release, the door
+#: (which reads a ledger) nothing of the release that writes one, and provenance (records of trained models) sits last.
+PRIVACY_LAYERS = ("_lazy", "mechanisms", "ledger", "door", "release", "provenance")
+
+
+def _privacy_part(module: str) -> str:
+    parts = module.split(".")
+    if parts[:2] != ["squarechipo", "privacy"]:
+        return ""
+    return "_lazy" if len(parts) == 2 else parts[2]
+
+
+def test_imports_flow_one_way_inside_privacy():
+    parts = {p.name for p in (PACKAGE / "privacy").iterdir() if (p / "__init__.py").exists()}
+    parts |= {p.stem for p in (PACKAGE / "privacy").glob("*.py") if p.name != "__init__.py"}
+    assert parts == set(PRIVACY_LAYERS) - {"_lazy"}, f"place {parts ^ set(PRIVACY_LAYERS[1:])} in PRIVACY_LAYERS"
+    violations = []
+    for path in sorted((PACKAGE / "privacy").rglob("*.py")):
+        if path == PACKAGE / "privacy" / "__init__.py":
+            continue  # the lazy re-exports of the public names
+        own = _privacy_part("squarechipo." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        for line, module in _imported_modules(path):
+            target = _privacy_part(module)
+            if target and target != own and PRIVACY_LAYERS.index(target) > PRIVACY_LAYERS.index(own):
+                violations.append(f"{path.relative_to(ROOT)}:{line} ({own}) imports {module} ({target})")
+    assert not violations, "imports against the order inside privacy/:\n" + "\n".join(violations)
 
 
 def test_the_layer_check_sees_a_violation():
@@ -255,8 +285,9 @@ def test_importing_the_losses_or_the_package_loads_neither_datasets_nor_the_rele
     import squarechipo.privacy
 
     for package in (squarechipo, squarechipo.privacy):
-        assert set(package.__all__) - {"__version__"} == set(package._EXPORTS)
-        assert all(getattr(package, name) is not None for name in package._EXPORTS)
+        exported = [name for names in package._EXPORTS.values() for name in names]
+        assert sorted(set(package.__all__) - {"__version__"}) == sorted(exported)  # each name once
+        assert all(getattr(package, name) is not None for name in exported)
 
 
 def test_mutation_testing_covers_every_privacy_data_and_study_module_with_test_files_that_exist():
@@ -277,3 +308,41 @@ def test_mutation_testing_covers_every_privacy_data_and_study_module_with_test_f
     assert not modules - set(table), f"not in scripts/mutation.sh's table: {sorted(modules - set(table))}"
     missing = [test for tests in table.values() for test in tests.split() if not (ROOT / test).is_file()]
     assert not missing, missing
+
+
+def test_every_command_lives_in_scripts_and_no_library_module_parses_arguments():
+    """Eight of the eleven tool commands kept their argparse `main()` in library modules. Every `squarechipo`
+    command is a module of `scripts/`; no module below it builds an argument parser."""
+    from squarechipo.cli import TOOLS, TRAINING
+
+    assert all(module.startswith("squarechipo.scripts.") for module, _ in TOOLS.values())
+    assert all((PACKAGE / "scripts" / f"{module}.py").is_file() for module in TRAINING.values())
+    parsers = [
+        str(path.relative_to(ROOT))
+        for path in _package_sources()
+        if path.parent.name != "scripts"
+        and path.name not in ("cli.py", "__main__.py")
+        and "ArgumentParser(" in path.read_text(encoding="utf-8")
+    ]
+    assert not parsers, f"argument parsing outside squarechipo/scripts/: {parsers}"
+
+
+#: Committed model files of the privacy-cost study's set-up (0.3.0): its sealed privacy record and the files beside it
+#: are what the outside audit recomputed, so they stay byte for byte; records made since name the home folder "~".
+_SEALED_SETUP = "results/privacy_cost/setup/"
+
+
+def test_results_name_no_folder_of_the_machine_they_ran_on():
+    """results/main_job_releases' scripts ran only from /work/wt64 with /work/main's venv. Nothing in results/ names
+    a machine's folder (a home, /work, /tmp), so a reader can rerun it from a checkout."""
+    machine = re.compile(r"(?<![\w.~])/(?:work|root|home|tmp|Users)/")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "results").rglob("*"))
+        if path.is_file()
+        and path.suffix in {".sh", ".py", ".md", ".json", ".yaml", ".csv", ".txt"}
+        and not str(path.relative_to(ROOT)).startswith(_SEALED_SETUP)
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if machine.search(line)
+    ]
+    assert not found, f"machine paths in results/: {found[:20]}"

@@ -213,7 +213,7 @@ def _make_work(folder: Path, tokenizer) -> Path:
 def work(tmp_path_factory, tokenizer):
     """A fresh working folder holding the README's data, made in this process by the README's own generator at the
     tests' small size."""
-    from squarechipo.data.finance import main as make_data
+    from squarechipo.scripts.data import main as make_data
 
     folder = _make_work(tmp_path_factory.mktemp("docs"), tokenizer)
     make_data(["--out", str(folder / "data"), *SMALL_DATA])

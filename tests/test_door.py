@@ -273,8 +273,8 @@ def test_the_threat_models_table_names_tests_that_exist():
 
 def test_evaluation_splits_are_released_or_declared_public_and_raw_ones_are_refused(tmp_path):
     from squarechipo.privacy.door import RawLabelsError, require_released_or_public
-    from squarechipo.trainer.script_args import TrainScriptArguments
-    from squarechipo.trainer.splits import load_training_splits
+    from squarechipo.scripts.script_args import TrainScriptArguments
+    from squarechipo.scripts.splits import load_training_splits
 
     data = datasets.DatasetDict(
         {"train": plan_rows(40), "validation": plan_rows(12).map(lambda r: {"prompt": "v" + r["prompt"]})}
@@ -328,8 +328,8 @@ def test_what_a_run_saves_gives_back_the_released_eval_labels_at_best_never_the_
 
 
 def test_training_on_a_release_folder_whose_ledger_was_deleted_is_refused(tmp_path):
-    from squarechipo.trainer.script_args import TrainScriptArguments
-    from squarechipo.trainer.splits import load_training_splits
+    from squarechipo.scripts.script_args import TrainScriptArguments
+    from squarechipo.scripts.splits import load_training_splits
 
     folder = tmp_path / "release"
     release_dataset(plan_rows(), LabelPipeline(epsilon=0.5), folder, seed=0)

@@ -144,14 +144,11 @@ def test_bad_input_names_the_field():
 def test_release_with_prior_on_preferences_and_the_ledger_composes_in_parallel(finance_splits):
     import datasets
 
+    from squarechipo.data.columns import FROM_PRIOR_COLUMN
     from squarechipo.privacy import LabelPipeline
     from squarechipo.privacy.ledger.binding import get_ledger
     from squarechipo.privacy.mechanisms.measurements import RRWithPrior
-    from squarechipo.privacy.release.rows import (
-        FROM_PRIOR_COLUMN,
-        canonical_pairs,
-        combine_parts,
-    )
+    from squarechipo.privacy.release.rows import canonical_pairs, combine_parts
 
     raw = finance_splits["finance_preference"]["train"].select(range(200))
     part1 = release_rows(raw.select(range(100)), LabelPipeline(epsilon=1.0), seed=0, part="lp2st/part1")

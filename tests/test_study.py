@@ -201,7 +201,7 @@ def _leaves(record: dict) -> tuple[list, list[float]]:
 def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_nothing(
     tokenizer, finance_splits, tmp_path
 ):
-    from squarechipo.reproduce.__main__ import main
+    from squarechipo.scripts.reproduce import main
 
     design = _tiny_study(tmp_path, tokenizer, finance_splits)
     out, results = tmp_path / "out", tmp_path / "results"
@@ -512,10 +512,10 @@ def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_
 
     import yaml
 
-    from squarechipo.reproduce.__main__ import main as reproduce_main
     from squarechipo.reproduce.study import report as sr
     from squarechipo.reproduce.study.design import load_design
     from squarechipo.reproduce.study.power import amend, analyse_pilot, check_preregistration, plan_main, preregister
+    from squarechipo.scripts.reproduce import main as reproduce_main
 
     design = load_design(str(ROOT / "recipes" / "studies" / "privacy_cost.yaml"))
     pilot = [
@@ -609,8 +609,8 @@ def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_pa
     docs/results.md is exactly what the command writes, so no figure in it was typed by hand or left stale. The first
     study runs the default design, pre-registered before generation_batch_size existed (a field added later counts at
     its default)."""
-    from squarechipo.reproduce.__main__ import main
     from squarechipo.reproduce.study.report import readme_markers
+    from squarechipo.scripts.reproduce import main
 
     results = tmp_path / "results" / name
     shutil.copytree(ROOT / "results" / name, results, ignore=shutil.ignore_patterns("*.png", "setup"))

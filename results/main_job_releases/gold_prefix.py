@@ -17,7 +17,7 @@ from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, paire
 from squarechipo.judge.reward_model import RewardModelJudge
 
 N = 170
-root = Path("/work/wt64/outputs")
+root = Path("outputs")  # run from the checkout that holds outputs/ (release.sh does)
 test = load_preference_dataset("data/finance_preference_conversational", split="test").select(range(N))
 ref = AutoModelForCausalLM.from_pretrained(root / "quickstart/sft", dtype=torch.bfloat16).eval()
 ev = GoldEvaluator(

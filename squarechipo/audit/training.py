@@ -32,7 +32,7 @@ from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 from squarechipo.privacy.door import rows_without_labels
 from squarechipo.privacy.ledger.records import PrivacyLedger
-from squarechipo.scripts.launch import run_script
+from squarechipo.reproduce.launch import run_script
 
 __all__ = ["audit_training_run"]
 

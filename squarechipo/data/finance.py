@@ -35,12 +35,11 @@ are the same whatever the sizes of the other two.
 
 Usage::
 
-    python -m squarechipo.data.finance --out data --seed 0 [--rows 1697] [--sft-rows 1518] [--judge-rows 600]
+    squarechipo data finance --out data --seed 0 [--rows 1697] [--sft-rows 1518] [--judge-rows 600]
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -59,7 +58,7 @@ from squarechipo.data.finance_templates import (
     Category,
 )
 
-__all__ = ["CATEGORIES", "generate_rows", "build_datasets", "write_datasets", "main"]
+__all__ = ["CATEGORIES", "generate_rows", "build_datasets", "write_datasets"]
 
 DEFAULT_ROWS = 1697
 SPLIT_FRACTIONS = {"train": 0.85, "validation": 0.05, "test": 0.10}
@@ -267,36 +266,3 @@ def write_datasets(
             part.to_json(str(path), lines=True, force_ascii=False)
         written[name] = folder
     return written
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="squarechipo data finance",
-        description="Generate the finance_preference dataset (Zhou et al. 2025 (Square-χPO), App. E/F).",
-    )
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--seed", type=int, default=0, help="generation seed (the data is a function of it)")
-    parser.add_argument(
-        "--rows", type=int, default=DEFAULT_ROWS, help=f"preference rows, split 85/5/10 (default {DEFAULT_ROWS})"
-    )
-    parser.add_argument(
-        "--sft-rows",
-        type=int,
-        default=DEFAULT_SFT_ROWS,
-        help=f"SFT rows, disjoint from the preference rows (default {DEFAULT_SFT_ROWS})",
-    )
-    parser.add_argument(
-        "--judge-rows",
-        type=int,
-        default=DEFAULT_JUDGE_ROWS,
-        help=f"public gold rows for the evaluation judge (default {DEFAULT_JUDGE_ROWS})",
-    )
-    args = parser.parse_args(argv)
-    written = write_datasets(args.out, args.rows, args.seed, sft_rows=args.sft_rows, judge_rows=args.judge_rows)
-    for name, folder in written.items():
-        sizes = ", ".join(f"{k} {v}" for k, v in datasets.load_from_disk(str(folder)).num_rows.items())
-        print(f"{name}: {folder} ({sizes})")
-
-
-if __name__ == "__main__":
-    main()

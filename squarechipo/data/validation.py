@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from squarechipo.data.columns import RESPONSE_COLUMNS
 from squarechipo.data.fingerprint import canonical_rows
 from squarechipo.data.label_roles import label_free
 from squarechipo.data.near_duplicates import Copy, copies, describe_copies
@@ -40,7 +41,6 @@ __all__ = [
 
 logger = logging.getLogger("squarechipo")
 
-RESPONSE_COLUMNS = ("chosen", "rejected")
 _MAX_ROWS_IN_MESSAGE = 5
 
 

@@ -36,8 +36,8 @@ from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.judge.templates import FINANCE_TEMPLATE
 from squarechipo.models.generation import generate_responses
 from squarechipo.reproduce.aggregate import write_table1
+from squarechipo.reproduce.launch import run_script
 from squarechipo.reproduce.scales import Scale
-from squarechipo.scripts.launch import run_script
 
 __all__ = ["Cell", "Table1Run", "plan_cells"]
 

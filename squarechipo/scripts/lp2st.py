@@ -33,10 +33,10 @@ from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage, 
 from squarechipo.privacy.release.rows import combine_parts
 from squarechipo.privacy.release.store import release_dataset
 from squarechipo.scripts._common import finish_run, setup_logging
+from squarechipo.scripts.script_args import TrainScriptArguments
+from squarechipo.scripts.splits import load_training_splits
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
 from squarechipo.trainer.lp2st import policy_prior
-from squarechipo.trainer.script_args import TrainScriptArguments
-from squarechipo.trainer.splits import load_training_splits
 
 logger = logging.getLogger("squarechipo")
 

@@ -26,8 +26,8 @@ from squarechipo.scripts._common import (
     model_kwargs,
     setup_logging,
 )
-from squarechipo.trainer.script_args import TrainScriptArguments
-from squarechipo.trainer.splits import load_training_splits
+from squarechipo.scripts.script_args import TrainScriptArguments
+from squarechipo.scripts.splits import load_training_splits
 
 
 def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, model_args: ModelConfig):

@@ -28,9 +28,9 @@ from squarechipo.scripts._common import (
     model_kwargs,
     setup_logging,
 )
+from squarechipo.scripts.script_args import TrainScriptArguments
+from squarechipo.scripts.splits import load_training_splits
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
-from squarechipo.trainer.script_args import TrainScriptArguments
-from squarechipo.trainer.splits import load_training_splits
 
 logger = logging.getLogger("squarechipo")
 

@@ -22,11 +22,11 @@ import torch
 from accelerate.utils import is_peft_model
 from trl import DPOTrainer
 
+from squarechipo.data.columns import FROM_PRIOR_COLUMN
 from squarechipo.losses import SATURATED_MARGIN, preference_loss, saturation
 from squarechipo.models.lm_head import add_lean_lm_head
 from squarechipo.models.reference_cache import ReferenceLogpCache
 from squarechipo.privacy.provenance.record import PRIVACY_FILE
-from squarechipo.privacy.release.rows import FROM_PRIOR_COLUMN
 from squarechipo.trainer.checkpoints import EpochCheckpoints
 from squarechipo.trainer.config import SquareChiPOConfig
 from squarechipo.trainer.private_base import PrivateTrainerMixin

@@ -93,6 +93,16 @@ def _as_upstream(record: dict) -> list[dict]:
     return [entry for entry in [own, *(record.get("upstream") or [])] if not _is_empty(entry)]
 
 
+def _portable(folder: str | os.PathLike) -> str:
+    """A folder as records and cards show it: under the home folder as ``~/...``, so a record names no user's home
+    (records travel with models to other machines and into committed results)."""
+    text = str(folder)
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~") and (text == home or text.startswith(home + os.sep)):
+        return "~" + text[len(home) :]
+    return text
+
+
 @dataclass(frozen=True)
 class ModelLineage:
     """A model a run starts from: a name for messages and the privacy record it carries (None: none)."""
@@ -104,7 +114,7 @@ class ModelLineage:
     def from_folder(cls, folder: str | os.PathLike, name: str | None = None) -> ModelLineage:
         """The record saved in a model (or adapter) folder; a folder without one, or a Hub id, is unrecorded."""
         record = read_privacy_record(folder)
-        return cls(name=name or str(folder), record=record.to_dict() if record is not None else None)
+        return cls(name=name or _portable(folder), record=record.to_dict() if record is not None else None)
 
     @classmethod
     def of_model(cls, model: Any) -> ModelLineage:

@@ -25,13 +25,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 
 import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from squarechipo.data.columns import FROM_PRIOR_COLUMN, LABEL_CARRYING, PAIR_COLUMNS
 from squarechipo.data.fingerprint import row_hashes
 from squarechipo.data.kary import validate_kary
 from squarechipo.data.label_roles import label_free, releases_labels
@@ -41,7 +41,6 @@ from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.privacy.mechanisms.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 
 __all__ = [
-    "FROM_PRIOR_COLUMN",
     "canonical_first_is_chosen",
     "canonical_pairs",
     "combine_parts",
@@ -49,14 +48,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("squarechipo")
-
-#: Public per-row flag: the released label is the prior's argmax (k* = 1).
-FROM_PRIOR_COLUMN = "label_from_prior"
-#: The columns a pair release always keeps: the released label is their order.
-PAIR_COLUMNS = ("prompt", "chosen", "rejected")
-#: Column names that can carry the label (a score or rating per response, a preference or winner, a conversation
-#: ending in the chosen answer, which response was shown first): dropped by a release, never public.
-LABEL_CARRYING = re.compile(r"score|rating|label|prefer|winner|shown_first|messages|chosen|rejected", re.IGNORECASE)
 
 
 def _column_policy(columns: list[str], public_columns) -> tuple[list[str], dict[str, str]]:

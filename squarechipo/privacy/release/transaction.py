@@ -38,6 +38,7 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data import metadata
+from squarechipo.data.columns import PAIR_COLUMNS
 from squarechipo.data.fingerprint import _exact_row_hashes, canonical_rows, encode_row_set, fingerprint_of
 from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.label_roles import label_free, releases_labels
@@ -51,7 +52,7 @@ from squarechipo.privacy.release.registry import (
     earlier_releases,
     register_release,
 )
-from squarechipo.privacy.release.rows import PAIR_COLUMNS, draw_rows
+from squarechipo.privacy.release.rows import draw_rows
 
 __all__ = [
     "ReleaseOptions",

@@ -35,11 +35,11 @@ from squarechipo.data import load_preference_dataset
 from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
+from squarechipo.reproduce.launch import run_script
 from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign
 from squarechipo.reproduce.study.provenance import cell_provenance, read_record
 from squarechipo.reproduce.study.reuse import cell_name, is_reusable, reused_record
 from squarechipo.reproduce.study.shared_setup import first_prompts, labels_hold, library_versions
-from squarechipo.scripts.launch import run_script
 
 __all__ = ["Study", "cell_name"]
 

@@ -17,7 +17,7 @@ import datasets
 from squarechipo.data import load_preference_dataset
 from squarechipo.privacy.door import reads_labels
 from squarechipo.privacy.release.store import release_dataset
-from squarechipo.trainer.script_args import TrainScriptArguments
+from squarechipo.scripts.script_args import TrainScriptArguments
 
 __all__ = ["labels_digest", "load_training_splits"]
 

@@ -1,5 +1,5 @@
 """Script arguments for ``recipes/train.py``: TRL's ``ScriptArguments`` plus the label pipeline (fields only;
-:func:`squarechipo.trainer.splits.load_training_splits` loads and releases the data they name)."""
+:func:`squarechipo.scripts.splits.load_training_splits` loads and releases the data they name)."""
 
 from __future__ import annotations
 

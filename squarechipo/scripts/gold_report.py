@@ -1,0 +1,67 @@
+"""``squarechipo gold-report``: a policy against the SFT policy under a gold reward, in plain words
+(:mod:`squarechipo.evaluation.gold_report` computes it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from squarechipo.evaluation.gold_report import format_summary, gold_comparison
+
+__all__ = ["main"]
+
+DESCRIPTION = "A policy's gold-reward gain and gold expected win rate over the SFT policy, with 95% intervals."
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        prog="squarechipo gold-report",
+        description=DESCRIPTION,
+    )
+    parser.add_argument("--policy", required=True, help="the aligned policy's folder")
+    parser.add_argument("--sft", required=True, help="the SFT policy's folder (the baseline and π_ref)")
+    parser.add_argument("--gold", required=True, help="a one-output reward model folder (e.g. recipes/gold_judge.py)")
+    parser.add_argument("--dataset_name", required=True, help="preference data whose split holds the test prompts")
+    parser.add_argument("--dataset_test_split", default="test", help="the split whose prompts are answered")
+    parser.add_argument("--max_eval_samples", type=int, default=64, help="test prompts (default 64)")
+    parser.add_argument("--samples", type=int, default=2, help="samples per prompt and policy (default 2)")
+    parser.add_argument("--out", default=None, help="write the figures to this JSON file")
+    parser.add_argument(
+        "--skip_generation_free",
+        action="store_true",
+        help="leave out the measures that need no sample of the policy (implicit-reward accuracy on the test pairs, "
+        "pool value): three log-prob passes and two scoring passes fewer; the printed lines do not use them",
+    )
+    parser.add_argument(
+        "--public_splits",
+        nargs="*",
+        default=[],
+        help="splits whose labels are public (gold pairs): the implicit-reward "
+        "accuracy reads the test split's labels, which must be released or public",
+    )
+    args = parser.parse_args(argv)
+    for name in ("policy", "sft", "gold"):
+        if not Path(getattr(args, name)).is_dir():
+            parser.error(f"--{name} {getattr(args, name)}: no such model folder")
+    summary = gold_comparison(
+        args.policy,
+        args.sft,
+        args.gold,
+        args.dataset_name,
+        split=args.dataset_test_split,
+        prompts=args.max_eval_samples,
+        samples=args.samples,
+        labels_public=args.dataset_test_split in args.public_splits,
+        generation_free=not args.skip_generation_free,
+    )
+    for line in format_summary(summary):
+        print(line)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
