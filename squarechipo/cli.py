@@ -228,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
+    from squarechipo.scripts._usage import one_line_usage_errors
+
+    one_line_usage_errors()
     parser = _parser()
     if not argv or argv[0] not in {*TRAINING, *TOOLS}:
         parser.parse_args(argv or ["--help"])  # --help, --version, or an error naming the choices

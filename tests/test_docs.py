@@ -229,8 +229,8 @@ def _check_promises(page: str, command: str, work: Path, stdout: str) -> None:
             assert not absent, f"{page}: `{command}` did not print {absent}:\n{stdout[-2500:]}"
 
 
-def _run_page(page: str, work: Path) -> None:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+def _run_page(page: str, work: Path, env: dict | None = None) -> None:
+    env = env or {**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     ran, excluded = 0, 0
     for command in commands(ROOT / page):
         reason = next((why for pattern, why in NOT_RUN.items() if re.search(pattern, command)), None)
@@ -257,46 +257,151 @@ def test_every_command_of_the_page_runs(page, work):
     _run_page(page, work)
 
 
-@pytest.mark.slow
-@pytest.mark.integration
-@pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(ROOT / p)])
-def test_every_python_block_of_the_page_runs_as_on_a_fresh_machine(page, work, tmp_path):
-    """The README's example stopped on a fresh machine (no registry) and named a split, a model and a tokenizer it
-    never made. Each Python block runs as written (the model, rows and steps shrunk), in a folder holding only the
-    data, with a cache and a default registry no release ever touched."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "SQUARECHIPO_CACHE": str(tmp_path / "c")}
-    env["SQUARECHIPO_TEST_MACHINE_DIR"] = str(tmp_path / "machine")  # a machine no release or key ever touched
+def _fresh_machine_env(folder: Path) -> dict:
+    """The environment of a machine no release, key or record ever touched (its folder: ``folder``)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["SQUARECHIPO_TEST_MACHINE_DIR"] = str(folder)
     for variable in ("SQUARECHIPO_RELEASE_REGISTRY", "SQUARECHIPO_RECORD_STORE", "SQUARECHIPO_SIGNING_KEY"):
         env.pop(variable, None)
+    return env
+
+
+def _run_python_blocks(page: str, work: Path, env: dict) -> None:
+    """Each Python block as written (the model and steps shrunk); the README's twice, as a reader runs it again: the
+    second run reuses the first one's release (the same marker, no fresh noise) and saves the model again."""
     for index, code in enumerate(python_blocks(ROOT / page)):
         for pattern, replacement in PYTHON_SIZES:
             code = re.sub(pattern, replacement, code)
         script = work / f"block_{index}.py"
         script.write_text(code)
         before = None
-        for run in range(2 if page == "README.md" else 1):  # a reader runs the README's example again: it reuses
+        for run in range(2 if page == "README.md" else 1):
             done = launch([sys.executable, str(script)], cwd=work, env=env, timeout=600)
             failed = (
                 f"{page}: python block {index}, run {run + 1}, failed:\n{done.stdout[-2500:]}\n{done.stderr[-2500:]}"
             )
             assert done.returncode == 0, failed
-            marker = work / "outputs" / "in_python" / "released" / "squarechipo_release.json"
             if page == "README.md":
+                marker = work / "outputs" / "in_python" / "released" / "squarechipo_release.json"
                 assert before is None or marker.read_bytes() == before, "the second run drew another release"
                 before = marker.read_bytes()
                 assert (work / "outputs" / "in_python" / "squarechipo_privacy.json").is_file()
-    assert (tmp_path / "machine" / "releases.sqlite").is_file()  # the first release started the machine's registry
-    assert (tmp_path / "machine" / "signing_key.pem").is_file()  # ... and its signing key
+
+
+#: The common mistakes of a first day, each with what its one line must name: (argv of `squarechipo`, the fix).
+#: The job's own process checks the last group, so they run through the job's entry point (script_main).
+LAUNCHER_MISTAKES = [
+    (
+        ["train", "--config", "recipes/configs/square_chipo.yaml", "--lable_epsilon", "2"],
+        r"did you mean --label_epsilon",
+    ),
+    (["train", "--config", "recipes/configs/typo.yaml"], r"did you mean --label_epsilon"),
+    (
+        ["train", "--config", "recipes/configs/square_chipo.yaml", "--accelerate_config", "zero9"],
+        r"not one of the configs that ship with squarechipo \(cpu, ddp, fsdp2, zero2, zero3\)",
+    ),
+    (
+        ["train", "--config", "recipes/configs/square_chipo.yaml", "--method", "square_chpo"],
+        r"invalid choice: 'square_chpo' \(choose from .*'square_chipo'",
+    ),
+    (
+        ["train", "--config", "recipes/configs/squre_chipo.yaml"],
+        r"no such file or folder: recipes/configs/squre_chipo",
+    ),
+    (["trian"], r"invalid choice: 'trian' \(choose from 'train'"),
+    (
+        [
+            "gold-report",
+            "--policy",
+            "outputs/square_chipoo",
+            "--sft",
+            "outputs/sft",
+            "--gold",
+            "outputs/gold_judge",
+            "--dataset_name",
+            "data/finance_preference_conversational",
+        ],
+        r"--policy outputs/square_chipoo: no such model",
+    ),
+]
+JOB_MISTAKES = [
+    (["--config", "recipes/configs/raw.yaml"], r"Release them \(label_epsilon: .*train_labels_public: true"),
+    (["--config", "recipes/configs/square_chipo.yaml", "--model_name_or_path", "outputs/sfft"],
+     r"model outputs/sfft: no such folder\. Check the path, or make the model first"),
+    (["--config", "recipes/configs/square_chipo.yaml", "--dataset_train_split", "trian"],
+     r"has no split 'trian' .*set dataset_train_split to one of them"),
+    (["--config", "recipes/configs/square_chipo.yaml", "--label_epsilon", "-1"], r"epsilon must be > 0"),
+    (["--config", "recipes/configs/square_chipo.yaml", "--report_to", "no_such_tracker"], r"no such tracker \(known:"),
+]  # fmt: skip
+
+
+def _one_line(call, capsys) -> str:
+    """What a failing command printed: exactly one line on stderr, no traceback, and a failing exit code."""
+    try:
+        code = call()
+    except SystemExit as exit:
+        code = exit.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code not in (0, None) and len(lines) == 1 and "Traceback" not in err, (code, err[-3000:])
+    return lines[0]
+
+
+def _make_mistakes(work: Path, env: dict, capsys, monkeypatch) -> None:
+    import squarechipo.cli
+    from squarechipo.scripts import train
+    from squarechipo.scripts._common import script_main
+
+    config = yaml.safe_load((work / "recipes/configs/square_chipo.yaml").read_text())
+    typo = {("lable_epsilon" if key == "label_epsilon" else key): value for key, value in config.items()}
+    (work / "recipes/configs/typo.yaml").write_text(yaml.safe_dump(typo))
+    raw = {key: value for key, value in config.items() if not key.startswith("label_")}
+    (work / "recipes/configs/raw.yaml").write_text(yaml.safe_dump({**raw, "output_dir": "outputs/raw"}))
+    monkeypatch.chdir(work)
+    capsys.readouterr()  # what the day printed so far
+    for argv, fix in LAUNCHER_MISTAKES:
+        line = _one_line(lambda argv=argv: squarechipo.cli.main(argv), capsys)
+        assert line.startswith(f"squarechipo{' ' + argv[0] if len(argv) > 1 else ''}: error: "), line
+        assert re.search(fix, line), (argv, line)
+    for argv, fix in JOB_MISTAKES:
+        line = _one_line(lambda argv=argv: script_main(train.main, train.make_parser, "train", argv), capsys)
+        assert line.startswith("squarechipo train: error: ") and re.search(fix, line), (argv, line)
+    # Through the real launcher too: Accelerate's process and the job's, and still the job's one line.
+    done = launch([str(BIN / "squarechipo"), "train", *JOB_MISTAKES[0][0]], cwd=work, env=env, timeout=300)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1 and re.search(JOB_MISTAKES[0][1], lines[0]), done.stderr[-3000:]
 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_every_command_of_the_chained_pages_runs_in_reading_order(tmp_path_factory, tokenizer):
-    """README, then docs/training.md, then docs/evaluation.md, in one folder: each uses what the one before made
-    (the README's data and models). One test, so no scheduler can run them apart or out of order."""
-    work = _make_work(tmp_path_factory.mktemp("docs_chain"), tokenizer)
-    for page in CHAIN:
-        _run_page(page, work)
+def test_the_documented_day_runs_in_order_on_a_fresh_machine(tmp_path_factory, tokenizer, capsys, monkeypatch):
+    """The first day as a new user lives it, in one folder on a machine no release, key or record touched: the README's
+    Python example twice, its commands, a 1-step smoke test of its training command twice, the common mistakes (each
+    answered by one line that names the fix), then docs/training.md and docs/evaluation.md, which use what the README
+    made. The examples once collided, a re-run was refused, a smoke test's unchanged weights were recorded as trained
+    on its rows so the same command was refused, and a mistake ended in 40-126 lines of tracebacks."""
+    work = _make_work(tmp_path_factory.mktemp("docs_day"), tokenizer)
+    machine = work / "machine"
+    env = _fresh_machine_env(machine)
+    from squarechipo.scripts.data import main as make_data
+
+    make_data(["--out", str(work / "data"), *SMALL_DATA])
+    _run_python_blocks("README.md", work, env)
+    assert (machine / "releases.sqlite").is_file() and (machine / "signing_key.pem").is_file()  # started, and said so
+    _run_page("README.md", work, env)
+    smoke = _argv("squarechipo train --config recipes/configs/square_chipo.yaml --max_steps 1", work)
+    for run in range(2):  # warm-up makes step 1's learning rate 0: no weight changes, and the re-run is not refused
+        done = launch(smoke, cwd=work, env=env, timeout=600)
+        assert done.returncode == 0, f"smoke test, run {run + 1}:\n{done.stdout[-2000:]}\n{done.stderr[-2500:]}"
+    _make_mistakes(work, env, capsys, monkeypatch)
+    for page in CHAIN[1:]:
+        _run_page(page, work, env)
+
+
+def test_every_python_block_is_on_a_page_the_documented_day_runs():
+    """Python blocks run in the documented day (the README's twice): a page outside it would hold untested code."""
+    assert not [p for p in PAGES if p not in CHAIN and python_blocks(ROOT / p)], "add the page to CHAIN"
+    assert python_blocks(ROOT / "README.md")
 
 
 def test_every_command_left_out_is_on_a_page_and_its_stand_in_test_exists():

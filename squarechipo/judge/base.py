@@ -42,9 +42,10 @@ def _check_model_exists(path: str, kind: str) -> None:
     """A judge model that names a local folder must be one; a hub id (``org/name``) is left to transformers."""
     from pathlib import Path
 
+    from squarechipo.models.embedded import names_local_folder
+
     local = Path(path).expanduser()
-    looks_local = path.startswith((".", "/", "~")) or (len(local.parts) > 1 and Path(local.parts[0]).is_dir())
-    if looks_local and not (local / "config.json").is_file():
+    if names_local_folder(path) and not (local / "config.json").is_file():
         what = "is not a model folder (no config.json)" if local.is_dir() else "does not exist"
         raise ValueError(
             f"--judge-model {path} {what}: give the folder of a saved {kind} model (e.g. the output_dir of "
@@ -72,8 +73,8 @@ class PairwiseJudge(BasePairwiseJudge):
 
         from squarechipo.models import resolve_model_path
 
+        _check_model_exists(str(model), kind)  # named as the user gave it, before the alias is resolved
         path = resolve_model_path(model)
-        _check_model_exists(path, kind)
         self.name = f"{kind}:{model}"
         self.batch_size, self.max_length = batch_size, max_length
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")

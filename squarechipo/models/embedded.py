@@ -27,6 +27,7 @@ __all__ = [
     "cache_root",
     "embedded_gguf_path",
     "embedded_model_path",
+    "names_local_folder",
     "resolve_model_path",
 ]
 
@@ -128,4 +129,16 @@ def resolve_model_path(name_or_path: str | os.PathLike | None) -> str:
         return text
     if text in EMBEDDED_MODEL_ALIASES:
         return str(embedded_model_path())
+    if names_local_folder(text):
+        raise ValueError(
+            f"model {text}: no such folder. Check the path, or make the model first (the README's `squarechipo sft` "
+            f"writes outputs/sft); 'embedded' names the default model."
+        )
     return text
+
+
+def names_local_folder(text: str) -> bool:
+    """Whether ``text`` can only name a local folder, not a Hub id (``name`` or ``org/name``): it starts with ``.``,
+    ``/`` or ``~``, has more than two parts, or its first part is a folder here (``outputs/sft``)."""
+    parts = Path(text).expanduser().parts
+    return text.startswith((".", "/", "~")) or len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir())

@@ -103,16 +103,15 @@ def finish_run(
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """The errors that are the user's to fix (a missing file, a bad option or value, a refused release or ledger, a
-    registry that cannot be reached): each message names the file or field and the fix, so it is printed as one
-    line."""
+    registry that cannot be reached, a model neither here nor on the Hub): each message names the file or field and
+    the fix, so it is printed as one line."""
     import yaml
 
     from squarechipo.data.database import DatabaseError
     from squarechipo.privacy.release.registry import RegistryError
 
     return (
-        ValueError, RegistryError, DatabaseError, FileNotFoundError, NotADirectoryError, PermissionError,
-        yaml.YAMLError,
+        ValueError, RegistryError, DatabaseError, OSError, yaml.YAMLError,
     )  # fmt: skip
 
 
@@ -152,6 +151,9 @@ def script_main(main: Callable, make_parser: Callable, name: str, argv: list[str
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
+    from squarechipo.scripts._usage import one_line_usage_errors
+
+    one_line_usage_errors()
     parser = make_parser(prog=f"squarechipo {name}")
     try:
         *parsed, rest = parser.parse_args_and_config(argv, return_remaining_strings=True)
@@ -203,6 +205,10 @@ def model_kwargs(model_args, training_args) -> dict:
     return {**kwargs, **(getattr(training_args, "model_init_kwargs", None) or {})}
 
 
+#: Trackers the package installs as extras (pyproject.toml's optional dependencies).
+TRACKER_EXTRAS = ("tensorboard", "wandb")
+
+
 def check_trackers(training_args) -> None:
     """Refuse a ``report_to`` tracker whose package is not installed, before any release is drawn (the trainer found
     out only after it)."""
@@ -219,7 +225,10 @@ def check_trackers(training_args) -> None:
             f"report_to {', '.join(unknown)}: no such tracker (known: {', '.join(INTEGRATION_TO_CALLBACK)})."
         )
     if missing:
+        extras = ",".join(t for t in missing if t in TRACKER_EXTRAS)
+        others = " ".join(t for t in missing if t not in TRACKER_EXTRAS)
+        install = " ".join(x for x in (f"'squarechipo[{extras}]'" if extras else "", others) if x)
         raise ValueError(
-            f"report_to {', '.join(missing)}: its package is not installed (pip install {' '.join(missing)}), so the "
-            "run would stop once training starts, after its labels were released. Install it, or set report_to: none."
+            f"report_to {', '.join(missing)}: its package is not installed (pip install {install}), so the run would "
+            "stop once training starts, after its labels were released. Install it, or set report_to: none."
         )
