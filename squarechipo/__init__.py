@@ -3,7 +3,7 @@
 The package follows the data flow, each stage a subpackage that imports only the ones before it::
 
     data (load, validate) -> privacy (release once, ledger) -> losses / trainer / reward -> select -> judge
-    -> evaluation -> scripts (the ``squarechipo`` command's jobs) -> reproduce / audit
+    -> evaluation -> reproduce / audit -> scripts (every ``squarechipo`` command's ``main()``)
 
 Papers are cited by author, year and title; ``docs/references.md`` lists them (Zhou, Wu, Weng, Orabona 2025,
 Square-χPO, is the one the losses, pipelines and selector come from).
