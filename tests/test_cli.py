@@ -210,7 +210,7 @@ def test_options_that_cannot_work_here_are_refused_before_any_release(tmp_path):
                 model_kwargs(quantized, args)
     if importlib.util.find_spec("tensorboard") is None:
         with pytest.raises(
-            ValueError, match=r"report_to tensorboard: its package is not installed \(pip install 'squarechipo\[tensorb"
+            ValueError, match=r"report_to tensorboard: its package is not installed \(pip install 'squarechipo\[tensor"
         ):
             check_trackers(SimpleNamespace(report_to=["tensorboard"]))
     check_trackers(SimpleNamespace(report_to=["none"]))
