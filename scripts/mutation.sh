@@ -100,6 +100,9 @@ for module in "${MODULES[@]}"; do
     echo "pytest_add_cli_args_test_selection ="
     for test in $tests; do echo "    $test"; done
     printf 'pytest_add_cli_args =\n    -p\n    no:cacheprovider\n'
+    # mutmut waits for any child of its own process, so one a test leaves (the resource tracker of a multiprocessing
+    # race between releases) crashes it: the three race tests are left out here (the suite runs them).
+    printf '    -k\n    not racing_on_one_fresh_folder and not simultaneous_releases and not first_releases_at_once\n'
     [ -n "${ARGS[$module]:-}" ] && echo "${ARGS[$module]}" | tr '|' '\n' | sed 's/^/    /'
     # mutmut's CPU limit is (the tests' own time + constant) × 30; each mutant's run also imports torch, which the
     # default constant (1 s) leaves little room for.
@@ -115,7 +118,8 @@ module, path = sys.argv[1], sys.argv[2]
 s = json.load(open(path))
 decided = s["killed"] + s["survived"]
 if s["total"] and not decided + s["timeout"]:
-    sys.exit(f"{module}: no mutant ran: the tests failed without mutation (see the end of mutmut.log in its folder)")
+    sys.exit(f"{module}: no mutant ran: the tests failed without mutation, or mutmut stopped (see the end of "
+             "mutmut.log in its folder)")
 rate = 100 * s["killed"] / decided if decided else float("nan")
 print(f"{module}: killed {s['killed']}, survived {s['survived']}, timeout {s['timeout']}, total {s['total']}, "
       f"kill rate {rate:.1f}%")
