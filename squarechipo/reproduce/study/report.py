@@ -30,7 +30,7 @@ from squarechipo.reproduce.study.training import (
     reference_lines,
     write_training_plot,
 )
-from squarechipo.stats import holm, mde, paired_test, verdict
+from squarechipo.stats import holm, mde, paired_test, seeds_for_power, t_interval, verdict
 
 __all__ = [
     "DEVIATIONS",
@@ -98,7 +98,7 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
     """Each claim's paired value (in its metric's units), Holm-adjusted p and verdict. ``planned``: the pre-registered
     arms (a claim on an arm cut from the plan says so); ``reference``: the pre-registered reference epochs of drop
     claims."""
-    found, untested = [], []
+    found, untested, paired = [], [], []
     for claim in design.all_claims:
         values = claim_values(records, claim, reference)
         if len(values) < 2:  # no t interval from fewer than 2 paired seeds: listed, not tested
@@ -113,15 +113,19 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
             continue
         test = paired_test(list(values.values()))
         found.append({"claim": claim.name, "seeds": len(values), "metric": claim.metric, **test.to_dict()})
+        paired.append(list(values.values()))
     steps = holm_levels([c["p_value"] for c in found], design.alpha)
-    for row, adjusted, level in zip(found, holm([c["p_value"] for c in found]), steps):
+    for row, values, adjusted, level in zip(found, paired, holm([c["p_value"] for c in found]), steps):
         # The MDE at the level this claim is decided at (its Holm step, holm_levels).
         detectable = mde(row["n"], row["sd"], target=design.power, alpha=level)
         unit = " points" if is_win_rate(row["metric"]) else f" ({_METRICS[row['metric']][0]})"
         verdict_text = verdict_of(row, adjusted, detectable, design.alpha, unit)
         if verdict_text.startswith("not decided"):
             verdict_text += f" (α = {level:.3g}, Holm)"
-        row.update(p_holm=adjusted, mde=detectable, alpha_holm=level, verdict=verdict_text)
+        # The interval at the same level (1 − α at its Holm step): the one that says whether zero is excluded there.
+        _, low_holm, high_holm = t_interval(values, confidence=1 - level)
+        row.update(p_holm=adjusted, mde=detectable, alpha_holm=level, low_holm=low_holm, high_holm=high_holm)
+        row["verdict"] = verdict_text
     return found + untested
 
 
@@ -245,7 +249,7 @@ def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=
         "along_training": along_training(records, design),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
-        "pilot": {k: (prereg.get("pilot") or {}).get(k) for k in ("sd_for_power", "seeds_needed")} if prereg else None,
+        "pilot": _pilot_sizes(prereg, design) if prereg else None,
         "amendments": _amendments(prereg, design.effect_unit),
         "progress": progress(records, prereg, deviations),
         "deviations": deviations or [],
@@ -262,6 +266,21 @@ def _amendments(prereg: dict | None, unit: str) -> list[dict[str, Any]]:
     ]
 
 
+def _pilot_sizes(prereg: dict, design: StudyDesign) -> dict[str, Any]:
+    """The pilot's planning SD (the largest 80% upper bound of a claim's between-seed SD) and the seeds it needs,
+    beside the seeds needed at that claim's SD itself, so a reader sees how much the bound adds."""
+    pilot = prereg.get("pilot") or {}
+    sizes = {k: pilot.get(k) for k in ("sd_for_power", "seeds_needed")}
+    planning = [
+        d for d in (pilot.get("differences") or {}).values() if d.get("sd_upper80") == pilot.get("sd_for_power")
+    ]
+    if planning and planning[0].get("sd"):
+        sizes["seeds_needed_at_sd"] = seeds_for_power(
+            design.effect_points, planning[0]["sd"], target=design.power, alpha=design.alpha
+        )
+    return sizes
+
+
 def _sized_for(summary: dict, design: StudyDesign) -> str:
     """What the design was sized for and what the budget allowed, the plan's MDE also at Holm's first step."""
     plan, pilot = summary.get("preregistration") or {}, summary.get("pilot") or {}
@@ -272,10 +291,15 @@ def _sized_for(summary: dict, design: StudyDesign) -> str:
     unit = _EFFECT_TEXT[design.effect_unit]
     return (
         f" The design was sized for an effect of {design.effect_points:g} {unit}, which needs "
-        f"{pilot.get('seeds_needed', '?')} seeds at the pilot's SD; the budget allowed {seeds}: MDE "
+        f"{pilot.get('seeds_needed', '?')} seeds at the 80% upper bound of the pilot's SD{_at_sd(pilot)}; the budget "
+        f"allowed {seeds}: MDE "
         f"{plan.get('mde_points', math.nan):.2f} at α = {design.alpha:g}, {strict:.2f} at Holm's first step "
         f"(α = {design.alpha:g}/{m})."
     )
+
+
+def _at_sd(pilot: dict) -> str:
+    return f" ({pilot['seeds_needed_at_sd']} at the SD itself)" if pilot.get("seeds_needed_at_sd") else ""
 
 
 def _sizes(plan: dict, unit: str) -> str:
