@@ -1,18 +1,23 @@
-"""Result sentences come from decisions: the hand-written reading above each study's generated block in
-docs/results.md says only what its study's records back.
+"""Result sentences come from decisions: every prose file a reader is given (README.md, docs/*.md and the current
+version's CHANGELOG entries) says only what the studies' records back.
 
-- Every number in a reading appears in the study's ``summary.json`` or its design (``recipes/studies/*.yaml``) at
-  the precision it is written with (a share may be written as a percentage of a ratio, a difference without its
-  sign). A figure typed by hand, derived in the head or left from an earlier run has nowhere to come from.
-- "shows", "reaches", "falls", "peaked", "holds" and their forms appear only in a sentence that quotes a claim the
-  study decided (its verdict holds or is reversed).
-- The README's results section counts the studies and their claims by verdict as their summaries do, and quotes
-  only figures they hold.
+- Every number in a study's hand-written reading (docs/results.md) and in the README's results section is in the
+  study's ``summary.json`` or design, and the figures of one sentence (or clause) come from one record: the claim or
+  the arm that sentence names, not any figure of the summary (0.48 written where the claim's figure is 0.56 fails).
+- A p-value is the Holm-adjusted one, or is called raw.
+- Decision words (shows, reaches, falls, turns down, over-optimises, significant, beats, outperforms, better, peaks
+  and their forms) appear, in any prose file, only in a sentence that names a decided claim with its verdict: a
+  figure of a claim that holds or is reversed, and the word "holds" or "reversed". Text in quotes (a claim's name,
+  a printed reading such as "better than SFT") and code are not statements.
+- "Reversed" appears only beside a reversed claim's figure (or in a count of verdicts).
+- A model's estimate (the rows-needed crossing) is called an estimate.
+- The README's results section counts the studies and their claims by verdict as their summaries do.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -22,11 +27,25 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results.md"
 #: Words that state a finding: only for a decided claim.
-DECISION_WORDS = re.compile(r"\b(shows?|shown|reach(es|ed)?|fall(s|en)?|fell|peak(s|ed)?|holds?)\b", re.IGNORECASE)
+DECISION_WORDS = re.compile(
+    r"\b(shows?|shown|showing|reach(es|ed|ing)?|fall(s|en|ing)?|fell|turn(s|ed|ing)? down"
+    r"|over-?optimi[sz](es|ed|ing|e)|significant(ly)?|beats?|beating|outperform(s|ed|ing)?|better|peak(s|ed|ing)?)\b",
+    re.IGNORECASE,
+)
+#: What marks a sentence as one about the studies' results.
+RESULT_MARKER = re.compile(
+    r"\b(stud(y|ies)|claims?|seeds?|r\*|gold gain|expected win|clean gain|over-?optimi[sz]\w*|Holm|p-values?)\b"
+    r"|\bp \d",
+    re.IGNORECASE,
+)
+#: A p-value as written: "p 0.0922", "p = 0.031", "p-value 0.03".
+P_VALUE = re.compile(r"\bp(?:-value)?\s*=?\s*(\d\.\d+)")
+#: Figures a sentence may use besides its record and the design: the 95% of an interval, the 80% of power.
+CONVENTIONS = [95.0, 80.0, 0.8, 0.05]
 #: A number as a reader sees it: a sign, digits, decimals, an optional percent sign; not part of a word or a name
 #: (SmolLM2-135M, 2024 in "et al. 2024", χ², r*).
 NUMBER = re.compile(r"(?<![\w.\-/])[+−-]?\d+(?:\.\d+)?%?(?!\w)")
-CITATION_YEAR = re.compile(r"et al\. \d{4}")
+CITATION_YEAR = re.compile(r"et al\.? \d{4}")
 
 
 def readings() -> dict[str, str]:
@@ -82,33 +101,241 @@ def unbacked(paragraph: str, values: list[float]) -> list[str]:
     return missing
 
 
-def undecided_findings(paragraph: str, claims: list[dict]) -> list[str]:
-    """Sentences that state a finding without quoting a decided claim."""
-    decided = [c["claim"] for c in claims if c["verdict"] in ("holds", "reversed")]
-    sentences = re.split(r"(?<=[.;:])\s+(?=[A-Z\"*(])", paragraph.replace("\n", " "))
-    return [s for s in sentences if DECISION_WORDS.search(s) and not any(claim in s for claim in decided)]
+STUDIES = sorted(readings())
 
 
-@pytest.mark.parametrize("study", sorted(readings()))
-def test_every_number_of_a_reading_is_in_its_records(study):
-    assert not unbacked(readings()[study], backing(study)), readings()[study]
+def summary(study: str) -> dict:
+    return json.loads((ROOT / "results" / study / "summary.json").read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("study", sorted(readings()))
-def test_findings_are_stated_only_for_decided_claims(study):
-    claims = json.loads((ROOT / "results" / study / "summary.json").read_text(encoding="utf-8"))["claims"]
-    assert not undecided_findings(readings()[study], claims)
+def prose() -> dict[str, str]:
+    """Every prose file a reader is given: the README, each page of docs/, the current version's CHANGELOG entries."""
+    pages = {"README.md": (ROOT / "README.md").read_text(encoding="utf-8")}
+    pages |= {f"docs/{p.name}": p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))}
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    first = changelog.index("\n## ")
+    pages["CHANGELOG.md"] = changelog[first : changelog.find("\n## ", first + 1)]
+    return pages
 
 
-def test_the_checks_catch_a_typed_figure_and_an_undecided_finding():
-    """The two checks on sentences they must refuse and accept."""
-    values = [0.4352, 58.2247, 6.0, -1.3716]
-    assert unbacked("a share of 43.5% from 6 seeds, 58.2 points, ended 1.37 below", values) == []
-    assert unbacked("435 rows, 3.4× the clean rows, 59%", values) == ["435", "3.4", "59%"]
-    claims = [{"claim": "A ≥ B at 512 rows", "verdict": "holds"}, {"claim": "C falls", "verdict": "not decided"}]
-    assert undecided_findings('"A ≥ B at 512 rows" holds. The line reaches the clean gain.', claims) == [
-        "The line reaches the clean gain."
+def units(text: str) -> list[str]:
+    """The statements of a text: its sentences, split again at semicolons, with code, generated study blocks, quoted
+    text (a claim's name, a printed reading) and table rows' cell borders taken out."""
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = re.sub(r"(?m)^#+ .*$", " ", text)  # headings name a topic (often a question), they state nothing
+    text = re.sub(r"<!-- study:[^>]*begin.*?<!-- study:[^>]*end -->", " ", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", " ", text.replace("\n", " "))
+    text = re.sub(r"\"[^\"]*\"|“[^”]*”", " ", text).replace("|", ". ")
+    text = re.sub(r"\b(et al|e\.g|i\.e|vs|Alg|App|Eq|Sec|Fig)\.", r"\1", text)  # abbreviations end no sentence
+    found = [u.strip() for u in re.split(r"(?<=[.;!?])\s+(?=\S)|;\s+", text) if u.strip()]
+    return [u for u in found if not u.endswith("?")]  # a question asks, it states no finding
+
+
+def _records(value, found: list[list[float]], top: bool = True) -> list[float]:
+    """Every dict below the summary's root as one record: the numbers of its subtree (a claim; an arm at an epoch
+    with its gain, win and KL). Returns the numbers of ``value``'s subtree."""
+    if isinstance(value, dict):
+        numbers = _numbers({k: v for k, v in value.items() if not isinstance(v, (dict, list))}, [])
+        for item in value.values():
+            if isinstance(item, (dict, list)):
+                numbers += _records(item, found, top=False)
+        if not top:
+            found.append(numbers)
+        return numbers
+    if isinstance(value, list):
+        return [n for item in value for n in _records(item, found, top=False)]
+    return _numbers(value, [])
+
+
+def records(study: str) -> list[list[float]]:
+    found: list[list[float]] = []
+    _records(summary(study), found)
+    return found
+
+
+def design_values(study: str) -> list[float]:
+    """The numbers of a study's design: its YAML file, or the built-in design (the first study's)."""
+    design = ROOT / "recipes" / "studies" / f"{study}.yaml"
+    if design.is_file():
+        return _numbers(yaml.safe_load(design.read_text(encoding="utf-8")), [])
+    from dataclasses import asdict
+
+    from squarechipo.reproduce.study.design import StudyDesign
+
+    return _numbers(json.loads(json.dumps(asdict(StudyDesign()), default=str)), [])
+
+
+def clauses(unit: str) -> list[str]:
+    """A statement cut before each figure that starts a new item of a list ("92% at ε = 4, 65% at ε = 2 and 32% at
+    ε = 1"), never inside an interval's brackets: each item then names its own record."""
+    parts, start, depth = [], 0, 0
+    for index, char in enumerate(unit):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        for separator in (", ", " and "):
+            if depth == 0 and unit.startswith(separator, index):
+                if re.match(r"[+−-]?\d", unit[index + len(separator) :]):
+                    parts.append(unit[start:index])
+                    start = index + len(separator)
+    return [*parts, unit[start:]]
+
+
+def mixed_records(unit: str, studies: list[str], extra: list[float] = ()) -> list[str]:
+    """The figures of ``unit`` that no single record backs together: in each of its clauses, every figure not in a
+    design (or ``extra``) must come from one record of one of ``studies``. Empty when each clause's figures do."""
+    fixed = [v for study in studies for v in design_values(study)] + CONVENTIONS + list(extra)
+    candidates = [r for study in studies for r in records(study)]
+    found = []
+    for clause in clauses(unit):
+        rest = [t for t in NUMBER.findall(CITATION_YEAR.sub("", clause)) if unbacked(t, fixed)]
+        if rest:
+            found += min((unbacked(" ".join(rest), record) for record in candidates), key=len, default=rest)
+    return found
+
+
+def raw_p_values(unit: str, studies: list[str]) -> list[str]:
+    """p-values written as if adjusted that are a claim's raw p and not its Holm-adjusted one."""
+    if re.search(r"\b(raw|unadjusted|before Holm)\b", unit):
+        return []
+    claims = [c for study in studies for c in summary(study)["claims"]]
+    found = []
+    for written in P_VALUE.findall(unit):
+        decimals = len(written.split(".")[1])
+        raw = any(round(c.get("p_value", math.nan), decimals) == float(written) for c in claims)
+        holm = any(round(c.get("p_holm", math.nan), decimals) == float(written) for c in claims)
+        if raw and not holm:
+            found.append(written)
+    return found
+
+
+def _decided(studies: list[str], verdict: str) -> list[list[float]]:
+    return [
+        [c[k] for k in ("mean", "low", "high", "low_holm", "high_holm") if k in c]
+        for study in studies
+        for c in summary(study)["claims"]
+        if c["verdict"] == verdict
     ]
+
+
+def names_decided_claim(unit: str, studies: list[str], verdicts=("holds", "reversed")) -> bool:
+    """The unit states a verdict (holds, reversed) and quotes a figure of a claim with that verdict."""
+    for verdict in verdicts:
+        said = re.search(rf"\b{'holds?' if verdict == 'holds' else 'reversed'}\b", unit, re.IGNORECASE)
+        figures = [t for t in NUMBER.findall(unit) if "." in t]
+        if said and any(not unbacked(t, values) for t in figures for values in _decided(studies, verdict)):
+            return True
+    return False
+
+
+def undecided_findings(text: str, studies: list[str]) -> list[str]:
+    """Statements about results with a decision word that name no decided claim with its verdict."""
+    return [
+        u
+        for u in units(text)
+        if RESULT_MARKER.search(u) and DECISION_WORDS.search(u) and not names_decided_claim(u, studies)
+    ]
+
+
+def misplaced_reversals(text: str, studies: list[str]) -> list[str]:
+    """Statements saying "reversed" beside no reversed claim's figure (a count of verdicts is not one)."""
+    return [
+        u
+        for u in units(text)
+        if re.search(r"\breversed\b", u, re.IGNORECASE)
+        and not re.search(r"\d+ (?:is|are|were) reversed", u)
+        and not names_decided_claim(u, studies, verdicts=("reversed",))
+    ]
+
+
+def unnamed_estimates(unit: str, studies: list[str]) -> list[str]:
+    """Figures of a model's estimate (the rows-needed crossing, its interval) in a unit that does not call it one."""
+    if re.search(r"estimat", unit, re.IGNORECASE):
+        return []
+    estimates = [
+        [e[k] for k in ("rows", "low", "high", "rows_line_in_n") if isinstance(e.get(k), (int, float))]
+        for study in studies
+        for e in summary(study).get("rows_needed") or []
+    ]
+    fixed = [v for study in studies for v in design_values(study)]
+    return [
+        t
+        for t in NUMBER.findall(unit)
+        if unbacked(t, fixed) and any(not unbacked(t, [v for v in values if math.isfinite(v)]) for values in estimates)
+    ]
+
+
+def _reading_units() -> list[tuple[str, str, list[str]]]:
+    """(where, statement, studies it may draw on): each study reading's statements, then the README's results."""
+    found = [(f"docs/results.md ({study})", u, [study]) for study, text in readings().items() for u in units(text)]
+    return found + [("README.md (Results)", u, STUDIES) for u in units(readme_results())]
+
+
+def test_the_figures_of_a_statement_come_from_the_record_it_names():
+    bad = [
+        (where, unit, mixed) for where, unit, studies in _reading_units() if (mixed := mixed_records(unit, studies))
+    ]
+    assert not bad, "figures from more than one record (or none):\n" + "\n".join(map(str, bad))
+
+
+def test_estimates_are_called_estimates():
+    bad = [(w, u) for w, u, studies in _reading_units() if unnamed_estimates(u, studies)]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("page", sorted(prose()))
+def test_decision_words_stand_only_beside_a_decided_claim(page):
+    assert not undecided_findings(prose()[page], STUDIES)
+
+
+@pytest.mark.parametrize("page", sorted(prose()))
+def test_p_values_are_holm_adjusted_or_called_raw_and_reversed_means_reversed(page):
+    assert not [u for u in units(prose()[page]) if raw_p_values(u, STUDIES)]
+    assert not misplaced_reversals(prose()[page], STUDIES)
+
+
+#: The overclaims a reviewer wrote into the prose, each of which passed the earlier test: (file, where to put it,
+#: the sentence). Each must fail here.
+OVERCLAIMS = [
+    ("docs/results.md", "overoptimisation_beta", "DPO at β 0.025 over-optimised: its gold gain dropped by 0.48 r*."),
+    ("docs/results.md", "overoptimisation_beta",
+     "At epoch 32 DPO at β 0.025 was significantly below DPO at β 0.05 (0.38 r*, p 0.031)."),
+    ("README.md", None, "The β study shows DPO turning down at β 0.025."),
+    ("docs/results.md", "rows_needed",
+     "Square-χPO ≥ DPO at 512 private rows holds (+5.78 points), and it reaches the clean gain at 435 rows."),
+    ("docs/study.md", None, "The over-optimisation study shows that Square-χPO over-optimises less than DPO."),
+    ("docs/results.md", "overoptimisation_beta",
+     "Square-χPO ended 0.48 r* [−1.28, +0.16] below DPO at β 0.025 (not decided, MDE 1.41)."),
+]  # fmt: skip
+
+
+def _caught(page: str, study: str | None, sentence: str) -> bool:
+    """Whether any check refuses ``sentence`` written into ``page`` (into ``study``'s reading)."""
+    studies = [study] if study else STUDIES
+    scoped = page == "README.md" or study is not None  # the README's results and the readings hold figures too
+    figure_checks = [mixed_records(u, studies) or unnamed_estimates(u, studies) for u in units(sentence)]
+    return bool(
+        undecided_findings(sentence, STUDIES)
+        or any(raw_p_values(u, STUDIES) for u in units(sentence))
+        or misplaced_reversals(sentence, STUDIES)
+        or (scoped and any(figure_checks))
+    )
+
+
+@pytest.mark.parametrize("page, study, sentence", OVERCLAIMS)
+def test_each_known_overclaim_fails(page, study, sentence):
+    assert _caught(page, study, sentence), sentence
+
+
+def test_the_checks_accept_what_the_records_back():
+    """The other side: sentences the records back pass every check."""
+    fine = [
+        ("overoptimisation_beta", "At epoch 32 it was 0.38 r* below DPO at β 0.05, [−0.10, +0.86] at Holm's level "
+         "(p 0.0922 after Holm; not decided, MDE 0.62)."),
+        ("rows_needed", "Square-χPO ≥ DPO at 512 private rows holds: +5.78 points [+3.41, +8.14]."),
+        ("rows_needed", "One model's estimate of the rows that keep the clean gain is 435."),
+        ("overoptimisation_beta", "The raw p was 0.031; after Holm, 0.0922."),
+    ]  # fmt: skip
+    for study, sentence in fine:
+        assert not _caught("docs/results.md", study, sentence), sentence
 
 
 #: Numbers the README writes as words.
