@@ -52,6 +52,7 @@ __all__ = [
     "check_gate",
     "check_preregistration",
     "design_in_force",
+    "pilot_sizes",
     "plan_main",
     "preregister",
 ]
@@ -384,3 +385,19 @@ def amend(
     record.setdefault("amendments", []).append(entry)
     (results / PREREGISTRATION).write_text(json.dumps(record, indent=2, ensure_ascii=False))
     return _in_force(record)
+
+
+@label_free("a study's pre-registration, no row of data")
+def pilot_sizes(prereg: dict, design: StudyDesign) -> dict[str, Any]:
+    """The pilot's planning SD (the largest 80% upper bound of a claim's between-seed SD) and the seeds it needs,
+    beside the seeds needed at that claim's SD itself, so a reader sees how much the bound adds."""
+    pilot = prereg.get("pilot") or {}
+    sizes = {k: pilot.get(k) for k in ("sd_for_power", "seeds_needed")}
+    planning = [
+        d for d in (pilot.get("differences") or {}).values() if d.get("sd_upper80") == pilot.get("sd_for_power")
+    ]
+    if planning and planning[0].get("sd"):
+        sizes["seeds_needed_at_sd"] = seeds_for_power(
+            design.effect_points, planning[0]["sd"], target=design.power, alpha=design.alpha
+        )
+    return sizes

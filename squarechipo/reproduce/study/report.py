@@ -21,6 +21,7 @@ from squarechipo.reproduce.study.headline import (
     write_privacy_plot,
     write_rows_plot,
 )
+from squarechipo.reproduce.study.power import pilot_sizes
 from squarechipo.reproduce.study.provenance import check_same_evaluation, read_record
 from squarechipo.reproduce.study.training import (
     TRAINING_PLOT,
@@ -30,7 +31,7 @@ from squarechipo.reproduce.study.training import (
     reference_lines,
     write_training_plot,
 )
-from squarechipo.stats import holm, mde, paired_test, seeds_for_power, t_interval, verdict
+from squarechipo.stats import holm, mde, paired_test, t_interval, verdict
 
 __all__ = [
     "DEVIATIONS",
@@ -249,7 +250,7 @@ def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=
         "along_training": along_training(records, design),
         "metric_noise": metric_noise(records),
         "preregistration": prereg["plan"] if prereg else None,
-        "pilot": _pilot_sizes(prereg, design) if prereg else None,
+        "pilot": pilot_sizes(prereg, design) if prereg else None,
         "amendments": _amendments(prereg, design.effect_unit),
         "progress": progress(records, prereg, deviations),
         "deviations": deviations or [],
@@ -264,21 +265,6 @@ def _amendments(prereg: dict | None, unit: str) -> list[dict[str, Any]]:
         {"written": e["written"], "reason": e["reason"], "changed": e["changed"], "replaced": _sizes(plans[i], unit)}
         for i, e in enumerate(entries)
     ]
-
-
-def _pilot_sizes(prereg: dict, design: StudyDesign) -> dict[str, Any]:
-    """The pilot's planning SD (the largest 80% upper bound of a claim's between-seed SD) and the seeds it needs,
-    beside the seeds needed at that claim's SD itself, so a reader sees how much the bound adds."""
-    pilot = prereg.get("pilot") or {}
-    sizes = {k: pilot.get(k) for k in ("sd_for_power", "seeds_needed")}
-    planning = [
-        d for d in (pilot.get("differences") or {}).values() if d.get("sd_upper80") == pilot.get("sd_for_power")
-    ]
-    if planning and planning[0].get("sd"):
-        sizes["seeds_needed_at_sd"] = seeds_for_power(
-            design.effect_points, planning[0]["sd"], target=design.power, alpha=design.alpha
-        )
-    return sizes
 
 
 def _sized_for(summary: dict, design: StudyDesign) -> str:
