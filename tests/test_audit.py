@@ -123,7 +123,7 @@ def test_abstaining_guesses_keep_the_most_confident_and_the_bound_is_bonferroni_
 
 
 @pytest.mark.integration
-def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer, finance_splits, tmp_path):
+def test_training_audit_runs_end_to_end_with_the_sft_leak(tokenizer, finance_splits, tmp_path):
     """A real (tiny) run: canaries planted after the training rows, released through the config's pipeline,
     trained by recipes/train.py, guessed from the trained model. The leaky variant fine-tunes the starting model on
     the canaries' chosen responses first, and the run goes ahead only because the guard override is recorded."""
@@ -153,29 +153,30 @@ def test_training_audit_runs_end_to_end_with_and_without_the_sft_leak(tokenizer,
     }
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(config))
-    for leak in (None, "sft"):
-        out = tmp_path / f"audit-{leak}"
-        # At confidence 1 - 1e-4 an honest run is refuted with at most that chance: the test cannot flake on it.
-        command = [sys.executable, "-m", "squarechipo.audit", "training", "--config", str(path), "--canaries", "12"]
-        command += ["--alpha", "1e-4", "--out", str(out)] + (["--leak", leak] if leak else [])
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
-        record = json.loads((out / "training_audit.json").read_text())
-        assert record["canaries"] == 12 and record["guesses"][-1] <= 12 and record["claimed_epsilon"] == 0.5
-        assert record["alpha"] == 1e-4
-        assert record["canary_text"] == "random"
-        planted = datasets.load_from_disk(str(out / "data"))["train"]
-        assert len(planted) == 16 + 12 and planted["prompt"][16:] == source_prompts  # the rows after the 16 used
-        assert {len(r[-1]["content"].split()) for r in planted["chosen"][16:]} == {CANARY_WORDS}
-        assert record["guesses"][0] == 2  # ⌈0.1 · 12⌉: the most confident guesses come first
-        level = record["alpha"] / len(record["guesses"])
-        bounds = [canary_epsilon_bound(c, g, level) for c, g in zip(record["correct"], record["guesses"])]
-        assert record["bounds"] == bounds and record["lower_bound"] == max(bounds)
-        report = (out / "training_audit.md").read_text()
-        assert f"bound {max(bounds):.3f} at confidence 0.9999" in report
-        assert f"| 2 | {record['correct'][0]} |" in report
-        privacy = json.loads((out / "model" / "squarechipo_privacy.json").read_text())
-        assert privacy["ledger"]["releases"][0]["n_rows"] == 16 + 12  # the canaries were released with the rows
-        # The leaky start is seen by the lineage guard and recorded as an exposure (the audit overrides the guard).
-        exposures = {(e["status"], Path(e["model"]).name) for e in privacy["label_exposure"]}
-        assert exposures == ({("prompt_overlap", "leaky_sft")} if leak else set())
+    # The honest run (no --leak) is docs/auditing.md's command, which tests/test_docs.py runs; a model with no
+    # labelled ancestry records no exposure (tests/test_lineage.py).
+    out = tmp_path / "audit-sft"
+    # At confidence 1 - 1e-4 an honest run is refuted with at most that chance: the test cannot flake on it.
+    command = [sys.executable, "-m", "squarechipo.audit", "training", "--config", str(path), "--canaries", "12"]
+    command += ["--alpha", "1e-4", "--out", str(out), "--leak", "sft"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / "training_audit.json").read_text())
+    assert record["canaries"] == 12 and record["guesses"][-1] <= 12 and record["claimed_epsilon"] == 0.5
+    assert record["alpha"] == 1e-4
+    assert record["canary_text"] == "random"
+    planted = datasets.load_from_disk(str(out / "data"))["train"]
+    assert len(planted) == 16 + 12 and planted["prompt"][16:] == source_prompts  # the rows after the 16 used
+    assert {len(r[-1]["content"].split()) for r in planted["chosen"][16:]} == {CANARY_WORDS}
+    assert record["guesses"][0] == 2  # ⌈0.1 · 12⌉: the most confident guesses come first
+    level = record["alpha"] / len(record["guesses"])
+    bounds = [canary_epsilon_bound(c, g, level) for c, g in zip(record["correct"], record["guesses"])]
+    assert record["bounds"] == bounds and record["lower_bound"] == max(bounds)
+    report = (out / "training_audit.md").read_text()
+    assert f"bound {max(bounds):.3f} at confidence 0.9999" in report
+    assert f"| 2 | {record['correct'][0]} |" in report
+    privacy = json.loads((out / "model" / "squarechipo_privacy.json").read_text())
+    assert privacy["ledger"]["releases"][0]["n_rows"] == 16 + 12  # the canaries were released with the rows
+    # The leaky start is seen by the lineage guard and recorded as an exposure (the audit overrides the guard).
+    exposures = {(e["status"], Path(e["model"]).name) for e in privacy["label_exposure"]}
+    assert exposures == {("prompt_overlap", "leaky_sft")}

@@ -87,7 +87,7 @@ def digests(output: str) -> dict[int, str]:
     }
 
 
-def test_accelerate_launch_trains_and_rerun_reuses_the_release(workspace):
+def test_accelerate_launch_trains_and_a_changed_pipeline_is_refused(workspace):
     config = write_config(workspace, "single")
     first = run(
         [str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/train.py", "--config", str(config)]
@@ -100,14 +100,8 @@ def test_accelerate_launch_trains_and_rerun_reuses_the_release(workspace):
     ledger = get_ledger(released)
     assert ledger.total_epsilon == 0.5 and ledger.releases[0].randomness == "os_entropy"
 
-    second = run(
-        [str(BIN / "accelerate"), "launch", "--num_processes", "1", "recipes/train.py", "--config", str(config)]
-    )
-    assert second.returncode == 0, second.stderr[-4000:]
-    assert "released 16 rows" not in second.stderr  # no fresh noise on a re-run
-    assert digests(first.stderr) == digests(second.stderr)
-    assert get_ledger(datasets.load_from_disk(str(out / "released_train"))) == ledger
-
+    # A re-run reuses the release (no fresh noise): tests/test_docs.py's documented day re-runs `squarechipo train`
+    # on the README's release and checks its marker stays the same. A changed pipeline is refused:
     changed = write_config(workspace, "single", label_epsilon=2.0)
     with pytest.raises(ValueError, match=r"(?s)was released with pipeline.*another folder"):
         train_in_process(changed)
@@ -445,6 +439,6 @@ def test_an_error_inside_a_training_job_reaches_the_user_as_the_jobs_one_line(wo
     config.write_text(yaml.safe_dump(values))
     done = run([str(BIN / "squarechipo"), "train", "--config", str(config)])
     assert done.returncode == 1, done.stderr[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("squarechipo train: error: ")]
-    assert len(errors) == 1 and "train_labels_public: true" in errors[0], done.stderr[-3000:]
-    assert "Traceback" not in done.stderr and "CalledProcessError" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]  # the whole of stderr: one line
+    assert len(lines) == 1 and lines[0].startswith("squarechipo train: error: "), done.stderr[-3000:]
+    assert "train_labels_public: true" in lines[0]
