@@ -55,6 +55,7 @@ __all__ = [
     "pilot_sizes",
     "plan_main",
     "preregister",
+    "read_preregistration",
 ]
 
 PREREGISTRATION = "preregistration.json"
@@ -313,7 +314,8 @@ def _in_force(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _read(results: Path) -> dict[str, Any]:
+def read_preregistration(results: Path) -> dict[str, Any]:
+    """A study's ``preregistration.json`` as written, its amendments in order."""
     path = results / PREREGISTRATION
     if not path.exists():
         raise FileNotFoundError(
@@ -325,14 +327,14 @@ def _read(results: Path) -> dict[str, Any]:
 
 def design_in_force(results: Path) -> dict[str, Any]:
     """The design a study's pre-registration holds in force, every field (those added since at their defaults)."""
-    recorded = _in_force(_read(results))["design"]
+    recorded = _in_force(read_preregistration(results))["design"]
     defaults = json.loads(json.dumps(StudyDesign().to_dict()))
     return {**defaults, **recorded}
 
 
 def check_preregistration(results: Path, design: StudyDesign) -> dict[str, Any]:
     """The pre-registration in force in ``results``; raises if there is none or if ``design`` differs from it."""
-    record = _in_force(_read(results))
+    record = _in_force(read_preregistration(results))
     changed = _differing(record["design"], design)
     if changed:
         raise ValueError(
@@ -354,7 +356,7 @@ def amend(
 ) -> dict[str, Any]:
     """Append an amendment (rule 5): ``design`` differs from the one in force only in :data:`AMENDABLE` fields, no
     main cell exists yet, and ``reason`` says why. The power step is redone on the pilot ``records``."""
-    record = _read(results)
+    record = read_preregistration(results)
     if not reason.strip():
         raise ValueError("an amendment needs --reason: why the plan changes, written before any main cell runs.")
     done = sorted(p.stem for p in (results / "main").glob("*.json"))

@@ -4,8 +4,9 @@ the same way are paired.
 A record written since this module carries ``code`` (the commit of the checkout that trained it, whether that
 checkout had uncommitted changes, the library's version) and ``evaluation`` (every design setting that decides
 what its numbers measure). The report pairs cells only when their evaluations are equal, unless the design says
-that the ones it pairs are equivalent (``evaluations_equivalent``); records written before carry neither and are
-taken as one evaluation, as they were.
+that the ones it pairs are equivalent (``evaluations_equivalent``); a record written before carries neither and was
+measured under its own study's design. A record another study reused carries what is known of both
+(:func:`unrecorded_code`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "evaluation_record",
     "read_record",
     "reuse_check",
+    "unrecorded_code",
 ]
 
 #: The design settings that decide what a cell's numbers measure.
@@ -81,6 +83,24 @@ def code_record() -> dict[str, Any]:
     return {"commit": commit, "uncommitted_changes": bool(changed), "library_version": version("squarechipo")}
 
 
+def unrecorded_code(preregistration: dict[str, Any], stage: str, record_file: Path) -> dict[str, Any]:
+    """What is known of the code behind a record written before records named it (no ``code``), from its study's
+    ``preregistration`` and git. A pilot run writes the pre-registration from the checkout that trained its cells:
+    ``commit`` is that checkout's. A main cell ran after the plan in force (the last amendment, else the
+    pre-registration) from a checkout no file names: ``commit`` is None, ``trained_after`` is the plan's commit, and
+    ``committed_in`` (the commit that added ``record_file``, when git knows it) bounds it from the other side."""
+    plan = (preregistration.get("amendments") or [preregistration])[-1]
+    added = _git("log", "--diff-filter=A", "--format=%H", "--", str(Path(record_file).resolve()))
+    known = {
+        "commit": preregistration.get("commit") if stage == "pilot" else None,
+        "uncommitted_changes": None,
+        "library_version": preregistration.get("version"),
+        "recorded": "from the study's pre-registration and git: the record predates records naming their code",
+        "committed_in": added.split()[-1] if added else None,
+    }
+    return known if stage == "pilot" else {**known, "trained_after": plan.get("commit")}
+
+
 def evaluation_record(design: StudyDesign) -> dict[str, Any]:
     """The design settings that decide what a cell's numbers measure (:data:`EVALUATION_FIELDS`)."""
     return json.loads(json.dumps({name: getattr(design, name) for name in EVALUATION_FIELDS}))
@@ -94,10 +114,13 @@ def cell_provenance(design: StudyDesign, setup_digests: dict | None) -> dict[str
 
 @label_free("cell records' evaluation settings, no row of data")
 def check_same_evaluation(records: list[dict[str, Any]], design: StudyDesign) -> None:
-    """Refuse to pair cells measured under different evaluations, unless the design declares them equivalent."""
+    """Refuse to pair cells measured under different evaluations, unless the design declares them equivalent. A
+    record without ``evaluation`` was written by this study's runner before records named it: ``design`` measured
+    it."""
     seen: dict[str, list[str]] = {}
+    own = evaluation_record(design)
     for record in records:
-        key = json.dumps(record.get("evaluation"), sort_keys=True)
+        key = json.dumps(record.get("evaluation") or own, sort_keys=True)
         seen.setdefault(key, []).append(record.get("cell") or f"{record.get('arm')} seed {record.get('seed')}")
     if len(seen) > 1 and not design.evaluations_equivalent:
         groups = "; ".join(

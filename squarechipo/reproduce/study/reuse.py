@@ -3,8 +3,9 @@
 A record is reused when it is the same arm and seed, or the same method, labels and rows recorded at this arm's β
 under another arm name (a β the other study chose from its pilot), and only if the other study's pre-registered
 design agrees with this one on every setting that decides what a cell trains and measures
-(:data:`squarechipo.reproduce.study.provenance.CELL_FIELDS`). A reused record carries the evaluation that design
-measured it under, so the report's check that paired cells share one evaluation applies to it too.
+(:data:`squarechipo.reproduce.study.provenance.CELL_FIELDS`). A reused record carries the code that trained it and
+the evaluation that design measured it under (a record older than those fields: what its study's pre-registration
+and git show of them), so the report's check that paired cells share one evaluation applies to it too.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from squarechipo.reproduce.study.design import Arm, StudyDesign
-from squarechipo.reproduce.study.power import design_in_force
-from squarechipo.reproduce.study.provenance import evaluation_record, read_record, reuse_check
+from squarechipo.reproduce.study.power import design_in_force, read_preregistration
+from squarechipo.reproduce.study.provenance import evaluation_record, read_record, reuse_check, unrecorded_code
 
 __all__ = ["cell_name", "is_reusable", "reused_record"]
 
@@ -85,6 +86,9 @@ def reused_record(
         )
     other = design_in_force(Path(design.cells_from))
     reuse_check(other, Path(design.cells_from), design, results)
+    # Its own code and evaluation, else what its study's records show of them (amendments change no evaluation
+    # setting, so the design in force measured every one of its cells), never this study's.
     evaluation = record.get("evaluation") or evaluation_record(StudyDesign.from_dict(other))
-    return {**record, "cell": cell_name(arm, seed), "arm": arm.key, "evaluation": evaluation,
+    code = record.get("code") or unrecorded_code(read_preregistration(Path(design.cells_from)), stage, source)
+    return {**record, "cell": cell_name(arm, seed), "arm": arm.key, "code": code, "evaluation": evaluation,
             "reused_from": str(source)}  # fmt: skip
