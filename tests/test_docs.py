@@ -270,7 +270,8 @@ def test_every_command_of_the_page_runs(page, work):
 
 def _fresh_machine_env(folder: Path) -> dict:
     """The environment of a machine no release, key or record ever touched (its folder: ``folder``)."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # warnings shown, as users see them
+    env.pop("PYTHONWARNINGS", None)
     env["SQUARECHIPO_TEST_MACHINE_DIR"] = str(folder)
     for variable in ("SQUARECHIPO_RELEASE_REGISTRY", "SQUARECHIPO_RECORD_STORE", "SQUARECHIPO_SIGNING_KEY"):
         env.pop(variable, None)

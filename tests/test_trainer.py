@@ -539,6 +539,29 @@ def test_unsupported_dpo_options_raise(tmp_path):
         make_config(tmp_path, r_max=-1.0)
 
 
+@pytest.mark.parametrize("name", ["SquareChiPOConfig", "SFTRecipeConfig", "PrivateRewardConfig"])
+def test_trls_checkpointing_option_reaches_transformers_without_a_deprecation_warning(name, tmp_path):
+    """TRL's configs default `gradient_checkpointing`, which transformers 5 renamed: every run printed a FutureWarning
+    twice, so a job's error on the command line was five lines, not one. TRL's name still sets it."""
+    import warnings
+
+    from squarechipo.reward import PrivateRewardConfig
+    from squarechipo.trainer.config import SFTRecipeConfig
+
+    config_class = {"SquareChiPOConfig": SquareChiPOConfig, "SFTRecipeConfig": SFTRecipeConfig}.get(
+        name, PrivateRewardConfig
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        default = config_class(output_dir=str(tmp_path))
+        off = config_class(output_dir=str(tmp_path), gradient_checkpointing=False, gradient_checkpointing_kwargs={})
+        new = config_class(output_dir=str(tmp_path), activation_checkpointing=False)
+    assert default.activation_checkpointing is default.gradient_checkpointing is True
+    assert off.activation_checkpointing is off.gradient_checkpointing is False
+    assert off.activation_checkpointing_kwargs == {}
+    assert new.gradient_checkpointing is False
+
+
 def test_push_to_hub_unreachable_fails_before_training(
     tiny_model_factory, tokenizer, finance_splits, tmp_path, monkeypatch
 ):

@@ -17,6 +17,7 @@ import torch
 __all__ = [
     "WEIGHT_DTYPES",
     "accelerator_available",
+    "adopt_checkpointing_name",
     "apply_cpu_defaults",
     "check_resume",
     "distributed_state",
@@ -79,6 +80,18 @@ def apply_cpu_defaults(config) -> None:
         config.use_cpu = True
         if config.bf16 is None and not config.fp16:
             config.bf16 = False
+
+
+def adopt_checkpointing_name(config) -> None:
+    """Carry TRL's ``gradient_checkpointing`` (its configs default it, and it is TRL's option name) over to
+    transformers' ``activation_checkpointing``, which replaced it: transformers otherwise warns on every config, so no
+    run's errors, on the command line, came in one line."""
+    for old, new in (
+        ("gradient_checkpointing", "activation_checkpointing"),
+        ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+    ):
+        if hasattr(config, new) and getattr(config, new) is None and getattr(config, old, None) is not None:
+            setattr(config, new, getattr(config, old))
 
 
 def check_resume(config) -> None:

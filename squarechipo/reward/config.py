@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import RewardConfig
 
-from squarechipo.models.runtime import apply_cpu_defaults, check_resume
+from squarechipo.models.runtime import adopt_checkpointing_name, apply_cpu_defaults, check_resume
 from squarechipo.privacy.mechanisms.calibration import check_epsilon
 
 __all__ = ["PrivateRewardConfig", "MODEL_TYPES", "PAIRWISE_REWARD_LOSSES", "REWARD_LOSSES"]
@@ -76,6 +76,7 @@ class PrivateRewardConfig(RewardConfig):
 
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
+        adopt_checkpointing_name(self)
         check_resume(self)
         super().__post_init__()
         if self.model_type not in MODEL_TYPES:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from trl import DPOConfig, SFTConfig
 
 from squarechipo.losses import METHODS, margin_clip
-from squarechipo.models.runtime import apply_cpu_defaults, check_resume
+from squarechipo.models.runtime import adopt_checkpointing_name, apply_cpu_defaults, check_resume
 from squarechipo.privacy.mechanisms.calibration import check_epsilon, check_flip_rate
 
 __all__ = ["SFTRecipeConfig", "SquareChiPOConfig"]
@@ -121,6 +121,7 @@ class SquareChiPOConfig(DPOConfig):
 
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
+        adopt_checkpointing_name(self)
         check_resume(self)
         super().__post_init__()
         if self.method not in METHODS:
@@ -177,5 +178,6 @@ class SFTRecipeConfig(SFTConfig):
 
     def __post_init__(self) -> None:
         apply_cpu_defaults(self)
+        adopt_checkpointing_name(self)
         check_resume(self)
         super().__post_init__()
