@@ -22,7 +22,8 @@ from squarechipo.judge.local_server import available_backends, local_judge_serve
 from squarechipo.judge.openai_compatible import JudgeCache, OpenAICompatibleJudge
 from squarechipo.judge.templates import FINANCE_TEMPLATE, parse_verdict
 
-pytestmark = pytest.mark.integration
+#: One worker runs the module, so the shared servers start once (under xdist each worker started its own).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("judge_server")]
 
 
 def _free_port() -> int:

@@ -141,19 +141,15 @@ def train_in_process(config: Path):
     return main(*make_parser().parse_args_and_config(args=["--config", str(config)]))
 
 
-@pytest.fixture(scope="module")
-def ddp(workspace):
-    """One two-process (gloo) run with a seeded release, shared by the DDP and the FSDP-on-CPU tests. It is launched
-    as the README writes it, `squarechipo train … --num_processes 2`: on a machine without an accelerator that ran
-    one process ("rank 0/1"); it now starts two, as torchrun does (the FSDP test below runs torchrun itself)."""
-    config = write_config(workspace, "ddp", label_seed=7)
-    return run([str(BIN / "squarechipo"), "train", "--config", str(config), "--num_processes", "2"])
-
-
 @pytest.mark.slow
-@pytest.mark.xdist_group("ddp")  # the shared run is built once, on one worker
-def test_two_cpu_processes_train_on_identical_privatized_labels(workspace, ddp):
-    result = ddp
+def test_two_cpu_processes_train_on_identical_privatized_labels_and_fsdp_on_cpu_runs_as_ddp(workspace):
+    """One two-process (gloo) run with a seeded release, launched as the README writes it, `squarechipo train …
+    --num_processes 2`: on a machine without an accelerator that ran one process ("rank 0/1"); it now starts two, as
+    torchrun does. Then the same config through torchrun asking for FSDP2: Accelerate selects FSDP only on
+    accelerators, so two CPU processes run data parallel, the trainer warns, and the losses are the DDP run's exactly
+    (same released labels, same seed). One test: a fixture shared by two tests ran twice under xdist."""
+    config = write_config(workspace, "ddp", label_seed=7)
+    result = ddp = run([str(BIN / "squarechipo"), "train", "--config", str(config), "--num_processes", "2"])
     assert result.returncode == 0, result.stderr[-4000:]
     seen = digests(result.stderr)
     assert set(seen) == {0, 1}, result.stderr[-3000:]
@@ -162,6 +158,21 @@ def test_two_cpu_processes_train_on_identical_privatized_labels(workspace, ddp):
     assert re.search(r"rank 1/2 trains on 16 released rows", result.stderr)  # a real 2-process (gloo) world
     assert result.stderr.count("process group closed") == 2  # both ranks shut down together
     assert (workspace / "ddp" / "model.safetensors").exists()
+
+    fsdp_env = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"}
+    os.environ.update(fsdp_env)
+    try:
+        fsdp = run(
+            [str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/train.py", "--config"]
+            + [str(write_config(workspace, "as_fsdp", label_seed=7))]
+        )
+    finally:
+        for key in fsdp_env:
+            os.environ.pop(key)
+    assert ddp.returncode == 0 and fsdp.returncode == 0, fsdp.stderr[-3000:]
+    assert "FSDP was requested" not in ddp.stderr
+    assert fsdp.stderr.count("FSDP was requested, but Accelerate runs this job as DistributedType.MULTI_CPU") == 2
+    assert len(_losses(ddp.stdout)) == 2 and _losses(fsdp.stdout) == _losses(ddp.stdout)
 
 
 @pytest.mark.slow
@@ -198,27 +209,6 @@ def test_nodes_without_shared_storage_receive_the_release(workspace):
 
 def _losses(stdout: str) -> list[float]:
     return [float(v) for v in re.findall(r"\{'loss': '([0-9.eE+-]+)'", stdout)]
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("ddp")
-def test_fsdp_on_cpu_processes_runs_as_ddp_and_says_so(workspace, ddp):
-    """Accelerate selects FSDP only on accelerators: two CPU processes asked for FSDP2 run data parallel. The
-    trainer warns, and the losses are the DDP run's exactly (same released labels, same seed)."""
-    fsdp_env = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"}
-    os.environ.update(fsdp_env)
-    try:
-        fsdp = run(
-            [str(BIN / "torchrun"), "--nproc_per_node", "2", "recipes/train.py", "--config"]
-            + [str(write_config(workspace, "as_fsdp", label_seed=7))]
-        )
-    finally:
-        for key in fsdp_env:
-            os.environ.pop(key)
-    assert ddp.returncode == 0 and fsdp.returncode == 0, fsdp.stderr[-3000:]
-    assert "FSDP was requested" not in ddp.stderr
-    assert fsdp.stderr.count("FSDP was requested, but Accelerate runs this job as DistributedType.MULTI_CPU") == 2
-    assert len(_losses(ddp.stdout)) == 2 and _losses(fsdp.stdout) == _losses(ddp.stdout)
 
 
 def _yaml(folder: Path, name: str, config: dict) -> Path:

@@ -60,6 +60,10 @@ def _train(tokenizer, folder: Path, data: datasets.Dataset) -> Path:
     return folder
 
 
+#: One worker runs the module, so the candidate pool is trained once (under xdist each worker trained its own).
+pytestmark = pytest.mark.xdist_group("select_pool")
+
+
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory, tokenizer):
     """ref (untrained, with a record of public data), good (Square-χPO on public data), bad (reversed labels)."""
