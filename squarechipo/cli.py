@@ -144,11 +144,32 @@ def _train(name: str, argv: list[str]) -> int:
     launch = launch_arguments(config_rest + cli_rest)
     processes = _processes(launch)
     try:
-        if processes > 1 and "--config_file" not in launch and not _accelerator():
-            return _torchrun(module.__file__, script_args, processes)
+        if "--config_file" not in launch and not _accelerator():
+            if processes > 1:
+                return _torchrun(module.__file__, script_args, processes)
+            launcher = accelerate_parser.parse_args([*launch, module.__file__])
+            return _in_this_process(module, name, launcher, script_args)
         launch_command(accelerate_parser.parse_args([*launch, str(module.__file__), *script_args]))
     except subprocess.CalledProcessError as failed:
         return failed.returncode or 1
+    return 0
+
+
+def _in_this_process(module, name: str, launch, script_args: list[str]) -> int:
+    """One process on a machine without an accelerator: the job runs in this process, in the environment Accelerate's
+    simple launcher gives the process it would start (a second interpreter cost about 6 s of imports and exit)."""
+    from accelerate.commands.launch import _validate_launch_command
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+
+    from squarechipo.scripts._common import script_main
+
+    _, env = prepare_simple_launcher_cmd_env(_validate_launch_command(launch)[0])
+    os.environ.update(env)
+    if "OMP_NUM_THREADS" in env:  # torch is loaded already: the variable alone would not reach its thread pool
+        import torch
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    script_main(module.main, module.make_parser, name, script_args)
     return 0
 
 

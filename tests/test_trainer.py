@@ -426,18 +426,18 @@ class _StopAt(TrainerCallback):
 
 def test_resume_after_interruption_matches_uninterrupted_run(tiny_model_factory, tokenizer, finance_splits, tmp_path):
     train = release_rows(rows(finance_splits, 24), LabelPipeline(epsilon=1.0), seed=0)
-    common = dict(max_steps=6, save_strategy="steps", save_steps=3, learning_rate=5e-3)
+    common = dict(max_steps=4, save_strategy="steps", save_steps=2, learning_rate=5e-3)
     full = build(tiny_model_factory, tokenizer, make_config(tmp_path / "a", **common), train)
     full.train()
     interrupted = build(
-        tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train, callbacks=[_StopAt(3)]
+        tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train, callbacks=[_StopAt(2)]
     )
     interrupted.train()
-    assert interrupted.state.global_step == 3
-    assert os.path.isdir(tmp_path / "b" / "out" / "checkpoint-3")
+    assert interrupted.state.global_step == 2
+    assert os.path.isdir(tmp_path / "b" / "out" / "checkpoint-2")
     resumed = build(tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train)
     resumed.train(resume_from_checkpoint=True)
-    assert resumed.state.global_step == 6
+    assert resumed.state.global_step == 4
     torch.testing.assert_close(flat_params(resumed.model), flat_params(full.model), rtol=0, atol=1e-6)
 
 
