@@ -158,18 +158,23 @@ def _train(name: str, argv: list[str]) -> int:
 def _in_this_process(module, name: str, launch, script_args: list[str]) -> int:
     """One process on a machine without an accelerator: the job runs in this process, in the environment Accelerate's
     simple launcher gives the process it would start (a second interpreter cost about 6 s of imports and exit)."""
+    import torch
     from accelerate.commands.launch import _validate_launch_command
     from accelerate.utils.launch import prepare_simple_launcher_cmd_env
 
     from squarechipo.scripts._common import script_main
 
     _, env = prepare_simple_launcher_cmd_env(_validate_launch_command(launch)[0])
+    before, threads = dict(os.environ), torch.get_num_threads()
     os.environ.update(env)
     if "OMP_NUM_THREADS" in env:  # torch is loaded already: the variable alone would not reach its thread pool
-        import torch
-
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    script_main(module.main, module.make_parser, name, script_args)
+    try:
+        script_main(module.main, module.make_parser, name, script_args)
+    finally:  # a caller of main() in Python keeps its own environment and threads
+        os.environ.clear()
+        os.environ.update(before)
+        torch.set_num_threads(threads)
     return 0
 
 

@@ -214,3 +214,49 @@ def test_options_that_cannot_work_here_are_refused_before_any_release(tmp_path):
         ):
             check_trackers(SimpleNamespace(report_to=["tensorboard"]))
     check_trackers(SimpleNamespace(report_to=["none"]))
+
+
+@pytest.mark.integration
+def test_one_cpu_process_trains_in_the_commands_own_process_and_leaves_its_caller_as_it_was(
+    tokenizer, finance_splits, tmp_path, monkeypatch
+):
+    """`squarechipo train` on one process without an accelerator runs the job in its own process (a second interpreter
+    cost about 6 s a command), in the environment Accelerate's simple launcher would give it (its thread count, its
+    mixed precision); a caller of main() in Python gets its environment and torch's threads back."""
+    import json
+    import os
+
+    import torch
+    import yaml
+
+    from squarechipo.models.runtime import accelerator_available
+    from tests.helpers.models import make_tiny_model
+
+    if accelerator_available():
+        pytest.skip("with an accelerator the job goes through accelerate launch")
+    make_tiny_model(tokenizer, seed=0).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    finance_splits["finance_preference_conversational"].save_to_disk(str(tmp_path / "data"))
+    config = {"model_name_or_path": str(tmp_path / "model"), "dataset_name": str(tmp_path / "data")}
+    config |= {"output_dir": str(tmp_path / "out"), "max_train_samples": 8, "max_steps": 1, "max_length": 96}
+    config |= {"per_device_train_batch_size": 4, "label_epsilon": 1.0, "label_public_columns": ["id", "category"]}
+    config |= {"report_to": "none", "save_strategy": "no", "gradient_checkpointing": False}
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    torch.set_num_threads(1)
+    before = dict(os.environ)
+    seen = {}
+    from squarechipo.scripts import train
+
+    real = train.main
+
+    def watched(*parsed):  # what the job saw, in this process
+        precision = os.environ.get("ACCELERATE_MIXED_PRECISION")
+        seen.update(pid=os.getpid(), precision=precision, threads=torch.get_num_threads())
+        return real(*parsed)
+
+    monkeypatch.setattr(train, "main", watched)
+    assert main(["train", "--config", str(tmp_path / "train.yaml")]) == 0
+    assert seen["pid"] == os.getpid() and seen["threads"] == os.cpu_count() and seen["precision"] is not None
+    assert json.loads((tmp_path / "out" / "squarechipo_privacy.json").read_text())["epsilon"] == 1.0
+    assert dict(os.environ) == before and torch.get_num_threads() == 1
