@@ -74,14 +74,20 @@ def test_every_package_is_in_a_layer():
 def test_imports_flow_one_way_through_the_layers():
     """data → privacy → losses → models → trainer → reward → select → judge → evaluation → sim: no package imports
     one after it, so the graph has no cycles. Recipes, eval scripts and tests sit on top."""
-    violations = []
-    for path in _package_sources():
-        own = _layer("squarechipo." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
-        for line, module in _imported_modules(path):
-            target = _layer(module)
-            if target and target != own and LAYERS.index(target) > LAYERS.index(own):
-                violations.append(f"{path.relative_to(ROOT)}:{line} ({own}) imports {module} ({target})")
+    violations = _against_the_order(_package_sources(), _layer, LAYERS)
     assert not violations, "imports against the layer order:\n" + "\n".join(violations)
+
+
+def _against_the_order(paths, part_of, order: tuple[str, ...]) -> list[str]:
+    """Each import of a module whose part (``part_of``) comes after the importing module's own in ``order``."""
+    violations = []
+    for path in paths:
+        own = part_of("squarechipo." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        for line, module in _imported_modules(path):
+            target = part_of(module)
+            if target and target != own and order.index(target) > order.index(own):
+                violations.append(f"{path.relative_to(ROOT)}:{line} ({own}) imports {module} ({target})")
+    return violations
 
 
 #: Inside privacy/, the same rule: the mechanisms know nothing of a ledger, the ledger nothing of a release, the door
@@ -100,15 +106,9 @@ def test_imports_flow_one_way_inside_privacy():
     parts = {p.name for p in (PACKAGE / "privacy").iterdir() if (p / "__init__.py").exists()}
     parts |= {p.stem for p in (PACKAGE / "privacy").glob("*.py") if p.name != "__init__.py"}
     assert parts == set(PRIVACY_LAYERS) - {"_lazy"}, f"place {parts ^ set(PRIVACY_LAYERS[1:])} in PRIVACY_LAYERS"
-    violations = []
-    for path in sorted((PACKAGE / "privacy").rglob("*.py")):
-        if path == PACKAGE / "privacy" / "__init__.py":
-            continue  # the lazy re-exports of the public names
-        own = _privacy_part("squarechipo." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
-        for line, module in _imported_modules(path):
-            target = _privacy_part(module)
-            if target and target != own and PRIVACY_LAYERS.index(target) > PRIVACY_LAYERS.index(own):
-                violations.append(f"{path.relative_to(ROOT)}:{line} ({own}) imports {module} ({target})")
+    lazy = PACKAGE / "privacy" / "__init__.py"  # the lazy re-exports of the public names
+    paths = [p for p in sorted((PACKAGE / "privacy").rglob("*.py")) if p != lazy]
+    violations = _against_the_order(paths, _privacy_part, PRIVACY_LAYERS)
     assert not violations, "imports against the order inside privacy/:\n" + "\n".join(violations)
 
 
