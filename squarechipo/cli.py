@@ -118,7 +118,7 @@ def launch_arguments(unknown: list[str]) -> list[str]:
     return args + [word for flag, value in cpu.items() if flag not in given for word in (flag, value)]
 
 
-def _train(name: str, argv: list[str]) -> int:
+def _train(name: str, argv: list[str], *, debug: bool = False) -> int:
     """Check the config and the flags (an unknown one is refused naming the closest), then launch the script: through
     Accelerate, or on a machine without an accelerator with N > 1 processes through ``torch.distributed.run`` (gloo),
     since Accelerate's multi-CPU launcher needs MPI. A failed run has printed its own one line: its exit code is
@@ -140,7 +140,7 @@ def _train(name: str, argv: list[str]) -> int:
     problem = unknown_options([w for w in config_rest + cli_rest if w.split("=")[0] not in launcher], script)
     if problem:
         raise ValueError(problem)
-    script_args = _subtract(argv, cli_rest)
+    script_args = _subtract(argv, cli_rest) + (["--debug"] if debug else [])  # the job's error line promises it
     launch = launch_arguments(config_rest + cli_rest)
     processes = _processes(launch)
     try:
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name, rest = argv[0], argv[1:]
     try:
-        return _train(name, rest) if name in TRAINING else _tool(name, rest)
+        return _train(name, rest, debug=debug) if name in TRAINING else _tool(name, rest)
     except _user_errors() as error:
         if debug:
             raise

@@ -260,3 +260,17 @@ def test_one_cpu_process_trains_in_the_commands_own_process_and_leaves_its_calle
     assert seen["pid"] == os.getpid() and seen["threads"] == os.cpu_count() and seen["precision"] is not None
     assert json.loads((tmp_path / "out" / "squarechipo_privacy.json").read_text())["epsilon"] == 1.0
     assert dict(os.environ) == before and torch.get_num_threads() == 1
+
+
+def test_debug_shows_a_training_jobs_traceback_as_its_error_line_promises(tmp_path, capsys):
+    """A job's error line ends "(--debug shows the traceback)", but the command kept --debug to itself: the job never
+    saw it, so --debug showed the same line."""
+    import yaml
+
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({"model_name_or_path": str(tmp_path / "missing"), "output_dir": str(tmp_path)}))
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--config", str(config)])
+    assert stop.value.code == 1 and "(--debug shows the traceback)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"missing: no such folder"):
+        main(["train", "--config", str(config), "--debug"])
