@@ -80,13 +80,15 @@ SIZES = [
     # Two trainers in their own processes (the dry run below builds every trainer and checks ours against TRL's loss).
     (
         r"bench_trainer\.py(?!.*--dry-run)",
-        "bench_trainer.py --models tiny --steps 1 --checkpointing off --runners trl_sigmoid ours_square_chipo",
+        "bench_trainer.py --models tiny --steps 1 --checkpointing off --runners trl_sigmoid ours_square_chipo"
+        " --batch 2 --max-length 64",
     ),
+    (r"(bench_trainer\.py --dry-run)", r"\1 --batch 2 --max-length 64"),
     (r"bench_lineage\.py", "bench_lineage.py --layers 2 --hidden 256"),
     (r"bench_release\.py", "bench_release.py --rows 2000"),
     # PostgreSQL's side runs against a real server in tests/test_team_registry.py; the page's command runs on SQLite.
     (r"bench_registry\.py", "bench_registry.py --rows 2000 --earlier 2 --engines sqlite"),
-    (r"bench_sft\.py", "bench_sft.py --model tiny --steps 1"),
+    (r"bench_sft\.py", "bench_sft.py --model tiny --steps 1 --batch 2 --max-length 64"),
     (r"(squarechipo gold-report .*)", r"\1 --max_eval_samples 4"),
     (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge --model tiny"),
     # The small data's train split holds 119 rows: 16 training rows and 40 canaries after them. The release draws

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import uuid
 
+from tests.helpers import warm
+
 
 def launch(command: list[str], *, cwd, env: dict | None = None, timeout: float = 300.0) -> subprocess.CompletedProcess:
     """Run a command (e.g. a launcher and its ranks) and capture its output.
@@ -16,6 +18,15 @@ def launch(command: list[str], *, cwd, env: dict | None = None, timeout: float =
     PYTHONFAULTHANDLER set), so a hang says where it hung, and none of them is left running."""
     tag = uuid.uuid4().hex  # finds every process of this launch, even one in a session of its own or orphaned
     env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1", "SQUARECHIPO_TEST_LAUNCH": tag}
+    done = warm.run(command, cwd=cwd, env=env, timeout=timeout)  # a Python command: forked from warm imports
+    if done is not None:
+        if done.returncode is None:
+            _kill(tag)
+            raise AssertionError(
+                f"{command} ran past {timeout:.0f} s: it was still running. The stderr tail ends with its "
+                f"stacks.\nstdout tail:\n{done.stdout[-1500:]}\nstderr tail:\n{done.stderr[-8000:]}"
+            )
+        return done
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
@@ -41,7 +52,7 @@ def _launched(tag: str) -> list:
     return found
 
 
-def _stacks_then_kill(process: subprocess.Popen, tag: str) -> tuple[str, str]:
+def _kill(tag: str) -> None:
     import psutil
 
     for sig in (signal.SIGABRT, signal.SIGKILL):  # faulthandler prints the stacks on SIGABRT, then the process ends
@@ -50,6 +61,10 @@ def _stacks_then_kill(process: subprocess.Popen, tag: str) -> tuple[str, str]:
             with contextlib.suppress(psutil.Error):
                 member.send_signal(sig)
         psutil.wait_procs(family, timeout=30)
+
+
+def _stacks_then_kill(process: subprocess.Popen, tag: str) -> tuple[str, str]:
+    _kill(tag)
     try:
         return process.communicate(timeout=30)
     except subprocess.TimeoutExpired as error:  # something outside the launch holds its pipes: give what came
