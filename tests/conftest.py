@@ -81,6 +81,17 @@ def _own_release_registry(monkeypatch, tmp_path_factory):
     init_registry(path)
 
 
+@pytest.fixture(autouse=True)
+def _warm_interpreter(request, monkeypatch):
+    """A slow test's Python processes (its commands, the jobs and ranks they start) start from a warm interpreter
+    (tests/helpers/warm.py): about 10-20 s of imports less for each here. The wheel test builds and runs the installed
+    package with interpreters of its own."""
+    if request.node.get_closest_marker("slow") is not None and request.node.module.__name__ != "tests.test_wheel":
+        from tests.helpers import warm
+
+        warm.use(monkeypatch)
+
+
 @pytest.fixture(scope="session")
 def embedded_path():
     from squarechipo.models import embedded_model_path

@@ -12,10 +12,11 @@ import yaml
 __all__ = ["run_script"]
 
 
-def run_script(script: str, config: dict[str, Any], folder: Path, python: str = sys.executable) -> None:
+def run_script(script: str, config: dict[str, Any], folder: Path, python: str | None = None) -> None:
     """Write ``config`` to ``folder/<script>.yaml`` and run ``python -m squarechipo.scripts.<script>`` on it; its
     output goes to ``folder/<script>.log``, whose end is raised on failure. The installed package runs, so no
     checkout is needed."""
+    python = python or sys.executable  # read now: whatever interpreter this process runs as
     path = folder / f"{script}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     log = folder / f"{script}.log"

@@ -108,8 +108,8 @@ def _once(folder: Path, build: Callable[[], dict[str, Any]], marker: str = DONE)
 class Table1Run:
     """One reproduction in ``out`` at ``scale``; its steps run the installed package's scripts."""
 
-    def __init__(self, scale: Scale, out: str | Path, *, python: str = sys.executable):
-        self.scale, self.out, self.python = scale, Path(out), python
+    def __init__(self, scale: Scale, out: str | Path, *, python: str | None = None):
+        self.scale, self.out, self.python = scale, Path(out), python or sys.executable
         self.data = Path(scale.data_dir)
 
     # ------------------------------------------------------------------ steps

@@ -57,19 +57,24 @@ PER_PROCESS = (
     "SQUARECHIPO_TEST_LAUNCH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
     "MKL_NUM_THREADS", "PYTHONWARNINGS", "TQDM_DISABLE", "CUDA_VISIBLE_DEVICES", "PWD", "OLDPWD", "SHLVL", "_",
+    "PYTEST_CURRENT_TEST",
 )  # fmt: skip
-_PER_PROCESS_PREFIXES = ("ACCELERATE_", "TORCHELASTIC_", "TORCH_NCCL_", "NCCL_", "KMP_", "SQUARECHIPO_TEST_WARM")
+# The package's own variables are read by the child, which imports the package itself; all but the machine folder
+# of tests/helpers/machine/sitecustomize.py, which the server's interpreter read when it started.
+_PER_PROCESS_PREFIXES = ("ACCELERATE_", "TORCHELASTIC_", "TORCH_NCCL_", "NCCL_", "KMP_", "SQUARECHIPO_")
+_READ_AT_START = ("SQUARECHIPO_TEST_MACHINE_DIR",)
 _SERVERS: dict[tuple, tuple[subprocess.Popen, str]] = {}
 _SET_BY_IMPORTS: dict[str, str] = {}
 _MAX_SERVERS = 3
 ROOT = Path(__file__).resolve().parents[2]
+#: This interpreter (``sys.executable`` may be a warm shim while :func:`use` holds).
+PYTHON = sys.executable
 
 
 def _shared(env: dict) -> tuple:
     """The part of an environment a server and its requests must share."""
-    return tuple(
-        sorted((k, v) for k, v in env.items() if k not in PER_PROCESS and not k.startswith(_PER_PROCESS_PREFIXES))
-    )
+    per_process = lambda k: k in PER_PROCESS or k.startswith(_PER_PROCESS_PREFIXES)  # noqa: E731
+    return tuple(sorted((k, v) for k, v in env.items() if k in _READ_AT_START or not per_process(k)))
 
 
 def _console_script(path: str, python: str) -> bool:
@@ -79,7 +84,7 @@ def _console_script(path: str, python: str) -> bool:
     return False
 
 
-def plan(args: list[str], python: str = sys.executable) -> tuple[str, str, list[str]] | None:
+def plan(args: list[str]) -> tuple[str, str, list[str]] | None:
     """How ``python *args`` runs warm, as (``path`` or ``module``, its target, its ``sys.argv``), or None."""
     if args[:1] == ["-m"] and len(args) > 1:
         return "module", args[1], [args[1], *args[2:]]
@@ -91,9 +96,9 @@ def plan(args: list[str], python: str = sys.executable) -> tuple[str, str, list[
 def _command_plan(command: list[str]) -> tuple[str, str, list[str]] | None:
     if not command:
         return None
-    if command[0] == sys.executable:
+    if command[0] in (PYTHON, sys.executable):
         return plan(command[1:])
-    if os.path.isabs(command[0]) and _console_script(command[0], sys.executable):
+    if os.path.isabs(command[0]) and _console_script(command[0], PYTHON):
         return "path", command[0], list(command)
     return None
 
@@ -112,7 +117,7 @@ def _server(env: dict) -> str | None:
     folder = tempfile.mkdtemp(prefix="squarechipo-warm-")
     address = os.path.join(folder, "server")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.warm", address, str(os.getpid())],
+        [PYTHON, "-m", "tests.helpers.warm", address, str(os.getpid())],
         cwd=ROOT,
         env=dict(key),
         stdin=subprocess.DEVNULL,
@@ -134,6 +139,14 @@ def _stop(process: subprocess.Popen) -> None:
     with contextlib.suppress(Exception):
         process.kill()
         process.wait(timeout=10)
+
+
+def use(monkeypatch) -> None:
+    """Processes this test starts with ``sys.executable`` (the library's study, table and audit jobs) start warm."""
+    address = _server(dict(os.environ))
+    if address is not None:
+        monkeypatch.setenv("SQUARECHIPO_TEST_WARM", address)
+        monkeypatch.setattr(sys, "executable", os.path.join(os.path.dirname(address), "python"))
 
 
 def request(address: str, how: tuple, cwd: str, env: dict, fds: list[int], group: int | None):
@@ -298,16 +311,22 @@ def serve(address: str, owner: int) -> None:
     listener.listen(64)
     Path(address + ".ready").touch()
     children: dict[int, socket.socket] = {}
+    wake, woken = os.pipe()  # a child's exit wakes the loop (SIGCHLD writes to the pipe): no polling
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     while True:
-        ready, _, _ = select.select([listener], [], [], 0.05)
-        if ready:
-            _accept(listener, own, children)
+        ready, _, _ = select.select([listener, wake], [], [], 2.0)
+        if wake in ready:
+            os.read(wake, 4096)
+        if listener in ready:
+            _accept(listener, own, children, (wake, woken))
         _reap(children)
         if not children and os.getppid() != owner:  # the test process is gone
             return
 
 
-def _accept(listener: socket.socket, own: tuple, children: dict[int, socket.socket]) -> None:
+def _accept(listener: socket.socket, own: tuple, children: dict[int, socket.socket], pipe: tuple[int, int]) -> None:
     connection, _ = listener.accept()
     data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
     message = pickle.loads(data)
@@ -319,6 +338,10 @@ def _accept(listener: socket.socket, own: tuple, children: dict[int, socket.sock
         return
     pid = os.fork()
     if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in pipe:
+            os.close(fd)
         listener.close()
         connection.close()
         for other in children.values():

@@ -70,11 +70,11 @@ def _timed(step) -> dict[str, Any]:
 class Study:
     """The study in ``out`` (models, releases, samples: not for committing) and ``results`` (small records)."""
 
-    def __init__(self, design: StudyDesign, out: str | Path, results: str | Path, *, python=sys.executable):
+    def __init__(self, design: StudyDesign, out: str | Path, results: str | Path, *, python: str | None = None):
         self.design, self.out, self.results = design, Path(out), Path(results)
         #: Where the committed set-up lives: this study's results, or those of the study it shares a set-up with.
         self.setup_dir = Path(design.setup_from) if design.setup_from else self.results
-        self.python, self.data = python, Path(design.data_dir)
+        self.python, self.data = python or sys.executable, Path(design.data_dir)
         self._evaluator: GoldEvaluator | None = None
         #: The β the pre-registered plan chose for main arms written without one (``target_kl``), by arm key.
         self.planned_betas: dict[str, float] = {}
