@@ -57,7 +57,7 @@ PER_PROCESS = (
     "SQUARECHIPO_TEST_LAUNCH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
     "MKL_NUM_THREADS", "PYTHONWARNINGS", "TQDM_DISABLE", "CUDA_VISIBLE_DEVICES", "PWD", "OLDPWD", "SHLVL", "_",
-    "PYTEST_CURRENT_TEST",
+    "PYTEST_CURRENT_TEST", "COLUMNS", "LINES",
 )  # fmt: skip
 # The package's own variables are read by the child, which imports the package itself; all but the machine folder
 # of tests/helpers/machine/sitecustomize.py, which the server's interpreter read when it started.
@@ -332,6 +332,11 @@ def _accept(listener: socket.socket, own: tuple, children: dict[int, socket.sock
     message = pickle.loads(data)
     env = {k: v for k, v in message["env"].items() if k not in _SET_BY_IMPORTS}  # a warm child's children have them
     if _shared(env) != own or len(fds) != 3:
+        print(
+            "not served; the environment differs in",
+            sorted({k for k, _ in set(_shared(env)) ^ set(own)}),
+            file=sys.stderr,
+        )
         for fd in fds:
             os.close(fd)
         connection.close()  # not served: the caller starts a fresh interpreter
