@@ -135,7 +135,8 @@ PROMISES = {
     r"bench_registry\.py": ([], [r"sqlite: 2 earlier releases of 2,000 rows entered in \d+\.\d s; one more entered"]),
 }  # fmt: skip
 _MODEL_KEYS = ("model_name_or_path", "ref_model")
-_SMALL = {"max_train_samples": 16, "max_eval_samples": 4, "max_samples": 8, "max_length": 512, "num_train_epochs": 1}
+_SMALL = {"max_train_samples": 16, "max_eval_samples": 4, "max_samples": 8, "max_length": 512, "num_train_epochs": 1,
+          "max_prompts": 4, "responses_max_new_tokens": 8}  # fmt: skip
 #: A training config (one with ``num_train_epochs``) trains this many steps at most.
 _MAX_STEPS = 2
 

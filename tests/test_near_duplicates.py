@@ -7,6 +7,8 @@ they passed the registry. Each kind of copy is now refused in one release and ac
 
 from __future__ import annotations
 
+import hashlib
+
 import datasets
 import numpy as np
 import pyarrow as pa
@@ -208,3 +210,112 @@ def test_copies_are_found_at_the_threshold_after_an_exact_copy_and_listed_by_the
     assert describe_copies(found[:3]) == describe_copies(found)[: -len("; ...")]
     moved = copies(["save\x1fnow", "save now"])  # a word moved between prompt and response: one shingle, the same
     assert [(c[0], c[1]) for c in moved] == [(0, 1)]
+
+
+# ----------------------------------------------------------------------------- conversations and released rows
+# The finance rows are conversations: their canonical form must read each turn's role and content, row by row, over
+# several chunks and with missing content, or a look-alike copy of a conversation escapes and an edited one passes.
+
+_SEP = "\x1f"
+
+
+def _turns(*pairs) -> list[dict]:
+    return [{"role": role, "content": content} for role, content in pairs]
+
+
+def _conversation(text: str, turns: int = 1) -> list[dict]:
+    return _turns(*(("user" if t % 2 == 0 else "assistant", f"{text} part {t}") for t in range(turns)))
+
+
+def _one(text) -> str:
+    return "" if text is None else canonical_text(pa.array([text], pa.large_string())).to_pylist()[0]
+
+
+def _expected(conversation: list[dict]) -> str:
+    """The documented canonical form of a conversation: ``role: canonical content`` per turn, in order."""
+    return _SEP.join(f"{m['role']}: {_one(m['content'])}" for m in conversation)
+
+
+def _conversation_rows() -> datasets.Dataset:
+    rows = [
+        {"prompt": _conversation("Book the TRIP now?", 3), "chosen": _turns(("assistant", "Wait  for a SALE.")),
+         "rejected": _turns(("assistant", None))},
+        {"prompt": _conversation("Pay the card", 1), "chosen": _turns(("assistant", "Pay it all")),
+         "rejected": _turns(("assistant", "Pay the minimum"), ("user", "why?"))},
+    ]  # fmt: skip
+    more = [{"prompt": _conversation("Save more", 2), "chosen": _turns(("assistant", "Yes, 10%.")),
+             "rejected": _turns(("assistant", "No."))}]  # fmt: skip
+    return datasets.concatenate_datasets([datasets.Dataset.from_list(rows), datasets.Dataset.from_list(more)])
+
+
+def test_a_conversations_canonical_form_is_each_turns_role_and_content_row_by_row():
+    dataset = _conversation_rows()
+    table = dataset.with_format("arrow")[:]
+    assert table["prompt"].num_chunks == 2  # rows stored in two chunks are read as one column
+    got = canonical_rows(table)
+    for row, value in zip(dataset, got):
+        chosen, rejected = _expected(row["chosen"]), _expected(row["rejected"])
+        assert value == _SEP.join([_expected(row["prompt"]), *sorted([chosen, rejected])])
+    # Roles are part of a turn: the same words said by the other party are another conversation.
+    swapped = [{**m, "role": "assistant" if m["role"] == "user" else "user"} for m in dataset[0]["prompt"]]
+    other = datasets.Dataset.from_list([{**dataset[0], "prompt": swapped}])
+    assert canonical_rows(other.with_format("arrow")[:])[0] != got[0]
+
+
+def test_released_row_hashes_read_the_stored_labels_in_a_fixed_column_order():
+    from squarechipo.data.fingerprint import _released_row_hashes
+
+    dataset = _conversation_rows()
+    hashes = _released_row_hashes(dataset)
+    for row, digest in zip(dataset, hashes):
+        text = _SEP.join(_expected(row[name]) for name in ("prompt", "chosen", "rejected"))
+        assert digest == hashlib.sha256(text.encode("utf-8")).digest()
+    flipped = dataset.map(lambda r: {"chosen": r["rejected"], "rejected": r["chosen"]})
+    assert all(a != b for a, b in zip(_released_row_hashes(flipped), hashes))  # bound to the released labels
+    reordered = dataset.select_columns(["rejected", "prompt", "chosen"])
+    assert _released_row_hashes(reordered) == hashes
+    no_prompt = dataset.remove_columns("prompt")
+    assert (
+        _released_row_hashes(no_prompt)[0]
+        == hashlib.sha256(
+            _SEP.join(["", _expected(dataset[0]["chosen"]), _expected(dataset[0]["rejected"])]).encode("utf-8")
+        ).digest()
+    )
+    assert _released_row_hashes(datasets.Dataset.from_dict({"input_ids": [[1, 2]]})) is None
+
+
+def test_best_of_k_released_rows_are_bound_to_their_released_label_columns():
+    from squarechipo.data.fingerprint import _released_row_hashes
+
+    rows = datasets.Dataset.from_dict(
+        {"prompt": ["Which plan?", "Which fund?"], "responses": [["a", "b", "c"], ["x", "y", "z"]],
+         "released_best": [0, 2], "label_weights": [[0.5, 0.25, 0.25], [0.2, 0.2, 0.6]]}
+    )  # fmt: skip
+    hashes = _released_row_hashes(rows)
+    assert len(set(hashes)) == 2
+    changed = rows.map(lambda r, i: {"released_best": (r["released_best"] + 1) % 3 if i == 0 else r["released_best"]},
+                       with_indices=True)  # fmt: skip
+    assert _released_row_hashes(changed)[0] != hashes[0] and _released_row_hashes(changed)[1] == hashes[1]
+    weighted = rows.map(lambda r: {"label_weights": r["label_weights"][::-1]})
+    assert _released_row_hashes(weighted) != hashes
+    order = rows.map(lambda r: {"responses": r["responses"][::-1]})
+    assert _released_row_hashes(order) != hashes  # a released row's responses keep their order (its label)
+    assert (
+        _released_row_hashes(rows.select_columns(["label_weights", "released_best", "responses", "prompt"])) == hashes
+    )
+
+
+def test_a_conversational_prompt_and_its_text_copy_have_one_prompt_hash():
+    from squarechipo.data.fingerprint import fingerprint_of, prompt_hashes
+
+    turns = _turns(("system", "You advise on money."), ("user", "Should I save 10%?"))
+    messages = datasets.Dataset.from_list([{"messages": [*turns, {"role": "assistant", "content": "Yes."}]}])
+    conversational = datasets.Dataset.from_list([{"prompt": turns, "completion": _turns(("assistant", "Yes."))}])
+    text = datasets.Dataset.from_list([{"prompt": "You advise on money.\x1fShould I SAVE 10%?", "completion": "Yes."}])
+    assert prompt_hashes(messages) == prompt_hashes(conversational) == prompt_hashes(text)
+    assert len(prompt_hashes(messages)) == 1
+    assert prompt_hashes(datasets.Dataset.from_dict({"text": ["no prompt here"]})) is None
+    # The fingerprint of rows does not depend on their order, and counts repeated rows.
+    hashes = [bytes([i]) * 32 for i in (3, 1, 2, 1)]
+    assert fingerprint_of(hashes) == (fingerprint_of(hashes[::-1])[0], 1)
+    assert fingerprint_of(hashes)[0] != fingerprint_of(hashes[:3])[0]
