@@ -319,3 +319,49 @@ def test_a_conversational_prompt_and_its_text_copy_have_one_prompt_hash():
     hashes = [bytes([i]) * 32 for i in (3, 1, 2, 1)]
     assert fingerprint_of(hashes) == (fingerprint_of(hashes[::-1])[0], 1)
     assert fingerprint_of(hashes)[0] != fingerprint_of(hashes[:3])[0]
+
+
+def test_a_fingerprint_is_the_sha256_of_the_sorted_row_hashes_and_rows_outside_read_whole_hashes():
+    import base64
+
+    from squarechipo.data.fingerprint import encode_row_set, fingerprint_of, rows_outside
+
+    hashes = [bytes([i]) * 32 for i in (3, 1, 2)]
+    assert fingerprint_of(hashes)[0] == "sha256:" + hashlib.sha256(b"".join(sorted(hashes))).hexdigest()
+    first, second = bytes(range(32)), bytes(range(100, 132))
+    encoded = encode_row_set([first, second])
+    assert base64.b64decode(encoded) == first[:16] + second[:16]
+    straddling = first[8:16] + second[:8] + bytes(16)  # bytes of the set, but not one of its 16-byte entries
+    assert rows_outside([first, straddling, second], [encoded]).tolist() == [1]
+
+
+def test_missing_and_null_prompts_hash_as_empty_text_and_best_of_k_rows_read_their_prompt():
+    from squarechipo.data.fingerprint import _released_row_hashes
+
+    text = datasets.Dataset.from_dict({"prompt": [None, ""], "chosen": ["a", "a"], "rejected": ["b", "b"]})
+    assert len(set(_released_row_hashes(text))) == 1
+    pair = {"chosen": _turns(("assistant", "a")), "rejected": _turns(("assistant", "b"))}
+    null_conversation = datasets.Dataset.from_list(
+        [{"prompt": None, **pair}, {"prompt": _turns(("user", "hi")), **pair}]
+    )
+    no_prompt = null_conversation.remove_columns("prompt")
+    assert _released_row_hashes(null_conversation)[0] == _released_row_hashes(no_prompt)[0]
+    assert canonical_rows(null_conversation.with_format("arrow")[:])[1].startswith("user: hi" + _SEP)
+    best = datasets.Dataset.from_dict(
+        {"prompt": ["Which plan?", "Which fund?"], "responses": [["a", "b"], ["a", "b"]], "released_best": [0, 0]}
+    )
+    assert len(set(_released_row_hashes(best))) == 2  # the prompt is part of a released best-of-K row
+
+
+def test_exact_row_hashes_tell_apart_values_json_has_no_type_for():
+    import datetime
+
+    from squarechipo.data.fingerprint import _exact_row_hashes
+
+    blob = datasets.Dataset.from_dict({"value": [b"ab"]})
+    hexed = datasets.Dataset.from_dict({"value": ["6162"]})
+    day = datasets.Dataset.from_dict({"value": [datetime.date(2026, 11, 29)]})
+    text = datasets.Dataset.from_dict({"value": ["2026-11-29"]})
+    assert _exact_row_hashes(blob) != _exact_row_hashes(hexed)
+    assert _exact_row_hashes(day) != _exact_row_hashes(text)
+    assert _exact_row_hashes(blob) != _exact_row_hashes(datasets.Dataset.from_dict({"value": [b"ac"]}))

@@ -316,12 +316,12 @@ def _released_row_hashes(dataset: datasets.Dataset) -> list[bytes] | None:
     return [hashlib.sha256(row.encode("utf-8")).digest() for row in joined]
 
 
-def _exact_row_hashes(dataset: datasets.Dataset, columns: list[str] | tuple[str, ...] | None = None) -> list[bytes]:
-    """sha256 of each row exactly as stored: every column (or ``columns``), by name, each value as JSON (text byte
-    for byte: no canonical form, so an upper-cased or look-alike letter is a changed row). Two rows hash alike only
-    if every column holds the same value; a ledger bound to these hashes is void on any edited, added or moved
-    value, and holds through selection, reordering and repetition of whole rows."""
-    names = sorted(dataset.column_names if columns is None else columns)
+def _exact_row_hashes(dataset: datasets.Dataset) -> list[bytes]:
+    """sha256 of each row exactly as stored: every column, by name, each value as JSON (text byte for byte: no
+    canonical form, so an upper-cased or look-alike letter is a changed row). Two rows hash alike only if every
+    column holds the same value; a ledger bound to these hashes is void on any edited, added or moved value, and
+    holds through selection, reordering and repetition of whole rows."""
+    names = sorted(dataset.column_names)
     table = dataset.with_format("arrow")[:].select(names)
     header = [_dump(name) for name in names]
     values = [_dumped(table[name]).to_pylist() for name in names]
