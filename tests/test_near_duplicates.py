@@ -364,4 +364,7 @@ def test_exact_row_hashes_tell_apart_values_json_has_no_type_for():
     text = datasets.Dataset.from_dict({"value": ["2026-11-29"]})
     assert _exact_row_hashes(blob) != _exact_row_hashes(hexed)
     assert _exact_row_hashes(day) != _exact_row_hashes(text)
+    assert _exact_row_hashes(day) != _exact_row_hashes(
+        datasets.Dataset.from_dict({"value": [datetime.date(2026, 11, 30)]})
+    )
     assert _exact_row_hashes(blob) != _exact_row_hashes(datasets.Dataset.from_dict({"value": [b"ac"]}))
