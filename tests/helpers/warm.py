@@ -22,6 +22,7 @@ import contextlib
 import os
 import pickle
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -187,6 +188,8 @@ def run(command: list[str], *, cwd, env: dict, timeout: float) -> subprocess.Com
         streams = [open(os.devnull), *(open(p, "w") for p in paths)]  # noqa: SIM115 - closed below
         try:
             connection, pid = request(address, how, str(cwd), env, [s.fileno() for s in streams], None)
+        except OSError:  # the server is gone: the caller starts a fresh interpreter
+            connection = None
         finally:
             for stream in streams:
                 stream.close()
@@ -320,9 +323,11 @@ def serve(address: str, owner: int) -> None:
         if wake in ready:
             os.read(wake, 4096)
         if listener in ready:
-            _accept(listener, own, children, (wake, woken))
+            with contextlib.suppress(OSError, EOFError, pickle.UnpicklingError):  # a caller that went away
+                _accept(listener, own, children, (wake, woken))
         _reap(children)
         if not children and os.getppid() != owner:  # the test process is gone
+            shutil.rmtree(os.path.dirname(address), ignore_errors=True)
             return
 
 
