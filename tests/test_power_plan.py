@@ -249,3 +249,32 @@ def test_the_preregistration_in_force_and_its_refusals(tmp_path):
         r"new --results folder for a new study \(with its own pilot\)\.$",
     ):
         check_preregistration(tmp_path, design)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "[]",
+        '{"design": {}, "plan": {}, "amendments": {"design": {}}}',
+        '{"design": {}, "plan": {}, "amendments": [{"design": {}, "pilot": {}}]}',
+        '{"design": {}, "plan": {}, "amendments": ["later"]}',
+    ],
+)
+def test_an_edited_preregistration_is_refused_naming_the_file_and_the_fix(tmp_path, text):
+    """A pre-registration is the study's record, written only by `study pilot` and `study amend`: an edited one (a
+    non-list `amendments` once raised AttributeError deep in the main run) is refused naming the file."""
+    from squarechipo.reproduce.study.power import PREREGISTRATION, design_in_force, read_preregistration
+
+    (tmp_path / PREREGISTRATION).write_text(text)
+    for read in (read_preregistration, design_in_force):
+        with pytest.raises(ValueError, match=rf"{PREREGISTRATION}.*restore it from git"):
+            read(tmp_path)
+
+
+def test_a_written_preregistration_with_amendments_is_read_as_written(tmp_path):
+    from squarechipo.reproduce.study.power import PREREGISTRATION, read_preregistration
+
+    record = {"design": {"name": "x"}, "plan": {"seeds": [0]}, "amendments": [{"design": {}, "pilot": {}, "plan": {}}]}
+    (tmp_path / PREREGISTRATION).write_text(__import__("json").dumps(record))
+    assert read_preregistration(tmp_path) == record

@@ -322,7 +322,22 @@ def read_preregistration(results: Path) -> dict[str, Any]:
             f"{path} not found: run the pilot first (python -m squarechipo.reproduce study pilot), which writes the "
             "pre-registered sizes the main run uses."
         )
-    return json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not JSON ({error}); {_RESTORE}") from None
+    amendments = record.get("amendments", []) if isinstance(record, dict) else None
+    parts = ("design", "pilot", "plan")  # what an amendment puts in force
+    if not isinstance(amendments, list) or not all(isinstance(a, dict) and set(parts) <= set(a) for a in amendments):
+        raise ValueError(
+            f"{path}: not a pre-registration as `study pilot` and `study amend` write it (an object whose "
+            f"`amendments` are a list of objects with a design, a pilot and a plan); {_RESTORE}"
+        )
+    return record
+
+
+#: What to do with a pre-registration that was edited: it is the study's record, written only by its commands.
+_RESTORE = "restore it from git (git checkout -- the file); change a plan only with `study amend --reason`"
 
 
 def design_in_force(results: Path) -> dict[str, Any]:
