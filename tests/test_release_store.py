@@ -235,3 +235,41 @@ def test_a_saved_release_holds_no_bytes_of_rows_it_did_not_release(tmp_path):
         assert b"CATEGORY-009" in stored and b"UNRELEASED-009" in stored  # the last released row is there ...
         for i in range(10, n):  # ... and nothing of the rows after it
             assert f"CATEGORY-{i:03d}".encode() not in stored and f"UNRELEASED-{i:03d}".encode() not in stored
+
+
+# ----------------------------------------------------------------------------- units of privacy compared by value
+
+
+def test_a_unit_id_is_compared_by_value_whatever_type_holds_it():
+    """1, 1.0, True and NumPy's 1 are one unit; text is itself; a mapping's key order and a date's type matter not to
+    the unit but to nothing else (a date is not its text)."""
+    import datetime
+
+    from squarechipo.privacy.release.transaction import _unit_value
+
+    ones = [1, 1.0, True, np.int64(1), np.float32(1.0), np.bool_(True)]
+    assert {_unit_value(v) for v in ones} == {"1"}
+    assert _unit_value("labeller 7") == "labeller 7" and _unit_value(np.str_("labeller 7")) == "labeller 7"
+    assert _unit_value(1.5) == "1.5" and _unit_value(np.float64(1.5)) == "1.5"
+    assert _unit_value({"b": 1, "a": 2}) == _unit_value({"a": 2, "b": 1}) == '{"a": 2, "b": 1}'
+    assert _unit_value(datetime.date(2026, 11, 29)) == '"2026-11-29"' != _unit_value("2026-11-29")
+
+
+def test_unit_keys_give_one_key_per_unit_and_the_largest_units_row_count():
+    from squarechipo.privacy.release.transaction import _unit_keys
+
+    rows = datasets.Dataset.from_dict({"labeller": [3, 1, 3, 2, 3], "prompt": ["p"] * 5})
+    keys, most = _unit_keys(rows, "labeller")
+    assert most == 3 and len(keys) == 5 and len(set(keys)) == 3
+    assert keys[0] == keys[2] == keys[4] != keys[1]
+    floats = rows.cast_column("labeller", datasets.Value("float64"))
+    assert _unit_keys(floats, "labeller") == (keys, 3)  # 3 and 3.0 are one unit
+    other, _ = _unit_keys(rows.rename_column("labeller", "worker"), "worker")
+    assert set(other).isdisjoint(keys)  # a key names its column: units of two columns never meet
+    for bad, match in ((["a", " ", "b", "c", "d"], "empty values"), (["a", None, "b", "c", "d"], "empty values")):
+        with pytest.raises(ValueError, match=match):
+            _unit_keys(datasets.Dataset.from_dict({"labeller": bad}), "labeller")
+    with pytest.raises(ValueError, match="not a column of the dataset"):
+        _unit_keys(rows, "worker")
+    with pytest.raises(ValueError, match="not a unit of privacy"):
+        _unit_keys(rows, "prompt")
