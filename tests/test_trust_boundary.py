@@ -321,3 +321,35 @@ def test_a_models_record_is_checked_with_the_public_key_alone(tmp_path, monkeypa
     (model / PRIVACY_FILE).write_text(json.dumps(seal({**overclaim, "ledger": ledger})))
     with pytest.raises(IntegrityError, match="does not match its digest"):
         verify_privacy_record(model)
+
+
+def test_an_interrupted_release_is_not_completed_once_the_registry_holds_more_releases_of_its_rows(tmp_path):
+    """A re-release composes its ε with the earlier releases of its rows the registry held when it was drawn. Cut
+    off before it was registered, it is completed while the registry still holds just those (its ledger states the
+    composed ε); after another release of the rows its ledger would understate the ε, and completing it is refused."""
+    import squarechipo.privacy.release.transaction as transaction
+    from squarechipo.privacy.release.registry import RegistryError
+
+    rows = distinct_pairs(10, offset=5900)
+    release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "first")
+
+    class Cut(BaseException):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Cut
+
+    def cut_off(folder):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(transaction, "register_release", stop)
+            with pytest.raises(Cut):
+                release_dataset(rows, LabelPipeline(epsilon=0.5), folder, rerelease=True)
+        assert transaction.staging_folder(folder).is_dir()
+
+    cut_off(tmp_path / "second")
+    completed = release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "second", rerelease=True)
+    assert get_ledger(completed).releases[0].earlier_epsilon == 0.5  # nothing changed: completed as drawn
+    cut_off(tmp_path / "third")
+    release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "fourth", rerelease=True)
+    with pytest.raises(RegistryError, match=r"composed with 2 earlier release\(s\) \(ε 1\).*understate the ε"):
+        release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "third", rerelease=True)
