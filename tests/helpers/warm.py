@@ -171,6 +171,8 @@ def exit_code(connection: socket.socket, timeout: float | None) -> int | None:
         reply = connection.recv(64)
     except TimeoutError:
         return None
+    if not reply:  # the server ended (killed) before it could report the child's exit
+        raise RuntimeError("the warm test server ended before the command did; its server.log says why")
     return struct.unpack("q", reply)[0]
 
 
