@@ -16,6 +16,7 @@ import pytest
 from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.release.store import load_release
+from tests.helpers.refusals import says
 from tests.helpers.rows import plan_rows
 from tests.helpers.runs import train_tiny
 
@@ -96,10 +97,25 @@ def test_an_interrupted_release_is_completed_from_its_staged_copy_or_refused(tmp
     folder.rename(staging)
     again = release_dataset(rows, LabelPipeline(epsilon=0.5), folder, seed=2)  # another seed: it must not be used
     assert again["chosen"] == done["chosen"] and not staging.exists()
-    # Cut off before the marker: refused, with what to do.
-    (staging / "partial").mkdir(parents=True)
-    with pytest.raises(ValueError, match=r"an interrupted release left .*staging unfinished .* delete"):
-        release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "release", seed=3)
+    # A staged copy left beside a release already renamed into place (sealed, or still pending) is removed.
+    from squarechipo.privacy.release.transaction import PENDING_FILE
+
+    for leftover in (MARKER, PENDING_FILE):
+        shutil.copytree(folder, staging)
+        (staging / MARKER).rename(staging / leftover)
+        assert release_dataset(rows, LabelPipeline(epsilon=0.5), folder, seed=4)["chosen"] == done["chosen"]
+        assert not staging.exists() and (folder / MARKER).is_file()
+    # Cut off before the marker: refused, with what to do, whether or not a release is in place.
+    shutil.copytree(folder, staging)
+    (staging / MARKER).unlink()
+    for in_place in (True, False):
+        assert folder.exists() == in_place
+        with pytest.raises(ValueError) as refused:
+            release_dataset(rows, LabelPipeline(epsilon=0.5), folder, seed=3)
+        says(refused.value, f"an interrupted release left {staging} unfinished (its rows or keys were not all "
+             f"written).", f"To release again, delete {staging} yourself; the new release draws new noise, which is "
+             "sound only because nothing of the interrupted one was read.")  # fmt: skip
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_release_path_draws_its_noise_once_and_a_rerun_rewrites_nothing(tmp_path):
@@ -266,10 +282,102 @@ def test_unit_keys_give_one_key_per_unit_and_the_largest_units_row_count():
     assert _unit_keys(floats, "labeller") == (keys, 3)  # 3 and 3.0 are one unit
     other, _ = _unit_keys(rows.rename_column("labeller", "worker"), "worker")
     assert set(other).isdisjoint(keys)  # a key names its column: units of two columns never meet
-    for bad, match in ((["a", " ", "b", "c", "d"], "empty values"), (["a", None, "b", "c", "d"], "empty values")):
-        with pytest.raises(ValueError, match=match):
+    from tests.helpers.refusals import says
+
+    for bad in (["a", " ", "b", "c", "d"], ["a", None, "b", "c", "d"]):
+        with pytest.raises(ValueError) as refused:
             _unit_keys(datasets.Dataset.from_dict({"labeller": bad}), "labeller")
-    with pytest.raises(ValueError, match="not a column of the dataset"):
+        says(refused.value, "privacy_unit column 'labeller' has empty values: every row needs its unit.")
+    with pytest.raises(ValueError) as refused:
         _unit_keys(rows, "worker")
-    with pytest.raises(ValueError, match="not a unit of privacy"):
+    says(
+        refused.value,
+        "privacy_unit 'worker' is not a column of the dataset (columns: ['labeller', 'prompt']); name the column that "
+        "identifies the unit of privacy (a labeller id or a comparison id).",
+    )
+    with pytest.raises(ValueError) as refused:
         _unit_keys(rows, "prompt")
+    says(
+        refused.value,
+        "privacy_unit 'prompt' is a column of the comparison itself, not a unit of privacy (a release would remove it "
+        "from the rows). Name the column that identifies the unit: a labeller id or a comparison id (add one with "
+        "dataset.add_column if there is none).",
+    )
+
+
+def test_each_refusal_of_a_release_names_its_fix_and_its_figures():
+    """A refused release says what to do, word for word, and the ε it would state (ε × the rows of the largest unit,
+    plus the earlier releases' ε)."""
+    from squarechipo.privacy import KaryRR
+    from squarechipo.privacy.release.transaction import ReleaseOptions
+    from tests.helpers.refusals import says
+    from tests.helpers.rows import distinct_pairs
+
+    rows = distinct_pairs(6, offset=6100)
+    with pytest.raises(ValueError) as refused:
+        release_dataset(datasets.DatasetDict(train=rows), LabelPipeline(epsilon=1.0))
+    says(
+        refused.value,
+        "got a DatasetDict; release the split you train on, e.g. release_dataset(ds['train'], mechanism).",
+    )
+    with pytest.raises(TypeError) as refused:
+        release_dataset(rows, {"epsilon": 1.0})
+    says(
+        refused.value,
+        "must be a squarechipo.privacy.mechanisms.measurements.Measurement, e.g. LabelPipeline(epsilon=1.0) "
+        "(got dict).",
+    )
+    released = release_dataset(rows, LabelPipeline(epsilon=0.5), seed=0)
+    with pytest.raises(ValueError) as refused:
+        release_dataset(released, KaryRR(epsilon=1.0))
+    says(refused.value, "(total epsilon 0.5)", "must see the raw labels, each queried once. Releasing again would "
+         "spend more ε on the same labels; release the raw rows instead.")  # fmt: skip
+    with pytest.raises(ValueError) as refused:
+        release_dataset(released, LabelPipeline(epsilon=1.0))
+    says(
+        refused.value,
+        "(ledger: total epsilon 0.5, 1 release(s))",
+        "Reuse the released data as it is. If you do want the extra noise, pass compose=True: the ledger adds the "
+        "release, reports the sum of the ε (valid but loose) and the tight ε of the stored labels "
+        "(stored_labels_epsilon). To release the raw labels a second time, privatize the raw rows.",
+    )
+    copied = datasets.concatenate_datasets([rows, rows.select([0])])
+    with pytest.raises(ValueError) as refused:
+        release_dataset(copied, LabelPipeline(epsilon=1.0))
+    says(
+        refused.value,
+        "1 of 7 rows copy another row's comparison",
+        "Randomized response would draw independent noise for each copy, and together the copies reveal the label "
+        "(their majority), so the release refuses them (retyped copies, look-alike letters, changed punctuation and "
+        "near-copies that share most of their wording count). Keep one row per comparison first, e.g. with "
+        "squarechipo.data.validation.drop_duplicate_rows(dataset); or, if the rows are distinct comparisons or "
+        "labellers, declare the column that says so: privacy_unit (label_privacy_unit in a config).",
+    )
+    release_dataset(rows, LabelPipeline(epsilon=0.5))
+    for epsilon, total in ((0.5, "1"), (1.0, "1.5")):
+        with pytest.raises(ValueError) as refused:
+            release_dataset(rows, LabelPipeline(epsilon=epsilon))
+        says(refused.value, "Reuse the earlier release (its folder or file), or pass rerelease=True (label_rerelease: "
+             f"true in a config): the ledger and the card then state ε {total}, the basic composition")  # fmt: skip
+    units = distinct_pairs(6, offset=6200).add_column("labeller", [1, 1, 1, 2, 2, 2])
+    release_dataset(units, LabelPipeline(epsilon=1.0), privacy_unit="labeller")  # ε 3 for each labeller
+    with pytest.raises(ValueError) as refused:
+        release_dataset(units, LabelPipeline(epsilon=0.5), privacy_unit="labeller")
+    says(refused.value, "the ledger and the card then state ε 4.5,")  # 3 + 0.5 × 3 rows of one labeller
+    assert hash(ReleaseOptions(public_columns=["labeller"])) == hash(ReleaseOptions(public_columns=("labeller",)))
+
+
+def test_a_release_keeps_the_privacy_unit_column_only_when_public_and_keeps_the_datasets_description():
+    from squarechipo.data import metadata
+    from tests.helpers.rows import distinct_pairs
+
+    rows = distinct_pairs(4, offset=6300).add_column("annotator", ["a", "a", "b", "b"])
+    rows = datasets.Dataset(rows.data, info=datasets.DatasetInfo(description="four test comparisons"), split="train")
+    dropped = release_dataset(rows, LabelPipeline(epsilon=1.0), seed=0, privacy_unit="annotator")
+    kept = release_dataset(
+        rows, LabelPipeline(epsilon=1.0), seed=0, privacy_unit="annotator", public_columns=["annotator"]
+    )
+    assert "annotator" not in dropped.column_names and kept["annotator"] == ["a", "a", "b", "b"]
+    for released in (dropped, kept):
+        assert metadata.without_block(released.info.description) == "four test comparisons"
+        assert released.split == "train" and get_ledger(released).total_epsilon == 2.0

@@ -5,6 +5,7 @@ by construction (docs/privacy.md, the threat model)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -243,9 +244,15 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
     read with a valid ledger, never registered (7 kills: 7 copies). A staged folder holds no ledger until the
     release is registered; the next run completes it from whatever stage it reached, and it is counted once."""
     import squarechipo.privacy.release.transaction as transaction
+    from squarechipo.data import metadata
+    from squarechipo.data.fingerprint import canonical_rows
+    from squarechipo.data.near_duplicates import sketch
+    from squarechipo.privacy.release import registry_admin
     from squarechipo.privacy.release.registry import earlier_releases
 
-    rows, folder = distinct_pairs(12, offset=5800), tmp_path / "release"
+    rows = distinct_pairs(12, offset=5800)
+    rows = datasets.Dataset(rows.data, info=datasets.DatasetInfo(description="twelve comparisons"), split="train")
+    folder = tmp_path / "new" / "nested" / "release"  # the release makes its folders
     staging = transaction.staging_folder(folder)
 
     class Cut(BaseException):
@@ -283,7 +290,19 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
 
     found = earlier_releases(row_hashes(rows))
     assert found.rows == 12 and len(found.releases) == 1  # counted once
-    with pytest.raises(ValueError, match="were released before"):
+    # Completed as an uninterrupted release is: its split and description, each row's key once, its near-copy marks,
+    # and the folder, which a refused repeat names.
+    for completed in (done, load_release(folder)):
+        assert (
+            completed.split == "train" and metadata.without_block(completed.info.description) == "twelve comparisons"
+        )
+    assert registry_admin.describe()["rows"] == 12
+    near = rows.map(lambda row: {"chosen": row["chosen"] + " Now, please."})
+    probe = earlier_releases(row_hashes(near), sketch(canonical_rows(near.with_format("arrow")[:])))
+    assert probe.near_copies == 10  # as an uninterrupted release of them finds (two rows stay too far apart)
+    with pytest.raises(
+        ValueError, match=rf"12 row\(s\) were released before \(ε 0.5 at .* into {re.escape(str(folder))};"
+    ):
         release_dataset(rows, LabelPipeline(epsilon=0.5))
 
 
@@ -323,33 +342,60 @@ def test_a_models_record_is_checked_with_the_public_key_alone(tmp_path, monkeypa
         verify_privacy_record(model)
 
 
+class _Cut(BaseException):
+    pass
+
+
+def _cut_off(folder, rows, at: str, **options) -> None:
+    """A release into ``folder`` cut off before it was registered (``at="register_release"``) or after it
+    (``"_finish"``)."""
+    import squarechipo.privacy.release.transaction as transaction
+
+    def stop(*args, **kwargs):
+        raise _Cut
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transaction, at, stop)
+        with pytest.raises(_Cut):
+            release_dataset(rows, LabelPipeline(epsilon=0.5), folder, **options)
+    assert transaction.staging_folder(folder).is_dir() and not folder.exists()
+
+
 def test_an_interrupted_release_is_not_completed_once_the_registry_holds_more_releases_of_its_rows(tmp_path):
     """A re-release composes its ε with the earlier releases of its rows the registry held when it was drawn. Cut
     off before it was registered, it is completed while the registry still holds just those (its ledger states the
-    composed ε); after another release of the rows its ledger would understate the ε, and completing it is refused."""
-    import squarechipo.privacy.release.transaction as transaction
+    composed ε); after another release of the rows, or of near-copies of them, its ledger would understate the ε,
+    and completing it is refused. Cut off after it was registered, its ledger was decided then: later releases
+    compose with it, and it is completed as drawn."""
     from squarechipo.privacy.release.registry import RegistryError
 
     rows = distinct_pairs(10, offset=5900)
     release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "first")
-
-    class Cut(BaseException):
-        pass
-
-    def stop(*args, **kwargs):
-        raise Cut
-
-    def cut_off(folder):
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(transaction, "register_release", stop)
-            with pytest.raises(Cut):
-                release_dataset(rows, LabelPipeline(epsilon=0.5), folder, rerelease=True)
-        assert transaction.staging_folder(folder).is_dir()
-
-    cut_off(tmp_path / "second")
+    _cut_off(tmp_path / "second", rows, "register_release", rerelease=True)
     completed = release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "second", rerelease=True)
     assert get_ledger(completed).releases[0].earlier_epsilon == 0.5  # nothing changed: completed as drawn
-    cut_off(tmp_path / "third")
+    _cut_off(tmp_path / "third", rows, "register_release", rerelease=True)
+    _cut_off(tmp_path / "registered", rows, "_finish", rerelease=True)
     release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "fourth", rerelease=True)
     with pytest.raises(RegistryError, match=r"composed with 2 earlier release\(s\) \(ε 1\).*understate the ε"):
         release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "third", rerelease=True)
+    registered = release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "registered", rerelease=True)
+    (release,) = get_ledger(registered).releases
+    assert (release.earlier_releases, release.earlier_epsilon) == (2, 1.0) and release.registry_id is not None
+    fresh = distinct_pairs(10, offset=6000)
+    _cut_off(tmp_path / "fresh", fresh, "register_release")
+    near = fresh.map(lambda row: {"chosen": row["chosen"] + " Now, please."})
+    release_dataset(near, LabelPipeline(epsilon=0.5))  # near-copies, released while the first waits
+    with pytest.raises(RegistryError, match=r"composed with 0 earlier release\(s\) \(ε 0\).*as near-copies"):
+        release_dataset(fresh, LabelPipeline(epsilon=0.5), tmp_path / "fresh")
+
+
+def test_an_interrupted_composed_release_is_completed_with_the_ledger_it_composed(tmp_path):
+    """Post-processing a release (compose=True) is not counted in the registry, but its ledger holds the first
+    release: completed from its staged copy, it states both."""
+    first = release_dataset(distinct_pairs(8, offset=6400), LabelPipeline(epsilon=0.5), seed=0)
+    _cut_off(tmp_path / "composed", first, "_finish", compose=True)
+    composed = release_dataset(first, LabelPipeline(epsilon=0.5), tmp_path / "composed", compose=True)
+    ledger = get_ledger(load_release(tmp_path / "composed"))
+    assert [r.release_id for r in ledger.releases][0] == get_ledger(first).releases[0].release_id
+    assert len(ledger.releases) == 2 and ledger.total_epsilon == 1.0 and get_ledger(composed) == ledger
