@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
@@ -296,7 +297,11 @@ def test_the_gold_evaluator_reuses_the_sft_records_passes_without_changing_a_num
     assert constants == evaluator.constants(samples)
     # Without the generation-free measures the sampled ones are the same numbers, and the others are absent.
     policy = make_tiny_model(tokenizer, seed=1).eval()
-    full = compare(evaluator.measure(policy, pool=samples), record, constants)
+    measured = evaluator.measure(policy, pool=samples)
+    full = compare(measured, record, constants)
+    # Each sample's degenerate flag is the test rows' reading of it; the summary's share is their mean.
+    assert record["degenerate"] == [[float(evaluator.degenerate(r)) for r in s] for s in samples]
+    assert full["degenerate_rate"] == np.mean(measured["degenerate"]) and full["clean_prompts"] <= 4
     evaluator.settings = replace(evaluator.settings, generation_free=False)
     light_record = evaluator.measure_samples(reference, samples)
     assert "logp" not in light_record  # the SFT's own log-prob pass is left out: nothing reads it

@@ -4,7 +4,8 @@ For each held-out test prompt, K responses are sampled from the policy at temper
 (so the samples come from π itself), with fixed generation seeds: sample k of every policy uses the same seeds,
 which couples a policy's samples with the SFT policy's (common random numbers). Per policy it records, per prompt:
 
-- r*(x, y) of each sample, the sample's length in words and whether it loops (:func:`~.gold.has_loop`);
+- r*(x, y) of each sample, the sample's length in words, whether it loops (:func:`~.gold.has_loop`) and whether it
+  is degenerate (it loops or holds a non-word, :mod:`~.degenerate`);
 - log π(y|x) and log π_ref(y|x) of each sample: their mean difference estimates KL(π‖π_ref) (the samples are
   decoded and re-tokenized with the chat template, as the trainer tokenizes);
 - log π of the test pair's two responses: with π_ref's, the implicit-reward accuracy on the clean test pairs;
@@ -23,7 +24,8 @@ import numpy as np
 import torch
 from scipy.special import expit, softmax
 
-from squarechipo.data.text import response_text
+from squarechipo.data.text import prompt_text, response_text
+from squarechipo.evaluation.degenerate import DegenerateText
 from squarechipo.evaluation.gold import gold_rewards, has_loop
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.models.generation import generate_with_model
@@ -93,6 +95,8 @@ class GoldEvaluator:
             reader="GoldEvaluator", declare="labels_public=True",
         )  # fmt: skip
         self.collator = preference_collator(tokenizer)
+        chosen, rejected = self._pair_texts()  # the words of both responses: what a label decides is not in them
+        self.degenerate = DegenerateText([*map(prompt_text, self.prompts), *chosen, *rejected])
 
     def sample(self, model) -> list[list[str]]:
         """K lists of one response per prompt."""
@@ -155,6 +159,7 @@ class GoldEvaluator:
             "reward": np.stack([gold_rewards(self.gold, self.prompts, s) for s in samples]),
             "words": np.array([[len(r.split()) for r in s] for s in samples], dtype=float),
             "loop": np.array([[has_loop(r) for r in s] for s in samples], dtype=float),
+            "degenerate": np.array([[self.degenerate(r) for r in s] for s in samples], dtype=float),
         }
         # The reference's KL to itself is 0 and a comparison reads only its rewards, lengths and loops: its samples'
         # log-probs are needed only for the generation-free measures (its own pool value).
@@ -203,13 +208,29 @@ def _pool_value(pool_logp: np.ndarray, pool_reward: np.ndarray) -> np.ndarray:
     return (softmax(pool_logp, axis=0) * pool_reward).sum(axis=0)
 
 
+def _without_degenerate(delta: np.ndarray, policy: np.ndarray, sft: np.ndarray) -> dict:
+    """The degenerate shares, and the gold gain over the sample pairs (k, prompt) where neither response is degenerate:
+    per prompt the mean over its clean pairs; a prompt with none is left out (``clean_prompts`` says how many stay)."""
+    clean = (policy == 0) & (sft == 0)
+    kept = clean.any(axis=0)
+    per_prompt = (delta * clean).sum(axis=0)[kept] / clean.sum(axis=0)[kept]
+    gain = paired_test(per_prompt).to_dict() if kept.sum() >= 2 else None
+    return {
+        "degenerate_rate": float(policy.mean()),
+        "sft_degenerate_rate": float(sft.mean()),
+        "gold_gain_clean": gain,
+        "clean_prompts": int(kept.sum()),
+    }
+
+
 def compare(policy: dict, sft: dict, constants: dict) -> dict:
     """Paired-by-prompt differences of ``policy`` against ``sft`` (records of :meth:`GoldEvaluator.measure`).
 
     Per prompt: the gold gain (mean r* of the policy's samples − the SFT's), the expected win rate
     mean_k σ(r*(y_π,k) − r*(y_sft,k)) and the hard one (ties ½), the KL estimate, the length difference and the
     pool-value gain. Returns each mean with a t interval over prompts, the implicit-reward accuracy, the
-    repetition rates, and the regression of the gain on the length difference.
+    repetition rates, the degenerate shares and the gold gain without degenerate samples (records that have them:
+    :func:`_without_degenerate`), and the regression of the gain on the length difference.
     """
     a = {k: np.asarray(v, dtype=np.float64) for k, v in policy.items() if k != "examples"}
     b = {k: np.asarray(v, dtype=np.float64) for k, v in sft.items() if k != "examples"}
@@ -233,6 +254,8 @@ def compare(policy: dict, sft: dict, constants: dict) -> dict:
         summary["implicit_accuracy"] = float(np.mean((implied > 0) == first_better))
     summary["loop_rate"] = float(a["loop"].mean())
     summary["sft_loop_rate"] = float(b["loop"].mean())
+    if "degenerate" in a and "degenerate" in b:
+        summary |= _without_degenerate(delta, a["degenerate"], b["degenerate"])
     summary["words"] = float(a["words"].mean())
     summary["length_regression"] = share_explained(per_prompt["gold_gain"], per_prompt["length_difference"])
     return summary

@@ -24,6 +24,13 @@ def metric_at(record: dict[str, Any], metric: str, epoch: float | None = None) -
     summary = record["summary"]
     if epoch is not None:
         summary = next(c["summary"] for c in record["checkpoints"] if c["epoch"] == epoch)
+    if summary.get(metric) is None:
+        where = "at the end" if epoch is None else f"at epoch {epoch:g}"
+        raise ValueError(
+            f"cell {record.get('cell')!r} has no {metric} {where}: its evaluation did not measure it (gold_gain_clean "
+            "needs the degenerate-text flags and at least two prompts with a clean sample pair). Read another metric "
+            "or evaluate the cell again."
+        )
     return METRIC_SCALE[metric] * summary[metric]["mean"]
 
 

@@ -143,7 +143,14 @@ class Conclusion:
 
 
 #: Summary metrics of a cell and the factor that puts them in the report's units (win rates in points).
-METRIC_SCALE = {"expected_win": 100.0, "hard_win": 100.0, "gold_gain": 1.0, "kl": 1.0, "pool_gain": 1.0}
+METRIC_SCALE = {
+    "expected_win": 100.0,
+    "hard_win": 100.0,
+    "gold_gain": 1.0,
+    "gold_gain_clean": 1.0,  # without degenerate samples (squarechipo.evaluation.degenerate)
+    "kl": 1.0,
+    "pool_gain": 1.0,
+}
 
 
 @dataclass(frozen=True)

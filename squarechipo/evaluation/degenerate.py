@@ -1,0 +1,54 @@
+"""Degenerate text: a sampled response that loops, or holds a word that is no word.
+
+Far from its reference (60-120 nats of KL) a policy's samples hold glued or corrupted tokens ("defaultortlme"), and a
+gold reward model scores such text without reading it as a person would. A fall in gold gain is then partly the judge
+scoring degenerate text, not the policy getting worse at the task (Gao et al. 2023, *Scaling laws for reward model
+overoptimization*, read gold scores only on fluent samples). A response is degenerate here when
+
+- it loops (:func:`~squarechipo.evaluation.gold.has_loop`), or
+- it holds a non-word: a run of at least :data:`MIN_LETTERS` letters that is neither an English word (pyspellchecker's
+  English frequency list) nor a word of the reference texts (the test rows, whose domain words such as "ETF" a general
+  list lacks).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+
+from squarechipo.evaluation.gold import has_loop
+
+__all__ = ["MIN_LETTERS", "DegenerateText", "words_of"]
+
+#: Shorter runs of letters are left alone: abbreviations and word pieces ("th", "etc") are common in fluent text.
+MIN_LETTERS = 4
+_LETTERS = re.compile(r"[^\W\d_]+")
+
+
+def words_of(text: str) -> list[str]:
+    """The runs of letters of ``text``, lower-cased (digits, apostrophes and hyphens split words)."""
+    return [w.lower() for w in _LETTERS.findall(text)]
+
+
+@lru_cache(maxsize=1)
+def _english():
+    from spellchecker import SpellChecker
+
+    return SpellChecker(language="en", distance=1)
+
+
+class DegenerateText:
+    """Flags degenerate responses; the words of ``reference_texts`` count as words."""
+
+    def __init__(self, reference_texts: Iterable[str]):
+        self.known = frozenset(w for text in reference_texts for w in words_of(text))
+
+    def non_words(self, text: str) -> list[str]:
+        """The words of ``text`` of at least :data:`MIN_LETTERS` letters that are neither English nor known."""
+        long = {w for w in words_of(text) if len(w) >= MIN_LETTERS and w not in self.known}
+        unknown = _english().unknown(long) if long else set()
+        return sorted(unknown)
+
+    def __call__(self, text: str) -> bool:
+        return has_loop(text) or bool(self.non_words(text))
