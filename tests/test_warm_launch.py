@@ -49,8 +49,11 @@ def _cold(command, cwd, env):
 @pytest.mark.slow
 def test_a_warm_command_sees_what_a_fresh_interpreter_sees_and_its_children_start_warm(probe, tmp_path):
     env = {**os.environ, "SQUARECHIPO_WARM_PROBE": "outer"}
-    for args in (["plain", "x y"], ["exit"]):
-        command = [warm.PYTHON, str(probe), *args]
+    for command in (
+        [warm.PYTHON, str(probe), "plain", "x y"],
+        [warm.PYTHON, str(probe), "exit"],
+        [warm.PYTHON, "-c", PROBE, "exit"],  # python -c: argv[0] "-c", sys.path[0] "", a fresh __main__
+    ):
         hot, cold = warm.run(command, cwd=tmp_path, env=env, timeout=300), _cold(command, tmp_path, env)
         assert hot is not None, "the command did not run warm"
         assert (hot.returncode, json.loads(hot.stdout)) == (cold.returncode, json.loads(cold.stdout))

@@ -1,13 +1,13 @@
 """Python commands of the tests started from a warm interpreter: a fork server that has imported the heavy libraries.
 
-A test that runs ``python script.py``, ``python -m module`` or a console script of this venv (``squarechipo``,
-``accelerate``, ``torchrun``) pays 10-20 s of imports (torch, transformers, TRL, datasets, PEFT) on this kind of
-machine before the command does anything, and the launchers it calls pay them again for each process they start.
-Here a server per test worker and environment imports those libraries once (never ``squarechipo`` itself, so each
-command imports the package as a fresh interpreter would, through the test machine shim), then forks a child for
-each command: a real process with its own working folder, standard streams, environment and exit code, that runs
-the script as ``__main__`` through ``runpy``, as the interpreter would. In a child, ``sys.executable`` is a shim
-(``warm_shim.py``) that asks the same server for its own children: a launcher's ranks (``accelerate launch``,
+A test that runs ``python script.py``, ``python -m module``, ``python -c code`` or a console script of this venv
+(``squarechipo``, ``accelerate``, ``torchrun``) pays 10-20 s of imports (torch, transformers, TRL, datasets, PEFT)
+on this kind of machine before the command does anything, and the launchers it calls pay them again for each process
+they start. Here a server per test worker and environment imports those libraries once (never ``squarechipo``
+itself, so each command imports the package as a fresh interpreter would, through the test machine shim), then forks
+a child for each command: a real process with its own working folder, standard streams, environment and exit code,
+that runs the script as ``__main__`` through ``runpy``, as the interpreter would. In a child, ``sys.executable`` is
+a shim (``warm_shim.py``) that asks the same server for its own children: a launcher's ranks (``accelerate launch``,
 ``torchrun``), a study's training jobs and a benchmark's workers start warm too.
 
 A server serves a command only if its environment is the server's, apart from the variables launchers set for the
@@ -86,9 +86,11 @@ def _console_script(path: str, python: str) -> bool:
 
 
 def plan(args: list[str]) -> tuple[str, str, list[str]] | None:
-    """How ``python *args`` runs warm, as (``path`` or ``module``, its target, its ``sys.argv``), or None."""
+    """How ``python *args`` runs warm, as (``path``, ``module`` or ``code``, its target, its ``sys.argv``), or None."""
     if args[:1] == ["-m"] and len(args) > 1:
         return "module", args[1], [args[1], *args[2:]]
+    if args[:1] == ["-c"] and len(args) > 1:
+        return "code", args[1], ["-c", *args[2:]]
     if args and not args[0].startswith("-"):
         return "path", args[0], list(args)
     return None
@@ -257,18 +259,23 @@ def _run_as_main(kind: str, target: str, argv: list[str]) -> int:
     import random
     import runpy
     import threading
+    import types
 
     random.seed()  # fresh entropy, as in a fresh interpreter (a fork shares its parent's state)
     sys.modules["numpy"].random.seed()
     sys.argv = list(argv)
-    sys.path[0] = os.path.dirname(os.path.abspath(target)) if kind == "path" else os.getcwd()
+    sys.path[0] = {"path": os.path.dirname(os.path.abspath(target)), "module": os.getcwd(), "code": ""}[kind]
     sys.executable = os.environ["SQUARECHIPO_TEST_WARM_SHIM"]  # what it starts with sys.executable starts warm
     code: int = 0
     try:
         if kind == "path":
             runpy.run_path(target, run_name="__main__")
-        else:
+        elif kind == "module":
             runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:  # python -c: the code runs in a fresh __main__, named "<string>"
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(target, "<string>", "exec"), main.__dict__)  # noqa: S102 - what python -c does
     except SystemExit as ended:
         if ended.code is None or isinstance(ended.code, int):
             code = ended.code or 0

@@ -1,6 +1,6 @@
-"""``sys.executable`` in a warm child (tests/helpers/warm.py): ``python script.py`` or ``python -m module`` with the
-child's environment runs in a child of the same warm server, with this process's standard streams, signals and exit
-code; anything else runs the real interpreter. Started with ``-S``: it imports only the standard library."""
+"""``sys.executable`` in a warm child (tests/helpers/warm.py): ``python script.py``, ``-m module`` or ``-c code``
+with the child's environment runs in a child of the same warm server, with this process's standard streams, signals
+and exit code; anything else runs the real interpreter. Started with ``-S``: it imports only the standard library."""
 
 import os
 import signal
