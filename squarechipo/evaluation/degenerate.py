@@ -1,9 +1,9 @@
 """Degenerate text: a sampled response that loops, or holds a word that is no word.
 
 Far from its reference (60-120 nats of KL) a policy's samples hold glued or corrupted tokens ("defaultortlme"), and a
-gold reward model scores such text without reading it as a person would. A fall in gold gain is then partly the judge
-scoring degenerate text, not the policy getting worse at the task (Gao et al. 2023, *Scaling laws for reward model
-overoptimization*, read gold scores only on fluent samples). A response is degenerate here when
+gold reward model scores such text without reading it as a person would. A fall of the gold gain along training (the
+over-optimisation of Gao et al. 2022 (reward over-optimisation)) may then be partly the judge scoring degenerate text;
+the gain over the samples that are not degenerate tells the two apart. A response is degenerate here when
 
 - it loops (:func:`~squarechipo.evaluation.gold.has_loop`), or
 - it holds a non-word: a run of at least :data:`MIN_LETTERS` letters that is neither an English word (pyspellchecker's
