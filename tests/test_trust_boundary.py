@@ -367,7 +367,9 @@ def test_an_interrupted_release_is_not_completed_once_the_registry_holds_more_re
     composed ε); after another release of the rows, or of near-copies of them, its ledger would understate the ε,
     and completing it is refused. Cut off after it was registered, its ledger was decided then: later releases
     compose with it, and it is completed as drawn."""
+    import squarechipo.privacy.release.transaction as transaction
     from squarechipo.privacy.release.registry import RegistryError
+    from tests.helpers.refusals import says
 
     rows = distinct_pairs(10, offset=5900)
     release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "first")
@@ -377,8 +379,12 @@ def test_an_interrupted_release_is_not_completed_once_the_registry_holds_more_re
     _cut_off(tmp_path / "third", rows, "register_release", rerelease=True)
     _cut_off(tmp_path / "registered", rows, "_finish", rerelease=True)
     release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "fourth", rerelease=True)
-    with pytest.raises(RegistryError, match=r"composed with 2 earlier release\(s\) \(ε 1\).*understate the ε"):
+    with pytest.raises(RegistryError) as refused:
         release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "third", rerelease=True)
+    third = transaction.staging_folder(tmp_path / "third")
+    says(refused.value, f"the interrupted release staged in {third} composed with 2 earlier release(s) (ε 1)",
+         f"its ledger would understate the ε, so it is not completed. Delete {third} and release again (nothing "
+         "read it).")  # fmt: skip
     registered = release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "registered", rerelease=True)
     (release,) = get_ledger(registered).releases
     assert (release.earlier_releases, release.earlier_epsilon) == (2, 1.0) and release.registry_id is not None
@@ -399,3 +405,25 @@ def test_an_interrupted_composed_release_is_completed_with_the_ledger_it_compose
     ledger = get_ledger(load_release(tmp_path / "composed"))
     assert [r.release_id for r in ledger.releases][0] == get_ledger(first).releases[0].release_id
     assert len(ledger.releases) == 2 and ledger.total_epsilon == 1.0 and get_ledger(composed) == ledger
+
+
+def test_an_edited_staged_release_record_is_refused_and_nothing_is_registered(tmp_path):
+    """The staged copy's record is what completion seals into the ledger: an ε edited down there (or the ledger it
+    composes with edited out) would be sealed as the custodian's. It is sealed like a ledger; an edit is refused."""
+    import squarechipo.privacy.release.transaction as transaction
+    from squarechipo.data.fingerprint import row_hashes
+    from squarechipo.privacy.release.registry import earlier_releases
+    from tests.helpers.refusals import says
+
+    rows, folder = distinct_pairs(8, offset=6500), tmp_path / "release"
+    _cut_off(folder, rows, "register_release")
+    staging = transaction.staging_folder(folder)
+    path = staging / transaction.PENDING_FILE
+    record = json.loads(path.read_text())
+    assert record["release"]["epsilon"] == 0.5 and record["signature"].startswith("ed25519:")
+    path.write_text(json.dumps({**record, "release": {**record["release"], "epsilon": 0.05}}))
+    with pytest.raises(IntegrityError) as refused:
+        release_dataset(rows, LabelPipeline(epsilon=0.5), folder)
+    says(refused.value, f"{path}: the staged release record does not match its digest",
+         f"Delete {staging} and release again (nothing read it).")  # fmt: skip
+    assert not folder.exists() and not earlier_releases(row_hashes(rows)).rows

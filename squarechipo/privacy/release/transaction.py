@@ -40,7 +40,7 @@ import datasets
 from squarechipo.data import metadata
 from squarechipo.data.columns import PAIR_COLUMNS
 from squarechipo.data.fingerprint import _exact_row_hashes, canonical_rows, encode_row_set, fingerprint_of
-from squarechipo.data.integrity import MARKER, marker_record
+from squarechipo.data.integrity import MARKER, check_seal, marker_record, seal
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import Sketch, copies, describe_copies, sketch
 from squarechipo.privacy.ledger.binding import get_ledger
@@ -67,7 +67,8 @@ logger = logging.getLogger("squarechipo")
 #: In a staged release: the keys it enters into the registry of releases (a declared privacy unit's column may not
 #: be kept in the rows), removed once it is sealed.
 UNITS_FILE = "squarechipo_registry_units.bin"
-#: In a staged release: the release as drawn, unsealed (written after the rows and keys, removed once it is sealed).
+#: In a staged release: the release as drawn, before its ledger is sealed (written after the rows and keys, itself
+#: sealed like a ledger, and removed once the release is sealed).
 PENDING_FILE = "squarechipo_pending_release.json"
 #: Columns that hold a comparison's text or label: never a privacy unit (naming one would remove it from the rows).
 _NOT_A_UNIT = (*PAIR_COLUMNS, "responses", "best")
@@ -278,7 +279,8 @@ class _Release:
             "epsilon": self.mechanism.epsilon,
             "expected": None if self._earlier is None else sorted(self._earlier.ids),
         }
-        (staging / PENDING_FILE).write_text(json.dumps(pending, sort_keys=True), encoding="utf-8")
+        # Sealed like a ledger: an edit to what completion would seal (an ε, the ledger it composes) is refused.
+        (staging / PENDING_FILE).write_text(json.dumps(seal(pending), sort_keys=True), encoding="utf-8")
         return staging
 
 
@@ -349,7 +351,11 @@ def complete_interrupted(folder: Path, load) -> None:
         shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
         return
     if pending.is_file() and not folder.exists():
-        released, digest = _seal_staged(staging, folder, json.loads(pending.read_text(encoding="utf-8")))
+        record = json.loads(pending.read_text(encoding="utf-8"))
+        check_seal(
+            record, str(pending), "staged release record", f"Delete {staging} and release again (nothing read it)."
+        )
+        released, digest = _seal_staged(staging, folder, record)
         _finish(staging, folder, released, digest)
         logger.warning("completed an interrupted release from its staged copy: %s", folder)
         return
