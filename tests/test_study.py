@@ -977,3 +977,40 @@ def test_a_drop_difference_claim_whose_first_arm_has_no_pilot_arm_still_takes_it
     claim = Claim("DPO falls more", first="ctl_eps1_chipo", second="ctl_eps1_dpo", kind="drop_difference",
                   metric="gold_gain")  # fmt: skip
     assert reference_epochs(records, (claim,), (2.0, 4.0, 8.0)) == {"ctl_eps1_dpo": 4.0}
+
+
+def test_a_secondary_reading_is_read_on_its_raw_p_outside_holm_and_decides_no_claim():
+    """A pre-registered secondary reading (the fall without degenerate samples) is paired by seed like a claim, read
+    at α on its raw p, and changes neither the claims' Holm correction nor their verdicts."""
+    from dataclasses import replace
+
+    from squarechipo.reproduce.study import report as sr
+    from squarechipo.reproduce.study.design import Arm, Claim, StudyDesign
+    from squarechipo.stats import paired_test
+
+    arm = Arm("dpo", "CTL", 1.0, beta=0.025)
+    falls = Claim("DPO falls", arm.key, kind="drop", metric="gold_gain")
+    clean = Claim("DPO falls without degenerate samples", arm.key, kind="drop", metric="gold_gain_clean")
+    design = StudyDesign(main_arms=(arm,), claims=(falls,), secondary=(clean,), epochs=32, checkpoints=(12, 32))
+    records = []
+    for seed, (top, end, clean_end) in enumerate([(0.9, 0.3, 0.5), (0.8, 0.4, 0.9), (1.0, 0.2, 0.6)]):
+        cell = _cell(arm.key, seed, {12: top, 32: end})
+        for checkpoint, value in zip(cell["checkpoints"], (top, clean_end)):
+            checkpoint["summary"]["gold_gain_clean"] = {**checkpoint["summary"]["gold_gain"], "mean": value}
+        records.append(cell)
+    prereg = {"plan": {"arms": [arm.key], "seeds": [0, 1, 2], "reference_epochs": {arm.key: 12.0}}}
+    summary = sr.study_summary(records, design, prereg)
+    (reading,) = summary["secondary"]
+    expected = paired_test([0.9 - 0.5, 0.8 - 0.9, 1.0 - 0.6])
+    assert reading["p_value"] == pytest.approx(expected.p_value) and reading["mean"] == pytest.approx(expected.mean)
+    alone = sr.study_summary(records, replace(design, secondary=None), prereg)
+    assert summary["claims"] == alone["claims"] and "secondary" not in alone  # Holm over the claims alone
+    for cell in records:
+        cell["summary"]["degenerate_rate"] = 0.25
+    arms = sr._arm_table(sr.study_summary(records, design, prereg))
+    assert arms[0].endswith("| degenerate (%) | gold gain without degenerate (r*) |") and "| 25.0 | 0.67 [" in arms[2]
+    table = sr._secondary_table(summary)
+    assert "| p (raw) |" in table[2] and table[4].startswith("| DPO falls without degenerate samples | gold gain")
+    assert StudyDesign.from_dict(design.to_dict()) == design
+    with pytest.raises(ValueError, match=r"secondary readings name arms that are not in main_arms: \['x'\]"):
+        replace(design, secondary=(Claim("x falls", "x", kind="drop", metric="gold_gain"),))

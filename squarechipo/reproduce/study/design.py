@@ -286,6 +286,9 @@ class StudyDesign:
     claims: tuple[Claim, ...] | None = None
     # Readings that combine claims (Conclusion), each stated as shown or not in the report. None: none.
     conclusions: tuple[Conclusion, ...] | None = None
+    # Pre-registered secondary readings: claims on main arms reported at α on their raw p, outside Holm's correction
+    # and the power step (e.g. whether a fall survives without degenerate samples). They decide no claim.
+    secondary: tuple[Claim, ...] | None = None
     power: float = 0.8
     alpha: float = 0.05
     budget_hours: float = 7.5
@@ -297,9 +300,12 @@ class StudyDesign:
         if self.samples_per_prompt < 1 or self.test_prompts < 2:
             raise ValueError("samples_per_prompt must be ≥ 1 and test_prompts ≥ 2.")
         keys = {a.key for a in self.main_arms}
-        unknown = sorted({arm for c in self.claims or () for arm in c.arms} - keys)
-        if unknown:
-            raise ValueError(f"claims name arms that are not in main_arms: {unknown} (the arms are {sorted(keys)}).")
+        for what, named in (("claims", self.claims), ("secondary readings", self.secondary)):
+            unknown = sorted({arm for c in named or () for arm in c.arms} - keys)
+            if unknown:
+                raise ValueError(
+                    f"{what} name arms that are not in main_arms: {unknown} (the arms are {sorted(keys)})."
+                )
         names = {c.name for c in self.all_claims}
         for reading in self.conclusions or ():
             missing = sorted(set(reading.holds + reading.not_reversed) - names)
@@ -337,7 +343,7 @@ class StudyDesign:
         out = asdict(self)
         for key in ("pilot_arms", "main_arms"):
             out[key] = [asdict(a) for a in getattr(self, key)]
-        for key in ("claims", "conclusions"):
+        for key in ("claims", "conclusions", "secondary"):
             if getattr(self, key) is not None:
                 out[key] = [asdict(c) for c in getattr(self, key)]
         out["pilot_seeds"] = list(self.pilot_seeds)
@@ -355,7 +361,7 @@ class StudyDesign:
         for key in ("pilot_arms", "main_arms"):
             if key in data:
                 data[key] = tuple(Arm(**a) if isinstance(a, dict) else a for a in data[key])
-        for key, kind in (("claims", Claim), ("conclusions", Conclusion)):
+        for key, kind in (("claims", Claim), ("conclusions", Conclusion), ("secondary", Claim)):
             if data.get(key) is not None:
                 data[key] = tuple(kind(**c) if isinstance(c, dict) else c for c in data[key])
         if isinstance(data.get("pilot_gate"), dict):

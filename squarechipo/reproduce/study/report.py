@@ -57,6 +57,7 @@ _METRICS = {
     "expected_win": ("expected win (%)", 100.0),
     "hard_win": ("hard win, ties ½ (%)", 100.0),
     "gold_gain": ("gold gain (r*)", 1.0),
+    "gold_gain_clean": ("gold gain without degenerate samples (r*)", 1.0),
     "kl": ("KL(π‖π_ref) (nats)", 1.0),
     "pool_gain": ("pool-value gain (r*)", 1.0),
 }
@@ -86,10 +87,12 @@ def arm_rows(records, design: StudyDesign) -> list[dict[str, Any]]:
         if not cells:
             continue
         row = {"arm": arm.key, "label": arm.label, "n": len(cells)}
-        for metric in _METRICS:
+        # A metric some cells were not measured on (the degenerate-text ones, before 0.4) is left out of the row.
+        for metric in (m for m in _METRICS if all(c["summary"].get(m) is not None for c in cells)):
             row[metric] = paired_test(list(_values(cells, arm.key, metric).values())).to_dict()
-        for extra in ("implicit_accuracy", "loop_rate", "words"):
-            row[extra] = float(np.mean([c["summary"][extra] for c in cells]))
+        for extra in ("implicit_accuracy", "loop_rate", "words", "degenerate_rate"):
+            if all(extra in c["summary"] for c in cells):
+                row[extra] = float(np.mean([c["summary"][extra] for c in cells]))
         row["length_share"] = float(np.nanmean([c["summary"]["length_regression"]["share"] for c in cells]))
         rows.append(row)
     return rows
@@ -128,6 +131,28 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
         row.update(p_holm=adjusted, mde=detectable, alpha_holm=level, low_holm=low_holm, high_holm=high_holm)
         row["verdict"] = verdict_text
     return found + untested
+
+
+@label_free("readings from result records, no row of data")
+def secondary_readings(records, design: StudyDesign, reference=None) -> list[dict[str, Any]]:
+    """Each pre-registered secondary reading (``design.secondary``): its paired value, raw p and reading at α, with
+    the MDE at α. Outside Holm: they share no correction with the claims and decide none of them."""
+    out = []
+    for claim in design.secondary or ():
+        values = claim_values(records, claim, reference)
+        if len(values) < 2:
+            nan = math.nan
+            row = {"claim": claim.name, "metric": claim.metric, "seeds": len(values), "mean": nan, "low": nan}
+            out.append({**row, "high": nan, "p_value": nan, "verdict": f"not read: {len(values)} paired seed(s)"})
+            continue
+        row = {"claim": claim.name, "seeds": len(values), "metric": claim.metric}
+        row |= paired_test(list(values.values())).to_dict()
+        detectable = mde(row["n"], row["sd"], target=design.power, alpha=design.alpha)
+        unit = " points" if is_win_rate(claim.metric) else f" ({_METRICS[claim.metric][0]})"
+        out.append(
+            {**row, "mde": detectable, "verdict": verdict_of(row, row["p_value"], detectable, design.alpha, unit)}
+        )
+    return out
 
 
 @label_free("claims decided from result records, no row of data")
@@ -240,11 +265,13 @@ def metric_noise(records) -> dict[str, float]:
 
 def study_summary(records, design: StudyDesign, prereg: dict | None, deviations=None) -> dict[str, Any]:
     check_same_evaluation(records, design)
-    claim_rows = claims(records, design, _plan(prereg)[1] or None, _plan_field(prereg, "reference_epochs"))
+    reference = _plan_field(prereg, "reference_epochs")
+    claim_rows = claims(records, design, _plan(prereg)[1] or None, reference)
     return {
         "arms": arm_rows(records, design),
         "claims": claim_rows,
         **({"conclusions": conclusions(design, claim_rows)} if design.conclusions else {}),
+        **({"secondary": secondary_readings(records, design, reference)} if design.secondary else {}),
         "headline": headline(records, design),
         "rows_needed": rows_to_clean_gain(records, design),
         "along_training": along_training(records, design),
@@ -296,17 +323,25 @@ def _sizes(plan: dict, unit: str) -> str:
 
 
 def _arm_table(summary: dict) -> list[str]:
+    # Studies measured with the degenerate-text flags add two columns: its share and the gain without it.
+    degenerate = bool(summary["arms"]) and all("gold_gain_clean" in row for row in summary["arms"])
+    more = " degenerate (%) | gold gain without degenerate (r*) |" if degenerate else ""
     lines = [
         "| arm | seeds | expected win vs SFT (%) | gold gain (r*) | KL (nats) | hard win (%) | implicit acc. (%) "
-        "| loops (%) | words |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| loops (%) | words |{more}",
+        "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if degenerate else ""),
     ]
     for row in summary["arms"]:
+        extra = (
+            f" {100 * row['degenerate_rate']:.1f} | {fmt_interval(row['gold_gain_clean'], digits=2)} |"
+            if degenerate
+            else ""
+        )
         lines.append(
             f"| {row['label']} | {row['n']} | {fmt_interval(row['expected_win'])} | "
             f"{fmt_interval(row['gold_gain'], digits=2)} | {fmt_interval(row['kl'], digits=2)} | "
             f"{fmt_interval(row['hard_win'])} | {100 * row['implicit_accuracy']:.1f} | "
-            f"{100 * row['loop_rate']:.1f} | {row['words']:.0f} |"
+            f"{100 * row['loop_rate']:.1f} | {row['words']:.0f} |{extra}"
         )
     return lines
 
@@ -325,6 +360,28 @@ def _claim_table(summary: dict) -> list[str]:
             else f"| {c['claim']} | {metric} | {c['seeds']} | — | — | — | {c['verdict']} |"
         )
     return lines
+
+
+def _secondary_table(summary: dict) -> list[str]:
+    rows = summary.get("secondary") or []
+    if not rows:
+        return []
+    lines = [
+        "Secondary readings fixed in the design before its main run, each at α on its raw p (outside Holm: they "
+        "decide no claim):",
+        "",
+        "| reading | metric | seeds | mean paired difference | 95% t interval | p (raw) | reading at α |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in rows:
+        metric = _METRICS[c["metric"]][0]
+        lines.append(
+            f"| {c['claim']} | {metric} | {c['seeds']} | {c['mean']:+.2f} | [{c['low']:+.2f}, {c['high']:+.2f}] | "
+            f"{c['p_value']:.3g} | {c['verdict']} |"
+            if not math.isnan(c["mean"])
+            else f"| {c['claim']} | {metric} | {c['seeds']} | — | — | — | {c['verdict']} |"
+        )
+    return [*lines, ""]
 
 
 def _conclusion_lines(summary: dict) -> list[str]:
@@ -403,6 +460,7 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             *_claim_table(summary),
             "",
             *_conclusion_lines(summary),
+            *_secondary_table(summary),
             *reference_lines(plan, design),
             "A claim's MDE is the one at its seeds' observed SD of the paired difference, which few seeds estimate "
             "poorly, and at the level Holm's step-down decides it at (α/(m − k) at its step; α/(m − r) for every "
