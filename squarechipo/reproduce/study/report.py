@@ -136,7 +136,7 @@ def claims(records, design: StudyDesign, planned: list[str] | None = None, refer
 @label_free("readings from result records, no row of data")
 def secondary_readings(records, design: StudyDesign, reference=None) -> list[dict[str, Any]]:
     """Each pre-registered secondary reading (``design.secondary``): its paired value, raw p and reading at α, with
-    the MDE at α. Outside Holm: they share no correction with the claims and decide none of them."""
+    the MDE at α. Outside Holm: they share no correction with the claims, and no claim rests on them."""
     out = []
     for claim in design.secondary or ():
         values = claim_values(records, claim, reference)
@@ -368,7 +368,7 @@ def _secondary_table(summary: dict) -> list[str]:
         return []
     lines = [
         "Secondary readings fixed in the design before its main run, each at α on its raw p (outside Holm: they "
-        "decide no claim):",
+        "no claim rests on them):",
         "",
         "| reading | metric | seeds | mean paired difference | 95% t interval | p (raw) | reading at α |",
         "|---|---|---|---|---|---|---|",
