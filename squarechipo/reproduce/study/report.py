@@ -367,8 +367,8 @@ def _secondary_table(summary: dict) -> list[str]:
     if not rows:
         return []
     lines = [
-        "Secondary readings fixed in the design before its main run, each at α on its raw p (outside Holm: they "
-        "no claim rests on them):",
+        "Secondary readings fixed in the design before its main run, each at α on its raw p (outside Holm: no "
+        "claim rests on them):",
         "",
         "| reading | metric | seeds | mean paired difference | 95% t interval | p (raw) | reading at α |",
         "|---|---|---|---|---|---|---|",
