@@ -47,6 +47,7 @@ declare -A TESTS=(
   [squarechipo/stats.py]="tests/test_stats.py tests/test_report_intervals.py tests/test_judge_stats.py"
   [squarechipo/reproduce/study/claims.py]="tests/test_study.py"
   [squarechipo/reproduce/study/cli.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/decisions.py]="tests/test_study.py tests/test_report_intervals.py"
   [squarechipo/reproduce/study/design.py]="tests/test_study.py tests/test_power_plan.py"
   [squarechipo/reproduce/study/power.py]="tests/test_power_plan.py tests/test_study.py"
   [squarechipo/reproduce/study/headline.py]="tests/test_headline.py tests/test_study.py"
@@ -66,6 +67,7 @@ declare -A ARGS=(
   [squarechipo/reproduce/study/reuse.py]="-m|not slow"
   [squarechipo/reproduce/study/provenance.py]="-m|not slow"
   [squarechipo/reproduce/study/design.py]="-m|not slow"
+  [squarechipo/reproduce/study/decisions.py]="-m|not slow"
 )
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   echo "usage: bash scripts/mutation.sh [module ...]  (no module: all of them; results in ${MUTATION_DIR:-/tmp/squarechipo-mutation})"
