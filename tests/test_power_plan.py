@@ -278,3 +278,48 @@ def test_a_written_preregistration_with_amendments_is_read_as_written(tmp_path):
     record = {"design": {"name": "x"}, "plan": {"seeds": [0]}, "amendments": [{"design": {}, "pilot": {}, "plan": {}}]}
     (tmp_path / PREREGISTRATION).write_text(__import__("json").dumps(record))
     assert read_preregistration(tmp_path) == record
+
+
+def test_fresh_main_seeds_start_where_the_design_says_and_never_fall_below_its_floor():
+    """A study that must not reuse an earlier study's seeds names its first main seed; ``min_seeds`` is a floor fixed
+    before the pilot, kept when the power step asks fewer and when the budget would allow fewer."""
+    from dataclasses import replace
+
+    tight = _design(budget_hours=_hours(7, 4) - 0.01, main_seeds_from=100, min_seeds=9)
+    plan = plan_main(tight, _analysis(needed=12))
+    assert plan["seeds"] == list(range(100, 109)) and plan["budget_binds_seeds"]
+    assert plan["mde_points"] == pytest.approx(mde(9, 4.0, target=tight.power, alpha=tight.alpha))
+    roomy = replace(tight, budget_hours=1000.0)
+    assert plan_main(roomy, _analysis(needed=5))["seeds"] == list(range(100, 109))  # power asked 5: the floor
+    assert plan_main(roomy, _analysis(needed=12))["seeds"] == list(range(100, 112))
+    first = roomy.main_arms[0]
+    free = plan_main(roomy, _analysis(needed=12), reused=lambda arm, seed: arm == first and seed == 100)
+    assert free["expected_hours"] == round(_hours(9, 12, free=1), 2)  # reuse is looked up by the actual seed
+    for bad in ({"min_seeds": 1}, {"main_seeds_from": -1}):
+        with pytest.raises(ValueError, match="min_seeds must be ≥ 2 and main_seeds_from ≥ 0"):
+            _design(**bad)
+
+
+def test_a_gate_at_a_checkpoint_reads_the_metric_there():
+    from dataclasses import replace
+
+    from squarechipo.reproduce.study.design import Arm, Gate, StudyDesign
+    from squarechipo.reproduce.study.power import gate_result
+
+    arm = Arm("square_chipo", "CTL", 1.0, rows=128, beta=0.01)
+
+    def cell(seed, at_12, at_32):
+        marks = [{"epoch": e, "summary": {"gold_gain": {"mean": g}}} for e, g in ((12, at_12), (32, at_32))]
+        return {"arm": arm.key, "seed": seed, "summary": marks[-1]["summary"], "checkpoints": marks}
+
+    design = StudyDesign(
+        pilot_arms=(arm,), main_arms=(arm,), epochs=32, checkpoints=(12, 32),
+        pilot_gate=Gate(arm.key, "gold_gain", 0.0, epoch=12),
+    )  # fmt: skip
+    records = [cell(0, 0.2, -0.5), cell(1, 0.1, -0.3)]
+    found = gate_result(records, design)
+    assert found["values"] == [0.2, 0.1] and found["passed"] and found["epoch"] == 12
+    at_end = gate_result(records, replace(design, pilot_gate=Gate(arm.key, "gold_gain", 0.0)))
+    assert at_end["values"] == [-0.5, -0.3] and not at_end["passed"]
+    with pytest.raises(ValueError, match=r"pilot_gate.epoch 8 is not one of the design.s checkpoints \(\[12, 32\]\)"):
+        replace(design, pilot_gate=Gate(arm.key, "gold_gain", 0.0, epoch=8))

@@ -156,13 +156,15 @@ METRIC_SCALE = {
 @dataclass(frozen=True)
 class Gate:
     """A go/no-go rule fixed before the pilot: the main run goes on only if the pilot arm ``arm`` reaches a mean
-    ``metric`` of at least ``at_least`` over the pilot's seeds at the end of training (e.g. a DPO β that must move
-    the policy far enough from π_ref for over-optimisation to be possible)."""
+    ``metric`` of at least ``at_least`` over the pilot's seeds at the end of training, or at checkpoint ``epoch``
+    (e.g. a DPO β that must move the policy far enough from π_ref for over-optimisation to be possible)."""
 
     arm: str  # a pilot Arm.key
     metric: str = "kl"
     at_least: float = 0.0
     why: str = ""
+    #: The checkpoint epoch the metric is read at (None: the end of training).
+    epoch: float | None = None
 
     def __post_init__(self) -> None:
         if self.metric not in METRIC_SCALE:
@@ -292,6 +294,10 @@ class StudyDesign:
     power: float = 0.8
     alpha: float = 0.05
     budget_hours: float = 7.5
+    # The main run's first seed: a study that must not reuse an earlier study's seeds (fresh seeds) names its own.
+    main_seeds_from: int = 0
+    # The fewest main seeds the plan takes, whatever the power step or the budget says (fixed before the pilot).
+    min_seeds: int = 2
     notes: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -311,6 +317,16 @@ class StudyDesign:
             missing = sorted(set(reading.holds + reading.not_reversed) - names)
             if missing:
                 raise ValueError(f"conclusion {reading.name!r} names claims that are not in claims: {missing}.")
+        if self.min_seeds < 2 or self.main_seeds_from < 0:
+            raise ValueError(
+                f"min_seeds must be ≥ 2 and main_seeds_from ≥ 0 (got {self.min_seeds}, {self.main_seeds_from})."
+            )
+        gate_epoch = None if self.pilot_gate is None else self.pilot_gate.epoch
+        if gate_epoch is not None and gate_epoch not in (self.checkpoints or ()):
+            raise ValueError(
+                f"pilot_gate.epoch {gate_epoch:g} is not one of the design's checkpoints "
+                f"({list(self.checkpoints or ())}); read the gate at a checkpoint the cells are measured at."
+            )
         if self.pilot_gate is not None and self.pilot_gate.arm not in {a.key for a in self.pilot_arms}:
             raise ValueError(
                 f"pilot_gate names arm {self.pilot_gate.arm!r}, which is not a pilot arm "
@@ -367,7 +383,9 @@ class StudyDesign:
         if isinstance(data.get("pilot_gate"), dict):
             extra = sorted(set(data["pilot_gate"]) - {f.name for f in fields(Gate)})
             if extra:
-                raise ValueError(f"pilot_gate: unknown fields {extra}; its fields are arm, metric, at_least and why.")
+                raise ValueError(
+                    f"pilot_gate: unknown fields {extra}; its fields are arm, metric, at_least, why and epoch."
+                )
             data["pilot_gate"] = Gate(**data["pilot_gate"])
         for key in ("pilot_seeds", "checkpoints"):
             if data.get(key) is not None:

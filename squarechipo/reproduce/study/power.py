@@ -11,10 +11,11 @@ The rule, fixed before any pilot was run:
    (:func:`squarechipo.stats.seeds_for_power`).
 3. The budget: the pilot's mean minutes per cell (training and evaluation) and per seed (its labels) give the
    hours of a plan. Arms are cut by tier (tier 3, then tier 2), never seeds; if tier 1 alone does not fit, the
-   seeds are as many as fit, and the MDE at that size is stated.
+   seeds are as many as fit, never fewer than the design's ``min_seeds``, and the MDE at that size is stated. The
+   main seeds start at the design's ``main_seeds_from``.
    Cells another study already measured under the same settings (``cells_from``) cost nothing.
 4. A gate (``pilot_gate``), when the design has one, is read off the pilot: if its arm's mean metric at the end of
-   training is below the bar, the plan says so and the main run does not start.
+   training (or at the gate's checkpoint ``epoch``) is below the bar, the plan says so and the main run does not start.
 5. The plan, the sizes and the MDE are written to ``preregistration.json`` before the main run starts. The main
    run reads them from there and refuses a design that differs.
 6. An amendment (``study amend --reason ...``) may change what the main run spends, never what the pilot
@@ -170,7 +171,7 @@ def gate_result(records: list[dict], design: StudyDesign) -> dict[str, Any] | No
     gate = design.pilot_gate
     if gate is None:
         return None
-    values = [metric_at(r, gate.metric) for r in records if r["arm"] == gate.arm]
+    values = [metric_at(r, gate.metric, gate.epoch) for r in records if r["arm"] == gate.arm]
     if not values:
         raise ValueError(f"pilot_gate: the pilot has no record of arm {gate.arm!r}.")
     mean = float(np.mean(values))
@@ -224,11 +225,12 @@ def plan_main(
     """The main run's arms and seeds under the budget (the rule in the module docstring); with ``target_kl``, the
     β each main arm takes from the pilot (``arm_betas``). ``reused(arm, seed)``: whether that cell is another
     study's record (it costs no time)."""
-    needed, cell = analysis["seeds_needed"], analysis["cell_minutes"]
+    needed, cell = max(analysis["seeds_needed"], design.min_seeds), analysis["cell_minutes"]
     free = reused or (lambda arm, seed: False)
+    first = design.main_seeds_from
 
     def hours(arms: list[Arm], n_seeds: int) -> float:
-        minutes = sum(seed_minutes + cell * sum(not free(a, s) for a in arms) for s in range(n_seeds))
+        minutes = sum(seed_minutes + cell * sum(not free(a, s) for a in arms) for s in range(first, first + n_seeds))
         return _SETUP_HOURS + minutes / 60
 
     for max_tier in (3, 2, 1):
@@ -238,7 +240,7 @@ def plan_main(
             break
     else:
         arms = [a for a in design.main_arms if a.tier == 1]
-        seeds = 2
+        seeds = design.min_seeds  # a floor fixed before the pilot, even past the budget
         while seeds < needed and hours(arms, seeds + 1) <= design.budget_hours:
             seeds += 1
         binds = True
@@ -247,7 +249,7 @@ def plan_main(
     return {
         **({"reference_epochs": analysis["reference_epochs"]} if "reference_epochs" in analysis else {}),
         **({"arm_betas": betas} if betas is not None else {}),
-        "seeds": list(range(seeds)),
+        "seeds": list(range(first, first + seeds)),
         "arms": [a.key for a in arms],
         "cut_arms": [a.key for a in design.main_arms if a not in arms],
         "budget_binds_seeds": binds,
@@ -297,6 +299,8 @@ def _differing(recorded: dict, design: StudyDesign) -> list[str]:
     for key in ("pilot_arms", "main_arms"):
         if isinstance(recorded.get(key), list):
             recorded[key] = [{**arm_defaults, **arm} for arm in recorded[key]]
+    if isinstance(recorded.get("pilot_gate"), dict):  # and a gate's (epoch: the end of training)
+        recorded["pilot_gate"] = {"epoch": None, **recorded["pilot_gate"]}
     return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
 
 
