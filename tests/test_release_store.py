@@ -310,59 +310,41 @@ def test_each_refusal_of_a_release_names_its_fix_and_its_figures():
     plus the earlier releases' ε)."""
     from squarechipo.privacy import KaryRR
     from squarechipo.privacy.release.transaction import ReleaseOptions
-    from tests.helpers.refusals import says
+    from tests.helpers.refusals import refused
     from tests.helpers.rows import distinct_pairs
 
     rows = distinct_pairs(6, offset=6100)
-    with pytest.raises(ValueError) as refused:
-        release_dataset(datasets.DatasetDict(train=rows), LabelPipeline(epsilon=1.0))
-    assert str(refused.value) == (  # the whole message: nothing before or after the fix
-        "got a DatasetDict; release the split you train on, e.g. release_dataset(ds['train'], mechanism)."
-    )
-    with pytest.raises(TypeError) as refused:
-        release_dataset(rows, {"epsilon": 1.0})
-    says(
-        refused.value,
-        "must be a squarechipo.privacy.mechanisms.measurements.Measurement, e.g. LabelPipeline(epsilon=1.0) "
-        "(got dict).",
-    )
+    whole = refused(ValueError, lambda: release_dataset(datasets.DatasetDict(train=rows), LabelPipeline(epsilon=1.0)))
+    assert whole == "got a DatasetDict; release the split you train on, e.g. release_dataset(ds['train'], mechanism)."
+    refused(TypeError, lambda: release_dataset(rows, {"epsilon": 1.0}), "must be a squarechipo.privacy.mechanisms."
+            "measurements.Measurement, e.g. LabelPipeline(epsilon=1.0) (got dict).")  # fmt: skip
     released = release_dataset(rows, LabelPipeline(epsilon=0.5), seed=0)
-    with pytest.raises(ValueError) as refused:
-        release_dataset(released, KaryRR(epsilon=1.0))
-    says(refused.value, "(total epsilon 0.5)", "must see the raw labels, each queried once. Releasing again would "
-         "spend more ε on the same labels; release the raw rows instead.")  # fmt: skip
-    with pytest.raises(ValueError) as refused:
-        release_dataset(released, LabelPipeline(epsilon=1.0))
-    says(
-        refused.value,
-        "(ledger: total epsilon 0.5, 1 release(s))",
-        "Reuse the released data as it is. If you do want the extra noise, pass compose=True: the ledger adds the "
-        "release, reports the sum of the ε (valid but loose) and the tight ε of the stored labels "
-        "(stored_labels_epsilon). To release the raw labels a second time, privatize the raw rows.",
-    )
+    refused(ValueError, lambda: release_dataset(released, KaryRR(epsilon=1.0)), "(total epsilon 0.5)", "must see the "
+            "raw labels, each queried once. Releasing again would spend more ε on the same labels; release the raw "
+            "rows instead.")  # fmt: skip
+    refused(ValueError, lambda: release_dataset(released, LabelPipeline(epsilon=1.0)), "(ledger: total epsilon 0.5, "
+            "1 release(s))", "Reuse the released data as it is. If you do want the extra noise, pass compose=True: "
+            "the ledger adds the release, reports the sum of the ε (valid but loose) and the tight ε of the stored "
+            "labels (stored_labels_epsilon). To release the raw labels a second time, privatize the raw "
+            "rows.")  # fmt: skip
     copied = datasets.concatenate_datasets([rows, rows.select([0])])
-    with pytest.raises(ValueError) as refused:
-        release_dataset(copied, LabelPipeline(epsilon=1.0))
-    says(
-        refused.value,
-        "1 of 7 rows copy another row's comparison",
-        "Randomized response would draw independent noise for each copy, and together the copies reveal the label "
-        "(their majority), so the release refuses them (retyped copies, look-alike letters, changed punctuation and "
-        "near-copies that share most of their wording count). Keep one row per comparison first, e.g. with "
-        "squarechipo.data.validation.drop_duplicate_rows(dataset); or, if the rows are distinct comparisons or "
-        "labellers, declare the column that says so: privacy_unit (label_privacy_unit in a config).",
-    )
+    refused(ValueError, lambda: release_dataset(copied, LabelPipeline(epsilon=1.0)), "1 of 7 rows copy another row's "
+            "comparison", "Randomized response would draw independent noise for each copy, and together the copies "
+            "reveal the label (their majority), so the release refuses them (retyped copies, look-alike letters, "
+            "changed punctuation and near-copies that share most of their wording count). Keep one row per comparison "
+            "first, e.g. with squarechipo.data.validation.drop_duplicate_rows(dataset); or, if the rows are distinct "
+            "comparisons or labellers, declare the column that says so: privacy_unit (label_privacy_unit in a "
+            "config).")  # fmt: skip
     release_dataset(rows, LabelPipeline(epsilon=0.5))
     for epsilon, total in ((0.5, "1"), (1.0, "1.5")):
-        with pytest.raises(ValueError) as refused:
-            release_dataset(rows, LabelPipeline(epsilon=epsilon))
-        says(refused.value, "Reuse the earlier release (its folder or file), or pass rerelease=True (label_rerelease: "
-             f"true in a config): the ledger and the card then state ε {total}, the basic composition")  # fmt: skip
+        again = lambda e=epsilon: release_dataset(rows, LabelPipeline(epsilon=e))  # noqa: E731
+        refused(ValueError, again, "Reuse the earlier release (its folder or file), or pass rerelease=True "
+                "(label_rerelease: true in a config): the ledger and the card then state ε "
+                f"{total}, the basic composition")  # fmt: skip
     units = distinct_pairs(6, offset=6200).add_column("labeller", [1, 1, 1, 2, 2, 2])
     release_dataset(units, LabelPipeline(epsilon=1.0), privacy_unit="labeller")  # ε 3 for each labeller
-    with pytest.raises(ValueError) as refused:
-        release_dataset(units, LabelPipeline(epsilon=0.5), privacy_unit="labeller")
-    says(refused.value, "the ledger and the card then state ε 4.5,")  # 3 + 0.5 × 3 rows of one labeller
+    refused(ValueError, lambda: release_dataset(units, LabelPipeline(epsilon=0.5), privacy_unit="labeller"),
+            "the ledger and the card then state ε 4.5,")  # 3 + 0.5 × 3 rows of one labeller  # fmt: skip
     assert hash(ReleaseOptions(public_columns=["labeller"])) == hash(ReleaseOptions(public_columns=("labeller",)))
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 
 def says(error: BaseException, *phrases: str) -> str:
     """The error's message, whitespace folded, after checking that it says each phrase."""
@@ -9,3 +13,10 @@ def says(error: BaseException, *phrases: str) -> str:
     missing = [phrase for phrase in phrases if phrase not in text]
     assert not missing, f"the message {text!r} does not say {missing}"
     return text
+
+
+def refused(kind: type[BaseException], call: Callable[[], object], *phrases: str) -> str:
+    """``call()`` raises ``kind``, whose message says each phrase; the message."""
+    with pytest.raises(kind) as caught:
+        call()
+    return says(caught.value, *phrases)
