@@ -323,3 +323,46 @@ def test_a_gate_at_a_checkpoint_reads_the_metric_there():
     assert at_end["values"] == [-0.5, -0.3] and not at_end["passed"]
     with pytest.raises(ValueError, match=r"pilot_gate.epoch 8 is not one of the design.s checkpoints \(\[12, 32\]\)"):
         replace(design, pilot_gate=Gate(arm.key, "gold_gain", 0.0, epoch=8))
+
+
+def test_a_beta_chosen_by_the_pilots_gain_at_an_epoch_is_the_largest_there_and_a_gate_reads_it():
+    """``beta_by_gain_at``: a main arm without β takes the pilot β (same method, setting and rows) whose mean gold
+    gain at that checkpoint is largest; a gate naming that main arm reads the chosen pilot arm."""
+    from dataclasses import replace
+
+    from squarechipo.reproduce.study.design import Arm, Claim, Gate, StudyDesign
+    from squarechipo.reproduce.study.power import analyse_pilot, choose_betas, final_kl
+
+    dpo = Arm("dpo", "CTL", 1.0, beta=0.025)
+    square = Arm("square_chipo", "CTL", 1.0, rows=128)
+    pilot_arms = (dpo, *(replace(square, beta=b) for b in (0.01, 0.003)), Arm("square_chipo", "CTL", 1.0, beta=0.1))
+
+    def cell(arm, seed, at_12, at_32, kl=5.0):
+        marks = [{"epoch": e, "summary": {"gold_gain": {"mean": g}, "kl": {"mean": kl}, "expected_win": {"mean": 0.5}}}
+                 for e, g in ((12, at_12), (32, at_32))]  # fmt: skip
+        rows = arm.rows or 32
+        times = {"train_seconds": 60, "eval_seconds": 60}
+        return {"arm": arm.key, "seed": seed, "method": arm.method, "setting": "CTL", "rows": rows, "beta": arm.beta,
+                "summary": marks[-1]["summary"], "checkpoints": marks, **times}  # fmt: skip
+
+    gains = {0.01: (0.1, 0.3), 0.003: (0.4, 0.2)}  # at epoch 12, seeds 0 and 1 alike
+    records = [cell(dpo, s, 0.9, 0.4 - 0.1 * s) for s in (0, 1)]
+    records += [
+        cell(replace(square, beta=b), s, g12 + 0.01 * s, g32) for b, (g12, g32) in gains.items() for s in (0, 1)
+    ]
+    records += [cell(pilot_arms[-1], s, 2.0, 2.0) for s in (0, 1)]  # 32 rows: not the 128-row arm's grid
+    claims = (Claim("Square-χPO ends above DPO", square.key, dpo.key, metric="gold_gain"),)
+    design = StudyDesign(
+        pilot_arms=pilot_arms, main_arms=(dpo, square), claims=claims, epochs=32, checkpoints=(12, 32),
+        pilot_seeds=(0, 1), beta_by_gain_at=12, pilot_gate=Gate(square.key, "gold_gain", 0.0, epoch=12),
+    )  # fmt: skip
+    assert choose_betas(design, final_kl(records, 12)) == {square.key: 0.003}
+    analysis = analyse_pilot(records, design)
+    assert analysis["gate"]["values"] == pytest.approx([0.4, 0.41]) and analysis["gate"]["passed"]
+    assert analysis["final_kl"][replace(square, beta=0.003).key]["gain_at_epoch"] == pytest.approx(0.405)
+    with pytest.raises(ValueError, match="give target_kl or beta_by_gain_at, not both"):
+        replace(design, target_kl=10.0)
+    with pytest.raises(ValueError, match=r"beta_by_gain_at 8 is not one of the design's checkpoints"):
+        replace(design, beta_by_gain_at=8)
+    with pytest.raises(ValueError, match="pilot_gate names arm"):  # a main arm is named only where a rule chooses
+        replace(design, beta_by_gain_at=None)

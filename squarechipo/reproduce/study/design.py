@@ -271,6 +271,10 @@ class StudyDesign:
     # pilot arms of its method and label setting, the β whose mean KL(π‖π_ref) at the end of training was closest to
     # this many nats (on a log scale). None: every arm's β is the design's or its own.
     target_kl: float | None = None
+    # Or β chosen from the pilot by its gold gain at this checkpoint epoch: each main arm written without a β takes,
+    # among the pilot arms of its method, label setting and rows, the β whose mean gold gain there was largest (a
+    # set-up where the method first gains; the main run's fresh seeds then measure it). None: no such rule.
+    beta_by_gain_at: float | None = None
     # Another study's results folder whose cell records (pilot/, main/) this study reuses where an arm and seed match:
     # the same set-up (setup_from), rows, labels and release, so the cells pair.
     cells_from: str | None = None
@@ -327,7 +331,16 @@ class StudyDesign:
                 f"pilot_gate.epoch {gate_epoch:g} is not one of the design's checkpoints "
                 f"({list(self.checkpoints or ())}); read the gate at a checkpoint the cells are measured at."
             )
-        if self.pilot_gate is not None and self.pilot_gate.arm not in {a.key for a in self.pilot_arms}:
+        if self.target_kl is not None and self.beta_by_gain_at is not None:
+            raise ValueError("give target_kl or beta_by_gain_at, not both: each is a rule for the β of a main arm.")
+        if self.beta_by_gain_at is not None and self.beta_by_gain_at not in (self.checkpoints or ()):
+            raise ValueError(
+                f"beta_by_gain_at {self.beta_by_gain_at:g} is not one of the design's checkpoints "
+                f"({list(self.checkpoints or ())}): the gain is read at a checkpoint the cells are measured at."
+            )
+        # A gate may name a main arm whose β a rule chooses: it reads the pilot arm chosen for it.
+        chosen = {a.key for a in self.main_arms if a.beta is None} if self.chooses_beta else set()
+        if self.pilot_gate is not None and self.pilot_gate.arm not in {a.key for a in self.pilot_arms} | chosen:
             raise ValueError(
                 f"pilot_gate names arm {self.pilot_gate.arm!r}, which is not a pilot arm "
                 f"(the pilot arms are {sorted(a.key for a in self.pilot_arms)})."
@@ -345,6 +358,11 @@ class StudyDesign:
         marks = None if self.checkpoints is None else list(self.checkpoints)
         if marks is not None and (marks != sorted(set(marks)) or marks[-1] != self.epochs):
             raise ValueError(f"checkpoints must be increasing epochs ending at epochs={self.epochs:g} (got {marks}).")
+
+    @property
+    def chooses_beta(self) -> bool:
+        """Whether main arms written without a β take one from the pilot (``target_kl`` or ``beta_by_gain_at``)."""
+        return self.target_kl is not None or self.beta_by_gain_at is not None
 
     @property
     def all_claims(self) -> tuple[Claim, ...]:

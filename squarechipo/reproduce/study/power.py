@@ -142,8 +142,8 @@ def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
     """Between-seed SDs of the paired differences, the seeds for power, and the measured cost of a cell. With
     ``target_kl`` the differences are those of the β the rule chooses (:func:`choose_betas`)."""
     every = records
-    if design.target_kl is not None:
-        records = _at_chosen_betas(records, design, choose_betas(design, final_kl(records)))
+    if design.chooses_beta:
+        records = _at_chosen_betas(records, design, choose_betas(design, final_kl(records, design.beta_by_gain_at)))
     differences, reference = _pilot_differences(records, design)
     if not differences:
         raise ValueError("the pilot gives no paired difference: it needs two seeds of the arms a claim compares.")
@@ -158,8 +158,9 @@ def analyse_pilot(records: list[dict], design: StudyDesign) -> dict[str, Any]:
         **({"reference_epochs": reference} if reference else {}),
         "sd_for_power": sd_plan,
         "seeds_needed": needed,
-        **({"final_kl": final_kl(every)} if design.target_kl is not None else {}),
-        **({"gate": gate_result(every, design)} if design.pilot_gate is not None else {}),
+        **({"final_kl": final_kl(every, design.beta_by_gain_at)} if design.chooses_beta else {}),
+        # A gate naming a main arm reads the pilot arm its rule chose (renamed to it in ``records``).
+        **({"gate": gate_result(every + _renamed(records, every), design)} if design.pilot_gate is not None else {}),
         "cell_minutes": cell_minutes,
     }
 
@@ -189,29 +190,50 @@ def check_gate(prereg: dict[str, Any]) -> None:
         )
 
 
+def _renamed(records: list[dict], every: list[dict]) -> list[dict]:
+    """The records ``_at_chosen_betas`` renamed to a main arm (their names are not pilot arms')."""
+    pilot = {r["arm"] for r in every}
+    return [r for r in records if r["arm"] not in pilot]
+
+
 @label_free("result records of released-label runs, no row of data")
-def final_kl(records: list[dict]) -> dict[str, dict[str, Any]]:
-    """Per pilot arm: its method, label setting, β and mean KL(π‖π_ref) at the end of training over seeds."""
+def final_kl(records: list[dict], gain_at: float | None = None) -> dict[str, dict[str, Any]]:
+    """Per pilot arm: its method, label setting, rows, β and mean KL(π‖π_ref) at the end of training over seeds; with
+    ``gain_at``, also its mean gold gain at that checkpoint epoch (``gain_at_epoch``)."""
     out: dict[str, dict[str, Any]] = {}
     for r in records:
         entry = out.setdefault(
-            r["arm"], {"method": r["method"], "setting": r["setting"], "beta": r.get("beta"), "kl": []}
+            r["arm"],
+            {"method": r["method"], "setting": r["setting"], "rows": r.get("rows"), "beta": r.get("beta"), "kl": []},
         )
         entry["kl"].append(r["summary"]["kl"]["mean"])
-    return {arm: {**e, "kl": float(np.mean(e["kl"]))} for arm, e in out.items()}
+        if gain_at is not None:
+            entry.setdefault("gain_at_epoch", []).append(metric_at(r, "gold_gain", gain_at))
+    return {arm: {k: float(np.mean(v)) if isinstance(v, list) else v for k, v in e.items()} for arm, e in out.items()}
 
 
 def choose_betas(design: StudyDesign, kl: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """β for each main arm written without one: the pilot β of its method and setting whose final KL is closest to
-    ``target_kl`` on a log scale (a rule on KL alone, fixed before the pilot)."""
+    """β for each main arm written without one, among the pilot β of its method and setting (and rows, where the
+    pilot records them): with ``target_kl``, the one whose final KL is closest to it on a log scale (a rule on KL
+    alone); with ``beta_by_gain_at``, the one whose mean gold gain at that epoch is largest. Both fixed before the
+    pilot."""
+    rule = "target_kl" if design.target_kl is not None else "beta_by_gain_at"
     chosen = {}
     for arm in design.main_arms:
         if arm.beta is not None:
             continue
-        grid = [e for e in kl.values() if (e["method"], e["setting"]) == (arm.method, arm.setting) and e["beta"]]
+        rows = arm.rows or design.train_rows
+        grid = [
+            e for e in kl.values()
+            if (e["method"], e["setting"]) == (arm.method, arm.setting) and e["beta"]
+            and (e.get("rows") or design.train_rows) == rows
+        ]  # fmt: skip
         if not grid:
-            raise ValueError(f"target_kl: the pilot ran no {arm.method} arm on {arm.setting} labels to choose β from.")
-        best = min(grid, key=lambda e: abs(math.log(max(e["kl"], 1e-6) / design.target_kl)))
+            raise ValueError(f"{rule}: the pilot ran no {arm.method} arm on {arm.setting} labels to choose β from.")
+        if design.target_kl is not None:
+            best = min(grid, key=lambda e: abs(math.log(max(e["kl"], 1e-6) / design.target_kl)))
+        else:
+            best = max(grid, key=lambda e: e["gain_at_epoch"])
         chosen[arm.key] = float(best["beta"])
     return chosen
 
@@ -245,7 +267,7 @@ def plan_main(
             seeds += 1
         binds = True
     sd = analysis["sd_for_power"]
-    betas = choose_betas(design, analysis["final_kl"]) if design.target_kl is not None else None
+    betas = choose_betas(design, analysis["final_kl"]) if design.chooses_beta else None
     return {
         **({"reference_epochs": analysis["reference_epochs"]} if "reference_epochs" in analysis else {}),
         **({"arm_betas": betas} if betas is not None else {}),
