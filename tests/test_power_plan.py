@@ -366,3 +366,40 @@ def test_a_beta_chosen_by_the_pilots_gain_at_an_epoch_is_the_largest_there_and_a
         replace(design, beta_by_gain_at=8)
     with pytest.raises(ValueError, match="pilot_gate names arm"):  # a main arm is named only where a rule chooses
         replace(design, beta_by_gain_at=None)
+
+
+def test_the_deciding_over_optimisation_design_plans_fresh_seeds_and_reads_its_pilot_by_its_rules():
+    """recipes/studies/overoptimisation_decide.yaml, on made-up pilot records: the drop claim's reference epoch is 12,
+    Square-χPO's β is the 128-row pilot β with the larger gain at epoch 12, the gate reads that arm, and the plan's
+    seeds are fresh (from 100) and at least 9."""
+    from pathlib import Path
+
+    from squarechipo.reproduce.study.design import load_design
+    from squarechipo.reproduce.study.power import analyse_pilot
+
+    design = load_design(
+        str(Path(__file__).resolve().parents[1] / "recipes" / "studies" / "overoptimisation_decide.yaml")
+    )
+
+    def cell(arm, seed, at_12, at_32, minutes):
+        def summary(gain):
+            return {"gold_gain": {"mean": gain}, "kl": {"mean": 9.0}, "expected_win": {"mean": 0.5}}
+
+        marks = [{"epoch": e, "summary": summary(g)} for e, g in ((12, at_12), (32, at_32))]
+        return {"arm": arm.key, "seed": seed, "method": arm.method, "setting": arm.setting, "beta": arm.beta,
+                "rows": arm.rows or design.train_rows, "summary": marks[-1]["summary"], "checkpoints": marks,
+                "train_seconds": 60 * minutes, "eval_seconds": 0}  # fmt: skip
+
+    dpo, square_01, square_003 = design.pilot_arms
+    records = [cell(dpo, s, 1.0, 0.5 - 0.2 * s, 17) for s in design.pilot_seeds]
+    records += [cell(square_01, s, 0.1, 0.2, 60) for s in design.pilot_seeds]
+    records += [cell(square_003, s, 0.3 + 0.1 * s, 0.4, 60) for s in design.pilot_seeds]
+    analysis = analyse_pilot(records, design)
+    assert analysis["reference_epochs"] == {dpo.key: 12.0} and analysis["gate"]["passed"]
+    plan = plan_main(design, analysis)
+    assert plan["arm_betas"] == {"ctl_eps1_square_chipo_n128": 0.003}
+    assert plan["seeds"][0] == 100 and 9 <= len(plan["seeds"]) and not set(plan["seeds"]) & set(design.pilot_seeds)
+    assert [c.metric for c in design.secondary] == ["gold_gain_clean"] and len(design.claims) == 2
+    arms = enumerate((square_01, square_003))
+    negative = [*records[:2], *(cell(a, s, -0.1 * (1 + i), 0.4, 60) for i, a in arms for s in design.pilot_seeds)]
+    assert not analyse_pilot(negative, design)["gate"]["passed"]  # no gain at epoch 12 at either β: no main run
