@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -413,7 +414,7 @@ def test_an_edited_staged_release_record_is_refused_and_nothing_is_registered(tm
     import squarechipo.privacy.release.transaction as transaction
     from squarechipo.data.fingerprint import row_hashes
     from squarechipo.privacy.release.registry import earlier_releases
-    from tests.helpers.refusals import says
+    from tests.helpers.refusals import refused
 
     rows, folder = distinct_pairs(8, offset=6500), tmp_path / "release"
     _cut_off(folder, rows, "register_release")
@@ -422,8 +423,15 @@ def test_an_edited_staged_release_record_is_refused_and_nothing_is_registered(tm
     record = json.loads(path.read_text())
     assert record["release"]["epsilon"] == 0.5 and record["signature"].startswith("ed25519:")
     path.write_text(json.dumps({**record, "release": {**record["release"], "epsilon": 0.05}}))
-    with pytest.raises(IntegrityError) as refused:
-        release_dataset(rows, LabelPipeline(epsilon=0.5), folder)
-    says(refused.value, f"{path}: the staged release record does not match its digest",
-         f"Delete {staging} and release again (nothing read it).")  # fmt: skip
+    again = lambda: release_dataset(rows, LabelPipeline(epsilon=0.5), folder)  # noqa: E731
+    refused(IntegrityError, again, f"{path}: the staged release record does not match its digest",
+            f"Delete {staging} and release again (nothing read it).")  # fmt: skip
+    assert not folder.exists() and not earlier_releases(row_hashes(rows)).rows
+    # The registry keys staged beside it are bound to the record: one dropped is refused too.
+    shutil.rmtree(staging)
+    _cut_off(folder, rows, "register_release")
+    keys = staging / transaction.UNITS_FILE
+    keys.write_bytes(keys.read_bytes()[:-32])
+    refused(IntegrityError, again, f"{keys}: the registry keys of the interrupted release are not those it staged",
+            f"Delete {staging} and release again")  # fmt: skip
     assert not folder.exists() and not earlier_releases(row_hashes(rows)).rows

@@ -40,7 +40,7 @@ import datasets
 from squarechipo.data import metadata
 from squarechipo.data.columns import PAIR_COLUMNS
 from squarechipo.data.fingerprint import _exact_row_hashes, canonical_rows, encode_row_set, fingerprint_of
-from squarechipo.data.integrity import MARKER, check_seal, marker_record, seal
+from squarechipo.data.integrity import MARKER, IntegrityError, check_seal, marker_record, seal
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import Sketch, copies, describe_copies, sketch
 from squarechipo.privacy.ledger.binding import get_ledger
@@ -278,6 +278,8 @@ class _Release:
             "counted": self._counted,
             "epsilon": self.mechanism.epsilon,
             "expected": None if self._earlier is None else sorted(self._earlier.ids),
+            # The keys file is bound to the sealed record: keys dropped from it would leave rows out of the registry.
+            "units_sha256": hashlib.sha256(b"".join(self._units)).hexdigest() if self._counted else None,
         }
         # Sealed like a ledger: an edit to what completion would seal (an ε, the ledger it composes) is refused.
         (staging / PENDING_FILE).write_text(json.dumps(seal(pending), sort_keys=True), encoding="utf-8")
@@ -381,6 +383,11 @@ def _seal_staged(staging: Path, folder: Path, pending: dict) -> tuple[datasets.D
     if pending["counted"]:
         canonical = canonical_rows(rows.with_format("arrow")[:])
         blob = (staging / UNITS_FILE).read_bytes()
+        if hashlib.sha256(blob).hexdigest() != pending["units_sha256"]:
+            raise IntegrityError(
+                f"{staging / UNITS_FILE}: the registry keys of the interrupted release are not those it staged (the "
+                f"file was changed), so it is not completed. Delete {staging} and release again (nothing read it)."
+            )
         units = [blob[i : i + 32] for i in range(0, len(blob), 32)]
         marks = sketch(canonical)
         now = earlier_releases(units, marks)
