@@ -346,3 +346,25 @@ def test_results_name_no_folder_of_the_machine_they_ran_on():
         if machine.search(line)
     ]
     assert not found, f"machine paths in results/: {found[:20]}"
+
+
+def test_every_module_the_package_or_the_docs_run_with_python_m_runs_when_executed():
+    """``python -m squarechipo.data.finance`` did nothing once its ``main()`` moved to ``squarechipo.scripts.data``,
+    and the study and table runners, which ran it for their data, went on without any. Each module run with ``-m``
+    (in the package's commands, the README and docs) must have a ``__main__`` guard or a ``__main__.py``."""
+    texts = [p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")]
+    texts += [p.read_text(encoding="utf-8") for p in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))]
+    found = (
+        m.rstrip(".") for text in texts for m in re.findall(r'(?:"-m",\s*f?"|python -m )(squarechipo[\w.]*)', text)
+    )
+    named = set(found) - {"squarechipo.scripts"}  # launch.py's f"squarechipo.scripts.{script}": recipe tests run each
+    assert {"squarechipo.scripts.data", "squarechipo.reproduce"} <= named
+
+    def runs(module: str) -> bool:
+        path = ROOT.joinpath(*module.split("."))
+        if (path / "__main__.py").is_file():
+            return True
+        file = path.with_suffix(".py")
+        return file.is_file() and 'if __name__ == "__main__":' in file.read_text(encoding="utf-8")
+
+    assert [m for m in sorted(named) if not runs(m)] == []

@@ -21,7 +21,7 @@ class Scale:
     flip adversary."""
 
     name: str
-    #: Where the finance datasets live (``python -m squarechipo.data.finance --out data`` writes them).
+    #: Where the finance datasets live (``squarechipo data finance --out data`` writes them).
     data_dir: str = "data"
     base_model: str = "embedded"
     # SFT on finance_sft rows (disjoint from the preference rows: no preference label reaches the SFT policy).

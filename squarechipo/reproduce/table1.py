@@ -123,10 +123,10 @@ class Table1Run:
         if self.data.exists() and any(self.data.iterdir()):
             raise FileNotFoundError(
                 f"{self.data / _PREFERENCE} has no judge split: {self.data} was written by an older generator. "
-                "Move it away and run again (python -m squarechipo.data.finance --out data regenerates it)."
+                "Move it away and run again (squarechipo data finance --out data regenerates it)."
             )
         subprocess.run(
-            [self.python, "-m", "squarechipo.data.finance", "--out", str(self.data), "--seed", "0"], check=True
+            [self.python, "-m", "squarechipo.scripts.data", "--out", str(self.data), "--seed", "0"], check=True
         )
 
     def _sft(self) -> dict[str, Any]:

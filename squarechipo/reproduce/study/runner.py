@@ -85,7 +85,7 @@ class Study:
     def _ensure_data(self) -> None:
         if not (self.data / _PREFERENCE / "judge").is_dir():
             subprocess.run(
-                [self.python, "-m", "squarechipo.data.finance", "--out", str(self.data), "--seed", "0"], check=True
+                [self.python, "-m", "squarechipo.scripts.data", "--out", str(self.data), "--seed", "0"], check=True
             )
 
     @property
