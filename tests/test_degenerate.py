@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from squarechipo.evaluation.degenerate import DegenerateText, words_of
+from squarechipo.evaluation.degenerate import DegenerateText, degenerate_flags, words_of
 from squarechipo.evaluation.policy import _without_degenerate
 from squarechipo.stats import paired_test
 
@@ -19,6 +19,8 @@ def test_a_response_is_degenerate_when_it_loops_or_holds_a_long_non_word():
     assert not flag("Buy xyz ETF, qqq too.")  # runs shorter than four letters are left alone
     assert words_of("401k-plans don't") == ["k", "plans", "don", "t"]  # digits, hyphens, apostrophes split words
     assert DegenerateText([]).non_words("fintechish etfs") == ["etfs", "fintechish"]  # no reference: English only
+    samples = [["Buy broad ETFs.", "defaultortlme"], ["save save save save", "Keep a fund."]]  # (k, prompt)
+    assert degenerate_flags(flag, samples) == [[0.0, 1.0], [1.0, 0.0]]  # an evaluation record's layout
 
 
 def test_the_gain_without_degenerate_samples_reads_only_pairs_where_neither_response_is_degenerate():

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from squarechipo.evaluation.gold import has_loop
 
-__all__ = ["MIN_LETTERS", "DegenerateText", "words_of"]
+__all__ = ["MIN_LETTERS", "DegenerateText", "degenerate_flags", "words_of"]
 
 #: Shorter runs of letters are left alone: abbreviations and word pieces ("th", "etc") are common in fluent text.
 MIN_LETTERS = 4
@@ -52,3 +52,8 @@ class DegenerateText:
 
     def __call__(self, text: str) -> bool:
         return has_loop(text) or bool(self.non_words(text))
+
+
+def degenerate_flags(flag: DegenerateText, samples: list[list[str]]) -> list[list[float]]:
+    """Per sample k and prompt, 1.0 where the response is degenerate (the layout of an evaluation record)."""
+    return [[float(flag(response)) for response in sample] for sample in samples]

@@ -25,7 +25,7 @@ import torch
 from scipy.special import expit, softmax
 
 from squarechipo.data.text import prompt_text, response_text
-from squarechipo.evaluation.degenerate import DegenerateText
+from squarechipo.evaluation.degenerate import DegenerateText, degenerate_flags
 from squarechipo.evaluation.gold import gold_rewards, has_loop
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.models.generation import generate_with_model
@@ -159,7 +159,7 @@ class GoldEvaluator:
             "reward": np.stack([gold_rewards(self.gold, self.prompts, s) for s in samples]),
             "words": np.array([[len(r.split()) for r in s] for s in samples], dtype=float),
             "loop": np.array([[has_loop(r) for r in s] for s in samples], dtype=float),
-            "degenerate": np.array([[self.degenerate(r) for r in s] for s in samples], dtype=float),
+            "degenerate": np.array(degenerate_flags(self.degenerate, samples)),
         }
         # The reference's KL to itself is 0 and a comparison reads only its rewards, lengths and loops: its samples'
         # log-probs are needed only for the generation-free measures (its own pool value).

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from squarechipo.data import load_preference_dataset
+from squarechipo.evaluation.degenerate import degenerate_flags
 from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
@@ -232,7 +233,12 @@ class Study:
         """The SFT policy's per-prompt record and the constants every comparison shares (results/sft.json)."""
         path = self.setup_dir / "sft.json"
         if path.exists():
-            return first_prompts(json.loads(path.read_text()), self.design.test_prompts)
+            result = first_prompts(json.loads(path.read_text()), self.design.test_prompts)
+            if "degenerate" not in result["record"]:  # measured before the flags existed: read off its samples
+                samples = json.loads(self._samples_path().read_text())
+                samples = [k[: self.design.test_prompts] for k in samples]
+                result["record"]["degenerate"] = degenerate_flags(self.evaluator().degenerate, samples)
+            return result
         start = time.time()
         evaluator = self.evaluator()
         samples = evaluator.sample(evaluator.reference)
