@@ -17,7 +17,8 @@ def test_a_response_is_degenerate_when_it_loops_or_holds_a_long_non_word():
     assert flag.non_words("Ban the offer early; defaultortlme keeps it.") == ["defaultortlme"]  # glued tokens
     assert flag("Wassilytheta says save.") and flag("save save save save")  # a non-word; a loop
     assert not flag("Buy xyz ETF, qqq too.")  # runs shorter than four letters are left alone
-    assert words_of("401k-plans don't") == ["k", "plans", "don", "t"]  # digits, hyphens, apostrophes split words
+    assert words_of("401k-plans don't, O'Neil's") == ["k", "plans", "do", "o", "neil"]  # digits and hyphens split
+    assert flag.non_words("It doesn't pay, and they aren't sure.") == []  # contractions read as their words
     assert DegenerateText([]).non_words("fintechish etfs") == ["etfs", "fintechish"]  # no reference: English only
     samples = [["Buy broad ETFs.", "defaultortlme"], ["save save save save", "Keep a fund."]]  # (k, prompt)
     assert degenerate_flags(flag, samples) == [[0.0, 1.0], [1.0, 0.0]]  # an evaluation record's layout

@@ -23,12 +23,16 @@ __all__ = ["MIN_LETTERS", "DegenerateText", "degenerate_flags", "words_of"]
 
 #: Shorter runs of letters are left alone: abbreviations and word pieces ("th", "etc") are common in fluent text.
 MIN_LETTERS = 4
-_LETTERS = re.compile(r"[^\W\d_]+")
+_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
+#: An English contraction's ending: "doesn't" is read as "does", not as the non-word "doesn".
+_CONTRACTION = re.compile(r"(?:n['’]t|['’](?:s|re|ll|ve|d|m|t))$")
 
 
 def words_of(text: str) -> list[str]:
-    """The runs of letters of ``text``, lower-cased (digits, apostrophes and hyphens split words)."""
-    return [w.lower() for w in _LETTERS.findall(text)]
+    """The words of ``text``, lower-cased: runs of letters (digits and hyphens split words), a contraction read as
+    its word ("doesn't" → "does"), other apostrophes splitting."""
+    words = (_CONTRACTION.sub("", w.lower()) for w in _WORD.findall(text))
+    return [part for w in words for part in re.split(r"['’]", w) if part]
 
 
 @lru_cache(maxsize=1)
