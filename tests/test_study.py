@@ -309,6 +309,17 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert [(c["epoch"], c["step"]) for c in record["checkpoints"]] == [(1.0, 2), (2.0, 4)]  # 16 rows, batches of 8
     assert record["summary"] == record["checkpoints"][-1]["summary"] != record["checkpoints"][0]["summary"]
     assert not list((out / "cells" / record["cell"]).rglob("*.safetensors"))
+    assert "degenerate_rate" in record["summary"] and "gold_gain_clean" in record["summary"]
+
+    # An SFT record measured before the degenerate-text flags (an older shared set-up) gets them from its committed
+    # samples: the flags the evaluator gives each sample, so every cell can still read gold_gain_clean.
+    sft_path = results / "sft.json"
+    original = sft_path.read_text()
+    stored = json.loads(original)
+    flags = stored["record"].pop("degenerate")
+    sft_path.write_text(json.dumps(stored))
+    assert Study(along, out, results).sft_record()["record"]["degenerate"] == flags
+    sft_path.write_text(original)
 
     # Weights that are not the committed set-up's are refused before any cell trains on them: here a work folder
     # rebuilt from an edited adapter (one LoRA weight changed).
