@@ -195,7 +195,9 @@ def test_the_pilot_beta_closest_to_the_target_kl_on_a_log_scale_is_each_arms_and
     assert chosen == {"ctl_eps1_dpo": 0.05, "ltc_eps1_dpo": 0.2}  # |log(30/40)| < |log(100/40)|; 0.9 nearer than 0.2
     plan = plan_main(design, _analysis(final_kl=kl))
     assert plan["arm_betas"] == chosen
-    with pytest.raises(ValueError, match=r"^target_kl: the pilot ran no dpo arm on LTC labels to choose β from\.$"):
+    with pytest.raises(
+        ValueError, match=r"^target_kl: the pilot ran no dpo arm on LTC labels and 128 rows to choose β from\.$"
+    ):
         choose_betas(design, {k: v for k, v in kl.items() if not k.startswith("ltc")})
     records = [{"arm": a, "method": "dpo", "setting": "CTL", "seed": 0} for a in kl if a.startswith("ctl")]
     records.append({"arm": "ctl_eps1_square_chipo_beta0.01", "method": "square_chipo", "setting": "CTL", "seed": 0})
@@ -295,8 +297,8 @@ def test_fresh_main_seeds_start_where_the_design_says_and_never_fall_below_its_f
     first = roomy.main_arms[0]
     free = plan_main(roomy, _analysis(needed=12), reused=lambda arm, seed: arm == first and seed == 100)
     assert free["expected_hours"] == round(_hours(9, 12, free=1), 2)  # reuse is looked up by the actual seed
-    for bad in ({"min_seeds": 1}, {"main_seeds_from": -1}):
-        with pytest.raises(ValueError, match="min_seeds must be ≥ 2 and main_seeds_from ≥ 0"):
+    for bad in ({"min_seeds": 1}, {"main_seeds_from": -1}, {"min_seeds": "9"}, {"main_seeds_from": True}):
+        with pytest.raises(ValueError, match="min_seeds must be a whole number ≥ 2 and main_seeds_from one ≥ 0"):
             _design(**bad)
 
 

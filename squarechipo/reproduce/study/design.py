@@ -321,9 +321,11 @@ class StudyDesign:
             missing = sorted(set(reading.holds + reading.not_reversed) - names)
             if missing:
                 raise ValueError(f"conclusion {reading.name!r} names claims that are not in claims: {missing}.")
-        if self.min_seeds < 2 or self.main_seeds_from < 0:
+        whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (self.min_seeds, self.main_seeds_from))
+        if not whole or self.min_seeds < 2 or self.main_seeds_from < 0:
             raise ValueError(
-                f"min_seeds must be ≥ 2 and main_seeds_from ≥ 0 (got {self.min_seeds}, {self.main_seeds_from})."
+                f"min_seeds must be a whole number ≥ 2 and main_seeds_from one ≥ 0 (got {self.min_seeds!r}, "
+                f"{self.main_seeds_from!r})."
             )
         gate_epoch = None if self.pilot_gate is None else self.pilot_gate.epoch
         if gate_epoch is not None and gate_epoch not in (self.checkpoints or ()):

@@ -229,7 +229,9 @@ def choose_betas(design: StudyDesign, kl: dict[str, dict[str, Any]]) -> dict[str
             and (e.get("rows") or design.train_rows) == rows
         ]  # fmt: skip
         if not grid:
-            raise ValueError(f"{rule}: the pilot ran no {arm.method} arm on {arm.setting} labels to choose β from.")
+            raise ValueError(
+                f"{rule}: the pilot ran no {arm.method} arm on {arm.setting} labels and {rows} rows to choose β from."
+            )
         if design.target_kl is not None:
             best = min(grid, key=lambda e: abs(math.log(max(e["kl"], 1e-6) / design.target_kl)))
         else:
