@@ -1,0 +1,53 @@
+"""The test command's own machinery: what `bash scripts/test.sh` relies on from pytest and pytest-xdist holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+GROUPED = textwrap.dedent(
+    """
+    import json, os, pathlib
+    import pytest
+
+    pytestmark = pytest.mark.xdist_group("pool")
+
+    @pytest.mark.parametrize("i", range(6))
+    def test_grouped(i, request):
+        out = pathlib.Path(os.environ["HARNESS_OUT"]) / f"{request.node.name}-{__name__}.json"
+        out.write_text(json.dumps({"worker": os.environ["PYTEST_XDIST_WORKER"], "nodeid": request.node.nodeid}))
+    """
+)
+UNGROUPED = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.mark.parametrize("i", range(6))
+    def test_free(i):
+        pass
+    """
+)
+
+
+def test_xdist_groups_run_on_one_worker_under_the_test_commands_options(tmp_path):
+    """The suite's `--dist loadgroup` keeps an `xdist_group` on one worker, so its module fixtures (the selector's
+    trained candidate pool, the judge servers) are built once. pytest 9.2 with pytest-xdist 3.8 silently spread a
+    group over both workers (pytest-dev/pytest-xdist#1386): the project pins pytest below 9.2 for that."""
+    for name, text in {"test_a.py": GROUPED, "test_b.py": GROUPED, "test_c.py": UNGROUPED}.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", "-q"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HARNESS_OUT": str(tmp_path / "out")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ran = [json.loads(p.read_text()) for p in (tmp_path / "out").iterdir()]
+    assert len(ran) == 12
+    assert {r["worker"] for r in ran} in ({"gw0"}, {"gw1"}), ran
+    assert all(r["nodeid"].endswith("@pool") for r in ran), ran
