@@ -20,6 +20,8 @@ PROBE = textwrap.dedent(
         "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "name": __name__,
         "variable": os.environ.get("SQUARECHIPO_WARM_PROBE"), "rank": os.environ.get("RANK"),
         "squarechipo_loaded": "squarechipo" in sys.modules,
+        "faulthandler": __import__("faulthandler").is_enabled(),
+        "unbuffered": [s.write_through and s.buffer.__class__.__name__ for s in (sys.stdout, sys.stderr)],
     }
     if sys.argv[1:2] == ["nested"]:
         env = {**os.environ, "RANK": "1"}  # a launcher's rank: the server's environment otherwise
@@ -49,14 +51,17 @@ def _cold(command, cwd, env):
 @pytest.mark.slow
 def test_a_warm_command_sees_what_a_fresh_interpreter_sees_and_its_children_start_warm(probe, tmp_path):
     env = {**os.environ, "SQUARECHIPO_WARM_PROBE": "outer"}
-    for command in (
-        [warm.PYTHON, str(probe), "plain", "x y"],
-        [warm.PYTHON, str(probe), "exit"],
-        [warm.PYTHON, "-c", PROBE, "exit"],  # python -c: argv[0] "-c", sys.path[0] "", a fresh __main__
+    flags = {**env, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}  # read at start-up: the child applies them
+    for command, variables in (
+        ([warm.PYTHON, str(probe), "plain", "x y"], env),
+        ([warm.PYTHON, str(probe), "exit"], env),
+        ([warm.PYTHON, "-c", PROBE, "exit"], env),  # python -c: argv[0] "-c", sys.path[0] "", a fresh __main__
+        ([warm.PYTHON, str(probe), "plain"], flags),
     ):
-        hot, cold = warm.run(command, cwd=tmp_path, env=env, timeout=300), _cold(command, tmp_path, env)
+        hot, cold = warm.run(command, cwd=tmp_path, env=variables, timeout=300), _cold(command, tmp_path, variables)
         assert hot is not None, "the command did not run warm"
         assert (hot.returncode, json.loads(hot.stdout)) == (cold.returncode, json.loads(cold.stdout))
+    assert json.loads(hot.stdout)["faulthandler"] and json.loads(hot.stdout)["unbuffered"] == ["FileIO", "FileIO"]
     failed = warm.run([warm.PYTHON, str(probe), "fail"], cwd=tmp_path, env=env, timeout=300)
     assert failed.returncode == 1 and failed.stderr.rstrip().endswith("RuntimeError: the probe fails on purpose")
     nested = warm.run([warm.PYTHON, str(probe), "nested"], cwd=tmp_path, env=env, timeout=300)

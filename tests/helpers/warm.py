@@ -53,11 +53,13 @@ WARM_IMPORTS = (
 _TRL_NAMES = ("DPOTrainer", "SFTTrainer", "TrlParser", "ModelConfig", "ScriptArguments")
 #: Variables that launchers set for each process they start (Accelerate's simple launcher, torchrun's ranks, a
 #: benchmark's workers) and that the libraries read when they run, not when they are imported: a request may differ
-#: from the server in these alone, and its child takes them.
+#: from the server in these alone, and its child takes them (PYTHONUNBUFFERED and PYTHONFAULTHANDLER, which the
+#: interpreter reads at start-up, the child applies as it would: see _take_start_up_flags).
 PER_PROCESS = (
     "SQUARECHIPO_TEST_LAUNCH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS", "PYTHONWARNINGS", "TQDM_DISABLE", "CUDA_VISIBLE_DEVICES", "PWD", "OLDPWD", "SHLVL", "_",
+    "MKL_NUM_THREADS", "PYTHONWARNINGS", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "TQDM_DISABLE",
+    "CUDA_VISIBLE_DEVICES", "PWD", "OLDPWD", "SHLVL", "_",
     "PYTEST_CURRENT_TEST", "COLUMNS", "LINES",
 )  # fmt: skip
 # The package's own variables are read by the child, which imports the package itself; all but the machine folder
@@ -251,6 +253,24 @@ def _take_environment(env: dict) -> None:
     if env.get("PYTHONWARNINGS") and env["PYTHONWARNINGS"] != before:
         for option in env["PYTHONWARNINGS"].split(","):
             warnings._setoption(option)  # noqa: SLF001 - as the interpreter reads -W at start-up
+    _take_start_up_flags(env)
+
+
+def _take_start_up_flags(env: dict) -> None:
+    """What the interpreter reads from PYTHONUNBUFFERED and PYTHONFAULTHANDLER at start-up: unbuffered standard
+    streams (as with -u) and fault tracebacks on stderr (as with -X faulthandler)."""
+    import faulthandler
+    import io
+
+    if env.get("PYTHONUNBUFFERED"):
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            old = getattr(sys, name)
+            raw = io.FileIO(fd, "w", closefd=False)
+            new = io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, write_through=True)
+            setattr(sys, name, new)
+            setattr(sys, f"__{name}__", new)
+    if env.get("PYTHONFAULTHANDLER") and not faulthandler.is_enabled():
+        faulthandler.enable()
 
 
 def _run_as_main(kind: str, target: str, argv: list[str]) -> int:
