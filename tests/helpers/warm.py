@@ -19,6 +19,7 @@ runs the installed commands that way.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import select
@@ -332,6 +333,9 @@ def serve(address: str, owner: int) -> None:
         importlib.import_module(name)
     for name in _TRL_NAMES:
         getattr(sys.modules["trl"], name)
+    # The imports' objects go to the permanent generation before any fork: a child's collections (one per
+    # Trainer.train()) then skip them and leave their pages shared (the recipe of the gc module's docs for fork).
+    gc.freeze()
     _write_shim(os.path.dirname(address), address)
     # What the imports set (e.g. TorchInductor's cache folder; a fresh interpreter's imports set it too) and the shim.
     global _SET_BY_IMPORTS
