@@ -81,3 +81,32 @@ def test_two_processes_starting_at_once_convert_once(tmp_path):
     reference = AutoModelForCausalLM.from_pretrained(embedded_model_path())
     for a, b in zip(model.parameters(), reference.parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_conversion_reads_the_gguf_once_and_leaves_gguf_as_it_was(tmp_path):
+    """Inside the conversion every ``GGUFReader`` of one file is the same reader (transformers parses the file once
+    per ``from_pretrained``); outside it gguf's own reader and name table are back, so nothing else shares a
+    reader or sees a file's old contents."""
+    import gguf
+    import numpy as np
+
+    from squarechipo.models.embedded import _gguf_read_once
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("general.quantization_version", 2)
+    writer.add_tensor("token_embd.weight", np.ones((4, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader, table = gguf.GGUFReader, gguf.get_tensor_name_map
+    with _gguf_read_once():
+        assert gguf.GGUFReader(str(path)) is gguf.GGUFReader(str(path))
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, table)
+    assert gguf.GGUFReader(str(path)) is not gguf.GGUFReader(str(path))
+    with pytest.raises(RuntimeError), _gguf_read_once():
+        raise RuntimeError("a failed conversion")
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, table)
