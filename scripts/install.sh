@@ -10,6 +10,16 @@ PYTHON=${PYTHON:-python3}
 VENV=${SQUARECHIPO_VENV:-.venv}
 # The extras to install: dev (the test command's tools and servers) by default; the main job asks for none.
 EXTRAS=${SQUARECHIPO_EXTRAS-dev}
+# pip only warns about an extra the package does not declare and installs without it: refuse a misspelt one here.
+DECLARED=$(sed -n '/^\[project.optional-dependencies\]/,/^\[/p' pyproject.toml | sed -n 's/^\([a-z0-9-]*\) = \[.*/\1/p')
+IFS=, read -ra WANTED <<< "$EXTRAS"
+for extra in "${WANTED[@]}"; do
+  if ! grep -qxF -- "$extra" <<< "$DECLARED"; then
+    echo "SQUARECHIPO_EXTRAS: no extra '$extra' in pyproject.toml; use a comma-separated list of" \
+      "$(paste -sd, - <<< "$DECLARED"), or empty for none" >&2
+    exit 2
+  fi
+done
 INSTALL=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[install] creating $VENV"

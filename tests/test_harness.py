@@ -51,3 +51,22 @@ def test_xdist_groups_run_on_one_worker_under_the_test_commands_options(tmp_path
     assert len(ran) == 12
     assert {r["worker"] for r in ran} in ({"gw0"}, {"gw1"}), ran
     assert all(r["nodeid"].endswith("@pool") for r in ran), ran
+
+
+def test_the_installer_refuses_an_extra_the_package_does_not_declare_before_it_installs(tmp_path):
+    """pip only warns about an undeclared extra and installs without it; the installer names the variable, the
+    misspelt extra and every declared one in one line, before it creates a venv. Its list is pyproject.toml's."""
+    import os
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    venv = tmp_path / "venv"
+    env = {**os.environ, "SQUARECHIPO_VENV": str(venv), "SQUARECHIPO_EXTRAS": "dev,tem*"}
+    done = subprocess.run(["bash", "scripts/install.sh"], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and not done.stdout and not venv.exists()
+    [line] = done.stderr.splitlines()
+    assert line.startswith("SQUARECHIPO_EXTRAS: no extra 'tem*' in pyproject.toml")
+    assert f"a comma-separated list of {','.join(declared)}, or empty for none" in line
