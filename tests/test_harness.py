@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 GROUPED = textwrap.dedent(
     """
@@ -70,3 +74,23 @@ def test_the_installer_refuses_an_extra_the_package_does_not_declare_before_it_i
     [line] = done.stderr.splitlines()
     assert line.startswith("SQUARECHIPO_EXTRAS: no extra 'tem*' in pyproject.toml")
     assert f"a comma-separated list of {','.join(declared)}, or empty for none" in line
+    assert tuple(declared) == _DECLARED  # the property test below draws from these
+
+
+_DECLARED = ("judge-server", "team", "tensorboard", "wandb", "dev")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(_DECLARED) | st.text("dev-*?[].\\ $'\"", max_size=6), min_size=1, max_size=4))
+def test_any_list_with_an_undeclared_extra_is_refused_naming_the_first(items):
+    """Whatever the text (glob and regex characters, quotes, spaces, empty items), an extra the package does not
+    declare stops the installer before anything is installed, and the message names the first such extra."""
+    from pathlib import Path
+
+    assume(any(item not in _DECLARED for item in items[:-1]) or items[-1] not in (*_DECLARED, ""))
+    bad = next(item for item in items if item not in _DECLARED)  # bash's read drops only a trailing empty item
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "SQUARECHIPO_VENV": "/nonexistent/venv", "SQUARECHIPO_EXTRAS": ",".join(items)}
+    done = subprocess.run(["bash", "scripts/install.sh"], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and not done.stdout, done.stdout
+    assert done.stderr.startswith(f"SQUARECHIPO_EXTRAS: no extra '{bad}' in pyproject.toml")
