@@ -55,6 +55,7 @@ declare -A TESTS=(
   [squarechipo/reproduce/study/report.py]="tests/test_study.py tests/test_report_intervals.py"
   [squarechipo/reproduce/study/reuse.py]="tests/test_study_reuse.py tests/test_study_provenance.py tests/test_study.py"
   [squarechipo/reproduce/study/runner.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/cells.py]="tests/test_study.py tests/test_trainer.py"
   [squarechipo/reproduce/study/shared_setup.py]="tests/test_study.py"
   [squarechipo/reproduce/study/training.py]="tests/test_study.py"
 )

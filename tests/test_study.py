@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 from scipy.special import expit
 
@@ -305,10 +306,30 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     from squarechipo.reproduce.study.runner import Study
 
     along = replace(load_design(str(design)), epochs=2.0, checkpoints=(1.0, 2.0), lr_scheduler_type="constant")
-    record = Study(along, out, results).cell(along.main_arms[0], 0, "along")
+    # The cell is cut off after its epoch-1 checkpoint, and in the middle of saving the next one. (The cut-off run
+    # is made by training one epoch under the cell's settings at a constant learning rate: the same first two steps;
+    # tests/test_trainer.py cuts a run off for real and checks that resuming gives the uninterrupted weights.)
+    from squarechipo.reproduce.launch import run_script
+    from squarechipo.reproduce.study.runner import cell_name
+
+    study, arm = Study(along, out, results), along.main_arms[0]
+    folder = out / "cells" / cell_name(arm, 0)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    config = study._cell_config(arm, 0, folder)
+    run_script("train", {**config, "num_train_epochs": 1.0}, folder)
+    (folder / "train.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for path in (folder / "model").iterdir():
+        if path.name != "checkpoint-2":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    (folder / "model" / "checkpoint-3").mkdir()  # a save cut off: no marker
+    record = study.cell(arm, 0, "along")
+    assert record["resumed_from_step"] == 2
     assert [(c["epoch"], c["step"]) for c in record["checkpoints"]] == [(1.0, 2), (2.0, 4)]  # 16 rows, batches of 8
     assert record["summary"] == record["checkpoints"][-1]["summary"] != record["checkpoints"][0]["summary"]
-    assert not list((out / "cells" / record["cell"]).rglob("*.safetensors"))
+    assert record["train_loss"] > 0
+    assert not [p for p in folder.rglob("*") if p.suffix in (".safetensors", ".pt", ".pth", ".bin")]
+    assert sorted(p.name for p in (folder / "model").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert "degenerate_rate" in record["summary"] and "gold_gain_clean" in record["summary"]
 
     # An SFT record measured before the degenerate-text flags (an older shared set-up) gets them from its committed

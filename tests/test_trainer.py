@@ -6,6 +6,7 @@ import inspect
 import json
 import math
 import os
+from pathlib import Path
 
 import datasets
 import pytest
@@ -379,6 +380,51 @@ def test_checkpoint_epochs_save_at_those_epochs_only_and_each_checkpoint_is_that
         assert not (folder / "optimizer.pt").exists()  # save_only_model
     with pytest.raises(ValueError, match="checkpoint_epochs must be a list of positive epochs"):
         make_config(tmp_path, checkpoint_epochs=[0])
+
+
+def test_a_run_cut_off_resumes_from_its_newest_resume_point_to_the_weights_of_a_run_not_cut_off(
+    tiny_model_factory, tokenizer, finance_splits, tmp_path
+):
+    """4 rows at batch 2 over 3 epochs: 6 steps. checkpoint_epochs [1] and resume_every_epochs 1 save at steps 2, 4
+    and 6, keeping checkpoint-2 (an epoch checkpoint) and the newest resume point. A run cut off before step 5, with
+    a later checkpoint cut off mid-save beside it, resumes from checkpoint-4 and ends with the uninterrupted run's
+    weights and per-step losses."""
+    from squarechipo.trainer.checkpoints import complete_checkpoints, last_complete_checkpoint
+
+    train = release_rows(rows(finance_splits, 4), LabelPipeline(epsilon=1.0), seed=0)
+    sizes = dict(max_steps=-1, num_train_epochs=3, per_device_train_batch_size=2, save_only_model=False)
+
+    def run(name: str, resume=None, callbacks=()):
+        args = make_config(tmp_path / name, checkpoint_epochs=[1], resume_every_epochs=1, **sizes)
+        trainer = build(tiny_model_factory, tokenizer, args, train, callbacks=list(callbacks))
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        except KeyboardInterrupt:
+            pass
+        losses = {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
+        return trainer, Path(args.output_dir), losses
+
+    class CutOff(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 4:
+                raise KeyboardInterrupt  # what Ctrl-C does, after checkpoint-4 was saved
+
+    whole, whole_dir, whole_losses = run("whole")
+    assert [p.name for p in complete_checkpoints(whole_dir)] == ["checkpoint-2", "checkpoint-6"]
+    assert sorted(p.name for p in whole_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
+
+    _, cut_dir, _ = run("cut", callbacks=[CutOff()])
+    assert [p.name for p in complete_checkpoints(cut_dir)] == ["checkpoint-2", "checkpoint-4"]
+    (cut_dir / "checkpoint-5").mkdir()  # a save cut off: no marker
+    (cut_dir / "checkpoint-5" / "model.safetensors").write_bytes(b"partial")
+    assert last_complete_checkpoint(cut_dir) == cut_dir / "checkpoint-4"
+    resumed, _, losses = run("cut", resume=str(last_complete_checkpoint(cut_dir)))
+
+    assert torch.equal(flat_params(resumed.model), flat_params(whole.model))
+    assert {s: losses[s] for s in (5, 6)} == {s: whole_losses[s] for s in (5, 6)}
+    assert sorted(p.name for p in cut_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
+    with pytest.raises(ValueError, match="resume_every_epochs saves resume points.*save_only_model: false"):
+        make_config(tmp_path, resume_every_epochs=1, save_only_model=True)
 
 
 def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits, tmp_path):

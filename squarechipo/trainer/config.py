@@ -110,6 +110,14 @@ class SquareChiPOConfig(DPOConfig):
             "keeps them small."
         },
     )
+    resume_every_epochs: float | None = field(
+        default=None,
+        metadata={
+            "help": "Also save the whole training state (optimizer, scheduler, RNG) every this many epochs, keeping "
+            "only the newest of these resume points beside the checkpoint_epochs ones, so that a long run cut off "
+            "resumes (resume_from_checkpoint) losing at most this much training. Needs save_only_model: false."
+        },
+    )
     reference_logps_cache: str | None = field(
         default=None,
         metadata={
@@ -143,6 +151,16 @@ class SquareChiPOConfig(DPOConfig):
             if not self.checkpoint_epochs or any(not (math.isfinite(e) and e > 0) for e in self.checkpoint_epochs):
                 got = self.checkpoint_epochs
                 raise ValueError(f"checkpoint_epochs must be a list of positive epochs, e.g. [1, 2, 4] (got {got!r}).")
+        if self.resume_every_epochs is not None:
+            if not (math.isfinite(self.resume_every_epochs) and self.resume_every_epochs > 0):
+                raise ValueError(
+                    f"resume_every_epochs must be a positive number of epochs (got {self.resume_every_epochs!r})."
+                )
+            if self.save_only_model:
+                raise ValueError(
+                    "resume_every_epochs saves resume points, which need the optimizer's state: set save_only_model: "
+                    "false, or drop resume_every_epochs."
+                )
         if self.reference_logps_cache is not None and not self.precompute_ref_log_probs:
             raise ValueError(
                 "reference_logps_cache works with precompute_ref_log_probs: true (the reference log-probs are "

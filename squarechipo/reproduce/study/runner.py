@@ -8,8 +8,9 @@ labels (shared by the arms of the seed with the same label setting, so the compa
 with ``recipes/train.py`` in its own process, and the gold evaluation against the SFT policy
 (:mod:`squarechipo.evaluation.policy`).
 
-Resuming: a cell is done when its record is in the results folder; a cut-off cell is cleared and redone on the
-saved release, so no fresh noise is drawn. The weights of a cell are deleted once it is measured. With
+Resuming: a cell is done when its record is in the results folder; a cell cut off goes on from where it was, on the
+saved release, so no fresh noise is drawn (:mod:`squarechipo.reproduce.study.cells`). The weights of a cell are
+deleted once it is measured. With
 ``sft_lora_r`` set, the set-up is committed (the SFT adapter, the gold head, the SFT samples, the seeds' simulated
 labels and the weights' digests, :mod:`squarechipo.reproduce.study.shared_setup`), so a fresh work folder (another
 machine, a deleted ``out``) is rebuilt from those files exactly and every cell checks the digests before it
@@ -37,6 +38,15 @@ from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
 from squarechipo.reproduce.launch import run_script
+from squarechipo.reproduce.study.cells import (
+    RESUME_EVERY_EPOCHS,
+    compare_per_prompt,
+    drop_weights,
+    epoch_checkpoints,
+    mean_logged_loss,
+    measure_once,
+    train_cell,
+)
 from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign
 from squarechipo.reproduce.study.provenance import cell_provenance, read_record
 from squarechipo.reproduce.study.reuse import cell_name, is_reusable, reused_record
@@ -383,11 +393,14 @@ class Study:
             "label_seed": seed,
             # The finance rows' label-free metadata; the release drops rejected_shown_first, which carries the label.
             "label_public_columns": ["id", "category"],
+            # Resume points (the whole training state) so that a cell cut off goes on from where it was.
+            "save_only_model": False,
+            "resume_every_epochs": RESUME_EVERY_EPOCHS,
         }
         if not arm.debias:  # Square-χPO with c = 1 on private labels: the ablation of the c(ε) debiasing
             config.update(flip_rate=0.0, privacy_override=True)
-        if d.checkpoints is not None:  # measured along training: a checkpoint (weights only) at each of these epochs
-            config.update(checkpoint_epochs=list(d.checkpoints), save_only_model=True)
+        if d.checkpoints is not None:  # measured along training: a checkpoint at each of these epochs
+            config["checkpoint_epochs"] = list(d.checkpoints)
         if d.lr_scheduler_type is not None:
             config["lr_scheduler_type"] = d.lr_scheduler_type
         return config
@@ -406,17 +419,14 @@ class Study:
         self.sft_samples()
         digests = self._check_setup() if self.portable else None
         folder = self.out / "cells" / cell_name(arm, seed)
-        if folder.exists():
-            shutil.rmtree(folder)  # cut off before its record was written
-        folder.mkdir(parents=True)
+        trained = train_cell(folder, self._cell_config(arm, seed, folder), self.python)
         start = time.time()
-        run_script("train", self._cell_config(arm, seed, folder), folder, self.python)
-        trained = time.time()
         measure = self._measure if self.design.checkpoints is None else self._measure_checkpoints
         record = measure(folder / "model")
         train = json.loads((folder / "model" / "train_results.json").read_text())
-        for weights in (folder / "model").rglob("*.safetensors"):
-            weights.unlink()  # the card, privacy record and metrics stay
+        resumed = {k: v for k, v in trained.items() if k == "resumed_from_step" and v is not None}
+        if resumed:  # the Trainer's train_loss covers only the steps after the resume point
+            train["train_loss"] = mean_logged_loss(folder / "model")
         result = {
             "cell": cell_name(arm, seed),
             "arm": arm.key,
@@ -425,13 +435,15 @@ class Study:
             "beta": self._beta(arm),
             "seed": seed,
             "train_loss": train.get("train_loss"),
-            "train_seconds": round(trained - start, 1),
-            "eval_seconds": round(time.time() - trained, 1),
+            "train_seconds": trained["seconds"],
+            "eval_seconds": round(time.time() - start, 1),
+            **resumed,
             **cell_provenance(self.design, digests),
             **record,
         }
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(result, indent=1))
+        drop_weights(folder / "model")  # after the record: a cut in between leaves weights, never a cell unmeasurable
         return result
 
     def _beta(self, arm: Arm) -> float:
@@ -456,16 +468,12 @@ class Study:
 
     def _measure_checkpoints(self, model_dir: Path) -> dict[str, Any]:
         """Each checkpoint measured like a final model, in the order of training; the last is the cell's result."""
-        folders = sorted(model_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         epochs = list(self.design.checkpoints)
-        if len(folders) != len(epochs):
-            raise RuntimeError(f"{model_dir}: {len(folders)} checkpoints, expected one at each of epochs {epochs}.")
+        folders = epoch_checkpoints(model_dir, epochs)
         series = []
         for epoch, folder in zip(epochs, folders):
-            measured = self._measure(folder)
+            measured = measure_once(folder, self._measure)
             series.append({"epoch": epoch, "step": int(folder.name.split("-")[1]), **measured})
-            for weights in folder.glob("*.safetensors"):
-                weights.unlink()  # as each is measured: a cell never holds more than one extra copy for long
         last = {k: series[-1][k] for k in ("summary", "per_prompt", "examples")}
         return {**last, "checkpoints": [{k: v for k, v in c.items() if k != "examples"} for c in series]}
 
@@ -482,16 +490,3 @@ class Study:
                     f"{record['train_seconds'] + record['eval_seconds']:.0f} s"
                 )
         return records
-
-
-def compare_per_prompt(policy: dict, sft: dict) -> dict[str, list[float]]:
-    """The per-prompt gold gain and expected win (rounded), kept in the cell record for later analysis."""
-    from scipy.special import expit
-
-    delta = np.asarray(policy["reward"]) - np.asarray(sft["reward"])
-    kl = (np.asarray(policy["logp"]) - np.asarray(policy["logp_ref"])).mean(axis=0)
-    return {
-        "gold_gain": np.round(delta.mean(axis=0), 4).tolist(),
-        "expected_win": np.round(expit(delta).mean(axis=0), 4).tolist(),
-        "kl": np.round(kl, 3).tolist(),
-    }
