@@ -24,7 +24,7 @@ import sys
 
 from squarechipo import __version__
 
-__all__ = ["ACCELERATE_CONFIGS", "TOOLS", "TRAINING", "accelerate_config", "main"]
+__all__ = ["ACCELERATE_CONFIGS", "TOOLS", "TRAINING", "accelerate_config", "main", "run"]
 
 #: Subcommand → script module launched through Accelerate (``main(script_args, training_args, model_args)``).
 TRAINING = {
@@ -273,5 +273,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``squarechipo`` program: glibc keeps the memory the job frees (:mod:`squarechipo.models.memory`), then
+    :func:`main`."""
+    from squarechipo.models.memory import keep_freed_memory
+
+    keep_freed_memory()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

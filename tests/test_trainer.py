@@ -351,78 +351,61 @@ def test_observed_label_accuracy_rises_on_separable_data(tiny_model_factory, tok
     assert after >= 0.9, (before, after)
 
 
-def test_checkpoint_epochs_save_at_those_epochs_only_and_each_checkpoint_is_that_steps_model(
+def test_checkpoint_epochs_save_at_those_epochs_and_a_run_cut_off_resumes_to_the_uninterrupted_weights(
     tiny_model_factory, tokenizer, finance_splits, tmp_path
 ):
-    """4 rows at batch 2: 2 steps an epoch. checkpoint_epochs [1, 3] over 3 epochs saves checkpoint-2 and checkpoint-6
-    (with save_strategy "no"), each the policy after that step, with its privacy record."""
-    from transformers import TrainerCallback
+    """4 rows at batch 2: 2 steps an epoch, 6 over 3 epochs. checkpoint_epochs [3, 1] saves checkpoint-2 and
+    checkpoint-6 (with save_strategy "no"), each the policy after that step, with its privacy record;
+    resume_every_epochs 1 also saves checkpoint-4, and only the newest resume point stays beside them. A run cut off
+    before step 5, with a later checkpoint cut off mid-save beside it, resumes from checkpoint-4 and ends with the
+    uninterrupted run's weights and per-step losses."""
+    from squarechipo.trainer.checkpoints import complete_checkpoints, last_complete_checkpoint
 
     train = release_rows(rows(finance_splits, 4), LabelPipeline(epsilon=1.0), seed=0)
-    args = make_config(
-        tmp_path, max_steps=-1, num_train_epochs=3, per_device_train_batch_size=2, checkpoint_epochs=[3, 1]
-    )
-    args.save_only_model = True
     seen = {}
 
     class Snapshot(TrainerCallback):  # the policy's weights after each step, for comparison with the checkpoints
         def on_step_end(self, args, state, control, model=None, **kwargs):
             seen[state.global_step] = flat_params(model).clone()
 
-    trainer = build(tiny_model_factory, tokenizer, args, train, callbacks=[Snapshot()])
-    trainer.train()
-    saved = sorted((tmp_path / "out").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    assert [p.name for p in saved] == ["checkpoint-2", "checkpoint-6"]
-    for folder in saved:
-        step = int(folder.name.split("-")[1])
-        torch.testing.assert_close(flat_params(AutoModelForCausalLM.from_pretrained(folder)), seen[step])
-        assert json.loads((folder / PRIVACY_FILE).read_text())["epsilon"] == 1.0
-        assert not (folder / "optimizer.pt").exists()  # save_only_model
-    with pytest.raises(ValueError, match="checkpoint_epochs must be a list of positive epochs"):
-        make_config(tmp_path, checkpoint_epochs=[0])
-
-
-def test_a_run_cut_off_resumes_from_its_newest_resume_point_to_the_weights_of_a_run_not_cut_off(
-    tiny_model_factory, tokenizer, finance_splits, tmp_path
-):
-    """4 rows at batch 2 over 3 epochs: 6 steps. checkpoint_epochs [1] and resume_every_epochs 1 save at steps 2, 4
-    and 6, keeping checkpoint-2 (an epoch checkpoint) and the newest resume point. A run cut off before step 5, with
-    a later checkpoint cut off mid-save beside it, resumes from checkpoint-4 and ends with the uninterrupted run's
-    weights and per-step losses."""
-    from squarechipo.trainer.checkpoints import complete_checkpoints, last_complete_checkpoint
-
-    train = release_rows(rows(finance_splits, 4), LabelPipeline(epsilon=1.0), seed=0)
-    sizes = dict(max_steps=-1, num_train_epochs=3, per_device_train_batch_size=2, save_only_model=False)
-
-    def run(name: str, resume=None, callbacks=()):
-        args = make_config(tmp_path / name, checkpoint_epochs=[1], resume_every_epochs=1, **sizes)
-        trainer = build(tiny_model_factory, tokenizer, args, train, callbacks=list(callbacks))
-        try:
-            trainer.train(resume_from_checkpoint=resume)
-        except KeyboardInterrupt:
-            pass
-        losses = {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
-        return trainer, Path(args.output_dir), losses
-
     class CutOff(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             if state.global_step == 4:
                 raise KeyboardInterrupt  # what Ctrl-C does, after checkpoint-4 was saved
 
-    whole, whole_dir, whole_losses = run("whole")
-    assert [p.name for p in complete_checkpoints(whole_dir)] == ["checkpoint-2", "checkpoint-6"]
-    assert sorted(p.name for p in whole_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
+    def run(name: str, callback, resume=None):
+        args = make_config(
+            tmp_path / name, max_steps=-1, num_train_epochs=3, per_device_train_batch_size=2,
+            checkpoint_epochs=[3, 1], resume_every_epochs=1, save_only_model=False,
+        )  # fmt: skip
+        trainer = build(tiny_model_factory, tokenizer, args, train, callbacks=[callback])
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        except KeyboardInterrupt:
+            pass
+        return trainer, Path(args.output_dir), {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
 
-    _, cut_dir, _ = run("cut", callbacks=[CutOff()])
-    assert [p.name for p in complete_checkpoints(cut_dir)] == ["checkpoint-2", "checkpoint-4"]
-    (cut_dir / "checkpoint-5").mkdir()  # a save cut off: no marker
-    (cut_dir / "checkpoint-5" / "model.safetensors").write_bytes(b"partial")
-    assert last_complete_checkpoint(cut_dir) == cut_dir / "checkpoint-4"
-    resumed, _, losses = run("cut", resume=str(last_complete_checkpoint(cut_dir)))
+    whole, out, whole_losses = run("whole", Snapshot())
+    saved = complete_checkpoints(out)
+    assert [p.name for p in saved] == [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-2", "checkpoint-6"]
+    for folder in saved:
+        step = int(folder.name.split("-")[1])
+        torch.testing.assert_close(flat_params(AutoModelForCausalLM.from_pretrained(folder)), seen[step])
+        assert json.loads((folder / PRIVACY_FILE).read_text())["epsilon"] == 1.0
+        assert (folder / "optimizer.pt").exists()  # a resume point: the whole training state
 
-    assert torch.equal(flat_params(resumed.model), flat_params(whole.model))
+    _, cut, _ = run("cut", CutOff())
+    assert [p.name for p in complete_checkpoints(cut)] == ["checkpoint-2", "checkpoint-4"]
+    (cut / "checkpoint-5").mkdir()  # a save cut off: no marker
+    (cut / "checkpoint-5" / "model.safetensors").write_bytes(b"partial")
+    assert last_complete_checkpoint(cut) == cut / "checkpoint-4"
+    resumed, _, losses = run("cut", TrainerCallback(), resume=str(last_complete_checkpoint(cut)))
+    assert torch.equal(flat_params(resumed.model), seen[6])
     assert {s: losses[s] for s in (5, 6)} == {s: whole_losses[s] for s in (5, 6)}
-    assert sorted(p.name for p in cut_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
+    assert sorted(p.name for p in cut.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
+
+    with pytest.raises(ValueError, match="checkpoint_epochs must be a list of positive epochs"):
+        make_config(tmp_path, checkpoint_epochs=[0])
     with pytest.raises(ValueError, match="resume_every_epochs saves resume points.*save_only_model: false"):
         make_config(tmp_path, resume_every_epochs=1, save_only_model=True)
 

@@ -144,10 +144,15 @@ def unknown_options(given: list[str], known: set[str]) -> str | None:
 def script_main(main: Callable, make_parser: Callable, name: str, argv: list[str] | None = None) -> None:
     """What ``python -m squarechipo.scripts.<name>`` and ``accelerate launch`` run: the config and flags parsed (an
     unknown key or flag is refused naming the closest known one), then ``main``. The project's own errors print as
-    one line on the main process and exit 1; ``--debug`` shows the traceback."""
+    one line on the main process and exit 1; ``--debug`` shows the traceback. Run as a program (``argv`` None),
+    glibc first keeps the memory the job frees (:mod:`squarechipo.models.memory`)."""
     import os
     import sys
 
+    if argv is None:
+        from squarechipo.models.memory import keep_freed_memory
+
+        keep_freed_memory()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import platform
 
 __all__ = ["environment", "main"]
@@ -29,6 +30,7 @@ def environment() -> dict[str, str]:
     """Versions, the machine, and where this process's privacy state lives (URLs without their password)."""
     from squarechipo.data.database import redact
     from squarechipo.data.signing import signing_key, trust_is_explicit
+    from squarechipo.models.memory import ENV
     from squarechipo.models.runtime import accelerator_available
     from squarechipo.privacy.provenance.sketch import record_store_path
     from squarechipo.privacy.release.registry import registry_target
@@ -40,6 +42,7 @@ def environment() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             found[package] = "not installed"
     found["Accelerator"] = "yes" if accelerator_available() else "none (CPU)"
+    found["Memory allocator"] = os.environ.get(ENV, "keep") + f" ({ENV}; keep: glibc keeps the memory a job frees)"
     found["Registry of releases"] = redact(registry_target())
     found["Store of model records"] = redact(record_store_path())
     key = signing_key(create=False)
