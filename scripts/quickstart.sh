@@ -12,9 +12,9 @@
 #   6. a judged win rate against the SFT policy (greedy answers, 16 prompts) -> outputs/quickstart/eval
 #   7. central DP (Zhou et al. 2025 (Square-χPO), Alg. 2): the exponential mechanism picks one of {embedded
 #      base, SFT, Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
-# About 9-11 minutes on 2 CPU cores with the packages downloaded (9 min 21 s alone, 2026-11-27), up to 16 on a slow
-# day (15 min 32 s alone, 2026-11-29; docs/testing.md). llama.cpp, which only the judge-server tests use, is not
-# built here (scripts/test.sh builds it). Re-running reuses the released (privatized) labels.
+# About 9-12 minutes on 2 CPU cores with the packages downloaded (11 min 9 s alone on 2026-11-29, with glibc keeping
+# freed memory; 9 min 21 s on 2026-11-27 before it), more on a slow day (docs/testing.md). llama.cpp, which only the
+# judge-server tests use, is not built here (scripts/test.sh builds it). Re-running reuses the released labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The library and its dependencies, without the test command's tools (scripts/test.sh adds them).
