@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import os
 from pathlib import Path
 
 import datasets
@@ -357,8 +356,8 @@ def test_checkpoint_epochs_save_at_those_epochs_and_a_run_cut_off_resumes_to_the
     """4 rows at batch 2: 2 steps an epoch, 6 over 3 epochs. checkpoint_epochs [3, 1] saves checkpoint-2 and
     checkpoint-6 (with save_strategy "no"), each the policy after that step, with its privacy record;
     resume_every_epochs 1 also saves checkpoint-4, and only the newest resume point stays beside them. A run cut off
-    before step 5, with a later checkpoint cut off mid-save beside it, resumes from checkpoint-4 and ends with the
-    uninterrupted run's weights and per-step losses."""
+    before step 5, with a later checkpoint cut off mid-save beside it, resumes (resume_from_checkpoint: true) from
+    checkpoint-4 and ends with the uninterrupted run's weights and per-step losses."""
     from squarechipo.trainer.checkpoints import complete_checkpoints, last_complete_checkpoint
 
     train = release_rows(rows(finance_splits, 4), LabelPipeline(epsilon=1.0), seed=0)
@@ -376,11 +375,11 @@ def test_checkpoint_epochs_save_at_those_epochs_and_a_run_cut_off_resumes_to_the
     def run(name: str, callback, resume=None):
         args = make_config(
             tmp_path / name, max_steps=-1, num_train_epochs=3, per_device_train_batch_size=2,
-            checkpoint_epochs=[3, 1], resume_every_epochs=1, save_only_model=False,
+            checkpoint_epochs=[3, 1], resume_every_epochs=1, save_only_model=False, resume_from_checkpoint=resume,
         )  # fmt: skip
         trainer = build(tiny_model_factory, tokenizer, args, train, callbacks=[callback])
         try:
-            trainer.train(resume_from_checkpoint=resume)
+            trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
         except KeyboardInterrupt:
             pass
         return trainer, Path(args.output_dir), {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
@@ -399,7 +398,9 @@ def test_checkpoint_epochs_save_at_those_epochs_and_a_run_cut_off_resumes_to_the
     (cut / "checkpoint-5").mkdir()  # a save cut off: no marker
     (cut / "checkpoint-5" / "model.safetensors").write_bytes(b"partial")
     assert last_complete_checkpoint(cut) == cut / "checkpoint-4"
-    resumed, _, losses = run("cut", TrainerCallback(), resume=str(last_complete_checkpoint(cut)))
+    # resume_from_checkpoint: true is the newest checkpoint saved whole, not the Trainer's newest folder
+    resumed, _, losses = run("cut", TrainerCallback(), resume=True)
+    assert resumed.args.resume_from_checkpoint == str(cut / "checkpoint-4")
     assert torch.equal(flat_params(resumed.model), seen[6])
     assert {s: losses[s] for s in (5, 6)} == {s: whole_losses[s] for s in (5, 6)}
     assert sorted(p.name for p in cut.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
@@ -442,32 +443,6 @@ def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits
         assert text in card
     q = flip_probability(0.5)
     assert f"| how the loss treats the released labels | binary RR: flip rate {q:.6f}, debiased by c(ε) = " in card
-
-
-class _StopAt(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.step:
-            control.should_training_stop = True
-
-
-def test_resume_after_interruption_matches_uninterrupted_run(tiny_model_factory, tokenizer, finance_splits, tmp_path):
-    train = release_rows(rows(finance_splits, 24), LabelPipeline(epsilon=1.0), seed=0)
-    common = dict(max_steps=4, save_strategy="steps", save_steps=2, learning_rate=5e-3)
-    full = build(tiny_model_factory, tokenizer, make_config(tmp_path / "a", **common), train)
-    full.train()
-    interrupted = build(
-        tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train, callbacks=[_StopAt(2)]
-    )
-    interrupted.train()
-    assert interrupted.state.global_step == 2
-    assert os.path.isdir(tmp_path / "b" / "out" / "checkpoint-2")
-    resumed = build(tiny_model_factory, tokenizer, make_config(tmp_path / "b", **common), train)
-    resumed.train(resume_from_checkpoint=True)
-    assert resumed.state.global_step == 4
-    torch.testing.assert_close(flat_params(resumed.model), flat_params(full.model), rtol=0, atol=1e-6)
 
 
 def test_lora_adapter_uses_base_as_reference(tiny_model_factory, tokenizer, finance_splits, tmp_path):

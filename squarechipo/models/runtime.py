@@ -19,6 +19,7 @@ __all__ = [
     "accelerator_available",
     "adopt_checkpointing_name",
     "apply_cpu_defaults",
+    "CHECKPOINT_COMPLETE",
     "check_resume",
     "distributed_state",
     "end_run",
@@ -27,6 +28,10 @@ __all__ = [
 
 #: The weight dtypes a ``dtype`` option takes by name, besides ``auto`` (the checkpoint's own).
 WEIGHT_DTYPES = ("bfloat16", "float16", "float32")
+
+#: Written into a ``checkpoint-N`` folder once the Trainer has saved all of it (squarechipo.trainer.checkpoints): a
+#: folder without it, beside folders with it, was cut off while saving.
+CHECKPOINT_COMPLETE = "squarechipo_checkpoint.json"
 
 #: Process groups held until the interpreter exits (see :func:`end_run`).
 _KEPT_GROUPS: list = []
@@ -96,19 +101,18 @@ def adopt_checkpointing_name(config) -> None:
 
 def check_resume(config) -> None:
     """Make ``resume_from_checkpoint`` mean what a user typed: ``true`` is the last ``checkpoint-N`` in
-    ``output_dir`` (an error names the folder when there is none), ``false`` is no resuming, and a path must exist.
+    ``output_dir`` saved whole (an error names the folder when there is none), ``false`` is no resuming, and a path
+    must exist.
     """
     value = config.resume_from_checkpoint
-    if value is None or isinstance(value, bool):
+    if value is None or value is False:
         return
     text = str(value).strip()
     if text.lower() in ("false", "no", "0", ""):
         config.resume_from_checkpoint = None
         return
-    if text.lower() in ("true", "yes", "1", "last"):
-        from transformers.trainer_utils import get_last_checkpoint
-
-        last = get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir() else None
+    if value is True or text.lower() in ("true", "yes", "1", "last"):
+        last = _last_checkpoint(Path(config.output_dir))
         if last is None:
             raise ValueError(
                 f"resume_from_checkpoint={value!r}: {config.output_dir} holds no checkpoint-N folder to resume from. "
@@ -121,3 +125,18 @@ def check_resume(config) -> None:
             f"resume_from_checkpoint={value!r} is not a folder: give a checkpoint-N folder, or true for the last one "
             f"in output_dir ({config.output_dir})."
         )
+
+
+def _last_checkpoint(output_dir: Path) -> str | None:
+    """The newest ``checkpoint-N`` saved whole: among the folders with :data:`CHECKPOINT_COMPLETE` when any has it
+    (a later one without it was cut off mid-save), else the Trainer's own choice (checkpoints of other trainers)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not output_dir.is_dir():
+        return None
+    marked = [
+        f for f in output_dir.glob("checkpoint-*") if f.name[11:].isdigit() and (f / CHECKPOINT_COMPLETE).is_file()
+    ]
+    if marked:
+        return str(max(marked, key=lambda f: int(f.name[11:])))
+    return get_last_checkpoint(str(output_dir))

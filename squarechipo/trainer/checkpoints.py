@@ -12,6 +12,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from squarechipo.models.runtime import CHECKPOINT_COMPLETE
+
 __all__ = [
     "COMPLETE_MARKER",
     "EpochCheckpoints",
@@ -24,7 +26,7 @@ __all__ = [
 _TOLERANCE = 1e-6
 #: Written into a checkpoint folder by ``on_save``, which the Trainer calls once the whole checkpoint is on disk: a
 #: folder without it was cut off while saving. It says whether the folder is one of ``checkpoint_epochs`` (kept).
-COMPLETE_MARKER = "squarechipo_checkpoint.json"
+COMPLETE_MARKER = CHECKPOINT_COMPLETE
 
 
 def _step(folder: Path) -> int:

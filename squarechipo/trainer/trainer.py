@@ -143,8 +143,8 @@ class SquareChiPOTrainer(PrivateTrainerMixin, DPOTrainer):
         super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset, **kwargs)
         if self._extra_columns:
             self.data_collator = ColumnsCollator(self.data_collator, self._extra_columns)
-        if args.checkpoint_epochs or args.resume_every_epochs:
-            self.add_callback(EpochCheckpoints(args.checkpoint_epochs, args.resume_every_epochs))
+        # Always: it also marks each checkpoint once saved whole, which resume_from_checkpoint: true looks for.
+        self.add_callback(EpochCheckpoints(args.checkpoint_epochs, args.resume_every_epochs))
         self._tag_names = list(self._tag_names) + [args.method]
         self._warn_if_fsdp_fell_back(args)
         self._install_lean_lm_head()
