@@ -278,7 +278,11 @@ def run() -> None:
     :func:`main`."""
     from squarechipo.models.memory import keep_freed_memory
 
-    keep_freed_memory()
+    try:
+        keep_freed_memory()
+    except ValueError as error:  # a misspelt SQUARECHIPO_MALLOC: one line, as every other error of the command
+        print(f"squarechipo: error: {error}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main())
 
 

@@ -80,3 +80,15 @@ def test_an_unknown_setting_is_refused_naming_the_variable(monkeypatch):
     monkeypatch.setenv(ENV, "kept")
     with pytest.raises(ValueError, match=f"{ENV}='kept': use keep .* or system"):
         keep_freed_memory()
+
+
+def test_a_misspelt_setting_stops_the_command_with_one_line():
+    code = "import sys\nsys.argv = ['squarechipo', '--version']\nfrom squarechipo.cli import run\nrun()"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=120, env={**os.environ, ENV: "off"},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"squarechipo: error: {ENV}='off': use keep (the default: glibc keeps freed memory) or system."
+    ]

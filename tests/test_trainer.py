@@ -771,3 +771,18 @@ def test_packed_layout_is_not_used_where_the_model_masks_otherwise(
         seen[window] = (len(shapes), out.log_probs)
     assert seen[None][0] == 1 and seen[4096][0] == 2  # packed: one call; the cache layout: prompt, then responses
     torch.testing.assert_close(seen[None][1], seen[4096][1], rtol=1e-6, atol=1e-6)
+
+
+def test_an_edited_checkpoint_marker_is_refused_naming_it_never_guessed(tmp_path):
+    """A wrong guess either way loses work: an epoch checkpoint taken for a resume point is deleted."""
+    from squarechipo.trainer.checkpoints import COMPLETE_MARKER, is_epoch_checkpoint
+
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    assert not is_epoch_checkpoint(folder)  # no marker: cut off mid-save
+    for text in ("{not json", '{"step": 4}', "[]"):
+        (folder / COMPLETE_MARKER).write_text(text)
+        with pytest.raises(ValueError, match=f"{COMPLETE_MARKER}: not a checkpoint marker .*restore it"):
+            is_epoch_checkpoint(folder)
+    (folder / COMPLETE_MARKER).write_text('{"step": 4, "epoch": 2.0, "epoch_checkpoint": true}')
+    assert is_epoch_checkpoint(folder)

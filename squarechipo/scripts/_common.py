@@ -152,7 +152,11 @@ def script_main(main: Callable, make_parser: Callable, name: str, argv: list[str
     if argv is None:
         from squarechipo.models.memory import keep_freed_memory
 
-        keep_freed_memory()
+        try:
+            keep_freed_memory()
+        except ValueError as error:  # a misspelt SQUARECHIPO_MALLOC: one line
+            print(f"squarechipo {name}: error: {error}", file=sys.stderr)
+            sys.exit(2)
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]

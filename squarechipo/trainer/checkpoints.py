@@ -49,7 +49,14 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
 def is_epoch_checkpoint(folder: Path) -> bool:
     """Whether ``folder`` is a checkpoint saved whole at one of ``checkpoint_epochs`` (not a resume point only)."""
     marker = folder / COMPLETE_MARKER
-    return marker.is_file() and bool(json.loads(marker.read_text()).get("epoch_checkpoint"))
+    if not marker.is_file():
+        return False
+    try:
+        return bool(json.loads(marker.read_text())["epoch_checkpoint"])
+    except (ValueError, KeyError, TypeError) as error:  # never guess: a wrong guess deletes an epoch checkpoint
+        raise ValueError(
+            f"{marker}: not a checkpoint marker ({error}); restore it, or delete {folder} if it is not needed."
+        ) from error
 
 
 class EpochCheckpoints(TrainerCallback):
