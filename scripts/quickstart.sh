@@ -7,8 +7,8 @@
 #   2. SFT of the embedded SmolLM2-135M-Instruct on 256 mixed SFT rows          -> outputs/quickstart/sft
 #   3. Square-chiPO under CTL, epsilon = 4, alpha = 0.1, on 128 private rows    -> outputs/quickstart/square_chipo_ctl
 #   4. the gold reward-model judge, fitted on public gold pairs (the `judge` split) -> outputs/quickstart/gold_judge
-#   5. the gold-reward gain and gold expected win rate over the SFT policy, 64 test prompts x 2 sampled
-#      answers, with t intervals and a plain-words reading                 -> outputs/quickstart/eval/gold.json
+#   5. the gold-reward gain and gold expected win rate over the SFT policy, 128 test prompts x 1 sampled
+#      answer, with t intervals and a plain-words reading                  -> outputs/quickstart/eval/gold.json
 #   6. a judged win rate against the SFT policy (greedy answers, 16 prompts) -> outputs/quickstart/eval
 #   7. central DP (Zhou et al. 2025 (Square-χPO), Alg. 2): the exponential mechanism picks one of {embedded
 #      base, SFT, Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
@@ -51,10 +51,11 @@ echo "== [3/7] Square-chiPO, CTL, epsilon=4, alpha=0.1 -> outputs/quickstart/squ
 echo "== [4/7] the gold reward-model judge on public gold pairs -> outputs/quickstart/gold_judge"
 "$SQ" gold-judge --config recipes/configs/quickstart_gold_judge.yaml
 
-echo "== [5/7] gold-reward gain over the SFT policy: 64 test prompts x 2 samples -> outputs/quickstart/eval/gold.json"
+echo "== [5/7] gold-reward gain over the SFT policy: 128 test prompts x 1 sample -> outputs/quickstart/eval/gold.json"
 "$SQ" gold-report --policy outputs/quickstart/square_chipo_ctl --sft outputs/quickstart/sft \
   --gold outputs/quickstart/gold_judge --dataset_name data/finance_preference_conversational --dataset_test_split test \
-  --max_eval_samples 64 --samples 2 --public_splits test --skip_generation_free --out outputs/quickstart/eval/gold.json
+  --max_eval_samples 128 --samples 1 --generation_batch_size 64 --public_splits test --skip_generation_free \
+  --out outputs/quickstart/eval/gold.json
 
 echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
 "$SQ" judge --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
@@ -87,7 +88,7 @@ print(f"  evaluation:         {pathlib.Path('outputs/quickstart/eval/report.md')
 print(f"  method {privacy['method']}, epsilon {privacy['epsilon']}, alpha {privacy['corruption_rate']}, "
       f"order {privacy['order']}, train loss {train['train_loss']:.4f}")
 from squarechipo.evaluation.gold_report import format_summary
-print("  gold reward (64 test prompts x 2 samples, paired with the SFT policy's):")
+print("  gold reward (128 test prompts x 1 sample, paired with the SFT policy's):")
 for line in format_summary(json.loads(pathlib.Path("outputs/quickstart/eval/gold.json").read_text())):
     print(f"    {line}")
 summary = json.loads(pathlib.Path("outputs/quickstart/eval/summary.json").read_text())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.judge.local import TransformersJudge
@@ -94,6 +95,49 @@ def test_generation_is_seeded(models, finance_splits):
     b = generate_responses(str(models / "policy"), prompts, seed=7, **kwargs)
     c = generate_responses(str(models / "policy"), prompts, seed=8, **kwargs)
     assert a == b and a != c
+
+
+def test_the_exponential_race_draws_each_token_with_its_probability_and_couples_close_policies():
+    """ExponentialRaceSampler: the drawn tokens' frequencies match softmax(scores) (χ², seeded), a token of score −inf
+    is never drawn, and two policies given the same seed draw the same token where their distributions agree: the
+    common random numbers the gold report's pairing relies on."""
+    from scipy.stats import chisquare
+
+    from squarechipo.models.generation import ExponentialRaceSampler
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, float("-inf")])
+    rows = 40_000
+    out = ExponentialRaceSampler(seed=0)(None, logits.expand(rows, -1).clone())
+    assert torch.isinf(out).sum(dim=1).eq(5).all() and out.max(dim=1).values.eq(0).all()
+    counts = torch.bincount(out.argmax(dim=1), minlength=6).double()
+    assert counts[5] == 0
+    probs = torch.softmax(logits.double(), dim=0)[:5]
+    assert chisquare(counts[:5].numpy(), (probs / probs.sum() * rows).numpy()).pvalue > 1e-3
+
+    close = logits + torch.tensor([0.0, 0.1, -0.1, 0.05, 0.0, 0.0])  # total variation ≈ 0.03 from `logits`
+    first = ExponentialRaceSampler(seed=3)(None, logits.expand(rows, -1).clone()).argmax(dim=1)
+    second = ExponentialRaceSampler(seed=3)(None, close.expand(rows, -1).clone()).argmax(dim=1)
+    other = ExponentialRaceSampler(seed=4)(None, close.expand(rows, -1).clone()).argmax(dim=1)
+    assert (first == second).double().mean() > 0.93  # coupled: they differ only where the distributions do
+    assert (first == other).double().mean() < 0.5  # independent draws agree with probability Σ p_j q_j ≈ 0.35
+
+
+def test_exact_sampling_is_seeded_and_leaves_the_global_random_state(models, finance_splits, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from squarechipo.models.generation import generate_with_model
+
+    model = AutoModelForCausalLM.from_pretrained(models / "policy")
+    prompts = finance_splits["finance_preference_conversational"]["test"]["prompt"][:3]
+    state = torch.get_rng_state()
+    a, b, c = (
+        generate_with_model(model, tokenizer, prompts, max_new_tokens=6, batch_size=2, exact_sampling=True, seed=s)
+        for s in (7, 7, 8)
+    )
+    assert a == b and a != c
+    assert torch.equal(torch.get_rng_state(), state)
+    with pytest.raises(ValueError, match="exact_sampling"):
+        generate_with_model(model, tokenizer, prompts, exact_sampling=True, do_sample=True)
 
 
 def _judge(argv: list[str], capsys) -> subprocess.CompletedProcess:
@@ -293,6 +337,9 @@ def test_the_gold_evaluator_reuses_the_sft_records_passes_without_changing_a_num
     samples = evaluator.sample(reference)
     record = evaluator.measure_samples(reference, samples)
     assert record == evaluator.measure_samples(reference, samples, pool=samples)
+    # One sample per prompt is scored beside an empty response, not beside itself: the same log-probs.
+    alone, paired = evaluator._sample_logps(reference, samples[:1]), evaluator.logps(reference, samples[0], samples[0])
+    assert alone.shape == (1, 4) and np.allclose(alone[0], paired[0], atol=1e-4)
     constants = evaluator.constants(samples, record)
     assert constants == evaluator.constants(samples)
     # Without the generation-free measures the sampled ones are the same numbers, and the others are absent.

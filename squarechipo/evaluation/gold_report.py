@@ -2,7 +2,7 @@
 
     squarechipo gold-report --policy outputs/quickstart/square_chipo_ctl \
         --sft outputs/quickstart/sft --gold outputs/quickstart/gold_judge \
-        --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 64
+        --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 128
 
 Both policies answer each test prompt with ``--samples`` responses at temperature 1 (the same generation seeds for
 both, so the samples are paired); the gold reward model scores them. It prints the mean gold-reward gain and the
@@ -60,12 +60,14 @@ def gold_comparison(
     dataset: str,
     *,
     split="test",
-    prompts=64,
-    samples=2,
+    prompts=128,
+    samples=1,
+    batch_size=64,
     labels_public=False,
     generation_free=True,
 ) -> dict:
-    """The paired comparison of :func:`squarechipo.evaluation.policy.compare`, loaded from model folders."""
+    """The paired comparison of :func:`squarechipo.evaluation.policy.compare`, loaded from model folders;
+    ``batch_size`` prompts are answered at once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from squarechipo.data import load_preference_dataset
@@ -81,7 +83,7 @@ def gold_comparison(
         AutoTokenizer.from_pretrained(sft),
         RewardModelJudge(gold, batch_size=32, dtype=dtype),
         test,
-        SamplingSettings(samples_per_prompt=samples, generation_free=generation_free),
+        SamplingSettings(samples_per_prompt=samples, batch_size=batch_size, generation_free=generation_free),
         labels_public=labels_public,
     )
     sft_samples = evaluator.sample(reference)

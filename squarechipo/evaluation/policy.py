@@ -1,8 +1,9 @@
 """Low-variance measures of a trained policy against the SFT policy under a gold reward r*, paired by prompt.
 
 For each held-out test prompt, K responses are sampled from the policy at temperature 1 with the whole vocabulary
-(so the samples come from π itself), with fixed generation seeds: sample k of every policy uses the same seeds,
-which couples a policy's samples with the SFT policy's (common random numbers). Per policy it records, per prompt:
+(so the samples come from π itself; :class:`~squarechipo.models.generation.ExponentialRaceSampler`), with fixed
+seeds: sample k of every policy uses the same random clocks, which couples a policy's samples with the SFT policy's
+(common random numbers). Per policy it records, per prompt:
 
 - r*(x, y) of each sample, the sample's length in words, whether it loops (:func:`~.gold.has_loop`) and whether it
   is degenerate (it loops or holds a non-word, :mod:`~.degenerate`);
@@ -108,10 +109,7 @@ class GoldEvaluator:
                 self.prompts,
                 max_new_tokens=s.max_new_tokens,
                 batch_size=s.batch_size,
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
+                exact_sampling=True,
                 seed=s.seed + 1000 * k,
                 desc=f"sample {k + 1}/{s.samples_per_prompt}",
             )
@@ -140,11 +138,15 @@ class GoldEvaluator:
         return [response_text(p["chosen"]) for p in pairs], [response_text(p["rejected"]) for p in pairs]
 
     def _sample_logps(self, model, samples: list[list[str]]) -> np.ndarray:
-        """(K, n) log-probs of the samples, two samples per scoring row."""
+        """(K, n) log-probs of the samples, two samples per scoring row; an odd last sample is scored beside an empty
+        response (a few template tokens, its log-prob dropped) rather than beside itself, which cost a second pass
+        over every sample."""
         out = []
         for k in range(0, len(samples), 2):
-            second = samples[k + 1] if k + 1 < len(samples) else samples[k]
-            out.extend(self.logps(model, samples[k], second)[: min(2, len(samples) - k)])
+            if k + 1 < len(samples):
+                out.extend(self.logps(model, samples[k], samples[k + 1]))
+            else:
+                out.append(self.logps(model, samples[k], [""] * len(samples[k]))[0])
         return np.stack(out)
 
     def measure(self, model, pool: list[list[str]] | None = None) -> dict:

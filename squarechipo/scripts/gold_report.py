@@ -24,8 +24,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--gold", required=True, help="a one-output reward model folder (e.g. recipes/gold_judge.py)")
     parser.add_argument("--dataset_name", required=True, help="preference data whose split holds the test prompts")
     parser.add_argument("--dataset_test_split", default="test", help="the split whose prompts are answered")
-    parser.add_argument("--max_eval_samples", type=int, default=64, help="test prompts (default 64)")
-    parser.add_argument("--samples", type=int, default=2, help="samples per prompt and policy (default 2)")
+    parser.add_argument("--max_eval_samples", type=int, default=128, help="test prompts (default 128)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="samples per prompt and policy (default 1: for a fixed number of samples, more prompts give the "
+        "narrower interval)",
+    )
+    parser.add_argument(
+        "--generation_batch_size",
+        type=int,
+        default=64,
+        help="prompts answered at once (default 64; lower on a small GPU)",
+    )
     parser.add_argument("--out", default=None, help="write the figures to this JSON file")
     parser.add_argument(
         "--skip_generation_free",
@@ -52,6 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
         split=args.dataset_test_split,
         prompts=args.max_eval_samples,
         samples=args.samples,
+        batch_size=args.generation_batch_size,
         labels_public=args.dataset_test_split in args.public_splits,
         generation_free=not args.skip_generation_free,
     )
