@@ -275,15 +275,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     """The ``squarechipo`` program: glibc keeps the memory the job frees (:mod:`squarechipo.models.memory`), then
-    :func:`main`."""
-    from squarechipo.models.memory import keep_freed_memory
+    :func:`main`, then an exit that does not walk the job's objects."""
+    from squarechipo.models.memory import keep_freed_memory, skip_exit_collection
 
     try:
         keep_freed_memory()
     except ValueError as error:  # a misspelt SQUARECHIPO_MALLOC: one line, as every other error of the command
         print(f"squarechipo: error: {error}", file=sys.stderr)
         sys.exit(2)
-    sys.exit(main())
+    code = main()
+    skip_exit_collection()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -92,3 +92,25 @@ def test_a_misspelt_setting_stops_the_command_with_one_line():
     assert done.stderr.strip().splitlines() == [
         f"squarechipo: error: {ENV}='off': use keep (the default: glibc keeps freed memory) or system."
     ]
+
+
+def test_the_program_exits_without_walking_its_objects_and_its_outputs_whole(tmp_path):
+    """After the job, ``run()`` freezes the collector (the shutdown collections skip the job's objects); what the job
+    wrote is whole, and atexit handlers still run."""
+    import sqlite3
+
+    registry = tmp_path / "releases.sqlite"
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['squarechipo', 'registry', 'init']\nfrom squarechipo.cli import run\nrun()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "SQUARECHIPO_RELEASE_REGISTRY": str(registry)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "frozen True"
+    with sqlite3.connect(registry) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] > 0

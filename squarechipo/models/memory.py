@@ -11,6 +11,9 @@ the process keeps its peak memory until it exits.
 :func:`keep_freed_memory` tells glibc (``mallopt``) to serve every size from its heap and never to trim it. The
 ``squarechipo`` command and every script run as a program call it first; ``SQUARECHIPO_MALLOC=system`` keeps
 glibc's defaults.
+
+:func:`skip_exit_collection` is the other end of a job's process: the interpreter's shutdown collections would walk
+every object the job made.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import ctypes.util
 import os
 import sys
 
-__all__ = ["ENV", "keep_freed_memory"]
+__all__ = ["ENV", "keep_freed_memory", "skip_exit_collection"]
 
 #: ``keep`` (the default) or ``system`` (glibc's own settings).
 ENV = "SQUARECHIPO_MALLOC"
@@ -48,3 +51,15 @@ def keep_freed_memory() -> bool:
     if not hasattr(libc, "gnu_get_libc_version"):  # glibc only: musl's mallopt takes other parameters
         return False
     return all(libc.mallopt(parameter, value) == 1 for parameter, value in _SETTINGS)
+
+
+def skip_exit_collection() -> None:
+    """Move every object the process holds into the collector's permanent generation (``gc.freeze``), so that the
+    collections of the interpreter's shutdown do not walk them: a job that loaded torch, transformers and a model
+    holds millions of tracked objects, and walking them took about 1.2 s of each command's exit here (0.2 s after).
+    Objects are still released by reference counting and module teardown, and ``atexit`` handlers still run; only
+    reference cycles made before the call are left to the operating system. Called once the job has written and
+    closed its outputs."""
+    import gc
+
+    gc.freeze()

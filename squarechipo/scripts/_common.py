@@ -145,11 +145,13 @@ def script_main(main: Callable, make_parser: Callable, name: str, argv: list[str
     """What ``python -m squarechipo.scripts.<name>`` and ``accelerate launch`` run: the config and flags parsed (an
     unknown key or flag is refused naming the closest known one), then ``main``. The project's own errors print as
     one line on the main process and exit 1; ``--debug`` shows the traceback. Run as a program (``argv`` None),
-    glibc first keeps the memory the job frees (:mod:`squarechipo.models.memory`)."""
+    glibc first keeps the memory the job frees, and the exit does not walk the job's objects
+    (:mod:`squarechipo.models.memory`)."""
     import os
     import sys
 
-    if argv is None:
+    program = argv is None
+    if program:
         from squarechipo.models.memory import keep_freed_memory
 
         try:
@@ -171,6 +173,10 @@ def script_main(main: Callable, make_parser: Callable, name: str, argv: list[str
         if problem:
             raise ValueError(problem)
         main(*parsed)
+        if program:
+            from squarechipo.models.memory import skip_exit_collection
+
+            skip_exit_collection()
     except user_errors() as error:
         if debug:
             raise
