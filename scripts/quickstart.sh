@@ -17,8 +17,9 @@
 # judge-server tests use, is not built here (scripts/test.sh builds it). Re-running reuses the released labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The library and its dependencies, without the test command's tools (scripts/test.sh adds them).
-SQUARECHIPO_EXTRAS="${SQUARECHIPO_EXTRAS-}" bash scripts/install.sh
+# The library and its dependencies, without the test command's tools (scripts/test.sh adds them), byte-compiling
+# only what the job imports (scripts/test.sh compiles the rest).
+SQUARECHIPO_EXTRAS="${SQUARECHIPO_EXTRAS-}" SQUARECHIPO_COMPILE="${SQUARECHIPO_COMPILE-imports}" bash scripts/install.sh
 PY=.venv/bin/python
 # The commands the README teaches: each training job goes through Accelerate, with every CPU core per process.
 SQ=.venv/bin/squarechipo

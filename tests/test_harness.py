@@ -77,6 +77,19 @@ def test_the_installer_refuses_an_extra_the_package_does_not_declare_before_it_i
     assert tuple(declared) == _DECLARED  # the property test below draws from these
 
 
+def test_the_installer_refuses_an_unknown_compile_setting_before_it_installs(tmp_path):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    venv = tmp_path / "venv"
+    env = {**os.environ, "SQUARECHIPO_VENV": str(venv), "SQUARECHIPO_COMPILE": "import"}
+    done = subprocess.run(["bash", "scripts/install.sh"], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and not done.stdout and not venv.exists()
+    assert done.stderr.splitlines() == [
+        "SQUARECHIPO_COMPILE=import: use all (the default: the whole venv) or imports (what the main job imports)"
+    ]
+
+
 _DECLARED = ("judge-server", "team", "tensorboard", "wandb", "dev")
 
 
