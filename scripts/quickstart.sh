@@ -9,7 +9,7 @@
 #   4. the gold reward-model judge, fitted on public gold pairs (the `judge` split) -> outputs/quickstart/gold_judge
 #   5. the gold-reward gain and gold expected win rate over the SFT policy, 128 test prompts x 1 sampled
 #      answer, with t intervals and a plain-words reading                  -> outputs/quickstart/eval/gold.json
-#   6. a judged win rate against the SFT policy (greedy answers, 16 prompts) -> outputs/quickstart/eval
+#   6. a judged win rate against the SFT policy (greedy answers, 16 prompts in one batch) -> outputs/quickstart/eval
 #   7. central DP (Zhou et al. 2025 (Square-χPO), Alg. 2): the exponential mechanism picks one of {embedded
 #      base, SFT, Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
 # About 9-12 minutes on 2 CPU cores with the packages downloaded (11 min 9 s alone on 2026-11-29, with glibc keeping
@@ -61,7 +61,7 @@ echo "== [5/7] gold-reward gain over the SFT policy: 128 test prompts x 1 sample
 echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
 "$SQ" judge --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
   --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 16 --max-new-tokens 64 \
-  --dtype bfloat16 \
+  --batch-size 16 --dtype bfloat16 \
   --judge reward-model --judge-model outputs/quickstart/gold_judge --judge-batch-size 16 \
   --calibration-pairs 64 --public_splits test --setting CTL --method square_chipo --out outputs/quickstart/eval
 
