@@ -12,8 +12,8 @@
 #   6. a judged win rate against the SFT policy (greedy answers, 16 prompts in one batch) -> outputs/quickstart/eval
 #   7. central DP (Zhou et al. 2025 (Square-χPO), Alg. 2): the exponential mechanism picks one of {embedded
 #      base, SFT, Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
-# About 9-12 minutes on 2 CPU cores with the packages downloaded (11 min 9 s alone on 2026-11-29, with glibc keeping
-# freed memory; 9 min 21 s on 2026-11-27 before it), more on a slow day (docs/testing.md). llama.cpp, which only the
+# About 7-10 minutes on 2 CPU cores with the packages downloaded (7 min 21 s alone on 2026-11-30; the code before
+# took 8 min 19 s that hour and 11 min 9 s on 2026-11-29), more on a slow day (docs/testing.md). llama.cpp, which only the
 # judge-server tests use, is not built here (scripts/test.sh builds it). Re-running reuses the released labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
