@@ -63,6 +63,16 @@ def test_audit_sizes_confidence_and_options_are_checked(capsys):
     assert stopped.value.code == 2 and "unrecognized arguments: --alpha 0.01" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--max_eval_samples", "--samples", "--generation_batch_size"])
+def test_gold_report_sizes_below_one_are_refused_naming_the_flag(flag, capsys):
+    from squarechipo.scripts.gold_report import main
+
+    folders = ["--policy", "p", "--sft", "s", "--gold", "g", "--dataset_name", "d"]
+    with pytest.raises(SystemExit) as stopped:
+        main([*folders, flag, "0"])
+    assert stopped.value.code == 2 and f"{flag} 0: must be at least 1" in capsys.readouterr().err
+
+
 def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):
     from squarechipo.privacy import LabelPipeline
     from squarechipo.privacy.release.store import release_dataset

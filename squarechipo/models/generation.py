@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,18 @@ class ExponentialRaceSampler(LogitsProcessor):
         return torch.full_like(scores, float("-inf")).scatter_(1, drawn, 0.0)
 
 
+def _sampling(seed: int, device, *, exact: bool, do_sample: bool, temperature, top_p, top_k) -> dict:
+    """``generate``'s sampling arguments for one batch, seeded ``seed``: the exponential race as a logits processor
+    under greedy decoding, or transformers' own (seeded through the global state, which ``generate`` reads)."""
+    if exact:
+        race = LogitsProcessorList([ExponentialRaceSampler(seed, device)])
+        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "logits_processor": race}
+    transformers.set_seed(seed)
+    if not do_sample:  # None overrides a checkpoint's sampling settings, which greedy decoding would warn about
+        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    return {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k}
+
+
 def generate_with_model(
     model,
     tokenizer,
@@ -121,19 +134,19 @@ def generate_with_model(
 ) -> list[str]:
     """One response per prompt from a loaded model, chat template applied, left-padded batches.
 
-    Sampling is seeded per batch with ``transformers.set_seed(seed + batch_index)`` —
-    ``generate`` takes no generator object — so a run is reproducible for a given seed. ``top_k=0``
-    samples from the whole vocabulary (with ``temperature=1`` and ``top_p=1``, exactly from the model);
-    None keeps the model's generation config. ``exact_sampling``: draw exactly from the model with
-    :class:`ExponentialRaceSampler` seeded ``seed + batch_index`` instead, without
-    ``do_sample`` (whose temperature, top_p and top_k it does not apply). The tokenizer's padding side is restored
-    afterwards.
+    Sampling is seeded per batch with ``transformers.set_seed(seed + batch_index)`` (``generate`` takes no generator
+    object). ``top_k=0`` samples from the whole vocabulary; None keeps the model's generation config.
+    ``exact_sampling``, in place of ``do_sample``: draw from the model's own distribution with
+    :class:`ExponentialRaceSampler` seeded ``seed + batch_index``. The tokenizer's padding side is restored afterwards.
     """
     if exact_sampling and do_sample:
         raise ValueError(
             "generate_with_model: exact_sampling draws from the model's own distribution (temperature 1, the whole "
             "vocabulary) in place of do_sample; pass one of them."
         )
+    sampling = partial(
+        _sampling, exact=exact_sampling, do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k
+    )
     padding_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -150,20 +163,11 @@ def generate_with_model(
             batch = tokenizer(
                 texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
             ).to(device)
-            processors = LogitsProcessorList()
-            if exact_sampling:
-                processors.append(ExponentialRaceSampler(seed + index, device))
-            else:
-                transformers.set_seed(seed + index)
             with torch.no_grad():
                 generated = model.generate(
                     **batch,
+                    **sampling(seed + index, device),
                     max_new_tokens=max_new_tokens,
-                    do_sample=do_sample,
-                    temperature=temperature if do_sample else None,
-                    top_p=top_p if do_sample else None,
-                    top_k=top_k if do_sample else None,
-                    logits_processor=processors,
                     pad_token_id=tokenizer.pad_token_id,
                 )
             new_tokens = generated[:, batch["input_ids"].shape[1] :]

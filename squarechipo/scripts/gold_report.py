@@ -53,9 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
         "accuracy reads the test split's labels, which must be released or public",
     )
     args = parser.parse_args(argv)
-    for name in ("policy", "sft", "gold"):
-        if not Path(getattr(args, name)).is_dir():
-            parser.error(f"--{name} {getattr(args, name)}: no such model folder")
+    _check(parser, args)
     summary = gold_comparison(
         args.policy,
         args.sft,
@@ -74,6 +72,16 @@ def main(argv: list[str] | None = None) -> dict:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Sizes of at least 1 and model folders that exist, or the parser's one-line error naming the flag."""
+    for name in ("max_eval_samples", "samples", "generation_batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} {getattr(args, name)}: must be at least 1")
+    for name in ("policy", "sft", "gold"):
+        if not Path(getattr(args, name)).is_dir():
+            parser.error(f"--{name} {getattr(args, name)}: no such model folder")
 
 
 if __name__ == "__main__":
