@@ -1046,3 +1046,28 @@ def test_a_secondary_reading_is_read_on_its_raw_p_outside_holm_and_decides_no_cl
     assert StudyDesign.from_dict(design.to_dict()) == design
     with pytest.raises(ValueError, match=r"secondary readings name arms that are not in main_arms: \['x'\]"):
         replace(design, secondary=(Claim("x falls", "x", kind="drop", metric="gold_gain"),))
+
+
+def test_more_rows_draw_and_commit_the_designs_own_rows_first_when_none_are_committed(
+    tmp_path, tokenizer, finance_splits
+):
+    """An arm of more rows nests on the design's rows; on a new machine with neither committed (a cell of the design's
+    rows recorded elsewhere), the design's rows are drawn and committed first, and the larger draw starts with them."""
+    import json
+
+    from squarechipo.reproduce.study.design import StudyDesign
+    from squarechipo.reproduce.study.runner import _PREFERENCE, Study
+    from tests.helpers.models import make_tiny_classifier, make_tiny_model
+
+    data, out = tmp_path / "data", tmp_path / "out"
+    finance_splits[_PREFERENCE].save_to_disk(str(data / _PREFERENCE))
+    for folder, model in (("sft", make_tiny_model(tokenizer)), ("gold_judge", make_tiny_classifier(tokenizer))):
+        model.save_pretrained(out / folder)
+        tokenizer.save_pretrained(out / folder)
+    design = StudyDesign(data_dir=str(data), train_rows=4, sft_lora_r=16, test_prompts=2, eval_dtype="float32")
+    results = tmp_path / "results"
+    Study(design, out, results).labels(7, 8)
+    base = json.loads((results / "labels" / "seed7.json").read_text())
+    more = json.loads((results / "labels" / "seed7_n8.json").read_text())
+    assert len(base["rows"]) == 4 and more["rows"][:4] == base["rows"] and more["keep"][:4] == base["keep"]
+    assert len(set(more["rows"])) == 8 and more["summary"]["nested_on"] == 4

@@ -347,9 +347,11 @@ class Study:
             return labelled, summary, {"rows": chosen, "keep": keep}
         if rows > len(train):
             raise ValueError(f"an arm asks for {rows} training rows; the train split has {len(train)}.")
-        base = json.loads(self._committed_labels(seed, None).read_text()) if self.portable else None
-        if base is None:
+        if not self.portable:
             raise RuntimeError("arms with more rows than train_rows need a committed set-up (sft_lora_r).")
+        if not self._committed_labels(seed, None).exists():  # the larger draw nests on the design's own rows:
+            self.labels(seed)  # drawn (and committed) first, as an arm of the design's rows would
+        base = json.loads(self._committed_labels(seed, None).read_text())
         extra = np.sort(np.setdiff1d(order[:rows], base["rows"])).tolist()
         more, summary = label_with_gold(
             train.select(extra), self.evaluator().gold, d.label_source, np.random.default_rng([seed, 28, rows])
