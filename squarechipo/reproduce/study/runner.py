@@ -30,13 +30,13 @@ from typing import Any
 
 import datasets
 import numpy as np
-import torch
 
 from squarechipo.data import load_preference_dataset
 from squarechipo.evaluation.degenerate import degenerate_flags
 from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
+from squarechipo.models.runtime import torch_dtype
 from squarechipo.reproduce.launch import run_script
 from squarechipo.reproduce.study.cells import (
     RESUME_EVERY_EPOCHS,
@@ -219,7 +219,7 @@ class Study:
     def _load(self, path: Path):
         from transformers import AutoModelForCausalLM
 
-        dtype = getattr(torch, self.design.eval_dtype)
+        dtype = torch_dtype(self.design.eval_dtype)
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
 
     def evaluator(self) -> GoldEvaluator:
@@ -229,7 +229,7 @@ class Study:
             d = self.design
             test = load_preference_dataset(str(self.data / _PREFERENCE), split="test")
             test = test.select(range(min(d.test_prompts, len(test))))
-            gold = RewardModelJudge(str(self.out / "gold_judge"), batch_size=32, dtype=getattr(torch, d.eval_dtype))
+            gold = RewardModelJudge(str(self.out / "gold_judge"), batch_size=32, dtype=torch_dtype(d.eval_dtype))
             sizes = {"samples_per_prompt": d.samples_per_prompt, "max_new_tokens": d.max_new_tokens}
             settings = SamplingSettings(**sizes, batch_size=d.generation_batch_size)
             tokenizer = AutoTokenizer.from_pretrained(self.out / "sft")
