@@ -24,6 +24,15 @@ PY=.venv/bin/python
 # The commands the README teaches: each training job goes through Accelerate, with every CPU core per process.
 SQ=.venv/bin/squarechipo
 export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::FutureWarning}"
+# bf16 where this machine has bf16 kernels (the settings the job was timed and validated with), float32 where bf16
+# would be emulated (an AVX2-only CPU: the SFT step alone would take about 2 hours). Set SQUARECHIPO_DTYPE to choose.
+DTYPE="${SQUARECHIPO_DTYPE:-$("$SQ" env --fast-dtype)}"
+case "$DTYPE" in
+  bfloat16) BF16=true ;;
+  float32) BF16=false ;;
+  *) echo "SQUARECHIPO_DTYPE=$DTYPE: set it to bfloat16 or float32" >&2; exit 2 ;;
+esac
+echo "== weights and autocast in $DTYPE (bfloat16 where this machine has bf16 kernels, else float32; squarechipo env)"
 
 echo "== [1/7] data: finance_preference -> data/"
 if [ ! -d data/finance_preference ]; then
@@ -44,30 +53,30 @@ if [ ! -e "$SQUARECHIPO_RELEASE_REGISTRY" ] && [ ! -d outputs/quickstart/square_
 fi
 
 echo "== [2/7] SFT of the embedded SmolLM2-135M-Instruct on its own mixed rows -> outputs/quickstart/sft"
-"$SQ" sft --config recipes/configs/quickstart_sft.yaml
+"$SQ" sft --config recipes/configs/quickstart_sft.yaml --bf16 "$BF16"
 
 echo "== [3/7] Square-chiPO, CTL, epsilon=4, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
-"$SQ" train --config recipes/configs/quickstart_align.yaml
+"$SQ" train --config recipes/configs/quickstart_align.yaml --bf16 "$BF16"
 
 echo "== [4/7] the gold reward-model judge on public gold pairs -> outputs/quickstart/gold_judge"
-"$SQ" gold-judge --config recipes/configs/quickstart_gold_judge.yaml
+"$SQ" gold-judge --config recipes/configs/quickstart_gold_judge.yaml --bf16 "$BF16"
 
 echo "== [5/7] gold-reward gain over the SFT policy: 128 test prompts x 1 sample -> outputs/quickstart/eval/gold.json"
 "$SQ" gold-report --policy outputs/quickstart/square_chipo_ctl --sft outputs/quickstart/sft \
   --gold outputs/quickstart/gold_judge --dataset_name data/finance_preference_conversational --dataset_test_split test \
   --max_eval_samples 128 --samples 1 --generation_batch_size 64 --public_splits test --skip_generation_free \
-  --out outputs/quickstart/eval/gold.json
+  --dtype "$DTYPE" --out outputs/quickstart/eval/gold.json
 
 echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
 "$SQ" judge --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
   --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 16 --max-new-tokens 64 \
-  --batch-size 16 --dtype bfloat16 \
+  --batch-size 16 --dtype "$DTYPE" \
   --judge reward-model --judge-model outputs/quickstart/gold_judge --judge-batch-size 16 \
   --calibration-pairs 64 --public_splits test --setting CTL --method square_chipo --out outputs/quickstart/eval
 
 echo "== [7/7] central DP selection (epsilon = 1) among base, SFT and Square-chiPO -> outputs/quickstart/selected"
 if [ ! -f outputs/quickstart/selected/squarechipo_privacy.json ]; then
-  "$SQ" select --config recipes/configs/select_policy.yaml
+  "$SQ" select --config recipes/configs/select_policy.yaml --dtype "$DTYPE"
 else
   echo "outputs/quickstart/selected already holds a selection; selecting again would spend another epsilon"
 fi

@@ -13,7 +13,7 @@ gain's interval covers 0). The figures are also written to ``--out`` as JSON.
 
 from __future__ import annotations
 
-import torch
+from squarechipo.models.runtime import WEIGHT_DTYPES, torch_dtype
 
 __all__ = ["format_summary", "gold_comparison", "label_signal", "reading"]
 
@@ -65,9 +65,10 @@ def gold_comparison(
     batch_size=64,
     labels_public=False,
     generation_free=True,
+    dtype: str = "bfloat16",
 ) -> dict:
-    """The paired comparison of :func:`squarechipo.evaluation.policy.compare`, loaded from model folders;
-    ``batch_size`` prompts are answered at once."""
+    """The paired comparison of :func:`squarechipo.evaluation.policy.compare`, loaded from model folders in weight
+    ``dtype`` (recorded); ``batch_size`` prompts are answered at once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from squarechipo.data import load_preference_dataset
@@ -76,7 +77,9 @@ def gold_comparison(
 
     test = load_preference_dataset(dataset, split=split)
     test = test.select(range(min(prompts, len(test))))
-    dtype = torch.bfloat16
+    if dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(WEIGHT_DTYPES)} (got {dtype!r}).")
+    name, dtype = dtype, torch_dtype(dtype)
     reference = AutoModelForCausalLM.from_pretrained(sft, dtype=dtype).eval()
     evaluator = GoldEvaluator(
         reference,
@@ -93,6 +96,7 @@ def gold_comparison(
     return {
         **compare(record, sft_record, evaluator.constants(sft_samples, sft_record)),
         "label_signal": label_signal(policy),
+        "dtype": name,
     }
 
 

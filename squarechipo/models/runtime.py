@@ -25,6 +25,7 @@ __all__ = [
     "check_resume",
     "cpu_runs_bf16_natively",
     "distributed_state",
+    "fast_dtype",
     "end_run",
     "torch_dtype",
     "warn_emulated_bf16",
@@ -57,6 +58,17 @@ def cpu_runs_bf16_natively() -> bool:
     EPYC (docs/testing.md)."""
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     return bool(check()) if check is not None else True
+
+
+def fast_dtype() -> str:
+    """The weight dtype this machine runs faster of the two the main job is tuned for: ``bfloat16`` on an accelerator
+    with bf16 or a CPU with bf16 kernels, else ``float32`` (bf16 emulated: the main job's SFT step took 200 s on an
+    AVX2 CPU, about 4 s with AVX512-BF16)."""
+    if torch.cuda.is_available():
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    if accelerator_available():
+        return "bfloat16"
+    return "bfloat16" if cpu_runs_bf16_natively() else "float32"
 
 
 @functools.cache

@@ -2,6 +2,7 @@
 lives: the registry of releases, the store of model records and the signing key (never the key itself).
 
     squarechipo env
+    squarechipo env --fast-dtype     # bfloat16 or float32: the faster weight dtype on this machine
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def environment() -> dict[str, str]:
     from squarechipo.data.database import redact
     from squarechipo.data.signing import signing_key, trust_is_explicit
     from squarechipo.models.memory import ENV
-    from squarechipo.models.runtime import accelerator_available
+    from squarechipo.models.runtime import accelerator_available, cpu_runs_bf16_natively, fast_dtype
     from squarechipo.privacy.provenance.sketch import record_store_path
     from squarechipo.privacy.release.registry import registry_target
 
@@ -42,6 +43,9 @@ def environment() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             found[package] = "not installed"
     found["Accelerator"] = "yes" if accelerator_available() else "none (CPU)"
+    native = "yes" if cpu_runs_bf16_natively() else "no (emulated: several times slower than float32)"
+    found["CPU bf16 kernels"] = native
+    found["Faster weight dtype"] = fast_dtype()
     found["Memory allocator"] = os.environ.get(ENV, "keep") + f" ({ENV}; keep: glibc keeps the memory a job frees)"
     found["Registry of releases"] = redact(registry_target())
     found["Store of model records"] = redact(record_store_path())
@@ -52,6 +56,16 @@ def environment() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="squarechipo env", description=__doc__.splitlines()[0]).parse_args(argv)
+    parser = argparse.ArgumentParser(prog="squarechipo env", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--fast-dtype",
+        action="store_true",
+        help="print only the faster weight dtype here (bfloat16 or float32), for scripts: the main job uses it",
+    )
+    if parser.parse_args(argv).fast_dtype:
+        from squarechipo.models.runtime import fast_dtype
+
+        print(fast_dtype())
+        return 0
     print("\n".join(f"- {name}: {value}" for name, value in environment().items()))
     return 0

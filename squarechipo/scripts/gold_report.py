@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from squarechipo.evaluation.gold_report import format_summary, gold_comparison
+from squarechipo.models.runtime import WEIGHT_DTYPES
 
 __all__ = ["main"]
 
@@ -38,6 +39,13 @@ def main(argv: list[str] | None = None) -> dict:
         default=64,
         help="prompts answered at once (default 64; lower on a small GPU)",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=WEIGHT_DTYPES,
+        default="bfloat16",
+        help="the policies' and the judge's weight dtype (default bfloat16; float32 on a CPU without bf16 kernels, "
+        "where bf16 is emulated: `squarechipo env --fast-dtype` names the faster one here)",
+    )
     parser.add_argument("--out", default=None, help="write the figures to this JSON file")
     parser.add_argument(
         "--skip_generation_free",
@@ -65,6 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
         batch_size=args.generation_batch_size,
         labels_public=args.dataset_test_split in args.public_splits,
         generation_free=not args.skip_generation_free,
+        dtype=args.dtype,
     )
     for line in format_summary(summary):
         print(line)
