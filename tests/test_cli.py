@@ -156,6 +156,8 @@ def test_squarechipo_env_names_the_versions_and_where_the_privacy_state_lives(ca
     URL without its password, never the key itself)."""
     import os
 
+    from squarechipo.models.runtime import accelerator_available
+
     monkeypatch.setenv("SQUARECHIPO_RELEASE_REGISTRY", "postgresql://team:hunter2@db.example.org/squarechipo")
     assert main(["env"]) == 0
     shown = capsys.readouterr().out
@@ -164,6 +166,13 @@ def test_squarechipo_env_names_the_versions_and_where_the_privacy_state_lives(ca
     assert "postgresql://team:***@db.example.org/squarechipo" in shown and "hunter2" not in shown
     assert f"- Store of model records: {os.environ['SQUARECHIPO_RECORD_STORE']}" in shown
     assert "- Signing key: " in shown and "PRIVATE KEY" not in shown
+    # The main job's dtype (scripts/quickstart.sh): bfloat16 only where bf16 runs natively, said in both forms.
+    assert main(["env", "--fast-dtype"]) == 0
+    fast = capsys.readouterr().out.strip()
+    native = "- CPU bf16 kernels: yes" in shown
+    assert f"- Faster weight dtype: {fast}" in shown
+    if not accelerator_available():
+        assert fast == ("bfloat16" if native else "float32")
 
 
 def test_the_named_accelerate_configs_ship_in_the_package_and_match_the_recipes(tmp_path):

@@ -71,6 +71,9 @@ def test_gold_report_sizes_below_one_are_refused_naming_the_flag(flag, capsys):
     with pytest.raises(SystemExit) as stopped:
         main([*folders, flag, "0"])
     assert stopped.value.code == 2 and f"{flag} 0: must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        main([*folders, "--dtype", "bf16"])
+    assert stopped.value.code == 2 and "--dtype: invalid choice: 'bf16'" in capsys.readouterr().err
 
 
 def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):
