@@ -15,7 +15,7 @@ __all__ = ["main"]
 DESCRIPTION = "A policy's gold-reward gain and gold expected win rate over the SFT policy, with 95% intervals."
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="squarechipo gold-report",
         description=DESCRIPTION,
@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> dict:
         help="splits whose labels are public (gold pairs): the implicit-reward "
         "accuracy reads the test split's labels, which must be released or public",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = _parser()
     args = parser.parse_args(argv)
     _check(parser, args)
     summary = gold_comparison(
