@@ -74,6 +74,10 @@ def test_gold_report_sizes_below_one_are_refused_naming_the_flag(flag, capsys):
     with pytest.raises(SystemExit) as stopped:
         main([*folders, "--dtype", "bf16"])
     assert stopped.value.code == 2 and "--dtype: invalid choice: 'bf16'" in capsys.readouterr().err
+    from squarechipo.evaluation.gold_report import gold_comparison
+
+    with pytest.raises(ValueError, match=r"dtype must be one of bfloat16, float16, float32 \(got 'float64'\)"):
+        gold_comparison("p", "s", "g", "d", dtype="float64")  # in Python too, before any folder is read
 
 
 def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):

@@ -13,7 +13,7 @@ gain's interval covers 0). The figures are also written to ``--out`` as JSON.
 
 from __future__ import annotations
 
-from squarechipo.models.runtime import WEIGHT_DTYPES, torch_dtype
+from squarechipo.models.runtime import torch_dtype
 
 __all__ = ["format_summary", "gold_comparison", "label_signal", "reading"]
 
@@ -75,11 +75,9 @@ def gold_comparison(
     from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
     from squarechipo.judge.reward_model import RewardModelJudge
 
+    name, dtype = dtype, torch_dtype(dtype)  # a wrong name is refused before anything loads
     test = load_preference_dataset(dataset, split=split)
     test = test.select(range(min(prompts, len(test))))
-    if dtype not in WEIGHT_DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(WEIGHT_DTYPES)} (got {dtype!r}).")
-    name, dtype = dtype, torch_dtype(dtype)
     reference = AutoModelForCausalLM.from_pretrained(sft, dtype=dtype).eval()
     evaluator = GoldEvaluator(
         reference,

@@ -23,6 +23,7 @@ __all__ = [
     "apply_cpu_defaults",
     "CHECKPOINT_COMPLETE",
     "check_resume",
+    "check_weight_dtype",
     "cpu_runs_bf16_natively",
     "distributed_state",
     "fast_dtype",
@@ -45,8 +46,15 @@ _KEPT_GROUPS: list = []
 logger = logging.getLogger("squarechipo")
 
 
+def check_weight_dtype(name: str | None) -> None:
+    """A ``dtype`` option's value is None, ``auto`` or one of :data:`WEIGHT_DTYPES`, or a one-line error."""
+    if name not in (None, "auto", *WEIGHT_DTYPES):
+        raise ValueError(f"dtype must be one of {', '.join(WEIGHT_DTYPES)} (got {name!r}).")
+
+
 def torch_dtype(name: str | None) -> torch.dtype | str | None:
     """``from_pretrained``'s ``dtype`` for an option's value: ``torch.<name>``; None and ``auto`` as they are."""
+    check_weight_dtype(name)
     if name == "bfloat16" and not accelerator_available():
         warn_emulated_bf16("dtype bfloat16")
     return name if name in (None, "auto") else getattr(torch, name)
