@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from scipy import stats
 
 from squarechipo.audit.mechanisms import ALPHA, audit_case, epsilon_lower_bound, mechanism_cases
+from tests.helpers.launch import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_every_mechanism_stays_within_its_claim_and_the_planted_bug_is_caught(ep
 @pytest.mark.integration
 def test_audit_command_writes_its_report(tmp_path):
     command = [sys.executable, "-m", "squarechipo.audit", "mechanisms", "--samples", "100000", "--out", str(tmp_path)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = launch(command, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     records = json.loads((tmp_path / "mechanisms.json").read_text())
     assert len(records) == len(mechanism_cases())
@@ -159,7 +159,7 @@ def test_training_audit_runs_end_to_end_with_the_sft_leak(tokenizer, finance_spl
     # At confidence 1 - 1e-4 an honest run is refuted with at most that chance: the test cannot flake on it.
     command = [sys.executable, "-m", "squarechipo.audit", "training", "--config", str(path), "--canaries", "12"]
     command += ["--alpha", "1e-4", "--out", str(out), "--leak", "sft"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = launch(command, cwd=ROOT, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((out / "training_audit.json").read_text())
     assert record["canaries"] == 12 and record["guesses"][-1] <= 12 and record["claimed_epsilon"] == 0.5

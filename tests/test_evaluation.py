@@ -14,6 +14,7 @@ import torch
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.judge.local import TransformersJudge
 from squarechipo.judge.stats import pair_outcome, soft_outcome
+from tests.helpers.launch import launch
 from tests.helpers.models import make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,11 +176,9 @@ def test_cli_prints_win_rate_and_calibration(models, finance_splits, tmp_path, c
     calibration = summary["calibration"]
     assert calibration["n_pairs"] == len((tmp_path / "eval" / "calibration.jsonl").read_text().splitlines()) == 4
     assert f"judge gold accuracy {calibration['rule_accuracy']:.1%}" in out.stdout
-    agg = subprocess.run(
+    agg = launch(
         [sys.executable, "eval/aggregate.py", "--out", str(tmp_path / "table"), str(tmp_path / "eval")],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert agg.returncode == 0, agg.stderr[-3000:]
@@ -279,7 +278,7 @@ def test_judge_accuracy_cli_reads_a_yaml_config(models, finance_splits, tokenize
         f"reward_model: {tmp_path / 'rm'}\nout: {tmp_path / 'ignored'}\npublic_splits: [test]\n"
     )
     command = [sys.executable, "eval/judge_accuracy.py", "--config", str(config), "--out", str(tmp_path / "acc")]
-    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = launch(command, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads((tmp_path / "acc" / "judge_accuracy.json").read_text())
     assert not (tmp_path / "ignored").exists()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -19,7 +19,10 @@ from squarechipo.data.finance import (
     generate_rows,
 )
 from squarechipo.privacy import LabelPipeline, get_ledger, save_privatized
+from tests.helpers.launch import launch
 from tests.helpers.rows import release_rows
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +112,7 @@ def test_preference_rows_do_not_depend_on_the_other_pools():
 
 @pytest.mark.integration
 def test_cli_writes_every_dataset(tmp_path):
-    out = subprocess.run(
+    out = launch(
         [
             sys.executable,
             "-m",
@@ -125,10 +128,9 @@ def test_cli_writes_every_dataset(tmp_path):
             "--judge-rows",
             "20",
         ],
-        capture_output=True,
-        text=True,
-        check=True,
+        cwd=ROOT,
     )
+    assert out.returncode == 0, out.stderr[-3000:]
     assert "finance_sft_conversational" in out.stdout
     # Every dataset and split the command wrote holds exactly the rows build_datasets makes with those arguments, in
     # the saved folder and in its JSONL copy.

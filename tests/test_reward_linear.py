@@ -54,3 +54,35 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
             epsilon=1.0,
             rng=np.random.default_rng(0),
         )
+
+
+def test_frozen_features_are_the_last_hidden_state_at_the_last_token_and_skip_the_lm_head(tokenizer):
+    """φ(x, a) is the full model's last hidden state (after the final norm) at the last real token, bit for bit, and
+    the language-model head never runs: its logits (positions × vocabulary) were computed and thrown away."""
+    import torch
+
+    from squarechipo.reward.features import response_features, reward_texts
+    from tests.helpers.models import make_tiny_model
+
+    model = make_tiny_model(tokenizer, seed=0).eval()
+    prompts = [[{"role": "user", "content": "Save or spend?"}], [{"role": "user", "content": "Hi"}]]
+    responses = [
+        [{"role": "assistant", "content": "Save most of it, then spend."}],
+        [{"role": "assistant", "content": "Hello"}],
+    ]
+    calls = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda *_: calls.append(1))
+    try:
+        features = response_features(model, tokenizer, prompts, responses, batch_size=2)
+    finally:
+        hook.remove()
+    assert not calls
+    side, tokenizer.padding_side = tokenizer.padding_side, "right"  # as response_features batches them
+    try:
+        batch = tokenizer(reward_texts(tokenizer, prompts, responses), return_tensors="pt", padding=True)
+    finally:
+        tokenizer.padding_side = side
+    with torch.no_grad():
+        hidden = model(**batch, output_hidden_states=True, use_cache=False).hidden_states[-1]
+    last = batch["attention_mask"].sum(dim=1) - 1
+    assert np.array_equal(features, hidden[torch.arange(2), last].double().numpy())

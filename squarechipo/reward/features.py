@@ -58,6 +58,15 @@ def reward_texts(tokenizer, prompts, responses, *, append_eos: bool = False) -> 
     return texts
 
 
+def _last_hidden_states(model: PreTrainedModel, batch) -> torch.Tensor:
+    """The last layer's hidden states (after the final norm), from the decoder alone where the model has one: the
+    language-model head's logits (positions × vocabulary, 800 MB for 8 × 512 tokens of SmolLM2) would be discarded."""
+    decoder = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    if isinstance(decoder, torch.nn.Module) and decoder is not model:
+        return decoder(**batch, use_cache=False).last_hidden_state
+    return model(**batch, output_hidden_states=True, use_cache=False).hidden_states[-1]
+
+
 @torch.no_grad()
 def response_features(
     model: PreTrainedModel,
@@ -83,7 +92,7 @@ def response_features(
                 truncation=True,
                 max_length=max_length,
             ).to(device)
-            hidden = model(**batch, output_hidden_states=True, use_cache=False).hidden_states[-1]
+            hidden = _last_hidden_states(model, batch)
             last = batch["attention_mask"].sum(dim=1) - 1
             out.append(hidden[torch.arange(hidden.shape[0]), last].double().cpu())
     finally:
