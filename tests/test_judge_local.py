@@ -20,8 +20,13 @@ def judge(embedded_path):
 @pytest.mark.integration  # the embedded 135M model
 def test_local_judge_reads_option_probabilities(judge, finance_splits):
     test = finance_splits["finance_preference"]["test"].select(range(6))
-    verdicts = judge.verdicts(test["prompt"], test["chosen"], test["rejected"])
-    assert len(verdicts) == 6
+    head_inputs = []  # the LM head runs on the last position alone, not positions × vocabulary
+    hook = judge.model.get_output_embeddings().register_forward_hook(lambda _, x, __: head_inputs.append(x[0].shape))
+    try:
+        verdicts = judge.verdicts(test["prompt"], test["chosen"], test["rejected"])
+    finally:
+        hook.remove()
+    assert len(verdicts) == 6 and [shape[:2] for shape in head_inputs] == [(4, 1), (2, 1)]
     for verdict in verdicts:
         probs = json.loads(verdict.raw)
         assert set(probs) == {"P(A)", "P(B)"} and 0 < probs["P(A)"] + probs["P(B)"] <= 1 + 1e-6

@@ -12,6 +12,7 @@ small models pick one letter whatever they are shown, which makes the hard rule 
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import torch
@@ -67,7 +68,7 @@ class TransformersJudge(PairwiseJudge):
                 max_length=self.max_length,
                 add_special_tokens=False,
             ).to(self.device)
-            logits = self.model(**batch).logits[:, -1].float()
+            logits = _next_token_logits(self.model, batch).float()
             log_probs = torch.log_softmax(logits, dim=-1)
             scores = torch.stack([torch.logsumexp(log_probs[:, ids], dim=-1) for ids in self.option_ids], dim=-1)
             for row in scores:
@@ -75,3 +76,11 @@ class TransformersJudge(PairwiseJudge):
                 raw = json.dumps({f"P({o})": round(p, 6) for o, p in zip(self.template.options, probs)})
                 results.append(Verdict(choice=int(row.argmax()), raw=raw, log_odds=float(row[0] - row[1])))
         return results
+
+
+def _next_token_logits(model, batch) -> torch.Tensor:
+    """The logits at the last position, which alone the judge reads: computed there alone (``logits_to_keep=1``)
+    where the model takes it, rather than over every position × the vocabulary."""
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        return model(**batch, logits_to_keep=1, use_cache=False).logits[:, -1]
+    return model(**batch, use_cache=False).logits[:, -1]
