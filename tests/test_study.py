@@ -291,6 +291,14 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     expected = head.stdout.strip() if head.returncode == 0 and head.stdout.strip() else None
     assert after["code"]["commit"] == expected and after["evaluation"]["test_prompts"] > 0
+    # And the machine: bf16 rounds differently on CPUs with and without bf16 kernels.
+    import torch
+
+    from squarechipo.models.runtime import cpu_runs_bf16_natively
+
+    machine = after["machine"]
+    assert machine["cpu_bf16_kernels"] == cpu_runs_bf16_natively() and machine["device"] == "cpu"
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert not json.loads((out / "sft" / "done.json").read_text())["trained"]
     for record in (before, after):  # the tiny policy's samples tie SFT's up to float noise: a sign flips a tie
         del record["summary"]["hard_win"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,6 +28,7 @@ __all__ = [
     "cpu_runs_bf16_natively",
     "distributed_state",
     "fast_dtype",
+    "machine_record",
     "end_run",
     "torch_dtype",
     "warn_emulated_bf16",
@@ -66,6 +68,18 @@ def cpu_runs_bf16_natively() -> bool:
     EPYC (docs/testing.md)."""
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     return bool(check()) if check is not None else True
+
+
+def machine_record() -> dict[str, Any]:
+    """What a run's speed and its bf16 rounding depend on: the device, the CPU's torch capability (``AVX512``,
+    ``AVX2``, ...) and whether oneDNN has bf16 kernels there. A study's cell records carry it: cells trained on other
+    CPUs round bf16 differently."""
+    return {
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16_kernels": cpu_runs_bf16_natively(),
+        "torch": torch.__version__,
+    }
 
 
 def fast_dtype() -> str:

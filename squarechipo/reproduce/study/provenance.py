@@ -107,9 +107,12 @@ def evaluation_record(design: StudyDesign) -> dict[str, Any]:
 
 
 def cell_provenance(design: StudyDesign, setup_digests: dict | None) -> dict[str, Any]:
-    """The fields a new cell record carries about its code, its evaluation and (portable set-ups) its set-up."""
+    """The fields a new cell record carries about its code, its evaluation, the machine that ran it and (portable
+    set-ups) its set-up."""
+    from squarechipo.models.runtime import machine_record  # torch: only where a cell is recorded
+
     extra = {"setup_digests": setup_digests} if setup_digests else {}
-    return {"code": code_record(), "evaluation": evaluation_record(design), **extra}
+    return {"code": code_record(), "evaluation": evaluation_record(design), "machine": machine_record(), **extra}
 
 
 @label_free("cell records' evaluation settings, no row of data")
