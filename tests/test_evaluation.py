@@ -257,6 +257,9 @@ def test_cli_with_a_reward_model_judge(models, finance_splits, tokenizer, tmp_pa
         judge_main([*common, "--judge", "reward-model"])
     with pytest.raises(ValueError, match=r"dtype must be one of bfloat16, float16, float32 \(got 'bf16'\)"):
         judge_main([*common, "--dtype", "bf16"])
+    from squarechipo.evaluation.config import WinRateConfig  # one check with every other dtype option: auto is one
+
+    assert WinRateConfig(policy="p", baseline="b", out="o", dataset_name="d", dtype="auto").dtype == "auto"
     # Calibration reads the test split's labels: a raw split not declared public is refused before anything runs.
     with pytest.raises(ValueError, match=r"reads the labels of the split 'test', but it holds raw labels.*--public_"):
         judge_main(common)

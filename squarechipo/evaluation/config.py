@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from squarechipo.judge.templates import TEMPLATES
-from squarechipo.models.runtime import WEIGHT_DTYPES
+from squarechipo.models.runtime import check_weight_dtype
 
 __all__ = ["JudgeAccuracyConfig", "WinRateConfig"]
 
@@ -62,8 +62,8 @@ class WinRateConfig:
     dtype: str | None = field(
         default=None,
         metadata=_help(
-            "weights' dtype for generation and a local or reward-model judge: bfloat16, float16 or float32 "
-            "(default: the checkpoint's)"
+            "weights' dtype for generation and a local or reward-model judge: bfloat16, float16, float32 or auto "
+            "(default and auto: the checkpoint's)"
         ),
     )
     # Judge
@@ -109,8 +109,7 @@ class WinRateConfig:
         )
         if self.template != "auto" and self.template not in TEMPLATES:
             raise ValueError(f"template must be auto or one of {sorted(TEMPLATES)} (got {self.template!r}).")
-        if self.dtype not in (None, *WEIGHT_DTYPES):
-            raise ValueError(f"dtype must be one of {', '.join(WEIGHT_DTYPES)} (got {self.dtype!r}).")
+        check_weight_dtype(self.dtype)
         if self.judge == "reward-model" and not self.judge_model:
             raise ValueError(
                 "--judge reward-model needs --judge-model PATH (judge_model in a YAML config): a "
