@@ -1079,3 +1079,27 @@ def test_more_rows_draw_and_commit_the_designs_own_rows_first_when_none_are_comm
     more = json.loads((results / "labels" / "seed7_n8.json").read_text())
     assert len(base["rows"]) == 4 and more["rows"][:4] == base["rows"] and more["keep"][:4] == base["keep"]
     assert len(set(more["rows"])) == 8 and more["summary"]["nested_on"] == 4
+
+
+def test_a_bf16_design_is_refused_before_anything_trains_on_a_cpu_without_bf16_kernels(
+    tokenizer, finance_splits, tmp_path
+):
+    """A bf16 study on an AVX2-only CPU took minutes a step and would round unlike its other cells: refused before
+    the SFT policy or a cell trains, unless the caller allows it; a float32 design is not refused."""
+    from squarechipo.models.runtime import accelerator_available, cpu_runs_bf16_natively
+    from squarechipo.reproduce.study.design import load_design
+    from squarechipo.reproduce.study.runner import Study
+    from squarechipo.scripts.reproduce import main
+
+    out, results = tmp_path / "out", tmp_path / "results"
+    bf16 = load_design(_tiny_study(tmp_path, tokenizer, finance_splits, bf16=True))
+    Study(bf16, out, results, allow_emulated_bf16=True)._refuse_emulated_bf16()
+    Study(load_design(_tiny_study(tmp_path, tokenizer, finance_splits)), out, results)._refuse_emulated_bf16()
+    if accelerator_available() or cpu_runs_bf16_natively():  # the kernels exist: nothing to refuse
+        Study(bf16, out, results)._refuse_emulated_bf16()
+        return
+    design = _tiny_study(tmp_path, tokenizer, finance_splits, bf16=True)
+    refused = r"sets bf16: true, and this CPU has no bf16 kernels.*--allow-emulated-bf16"
+    with pytest.raises(ValueError, match=refused):
+        main(["study", "pilot", "--design", str(design), "--out", str(out), "--results", str(results)])
+    assert not (out / "sft_adapter").exists() and not (results / "setup").exists()  # nothing trained

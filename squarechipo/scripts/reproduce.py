@@ -74,6 +74,12 @@ def main(argv: list[str] | None = None, prog: str = "squarechipo reproduce") -> 
     study.add_argument(
         "--reason", default=None, help="with amend: why the plan changes (kept in the pre-registration)"
     )
+    study.add_argument(
+        "--allow-emulated-bf16",
+        action="store_true",
+        help="train and measure a bf16 design's cells on a CPU without bf16 kernels (several times slower; bf16 "
+        "rounds differently there): refused otherwise",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.experiment == "table1":

@@ -126,7 +126,7 @@ def report(study: Study, readme: str | None = None) -> dict:
 
 def run_step(args) -> None:
     design: StudyDesign = load_design(args.design)
-    study = Study(design, args.out, args.results)
+    study = Study(design, args.out, args.results, allow_emulated_bf16=args.allow_emulated_bf16)
     if args.step == "pilot":
         pilot(study)
     elif args.step == "amend":
