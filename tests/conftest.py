@@ -17,6 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tests never reach the Hub (nothing can be downloaded here): a lookup that would otherwise wait for a network timeout
 # fails at once, in the tests' processes and in every process they start.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")  # as the launch tests set it: their commands then start warm
 # Under pytest-xdist every worker, and every process a test starts, gets one thread: two workers then use the two
 # cores without oversubscribing them (two threads each made compute-bound tests several times slower).
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -65,7 +65,7 @@ PER_PROCESS = (
 )  # fmt: skip
 # The package's own variables are read by the child, which imports the package itself; all but the machine folder
 # of tests/helpers/machine/sitecustomize.py, which the server's interpreter read when it started.
-_PER_PROCESS_PREFIXES = ("ACCELERATE_", "TORCHELASTIC_", "TORCH_NCCL_", "NCCL_", "KMP_", "SQUARECHIPO_")
+_PER_PROCESS_PREFIXES = ("ACCELERATE_", "FSDP_", "TORCHELASTIC_", "TORCH_NCCL_", "NCCL_", "KMP_", "SQUARECHIPO_")
 _READ_AT_START = ("SQUARECHIPO_TEST_MACHINE_DIR",)
 _SERVERS: dict[tuple, tuple[subprocess.Popen, str]] = {}
 _SET_BY_IMPORTS: dict[str, str] = {}
