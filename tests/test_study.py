@@ -1087,16 +1087,15 @@ def test_a_bf16_design_is_refused_before_anything_trains_on_a_cpu_without_bf16_k
     """A bf16 study on an AVX2-only CPU took minutes a step and would round unlike its other cells: refused before
     the SFT policy or a cell trains, unless the caller allows it; a float32 design is not refused."""
     from squarechipo.models.runtime import accelerator_available, cpu_runs_bf16_natively
-    from squarechipo.reproduce.study.design import load_design
-    from squarechipo.reproduce.study.runner import Study
+    from squarechipo.reproduce.study.design import load_design, refuse_emulated_bf16
     from squarechipo.scripts.reproduce import main
 
     out, results = tmp_path / "out", tmp_path / "results"
     bf16 = load_design(_tiny_study(tmp_path, tokenizer, finance_splits, bf16=True))
-    Study(bf16, out, results, allow_emulated_bf16=True)._refuse_emulated_bf16()
-    Study(load_design(_tiny_study(tmp_path, tokenizer, finance_splits)), out, results)._refuse_emulated_bf16()
+    refuse_emulated_bf16(bf16, allowed=True)
+    refuse_emulated_bf16(load_design(_tiny_study(tmp_path, tokenizer, finance_splits)))
     if accelerator_available() or cpu_runs_bf16_natively():  # the kernels exist: nothing to refuse
-        Study(bf16, out, results)._refuse_emulated_bf16()
+        refuse_emulated_bf16(bf16)
         return
     design = _tiny_study(tmp_path, tokenizer, finance_splits, bf16=True)
     refused = r"sets bf16: true, and this CPU has no bf16 kernels.*--allow-emulated-bf16"

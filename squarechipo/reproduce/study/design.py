@@ -25,6 +25,7 @@ __all__ = [
     "SETUP_FIELDS",
     "StudyDesign",
     "load_design",
+    "refuse_emulated_bf16",
 ]
 
 METHOD_NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
@@ -442,3 +443,21 @@ def arm_epsilon_text(arm: Arm) -> str:
 
 def with_sizes(design: StudyDesign, **changes) -> StudyDesign:
     return replace(design, **changes)
+
+
+def refuse_emulated_bf16(design: StudyDesign, allowed: bool = False) -> None:
+    """A design that trains or measures in bf16, on a CPU without bf16 kernels (a cell's step took minutes there, and
+    bf16 rounds unlike the study's other cells): refused before anything trains, unless ``allowed``
+    (``--allow-emulated-bf16``)."""
+    from squarechipo.models.runtime import accelerator_available, cpu_runs_bf16_natively
+
+    settings = (("bf16: true", design.bf16), ("eval_dtype: bfloat16", design.eval_dtype == "bfloat16"))
+    wanted = [name for name, on in settings if on]
+    if not wanted or allowed or accelerator_available() or cpu_runs_bf16_natively():
+        return
+    raise ValueError(
+        f"study {design.name!r}: its design sets {' and '.join(wanted)}, and this CPU has no bf16 kernels "
+        "(`squarechipo env`: CPU bf16 kernels: no), where a cell takes several times as long and rounds bf16 "
+        "unlike cells trained with them. Run the study on a machine with bf16 kernels or a GPU, or pass "
+        "--allow-emulated-bf16."
+    )

@@ -36,7 +36,7 @@ from squarechipo.evaluation.degenerate import degenerate_flags
 from squarechipo.evaluation.gold import label_with_gold, relabel
 from squarechipo.evaluation.policy import GoldEvaluator, SamplingSettings, compare
 from squarechipo.judge.reward_model import RewardModelJudge
-from squarechipo.models.runtime import accelerator_available, cpu_runs_bf16_natively, torch_dtype
+from squarechipo.models.runtime import torch_dtype
 from squarechipo.reproduce.launch import run_script
 from squarechipo.reproduce.study.cells import (
     RESUME_EVERY_EPOCHS,
@@ -47,7 +47,7 @@ from squarechipo.reproduce.study.cells import (
     measure_once,
     train_cell,
 )
-from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign
+from squarechipo.reproduce.study.design import SETUP_FIELDS, Arm, StudyDesign, refuse_emulated_bf16
 from squarechipo.reproduce.study.provenance import cell_provenance, read_record
 from squarechipo.reproduce.study.reuse import cell_name, is_reusable, reused_record
 from squarechipo.reproduce.study.shared_setup import first_prompts, labels_hold, library_versions
@@ -81,15 +81,8 @@ def _timed(step) -> dict[str, Any]:
 class Study:
     """The study in ``out`` (models, releases, samples: not for committing) and ``results`` (small records)."""
 
-    def __init__(
-        self,
-        design: StudyDesign,
-        out: str | Path,
-        results: str | Path,
-        *,
-        python: str | None = None,
-        allow_emulated_bf16: bool = False,
-    ):
+    def __init__(self, design: StudyDesign, out: str | Path, results: str | Path, *, python: str | None = None,
+                 allow_emulated_bf16: bool = False):  # fmt: skip
         self.design, self.out, self.results = design, Path(out), Path(results)
         self.allow_emulated_bf16 = allow_emulated_bf16
         #: Where the committed set-up lives: this study's results, or those of the study it shares a set-up with.
@@ -120,7 +113,7 @@ class Study:
         return _once(folder, lambda: _timed(lambda: run_script("sft", self._sft_config(folder), folder, self.python)))
 
     def _sft_config(self, folder: Path) -> dict[str, Any]:
-        self._refuse_emulated_bf16()  # the SFT policy trains under the design's bf16 too
+        refuse_emulated_bf16(self.design, self.allow_emulated_bf16)  # the SFT policy trains in the design's bf16
         d = self.design
         config = {
             "model_name_or_path": d.base_model,
@@ -304,20 +297,6 @@ class Study:
 
     # ------------------------------------------------------------------ labels and cells
 
-    def _refuse_emulated_bf16(self) -> None:
-        """A cell in bf16 on a CPU without bf16 kernels took minutes a step and rounds unlike the study's other cells:
-        refused before it trains, unless the caller chose it (``--allow-emulated-bf16``)."""
-        d = self.design
-        wanted = [f for f, on in (("bf16: true", d.bf16), ("eval_dtype: bfloat16", d.eval_dtype == "bfloat16")) if on]
-        if not wanted or self.allow_emulated_bf16 or accelerator_available() or cpu_runs_bf16_natively():
-            return
-        raise ValueError(
-            f"study {d.name!r}: its design sets {' and '.join(wanted)}, and this CPU has no bf16 kernels "
-            "(`squarechipo env`: CPU bf16 kernels: no), where a cell takes several times as long and rounds bf16 "
-            "unlike cells trained with them. Run the study on a machine with bf16 kernels or a GPU, or pass "
-            "--allow-emulated-bf16."
-        )
-
     def _committed_labels(self, seed: int, rows: int | None) -> Path:
         """Where a seed's simulated labels are committed: this study's results, or the study whose set-up (and
         cells) it shares, for the design's own rows."""
@@ -442,7 +421,7 @@ class Study:
             record_path.write_text(json.dumps(reused, indent=1))
             return reused
         self._refuse_a_lost_setup()
-        self._refuse_emulated_bf16()
+        refuse_emulated_bf16(self.design, self.allow_emulated_bf16)
         self.sft_samples()
         digests = self._check_setup() if self.portable else None
         folder = self.out / "cells" / cell_name(arm, seed)
