@@ -56,15 +56,21 @@ def test_linear_head_on_frozen_features_learns_from_released_and_raw_rows(tokeni
         )
 
 
-def test_frozen_features_are_the_last_hidden_state_at_the_last_token_and_skip_the_lm_head(tokenizer):
+@pytest.mark.parametrize("wrapped", [False, True], ids=["model", "peft"])
+def test_frozen_features_are_the_last_hidden_state_at_the_last_token_and_skip_the_lm_head(tokenizer, wrapped):
     """φ(x, a) is the full model's last hidden state (after the final norm) at the last real token, bit for bit, and
-    the language-model head never runs: its logits (positions × vocabulary) were computed and thrown away."""
+    the language-model head never runs: its logits (positions × vocabulary) were computed and thrown away. A PEFT
+    model too (its ``base_model_prefix`` attribute led to the whole causal LM, which has no last_hidden_state)."""
     import torch
+    from peft import LoraConfig, get_peft_model
 
     from squarechipo.reward.features import response_features, reward_texts
     from tests.helpers.models import make_tiny_model
 
-    model = make_tiny_model(tokenizer, seed=0).eval()
+    model = make_tiny_model(tokenizer, seed=0)
+    if wrapped:
+        model = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False))
+    model.eval()
     prompts = [[{"role": "user", "content": "Save or spend?"}], [{"role": "user", "content": "Hi"}]]
     responses = [
         [{"role": "assistant", "content": "Save most of it, then spend."}],

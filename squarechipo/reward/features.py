@@ -60,10 +60,14 @@ def reward_texts(tokenizer, prompts, responses, *, append_eos: bool = False) -> 
 
 def _last_hidden_states(model: PreTrainedModel, batch) -> torch.Tensor:
     """The last layer's hidden states (after the final norm), from the decoder alone where the model has one: the
-    language-model head's logits (positions × vocabulary, 800 MB for 8 × 512 tokens of SmolLM2) would be discarded."""
-    decoder = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    language-model head's logits (positions × vocabulary, 800 MB for 8 × 512 tokens of SmolLM2) would be discarded.
+    ``get_decoder`` (not ``base_model_prefix``) also finds the decoder inside a PEFT model."""
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
     if isinstance(decoder, torch.nn.Module) and decoder is not model:
-        return decoder(**batch, use_cache=False).last_hidden_state
+        hidden = getattr(decoder(**batch, use_cache=False), "last_hidden_state", None)
+        if hidden is not None:
+            return hidden
     return model(**batch, output_hidden_states=True, use_cache=False).hidden_states[-1]
 
 
