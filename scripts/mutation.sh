@@ -21,6 +21,7 @@ declare -A TESTS=(
   [squarechipo/privacy/provenance/lineage.py]="tests/test_lineage.py"
   [squarechipo/privacy/provenance/record.py]="tests/test_lineage.py tests/test_trust_boundary.py tests/test_integrity.py"
   [squarechipo/privacy/provenance/sketch.py]="tests/test_sketch.py tests/test_lineage.py"
+  [squarechipo/privacy/provenance/subjects.py]="tests/test_provenance.py tests/test_trust_boundary.py"
   [squarechipo/privacy/release/registry.py]="tests/test_registry.py tests/test_privacy_invariants.py tests/test_team_registry.py"
   [squarechipo/privacy/release/registry_schema.py]="tests/test_registry.py"
   [squarechipo/privacy/release/registry_admin.py]="tests/test_registry.py tests/test_team_registry.py"

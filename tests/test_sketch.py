@@ -117,7 +117,12 @@ def test_the_store_is_consulted_even_when_a_record_file_lies_beside_the_weights(
     assert json.loads((disguised / PRIVACY_FILE).read_text())["dataset_fingerprint"] == "sha256:public"
     from transformers import AutoModelForCausalLM
 
+    from squarechipo.data.integrity import IntegrityError
+
     loaded = mark_source(AutoModelForCausalLM.from_pretrained(disguised), disguised)
+    with pytest.raises(IntegrityError, match=r"not the ones it describes \(changed \['config.json', 'model.safet"):
+        ModelLineage.of_model(loaded)  # the record names the public model's files, whose digests differ
+    (disguised / PRIVACY_FILE).unlink()  # no record at all: the weights are still found in the store
     lineage = ModelLineage.of_model(loaded)
     assert "weights are those of a recorded model" in lineage.name
     _refused(loaded, private_rows)

@@ -222,3 +222,161 @@ def test_model_records_on_the_server_are_known_to_every_machine(postgres, tmp_pa
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.stdout.strip() == "0.5", done.stderr[-2000:]
     assert identity
+
+
+def _roles(postgres, *names: str) -> None:
+    for role in names:
+        postgres.sql(f"DO $$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+
+
+def test_least_privilege_the_analysts_role_only_reads_and_no_reader_can_stop_a_release(postgres, monkeypatch):
+    """`registry grant`: the analysts' role may SELECT the registry and add (never replace) model records; it can
+    neither take the writers' lock nor hold it through an advisory lock. An earlier, wider grant is revoked."""
+    import psycopg
+
+    from squarechipo.data.store import RecordTable
+    from squarechipo.privacy.release.registry_admin import grant_roles
+
+    database = postgres.new_database()
+    url = postgres.url(database)
+    _roles(postgres, "custodian_l", "analyst_l")
+    init_registry(url)
+    RecordTable(url, "records").close()
+    postgres.sql("GRANT UPDATE ON records TO analyst_l", database)  # what an earlier version granted
+    grant_roles(url, custodian="custodian_l", analyst="analyst_l")
+    analyst = psycopg.connect(postgres.url(database, user="analyst_l"), autocommit=True)
+    analyst.execute("INSERT INTO records (key, value) VALUES ('sha256:w', '{\"epsilon\": null}')")
+    for statement in (
+        "UPDATE records SET value = '{\"epsilon\": 0.5}'",
+        "INSERT INTO records VALUES ('sha256:w', 'x') ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        "SELECT id FROM squarechipo_writers FOR UPDATE",
+        "LOCK TABLE squarechipo_writers IN EXCLUSIVE MODE",
+        "INSERT INTO releases (id, epsilon, made, rows) VALUES ('x', 0, 'now', 0)",
+    ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), analyst.transaction():
+            analyst.execute(statement)
+    analyst.execute("BEGIN")
+    analyst.execute("SELECT pg_advisory_lock(126879297332837)")  # the key writers queued on before
+    analyst.execute("LOCK TABLE releases IN ACCESS SHARE MODE")  # all SELECT may take
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="custodian_l"))
+    monkeypatch.setenv("SQUARECHIPO_LOCK_TIMEOUT", "5")
+    released = release_dataset(distinct_pairs(8, offset=1100), LabelPipeline(epsilon=0.5))  # not stopped
+    assert get_ledger(released).total_epsilon == 0.5
+    analyst.close()
+
+
+def test_a_crafted_role_name_is_a_name_not_sql(postgres):
+    """A role name that closes the quote and appends WITH GRANT OPTION is quoted as one identifier: the grant goes to
+    no such role (refused by the server) and no privilege with grant option exists afterwards."""
+    from squarechipo.data.database import DatabaseError
+    from squarechipo.privacy.release.registry_admin import grant_roles
+
+    database = postgres.new_database()
+    url = postgres.url(database)
+    _roles(postgres, "analyst_c")
+    init_registry(url)
+    crafted = 'analyst_c" WITH GRANT OPTION; --'
+    with pytest.raises(DatabaseError, match="does not exist"):
+        grant_roles(url, custodian=None, analyst=crafted)
+    import psycopg
+
+    with psycopg.connect(url) as connection:
+        grantable = connection.execute(
+            "SELECT COUNT(*) FROM information_schema.role_table_grants WHERE grantee = 'analyst_c'"
+        ).fetchone()[0]
+    assert grantable == 0
+
+
+def test_a_writer_waits_for_the_lock_at_most_its_timeout_and_is_told_who_holds_it(postgres, monkeypatch):
+    """Another custodian process holds the writers' lock inside an open transaction: a release waits
+    SQUARECHIPO_LOCK_TIMEOUT seconds, then stops in one line naming the holder's pid and role; nothing entered."""
+    import psycopg
+
+    from squarechipo.privacy.release.registry_admin import describe, grant_roles
+
+    database = postgres.new_database()
+    url = postgres.url(database)
+    _roles(postgres, "custodian_w")
+    init_registry(url)
+    grant_roles(url, custodian="custodian_w", analyst=None)
+    holder = psycopg.connect(postgres.url(database, user="custodian_w"), autocommit=True)
+    holder.execute("BEGIN")
+    holder.execute("SELECT id FROM squarechipo_writers FOR UPDATE")
+    pid = holder.info.backend_pid
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="custodian_w"))
+    monkeypatch.setenv("SQUARECHIPO_LOCK_TIMEOUT", "1")
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match=rf"held the writers' lock for over 1 s \(pid {pid}, role custodian_w"):
+        release_dataset(distinct_pairs(8, offset=1200), LabelPipeline(epsilon=0.5))
+    assert time.monotonic() - started < 60
+    holder.close()
+    monkeypatch.setenv(REGISTRY_ENV, url)
+    assert describe()["releases"] == 0
+    release_dataset(distinct_pairs(8, offset=1200), LabelPipeline(epsilon=0.5))  # the rows were never spent
+
+
+def test_a_serialization_failure_on_the_server_is_retried(postgres):
+    """A real 40001: two serializable transactions that each read what the other writes (write skew). The one
+    `Database.retried` runs fails on the server and is run again, which then succeeds."""
+    import psycopg
+
+    from squarechipo.data.database import connect
+
+    url = postgres.database()
+    with psycopg.connect(url, autocommit=True) as setup:
+        setup.execute("CREATE TABLE a (v INT)")
+        setup.execute("CREATE TABLE b (v INT)")
+    other = psycopg.connect(url, autocommit=True)
+    attempts = []
+
+    def work(db):
+        attempts.append(1)
+        db.execute("SELECT COUNT(*) FROM a").fetchone()
+        if len(attempts) == 1:  # meanwhile another transaction reads b and writes a, and commits
+            other.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+            other.execute("SELECT COUNT(*) FROM b").fetchone()
+            other.execute("INSERT INTO a VALUES (1)")
+            other.execute("COMMIT")
+        db.execute("INSERT INTO b VALUES (1)")
+        return len(attempts)
+
+    with connect(url) as db:
+        assert db.retried(work) == 2
+    other.close()
+    assert len(attempts) == 2
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        " postgresql://postgres:{secret}@/{db}?host={host}",
+        "POSTGRESQL://postgres:{secret}@/{db}?host={host}",
+        "postgresql://postgres:{secret}@/{db}?host={host}&password={secret}",
+    ],
+    ids=["leading-space", "capitals", "query-password"],
+)
+def test_every_url_form_connects_and_never_shows_its_password(postgres, monkeypatch, typed, capsys):
+    """A URL typed with a leading space, in capitals, or with the password in its query (and one holding '@'):
+    it reaches the server, and no message shows the password."""
+    from squarechipo.cli import main
+    from squarechipo.data.database import redact
+
+    secret = "s3cr@t-pass"
+    database = postgres.new_database()
+    url = typed.format(secret=secret, db=database, host=postgres.folder)
+    assert secret not in redact(url) and "***" in redact(url)
+    assert main(["registry", "init", "--url", url]) == 0
+    wrong = url.replace(database, "no_such_database")
+    assert main(["registry", "init", "--url", wrong]) == 1
+    shown = capsys.readouterr()
+    assert secret not in shown.out + shown.err and "no_such_database" in shown.err
+
+
+def test_a_libpq_key_value_string_is_refused_without_its_password(monkeypatch):
+    """`host=... password=...` (libpq's other form) is not a URL: refused in one line, the password masked."""
+    from squarechipo.privacy.release.registry import registry_target
+
+    monkeypatch.setenv(REGISTRY_ENV, "host=/tmp dbname=team password=hunter2")
+    with pytest.raises(RegistryError) as refused:
+        registry_target()
+    assert "hunter2" not in str(refused.value) and "password=***" in str(refused.value)

@@ -307,7 +307,7 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
         release_dataset(rows, LabelPipeline(epsilon=0.5))
 
 
-def test_a_models_record_is_checked_with_the_public_key_alone(tmp_path, monkeypatch):
+def test_a_models_record_is_checked_with_the_public_key_alone(tmp_path, monkeypatch, tiny_model_factory):
     """A card's privacy record can be checked by anyone holding the custodian's public key, without the power to
     forge one: the record carries the release's signed ledger (without its row sets); an ε edited into the record,
     or a ledger edited inside it, is found."""
@@ -321,6 +321,7 @@ def test_a_models_record_is_checked_with_the_public_key_alone(tmp_path, monkeypa
     released = release_dataset(distinct_pairs(16, offset=5900), LabelPipeline(epsilon=0.5), seed=0)
     settings = resolve_privacy(get_ledger(released), epsilon=None, flip_rate=None, override=False)
     model = tmp_path / "model"
+    tiny_model_factory(0).save_pretrained(model)
     write(model, PrivacyRecord.build({"stage": "preference_optimization", **settings.record(False)}))
     stored = json.loads((model / PRIVACY_FILE).read_text())
     assert '"row_set":' not in json.dumps(stored["ledger"]) and stored["ledger"]["signature"].startswith("ed25519:")
@@ -337,6 +338,9 @@ def test_a_models_record_is_checked_with_the_public_key_alone(tmp_path, monkeypa
     (model / PRIVACY_FILE).write_text(json.dumps(seal(overclaim)))
     found = verify_privacy_record(model)
     assert found["record"].startswith("unsigned digest") and not found["epsilon_backed_by_ledger"]
+    with pytest.raises(IntegrityError, match=r"states ε 0.05, and the signed ledger it carries backs ε 0.5"):
+        verify_privacy_record(model, third_party=True)  # what `key verify` runs: an overclaim is refused
+    assert main(["key", "verify", str(model)]) == 1
     ledger = {**stored["ledger"], "total_epsilon": 0.05}
     (model / PRIVACY_FILE).write_text(json.dumps(seal({**overclaim, "ledger": ledger})))
     with pytest.raises(IntegrityError, match="does not match its digest"):

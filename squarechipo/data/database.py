@@ -22,7 +22,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["Database", "DatabaseError", "connect", "is_url", "redact"]
+__all__ = [
+    "LOCK_TIMEOUT_ENV",
+    "WRITERS_TABLE",
+    "Database",
+    "DatabaseError",
+    "connect",
+    "create_writers_lock",
+    "is_url",
+    "lock_timeout",
+    "normalise_url",
+    "redact",
+]
 
 #: The dialects: how each spells what the portable schema leaves open.
 _SPELLING = {
@@ -33,13 +44,44 @@ _SPELLING = {
         "without_rowid": "",
     },
 }
-#: The advisory lock key that queues writers of one PostgreSQL database ("squarechipo" in ASCII, as an int).
-_WRITERS_LOCK = 0x737175617265
+#: The table whose one row queues the writers of one PostgreSQL database (:meth:`Database.transaction`).
+WRITERS_TABLE = "squarechipo_writers"
+LOCK_TIMEOUT_ENV = "SQUARECHIPO_LOCK_TIMEOUT"
+
+
+def lock_timeout() -> float:
+    """How long a writer waits for the writers' lock, in seconds: ``$SQUARECHIPO_LOCK_TIMEOUT`` or 60."""
+    value = os.environ.get(LOCK_TIMEOUT_ENV, "60")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise DatabaseError(LOCK_TIMEOUT_ENV, f"{value!r} is not a positive number of seconds; set e.g. 60.")
+    return seconds
+
+
+def create_writers_lock(db: Database) -> None:
+    """The writers' lock table with its one row (by a role that may create tables: whoever starts the registry or
+    runs ``registry grant``)."""
+    try:
+        db.execute(f"CREATE TABLE IF NOT EXISTS {WRITERS_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1))")
+        db.execute(f"INSERT INTO {WRITERS_TABLE} (id) VALUES (1) ON CONFLICT (id) DO NOTHING")
+    except DatabaseError as error:
+        raise DatabaseError(
+            db.where,
+            f"the writers' lock ({WRITERS_TABLE}) is missing and this role may not create it ({error.detail}): an "
+            "administrator runs `squarechipo registry grant` (it creates the lock and grants it to the custodian).",
+        ) from None
 
 
 class DatabaseError(RuntimeError):
     """The store cannot be used: unreachable, unreadable, refused by the server. The message names the target
     (password removed); ``detail`` is what went wrong, without the target."""
+
+    #: The server's SQLSTATE code, and whether the transaction may be run again (a serialization failure).
+    sqlstate: str | None = None
+    retry: bool = False
 
     def __init__(self, where: str, detail: str) -> None:
         super().__init__(f"{where}: {detail}")
@@ -47,15 +89,25 @@ class DatabaseError(RuntimeError):
 
 
 def is_url(target: str | os.PathLike) -> bool:
-    """Whether ``target`` names a PostgreSQL server (``postgresql://`` or ``postgres://``)."""
-    return isinstance(target, str) and re.match(r"^postgres(ql)?://", target) is not None
+    """Whether ``target`` names a PostgreSQL server (``postgresql://`` or ``postgres://``, in any case, spaces around
+    it ignored)."""
+    return isinstance(target, str) and re.match(r"^\s*postgres(ql)?://", target, re.IGNORECASE) is not None
+
+
+def normalise_url(url: str) -> str:
+    """``url`` as libpq reads it: spaces around it removed and the scheme in lower case."""
+    url = url.strip()
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.lower()}://{rest}"
 
 
 def redact(target: str | os.PathLike) -> str:
-    """``target`` as it may be shown: a URL without its password (and without a password in its query)."""
+    """``target`` as it may be shown: a URL without its password (and without a password in its query); any other
+    text with a libpq ``password=`` setting or a ``user:password@`` part masked (a URL typed wrongly is still shown
+    without its secret)."""
     if not is_url(target):
-        return str(target)
-    parts = urlsplit(str(target))
+        return _without_password(str(target))
+    parts = urlsplit(normalise_url(str(target)))
     netloc = parts.netloc
     if "@" in netloc:
         user, host = netloc.rsplit("@", 1)
@@ -83,6 +135,12 @@ class Database:
             cursor = self.connection.cursor()
             cursor.execute(self.sql(statement), tuple(parameters))
             return cursor
+
+    def execute_composed(self, statement) -> None:
+        """Run a statement psycopg composed (``psycopg.sql``: identifiers quoted by the driver), never through the
+        dialect's text rewriting, which would read a ``?`` or ``{`` inside a quoted name."""
+        with self._errors():
+            self.connection.execute(statement)
 
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
         with self._errors():
@@ -116,15 +174,59 @@ class Database:
             self.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         else:
             self.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-            if write:
-                self.execute("SELECT pg_advisory_xact_lock(?)", (_WRITERS_LOCK,))
         try:
+            if write and self.kind == "postgresql":
+                self._take_writers_lock()
             yield self
         except BaseException:
             with contextlib.suppress(Exception):
                 self.connection.execute("ROLLBACK")
             raise
         self.execute("COMMIT")
+
+    def _take_writers_lock(self) -> None:
+        """The writers' lock of a PostgreSQL database: the one row of :data:`WRITERS_TABLE`, locked FOR UPDATE inside
+        the transaction. Only a role with UPDATE on that table (the custodian's) can take it, so a read-only role can
+        never hold it and stop every release; a writer waits at most ``$SQUARECHIPO_LOCK_TIMEOUT`` seconds (default
+        60), then is told who holds it."""
+        waited = lock_timeout()
+        self.execute(f"SET LOCAL lock_timeout = '{int(waited * 1000)}ms'")
+        try:
+            self.execute(f"SELECT id FROM {WRITERS_TABLE} FOR UPDATE")
+        except DatabaseError as error:
+            if error.sqlstate == "42P01":  # a database started before the lock existed, or being started now
+                with contextlib.suppress(Exception):
+                    self.connection.execute("ROLLBACK")
+                self.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                create_writers_lock(self)
+                return self._take_writers_lock()
+            if error.sqlstate != "55P03":
+                raise
+            with contextlib.suppress(Exception):
+                self.connection.execute("ROLLBACK")
+            found = DatabaseError(
+                self.where,
+                f"another writer has held the writers' lock for over {waited:g} s ({self._lock_holders()}); nothing "
+                "was entered. Run again once it is done; if it hangs, an administrator ends that session "
+                "(SELECT pg_terminate_backend(pid)). SQUARECHIPO_LOCK_TIMEOUT sets the wait in seconds.",
+            )
+            found.sqlstate, found.retry = "55P03", False
+            raise found from None
+
+    def _lock_holders(self) -> str:
+        rows = self.execute(
+            "SELECT a.pid, a.usename, a.application_name, a.xact_start FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'relation' "
+            f"AND l.relation = to_regclass('{WRITERS_TABLE}') AND l.mode = 'RowShareLock' AND l.granted "
+            "AND l.pid <> pg_backend_pid()"
+        ).fetchall()
+        return (
+            "; ".join(
+                f"pid {pid}, role {user}, {app or 'no application name'}, since {start}"
+                for pid, user, app, start in rows
+            )
+            or "its holder finished meanwhile"
+        )
 
     def retried(self, work, *, write: bool = False, attempts: int = 5):
         """``work(db)`` in a :meth:`transaction`, run again when PostgreSQL reports a serialization failure (another
@@ -169,9 +271,23 @@ class Database:
 
 
 def _without_password(text: str) -> str:
-    """A driver's message with any password in it (a URL's, a ``password=`` setting) masked."""
-    text = re.sub(r"(postgres(ql)?://[^:/@\s]+):[^@\s]*@", r"\1:***@", text)
-    return re.sub(r"(?i)(password[=:]\s*)\S+", r"\1***", text)
+    """Text with any password in it masked: a URL's (any scheme case; the password may hold ``@``), a libpq
+    ``password=`` setting (quoted or not)."""
+    text = re.sub(r"(?i)(postgres(ql)?://[^:/@\s]*):\S*@(?=[^@\s]*(\s|$))", r"\1:***@", text)
+    text = re.sub(r"(?i)(password\s*=\s*)('(\\.|[^'])*'|\S+)", r"\1***", text)
+    return re.sub(r"(?i)(password:\s*)\S+", r"\1***", text)
+
+
+def _application() -> str:
+    """Who this connection is, as the server shows it to whoever waits for a lock it holds."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return f"squarechipo {user}@{socket.gethostname()} pid {os.getpid()}"[:63]
 
 
 def connect(target: str | os.PathLike, *, must_exist: bool = True, timeout: float = 60.0) -> Database:
@@ -182,7 +298,7 @@ def connect(target: str | os.PathLike, *, must_exist: bool = True, timeout: floa
         DatabaseError: the file cannot be opened, psycopg is not installed, or the server cannot be reached.
     """
     if is_url(target):
-        return _connect_postgresql(str(target), timeout)
+        return _connect_postgresql(normalise_url(str(target)), timeout)
     path = Path(target)
     uri = f"file:{path}?mode=rw" if must_exist else f"file:{path}?mode=rwc"
     try:
@@ -201,7 +317,9 @@ def _connect_postgresql(url: str, timeout: float) -> Database:
             where, "a PostgreSQL store needs psycopg 3, which is not installed: pip install 'squarechipo[team]'"
         ) from None
     try:
-        connection = psycopg.connect(url, connect_timeout=max(1, int(min(timeout, 30))), autocommit=True)
+        connection = psycopg.connect(
+            url, connect_timeout=max(1, int(min(timeout, 30))), autocommit=True, application_name=_application()
+        )
     except psycopg.Error as error:
         text = _without_password(" ".join(str(error).split()) or type(error).__name__)
         raise DatabaseError(where, f"cannot connect ({text})") from None

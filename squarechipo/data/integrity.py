@@ -146,8 +146,9 @@ def _canonical(record: dict[str, Any], view: Callable[[dict], dict] | None = Non
 
 @dataclass(frozen=True)
 class Seal:
-    """What checking a seal found: ``signed`` (by the trusted key ``key_id``), ``unsigned`` (a plain digest) or
-    ``legacy-hmac`` (squarechipo 0.3's HMAC under the key ``key_id``)."""
+    """What checking a seal found: ``signed`` (by the trusted key ``key_id``), ``self-signed`` (a model record signed
+    by the untrusted key it names: who trained), ``unsigned`` (a plain digest) or ``legacy-hmac`` (squarechipo 0.3's
+    HMAC under the key ``key_id``)."""
 
     kind: str
     key_id: str | None = None
@@ -160,6 +161,11 @@ class Seal:
         """In words, for cards and ``squarechipo key verify``."""
         if self.kind == "signed":
             return f"signed by key {self.key_id} (Ed25519: only its holder can sign, anyone with it can check)"
+        if self.kind == "self-signed":
+            return (
+                f"signed by key {self.key_id}, which the record names and this account does not trust: it says who "
+                "wrote the record (who trained), never that rows were released"
+            )
         if self.kind == "legacy-hmac":
             named = f" (key id {self.key_id})" if self.key_id else ""
             return f"legacy HMAC-SHA256 seal{named}, written by squarechipo 0.3: whoever holds the key can forge it"

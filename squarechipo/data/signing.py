@@ -45,11 +45,15 @@ __all__ = [
     "SigningKey",
     "generate_key_pair",
     "key_id_of",
+    "parse_public_key",
     "public_key_text",
     "signing_key",
     "trusted_keys",
+    "check_public_point",
+    "trust_anchor",
     "trust_is_explicit",
     "verify",
+    "verify_with",
 ]
 
 logger = logging.getLogger("squarechipo")
@@ -99,7 +103,9 @@ class SigningKey:
 
 def generate_key_pair(path: str | os.PathLike) -> SigningKey:
     """Write a new private key to ``path`` (mode 0600, never over an existing file) and its public key beside it
-    (``<path>.pub``: ``ed25519:<base64> squarechipo <user>@<host>``)."""
+    (``<path>.pub``: ``ed25519:<base64> squarechipo <user>@<host>``). The key is written whole into a file of its own
+    and then linked into place, so a process that reads ``path`` never sees half a key, and of two processes making
+    the first key at once exactly one wins (the other gets :class:`SigningKeyError` and reads the winner's)."""
     path = Path(path).expanduser()
     if not path.is_absolute():
         raise SigningKeyError(
@@ -110,15 +116,21 @@ def generate_key_pair(path: str | os.PathLike) -> SigningKey:
     pem = private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
+    building = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    descriptor = os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(pem)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(building, path)  # atomic, and fails if a key is there
     except FileExistsError:
         raise SigningKeyError(
             f"{path} already exists: a key is never overwritten (what it signed would no longer verify). Choose "
             "another path (squarechipo key new --out PATH)."
         ) from None
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(pem)
+    finally:
+        building.unlink(missing_ok=True)
     key = SigningKey(private, path)
     comment = f"squarechipo {getpass.getuser()}@{socket.gethostname()}"
     Path(f"{path}.pub").write_text(f"{public_key_text(key.public)} {comment}\n", encoding="utf-8")
@@ -131,7 +143,18 @@ def _read_private(path: Path) -> SigningKey:
             f"{SIGNING_KEY_ENV} names {path}, which does not exist. Point it at the private key file that "
             "`squarechipo key new` wrote, or write one there."
         )
+    if path.read_bytes()[: len(_PREFIX)] == _PREFIX.encode("ascii"):
+        raise SigningKeyError(
+            f"{SIGNING_KEY_ENV} names {path}, which holds a public key (the .pub line), not the private key: point "
+            "it at the private key file beside it (the same name without .pub). Analysts set only "
+            f"{TRUSTED_KEYS_ENV} to the public key."
+        )
     mode = path.stat().st_mode
+    if path.stat().st_uid != os.getuid():
+        raise SigningKeyError(
+            f"{path} is owned by uid {path.stat().st_uid}, not this account (uid {os.getuid()}): a signing key is "
+            "its holder's own. Use your own key (squarechipo key new --out PATH)."
+        )
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SigningKeyError(
             f"{path} may be read by other users (mode {stat.S_IMODE(mode):o}): whoever reads it can sign releases. "
@@ -189,24 +212,89 @@ def signing_key(*, create: bool = True) -> SigningKey | None:
     return _read_private(path)
 
 
+def parse_public_key(text: str, where: str) -> Ed25519PublicKey:
+    """A public key from its text (``ed25519:<base64>``), checked as a key anyone generated would be."""
+    return _parse_public(text, where)
+
+
+def verify_with(public: Ed25519PublicKey, signature: str, digest: str) -> bool:
+    """Whether ``signature`` (``ed25519:<key id>:<base64>``) is ``public``'s signature of ``digest``."""
+    named, _, encoded = signature[len(_PREFIX) :].partition(":")
+    if not signature.startswith(_PREFIX) or named != key_id_of(public):
+        return False
+    try:
+        public.verify(base64.b64decode(encoded, validate=True), digest.encode("utf-8"))
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
 def _parse_public(text: str, where: str) -> Ed25519PublicKey:
     body = text.strip()
     if not body.startswith(_PREFIX):
         raise SigningKeyError(f"{where}: {body[:40]!r} is not a public key; each key reads ed25519:<base64>.")
     try:
         raw = base64.b64decode(body[len(_PREFIX) :], validate=True)
-        return Ed25519PublicKey.from_public_bytes(raw)
+        key = Ed25519PublicKey.from_public_bytes(raw)
     except ValueError:
         raise SigningKeyError(
             f"{where}: {body[:40]!r} is not a valid Ed25519 public key (32 bytes, base64)."
         ) from None
+    check_public_point(raw, where)
+    return key
+
+
+def check_public_point(raw: bytes, where: str) -> None:
+    """Refuse a public key that is not a canonical point of the prime-order subgroup (libsodium's
+    ``crypto_core_ed25519_is_valid_point``). A small-order key such as the identity point lets one forged signature
+    (R = identity, S = 0) verify for every message; a non-canonical encoding gives one key two ids."""
+    from nacl.bindings import crypto_core_ed25519_is_valid_point
+
+    if len(raw) != 32 or not crypto_core_ed25519_is_valid_point(raw):
+        shown = _PREFIX + base64.b64encode(raw).decode("ascii")
+        raise SigningKeyError(
+            f"{where}: {shown!r} is a small-order or non-canonically encoded Ed25519 point, not a key anyone "
+            "generated (a signature by it can be forged for any message). Use the public key `squarechipo key new` "
+            "printed."
+        )
+
+
+def _check_trust_file(path: Path) -> None:
+    """A trusted-keys file, and the folder holding it, may be changed only by this account (or root): whoever may
+    append a key there may sign releases this account accepts."""
+    try:
+        store.check_own(path, "trusted-keys file")
+        folder = path.parent
+        info = os.stat(folder)
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            raise store.FolderError(
+                f"{folder} (the folder of the trusted-keys file {path.name}) may be written by other users (mode "
+                f"{stat.S_IMODE(info.st_mode):o}), who could replace the file. Fix: keep the file in a folder only "
+                f"you may write (chmod go-w {folder})."
+            )
+    except store.FolderError as error:
+        raise SigningKeyError(f"{TRUSTED_KEYS_ENV}: {error}") from None
+
+
+def trust_anchor() -> dict[str, Ed25519PublicKey]:
+    """The keys a third party's check rests on, without creating anything: the named trusted keys, else the key this
+    process signs with if it exists. Refuses when there is none: a check against no key would accept anything."""
+    if trust_is_explicit():
+        return trusted_keys()
+    own = signing_key(create=False)
+    if own is None:
+        raise SigningKeyError(
+            f"no trusted key here ({TRUSTED_KEYS_ENV} is unset and this account has no signing key), so nothing can "
+            f"be checked: set {TRUSTED_KEYS_ENV} to the custodian's public key (a file of keys, or ed25519:...)."
+        )
+    return {own.key_id: own.public}
 
 
 def trusted_keys() -> dict[str, Ed25519PublicKey]:
     """Key id → public key of every key whose seals this process accepts."""
     named = os.environ.get(TRUSTED_KEYS_ENV)
     if not named:
-        own = signing_key()
+        own = signing_key(create=False)  # checking never makes a key: one made now would have signed nothing
         return {} if own is None else {own.key_id: own.public}
     if named.strip().startswith(_PREFIX):
         entries, where = [e for e in named.split(",") if e.strip()], TRUSTED_KEYS_ENV
@@ -217,6 +305,7 @@ def trusted_keys() -> dict[str, Ed25519PublicKey]:
                 f"{TRUSTED_KEYS_ENV} names {path}, which does not exist. Point it at a trusted-keys file (one "
                 "public key a line, as `squarechipo key new` prints), or set it to the key itself (ed25519:...)."
             )
+        _check_trust_file(path)
         lines = path.read_text(encoding="utf-8").splitlines()
         entries, where = [line.split()[0] for line in lines if line.strip() and not line.startswith("#")], str(path)
     keys = [_parse_public(entry, where) for entry in entries]

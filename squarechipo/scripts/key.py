@@ -19,9 +19,11 @@ from pathlib import Path
 from squarechipo.data.signing import (
     SIGNING_KEY_ENV,
     TRUSTED_KEYS_ENV,
+    SigningKeyError,
     generate_key_pair,
     public_key_text,
     signing_key,
+    trust_anchor,
     trust_is_explicit,
     trusted_keys,
 )
@@ -63,12 +65,19 @@ def _show() -> dict:
 
 def verify_folder(path: str | os.PathLike) -> dict:
     """What the seals of a model's privacy record or of a saved release say, each checked with the trusted keys
-    (:mod:`squarechipo.data.signing`). Raises on a seal that does not verify or a key that is not trusted."""
+    (:mod:`squarechipo.data.signing`), as a third party checks them: a trust anchor must exist (nothing is written
+    where none does), a model's weights must be the files its record names, and every ledger must be signed by a
+    trusted key. Raises on anything that does not hold."""
+    from squarechipo.data.integrity import IntegrityError
     from squarechipo.privacy.provenance.record import PRIVACY_FILE, verify_privacy_record
 
+    try:
+        trust_anchor()
+    except SigningKeyError as error:
+        raise IntegrityError(str(error)) from None
     path = Path(path)
     if (path / PRIVACY_FILE).is_file():
-        return verify_privacy_record(path)
+        return verify_privacy_record(path, third_party=True)
     from squarechipo.privacy.ledger.binding import get_ledger
     from squarechipo.privacy.release.store import load_privatized
 
@@ -77,8 +86,14 @@ def verify_folder(path: str | os.PathLike) -> dict:
     found = {}
     for name, split in splits:
         ledger = get_ledger(split, f"{path} [{name}]")
-        if ledger is not None:
-            found[name] = {"epsilon": ledger.total_epsilon, "ledger": ledger.seal.describe(), "rows": len(split)}
+        if ledger is None:
+            continue
+        if not ledger.seal.signed:
+            raise IntegrityError(
+                f"{path} [{name}]: its ledger carries an {ledger.seal.describe()}; a third party accepts only a "
+                "ledger signed by a trusted key (the custodian's)."
+            )
+        found[name] = {"epsilon": ledger.total_epsilon, "ledger": ledger.seal.describe(), "rows": len(split)}
     return {"release": str(path), "splits": found}
 
 

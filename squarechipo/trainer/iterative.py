@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import datasets
@@ -227,8 +226,8 @@ def _save_output(out: Path, record: PrivacyRecord, members: list[str], tokenizer
         "preference model trained on labels released through the mechanism below."
     )
     write_privacy_record(out, record, intro=intro)
-    for member in members[1:]:
-        shutil.copy(out / PRIVACY_FILE, out / member / PRIVACY_FILE)
+    for member in members[1:]:  # each member's record names its own weights
+        write_privacy_record(out / member, record, intro=intro)
 
 
 def _as_completion(prompts: list, responses: list[str]) -> list:

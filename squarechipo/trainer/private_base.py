@@ -246,6 +246,55 @@ class PrivateTrainerMixin:
                 args.max_length,
             )
 
+    # ------------------------------------------------------------------ resuming
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """TRL's ``train``, after checking the checkpoint it would resume from (:meth:`_check_resume`)."""
+        if resume_from_checkpoint:
+            self._check_resume(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _check_resume(self, checkpoint) -> None:
+        """A checkpoint's weights enter this run as its starting point, so they must be this run's own: a checkpoint
+        saved by a run on these rows under this ledger, its record's seal intact and its weights the files that
+        record names. Weights from any other run (raw labels, another ε, other rows, edited files) would be saved
+        under this run's card."""
+        from transformers.trainer_utils import get_last_checkpoint
+
+        from squarechipo.privacy.provenance.record import read_privacy_record
+
+        folder = get_last_checkpoint(self.args.output_dir) if checkpoint is True else str(checkpoint)
+        if folder is None:
+            return  # TRL says there is nothing to resume from
+        fix = "Resume only from a checkpoint of this run (same rows, same release), or start it afresh."
+        try:
+            record = read_privacy_record(folder)
+        except ValueError as error:
+            raise RawLabelsError(f"resume_from_checkpoint={folder}: {error}") from None
+        if record is None:
+            raise RawLabelsError(
+                f"resume_from_checkpoint={folder}: the checkpoint carries no privacy record, so nothing says which "
+                f"labels its weights were trained on; this run would save them under its own card. {fix}"
+            )
+        ours = self.privacy_record()
+        theirs_ledger = (record.ledger or {}).get("digest")
+        ours_ledger = (ours.ledger or {}).get("digest")
+        differs = [
+            name
+            for name, a, b in (
+                ("stage", record.stage, ours.stage),
+                ("the release (ledger digest)", theirs_ledger, ours_ledger),
+                ("ε", record.epsilon, ours.epsilon),
+                ("the training rows (fingerprint)", record.dataset_fingerprint, ours.dataset_fingerprint),
+            )
+            if a != b
+        ]
+        if differs:
+            raise RawLabelsError(
+                f"resume_from_checkpoint={folder}: the checkpoint was saved by another run ({', '.join(differs)} "
+                f"differ from this run's: ε {record.epsilon} there, {ours.epsilon} here). {fix}"
+            )
+
     # ------------------------------------------------------------------ the record
 
     def record_details(self) -> dict:

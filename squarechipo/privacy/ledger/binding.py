@@ -54,8 +54,9 @@ DERIVED_FORMAT = "squarechipo.derived_rows/1"
 _VALUE_PRESERVING = {None, "python", "numpy", "np", "torch", "pt", "arrow", "pa", "pandas", "pd", "polars", "pl"}
 #: The key of this process's derivations: drawn at import, never stored, never shown.
 _PROCESS_KEY = secrets.token_bytes(32)
-#: Derivation id → the keyed hashes of the rows it derived (this process only).
-_DERIVED: dict[str, frozenset[bytes]] = {}
+#: Derivation id → (the keyed hashes of the rows it derived, the keyed digest of its block: transform and sources),
+#: this process only. The block travels unsealed in the rows' metadata; its digest here is its seal.
+_DERIVED: dict[str, tuple[frozenset[bytes], bytes]] = {}
 
 
 @label_free("a check of how readers will see the rows; reads no label")
@@ -180,14 +181,19 @@ def _derive(sources: list[PrivacyLedger], rows: datasets.Dataset, transform: str
     """``rows``, computed in this process by the library transform ``transform`` from rows whose ledgers
     (``sources``) were just verified, with a derivation attached (see the module). Never for rows a caller computed."""
     derivation = uuid.uuid4().hex
-    _DERIVED[derivation] = frozenset(_keyed_hashes(rows))
     block = {
         "format": DERIVED_FORMAT,
         "transform": transform,
         "derivation": derivation,
         "sources": [source.summary() for source in sources],
     }
+    _DERIVED[derivation] = (frozenset(_keyed_hashes(rows)), _block_seal(block))
     return metadata.with_block(rows, json.dumps(block, sort_keys=True))
+
+
+def _block_seal(block: dict) -> bytes:
+    """The derivation block's seal under this process's key: its sources cannot be swapped for another release's."""
+    return hmac.new(_PROCESS_KEY, json.dumps(block, sort_keys=True).encode("utf-8"), hashlib.sha256).digest()
 
 
 def _derived_ledger(record: dict, dataset, where: str) -> PrivacyLedger:
@@ -199,7 +205,14 @@ def _derived_ledger(record: dict, dataset, where: str) -> PrivacyLedger:
     if not isinstance(summaries, list) or not summaries:
         raise IntegrityError(f"{where}: its derivation ({transform}) names no source release.")
     sources = [PrivacyLedger.from_dict(s, f"{where} (a source release of its {transform} rows)") for s in summaries]
-    known = _DERIVED.get(str(record.get("derivation")))
+    found = _DERIVED.get(str(record.get("derivation")))
+    if found is not None and not hmac.compare_digest(found[1], _block_seal(record)):
+        raise IntegrityError(
+            f"{where}: the derivation of these {transform} rows was changed after they were derived (its sources, "
+            "the releases whose ε they carry, are not the ones they were derived from). Derive them again from the "
+            "release."
+        )
+    known = found[0] if found is not None else None
     if known is None:
         raise IntegrityError(
             f"{where}: these rows were derived from a release by {transform} in another process, or saved and loaded "

@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from squarechipo.data.integrity import check_seal, seal
+from squarechipo.data.integrity import IntegrityError, seal
+from squarechipo.data.signing import SigningKeyError, public_key_text, signing_key, trust_anchor
 from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.privacy.ledger.release_entry import library_version as _library_version
+from squarechipo.privacy.provenance.subjects import check_record_seal, check_subjects, model_subjects
 
 __all__ = [
     "EXPOSURES",
@@ -92,6 +94,12 @@ class PrivacyRecord:
     #: The saved weights' identity (:func:`squarechipo.privacy.provenance.sketch.weights_identity`): a copy saved
     #: without this file is still recognised by the lineage guard, through the store of records on this machine.
     weights_fingerprint: str | None = None
+    #: The files the record describes, as in-toto's statement subjects: ``[{"name": file, "digest": {"sha256": hex}}]``
+    #: over every weight and adapter file in the model's folder (:func:`model_subjects`), filled in when it is written.
+    #: None in records written before squarechipo bound records to their weights.
+    subjects: list[dict] | None = None
+    #: The public key (``ed25519:...``) of the process that wrote the record and signed it: who trained.
+    signer: str | None = None
     #: Stage-specific public fields (method, β, R_max, candidates, …), written at the top level of the JSON.
     details: dict[str, Any] = field(default_factory=dict)
     format: str = RECORD_FORMAT
@@ -302,6 +310,12 @@ def write_privacy_record(
             remember_record(record.to_dict(), model, start_sketch)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    key = signing_key()
+    record = dataclasses.replace(
+        record,
+        subjects=model_subjects(folder),
+        signer=None if key is None else public_key_text(key.public),
+    )
     path = folder / PRIVACY_FILE
     path.write_text(json.dumps(seal(record.to_dict()), indent=2, sort_keys=True), encoding="utf-8")
     readme = folder / "README.md"
@@ -338,42 +352,77 @@ def read_privacy_record(folder: str | os.PathLike) -> PrivacyRecord | None:
         raise ValueError(f"{path} is not valid JSON ({error}); restore it or delete the folder's model.") from error
     if not isinstance(values, dict):
         raise ValueError(f"{path} must hold a JSON object (a squarechipo privacy record).")
-    check_seal(values, str(path), "privacy record", _RECORD_FIX, signed_only=False)
+    check_record_seal(values, str(path))
+    check_subjects(values, Path(folder), str(path))
     return PrivacyRecord.from_dict({k: v for k, v in values.items() if k not in ("digest", "signature")})
 
 
-_RECORD_FIX = "Restore the folder as squarechipo saved it, or train the model again."
-
-
-def _ledger_of_record(summary: dict, where: str) -> tuple[PrivacyLedger, list[str]]:
+def _ledger_of_record(summary: dict, where: str, signed_only: bool | None = None) -> tuple[PrivacyLedger, list[str]]:
     """The ledger a record carries (a release's, or the sources of derived rows), each seal checked: (the ledger,
     what each seal says)."""
     from squarechipo.privacy.ledger.binding import DERIVED_FORMAT
 
     if summary.get("format") == DERIVED_FORMAT:
         sources = [PrivacyLedger.from_dict(s, f"{where} (source {i})") for i, s in enumerate(summary["sources"])]
-        return PrivacyLedger(releases=tuple(r for s in sources for r in s.releases)), [
-            s.seal.describe() for s in sources
-        ]
-    ledger = PrivacyLedger.from_dict(summary, where)
-    return ledger, [ledger.seal.describe()]
+        ledger = PrivacyLedger(releases=tuple(r for s in sources for r in s.releases))
+    else:
+        sources = [PrivacyLedger.from_dict(summary, where)]
+        ledger = sources[0]
+    if signed_only and not all(source.seal.signed for source in sources):
+        raise IntegrityError(
+            f"{where}: a ledger it carries has an {next(s.seal for s in sources if not s.seal.signed).describe()}; a "
+            "third party accepts only a ledger signed by a trusted key (the custodian's), since anyone can write "
+            "the rest."
+        )
+    return ledger, [source.seal.describe() for source in sources]
 
 
-def verify_privacy_record(folder: str | os.PathLike) -> dict[str, Any]:
-    """Check a model's privacy record as anyone holding the signer's public key can: the record's own seal, the
-    release ledger it carries (signed by the custodian, without its row sets), and that the ε the record and its card
-    state is the one that ledger backs. Raises on a seal that does not verify or a key that is not trusted."""
+def verify_privacy_record(folder: str | os.PathLike, *, third_party: bool = False) -> dict[str, Any]:
+    """Check a model's privacy record as anyone holding the custodian's public key can, in the order of Sigstore's
+    verify: the record's own seal (and who signed it), each file it names against the files beside it (their sha256),
+    the release ledger it carries (signed by the custodian, without its row sets), and that the ε the record and its
+    card state is the one that ledger backs.
+
+    ``third_party`` (``squarechipo key verify``): there must be a trust anchor (refused, and nothing written, where
+    none is), the record must name its weights, the ledger must be signed by a trusted key, and a stated ε must be
+    backed. Raises :class:`IntegrityError` on anything that does not hold."""
+    if third_party:
+        try:
+            trust_anchor()
+        except SigningKeyError as error:
+            raise IntegrityError(str(error)) from None
     path = Path(folder) / PRIVACY_FILE
     values = json.loads(path.read_text(encoding="utf-8"))
-    found = {"model": str(folder), "record": check_seal(values, str(path), "privacy record", _RECORD_FIX,
-                                                         signed_only=False).describe()}  # fmt: skip
-    found["epsilon"] = values.get("epsilon")
+    record_seal = check_record_seal(values, str(path))
+    subjects = check_subjects(values, Path(folder), str(path), required=third_party)
+    found = {"model": str(folder), "record": record_seal.describe(), "epsilon": values.get("epsilon")}
+    found["weights"] = (
+        [f"{s['name']} sha256:{s['digest']['sha256']} (matches)" for s in subjects]
+        if subjects is not None
+        else "not bound: a record written before records named their weights"
+    )
+    found["trained_by"] = (
+        f"key {record_seal.key_id}" + (" (trusted here)" if record_seal.kind == "signed" else " (not a trusted key)")
+        if record_seal.key_id
+        else "not attested (an unsigned record)"
+    )
     summary = values.get("ledger")
     if not summary:
         found["ledger"] = "none: the record states no release (public labels, or ε asserted by a config)"
+        found["epsilon_backed_by_ledger"] = values.get("epsilon") is None
+        if third_party and values.get("epsilon") is not None:
+            raise IntegrityError(f"{path}: it states ε {values.get('epsilon')} but carries no ledger that backs it.")
         return found
-    ledger, seals = _ledger_of_record(summary, f"{path} [ledger]")
+    ledger, seals = _ledger_of_record(summary, f"{path} [ledger]", signed_only=True if third_party else None)
     found["ledger"] = seals
     stated, backed = values.get("epsilon"), ledger.total_epsilon
     found["epsilon_backed_by_ledger"] = stated is not None and backed is not None and abs(stated - backed) < 1e-9
+    if third_party and not found["epsilon_backed_by_ledger"]:
+        raise IntegrityError(
+            f"{path}: it states ε {stated}, and the signed ledger it carries backs ε {backed}: the record overclaims."
+        )
+    found["does_not_prove"] = (
+        "that these weights were trained on the ledger's rows: the record's signer says so, and only the ledger's "
+        "signature is the custodian's"
+    )
     return found

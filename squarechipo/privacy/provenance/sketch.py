@@ -28,11 +28,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+logger = logging.getLogger("squarechipo")
 
 __all__ = [
     "COPY_AGREEMENT",
@@ -237,13 +240,29 @@ def remember_record(record: dict, model, start: Sketch | None) -> str:
     model its private run started from, also the trained and starting weights at those positions."""
     identity = weights_identity(model)
     with _records() as records:
-        records.put(identity, json.dumps(record))
+        if not records.put(identity, json.dumps(record)):
+            earlier = json.loads(records.get(identity))
+            if _described(earlier) != _described(record):
+                logger.warning(
+                    "these weights (%s) were recorded before by a %s run (ε %s): that record stands, and this run's "
+                    "(ε %s) is not entered. A store entry is never replaced, so no run can re-describe another's "
+                    "weights.",
+                    identity,
+                    earlier.get("stage"),
+                    earlier.get("epsilon"),
+                    record.get("epsilon"),
+                )
     if start is not None:
         trained, found = sketch_model(model, at=start)
         if found.mean() >= _MIN_OVERLAP:
             with _sketches() as sketches:
                 sketches.put(f"{start.architecture}:{identity}", start.to_bytes(trained.values, found.astype(float)))
     return identity
+
+
+def _described(record: dict) -> tuple:
+    """What a record says the weights were trained on (two saves of one run's weights say the same)."""
+    return (record.get("stage"), record.get("epsilon"), record.get("dataset_fingerprint"), str(record.get("ledger")))
 
 
 def recorded_by_weights(model) -> dict | None:

@@ -39,6 +39,7 @@ is for simulation; their cards already say they are not private).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import logging
@@ -51,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from squarechipo.data import store
-from squarechipo.data.database import Database, DatabaseError, connect, is_url, redact
+from squarechipo.data.database import Database, DatabaseError, connect, create_writers_lock, is_url, redact
 from squarechipo.data.near_duplicates import BANDS, NEAR_COPY_JACCARD, Sketch, estimated_jaccard
 from squarechipo.privacy.release.registry_schema import (
     FORMAT_2,
@@ -109,10 +110,38 @@ def _started_marker(path: Path) -> Path:
 
 
 def _first_on_this_machine(path: Path) -> bool:
-    """This machine's registry, never started here (no marker beside it): the first release starts it. Any other
-    registry (named by ``$SQUARECHIPO_RELEASE_REGISTRY``), or this one started before and now missing, is never started
-    silently."""
-    return path == default_registry_path() and not _started_marker(path).exists()
+    """This machine's registry, never started here (no marker beside it, and no record on this machine of a model
+    trained on a release it counted): the first release starts it. Any other registry (named by
+    ``$SQUARECHIPO_RELEASE_REGISTRY``), or this one started before and now missing, is never started silently."""
+    if path != default_registry_path() or _started_marker(path).exists():
+        return False
+    counted = _registries_named_by_records()
+    if counted:
+        raise RegistryError(
+            f"this machine's registry of releases ({path}) is missing with the marker that said it was started, but "
+            f"this machine's store of model records holds models trained on releases it counted (registry "
+            f"{', '.join(sorted(counted))}): it was lost, not never started, and a new one would count from zero. "
+            "Restore it from a backup; only if it is lost for good, start a new one by hand (squarechipo registry "
+            "init): the rows it recorded could then be released again."
+        )
+    return True
+
+
+def _registries_named_by_records() -> set[str]:
+    """The registry ids that releases recorded in this machine's store of model records name (what the machine's
+    records show was counted here, should the registry and its marker go)."""
+    import re
+    import sqlite3
+
+    records = store.machine_dir() / "records.sqlite"
+    if not records.is_file():
+        return set()
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{records}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT value FROM records WHERE value LIKE '%registry_id%'").fetchall()
+    except sqlite3.DatabaseError:
+        return set()
+    return {found for (value,) in rows for found in re.findall(r'"registry_id": "([0-9a-f]+)"', value)}
 
 
 def _missing(path: Path) -> RegistryError:
@@ -144,6 +173,8 @@ def _create_schema(db: Database) -> dict[str, str]:
     for statement in SCHEMA:
         db.execute(statement)
     db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
+    if db.kind == "postgresql":
+        create_writers_lock(db)
     return meta
 
 
@@ -398,11 +429,12 @@ def _refused(db: Database, work):
     try:
         return work()
     except DatabaseError as error:
-        denied = getattr(error, "sqlstate", None) == "42501"
-        why = (
-            "this role may not do that: releases are entered by the custodian's role (docs/team.md)"
-            if denied
-            else "the registry could not finish; the transaction was rolled back, so nothing of it was entered"
+        why = {
+            "42501": "this role may not do that: releases are entered by the custodian's role (docs/team.md)",
+            "55P03": "the lock was not taken, so nothing was entered",
+        }.get(
+            error.sqlstate,
+            "the registry could not finish; the transaction was rolled back, so nothing of it was entered",
         )
         raise RegistryError(f"the registry of releases at {db.where} refused ({error.detail}): {why}.") from None
 

@@ -44,31 +44,49 @@ _RECORD_TABLES = ("records", "weight_sketches_by_name")
 
 
 def grant_roles(url: str, *, custodian: str | None, analyst: str | None) -> list[str]:
-    """Grant the custodian's role SELECT and INSERT on the registry's tables (never UPDATE or DELETE: a release, once
-    entered, stays), and the analysts' role SELECT only; both may read and write the store of model records in the
-    same database (its tables are created here if missing). Returns the statements run (as the connecting role,
-    which must own the tables)."""
+    """Least privilege on a team's server. The custodian's role: SELECT and INSERT on the registry's tables (never
+    UPDATE or DELETE: a release, once entered, stays) and the writers' lock (SELECT, UPDATE on its one row: only it can
+    queue writers). The analysts' role: SELECT on the registry, never the lock, so it can neither enter a release nor
+    stop the custodian's. Both: SELECT and INSERT on the store of model records (insert-only: a record, once entered,
+    is never replaced, so no role can launder a model's weights under another run's record). Role names are quoted
+    as identifiers. Returns the statements run (as the connecting role, which must own the tables)."""
+    from psycopg import sql
+
+    from squarechipo.data.database import WRITERS_TABLE, create_writers_lock
     from squarechipo.data.store import RecordTable
 
     for table, kind in zip(_RECORD_TABLES, ("text", "blob")):
         RecordTable(url, table, kind).close()
-    records = ", ".join(_RECORD_TABLES)
+
+    def grant(privileges: str, tables: tuple[str, ...], role: str):
+        names = sql.SQL(", ").join(sql.Identifier(t) for t in tables)
+        return sql.SQL("GRANT {} ON {} TO {}").format(sql.SQL(privileges), names, sql.Identifier(role))
+
+    everything = (*TABLES, *_RECORD_TABLES, WRITERS_TABLE)
     statements = []
     for role in (custodian, analyst):
-        if role:
-            statements.append(f'GRANT SELECT, INSERT, UPDATE ON {records} TO "{role}"')
+        if role:  # what an earlier, wider grant gave goes first
+            statements.append(
+                sql.SQL("REVOKE ALL ON {} FROM {}").format(
+                    sql.SQL(", ").join(sql.Identifier(t) for t in everything), sql.Identifier(role)
+                )
+            )
+            statements.append(grant("SELECT, INSERT", _RECORD_TABLES, role))
     if custodian:
         statements += [
-            f'GRANT SELECT, INSERT ON {_REGISTRY_TABLES} TO "{custodian}"',
-            f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{custodian}"',
+            grant("SELECT, INSERT", TABLES, custodian),
+            grant("SELECT, UPDATE", (WRITERS_TABLE,), custodian),
+            sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}").format(sql.Identifier(custodian)),
         ]
     if analyst:
-        statements += [f'GRANT SELECT ON {_REGISTRY_TABLES} TO "{analyst}"']
+        statements += [grant("SELECT", TABLES, analyst)]
     with connect(url) as db:
-        with db.transaction(write=True):
+        with db.transaction():
+            create_writers_lock(db)
             for statement in statements:
-                db.execute(statement)
-    return statements
+                db.execute_composed(statement)
+            texts = [statement.as_string(db.connection) for statement in statements]
+    return texts
 
 
 def migrate_to(url: str, *, source: Path, records: Path | None = None) -> dict:

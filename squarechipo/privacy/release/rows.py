@@ -269,5 +269,12 @@ def combine_parts(first: datasets.Dataset, second: datasets.Dataset) -> datasets
         else p.with_format("arrow")[:].append_column(FROM_PRIOR_COLUMN, pa.array([False] * len(p)))
         for p in (first, second)
     ]
+    only = [sorted(set(a.column_names) - set(b.column_names)) for a, b in ((tables[0], tables[1]), tables[::-1])]
+    if only[0] or only[1]:
+        raise ValueError(
+            f"the parts have different columns (only the first has {only[0]}, only the second {only[1]}): combining "
+            "them would drop those columns. Release both parts with the same public_columns, or remove the columns "
+            "from the raw rows before releasing."
+        )
     joined = pa.concat_tables([tables[0].select(tables[1].column_names).cast(tables[1].schema), tables[1]])
     return _derive(ledgers, datasets.Dataset(joined), "combine_parts")

@@ -43,6 +43,7 @@ from squarechipo.data.fingerprint import _exact_row_hashes, canonical_rows, enco
 from squarechipo.data.integrity import MARKER, IntegrityError, check_seal, marker_record, seal
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import Sketch, copies, describe_copies, sketch
+from squarechipo.data.signing import signing_key
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, Release
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline, Measurement
@@ -200,6 +201,9 @@ class _Release:
                 "mechanism must be a squarechipo.privacy.mechanisms.measurements.Measurement, e.g. "
                 f"LabelPipeline(epsilon=1.0) (got {type(self.mechanism).__name__})."
             )
+        # The key that will seal the release, read (and the machine folder checked) before any noise is drawn: a
+        # wrong key found after the draw would leave a staged release that a retry refuses.
+        signing_key()
         self._existing = get_ledger(self.dataset)
         _check_not_released(self._existing, self.mechanism, self.options.compose)
         # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).

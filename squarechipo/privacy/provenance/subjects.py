@@ -1,0 +1,111 @@
+"""What binds a model's privacy record to the model: the record's subjects and its signer.
+
+A record follows the shape of an in-toto statement (SLSA provenance): **subjects**, the sha256 of every file that is
+the model (weights, shards, adapters, their configs), and a predicate (what the record states: the ledger it trained
+on, its lineage), sealed and signed by the key of the process that trained it (its ``signer``). A check recomputes
+each subject's digest first, as Sigstore's verify does: a record beside weights it does not name vouches for nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from squarechipo.data.integrity import IntegrityError, Seal, check_seal
+from squarechipo.data.signing import SigningKeyError, key_id_of, parse_public_key, trusted_keys, verify_with
+
+__all__ = ["check_record_seal", "check_subjects", "model_files", "model_subjects"]
+
+_RECORD_FIX = "Restore the folder as squarechipo saved it, or train the model again."
+
+#: Files that are the model: weights of any format, and the configs that say how to read them (a model's or an
+#: adapter's). What the Trainer saves beside them to resume (optimizer, scheduler, RNG states, arguments) is not.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
+_MODEL_CONFIGS = ("config.json", "adapter_config.json")
+_TRAINING_STATE = ("optimizer.", "scheduler.", "scaler.", "rng_state", "training_args.")
+
+
+def model_files(folder: Path) -> list[Path]:
+    """The files of ``folder`` a record describes (weights, shards, adapters, their configs), by name."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        item
+        for item in folder.iterdir()
+        if item.is_file()
+        and (item.name in _MODEL_CONFIGS or item.name.endswith(_WEIGHT_SUFFIXES))
+        and not item.name.startswith(_TRAINING_STATE)
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_subjects(folder: Path) -> list[dict]:
+    """``[{"name", "digest": {"sha256"}}]`` of every model file in ``folder`` (in-toto's subject form)."""
+    return [{"name": item.name, "digest": {"sha256": _sha256(item)}} for item in model_files(folder)]
+
+
+def check_subjects(values: dict, folder: Path, where: str, *, required: bool = False) -> list[dict] | None:
+    """Refuse a record whose weights are not the files beside it: a named file missing or changed, or a model file
+    it does not name (weights swapped in, or added). Returns the subjects checked; None for a record written before
+    records named their weights (refused when ``required``)."""
+    stated = values.get("subjects")
+    if stated is None:
+        if required:
+            raise IntegrityError(
+                f"{where}: the record names no digest of the weights it describes (written before squarechipo bound "
+                "records to their weights), so it cannot vouch for the files beside it. Save the model again with "
+                "this version (it writes the digests), or train it again."
+            )
+        return None
+    named = {entry["name"]: entry["digest"]["sha256"] for entry in stated}
+    present = {item.name: item for item in model_files(folder)}
+    missing, extra = sorted(set(named) - set(present)), sorted(set(present) - set(named))
+    changed = sorted(n for n in set(named) & set(present) if _sha256(present[n]) != named[n])
+    if missing or extra or changed:
+        what = "; ".join(
+            f"{label} {names}"
+            for label, names in (("changed", changed), ("missing", missing), ("not named by the record", extra))
+            if names
+        )
+        raise IntegrityError(
+            f"{where}: the model files beside this record are not the ones it describes ({what}), so nothing it "
+            "states holds for them. Use the weights the record names, or train the model again (its run writes its "
+            "own record)."
+        )
+    if not named and required:
+        raise IntegrityError(f"{where}: the record names no model file, and there are none beside it to vouch for.")
+    return stated
+
+
+# ---------------------------------------------------------------------------------------------- the record's seal
+
+
+def check_record_seal(values: dict, where: str) -> Seal:
+    """A record's seal: signed by a trusted key, or signed by the key the record names as its signer (who trained:
+    :class:`Seal` ``self-signed``; such a key vouches for who wrote the record, never that rows were released), or
+    an unsigned digest (written where no key signs)."""
+    signature, signer = values.get("signature"), values.get("signer")
+    if not (isinstance(signature, str) and isinstance(signer, str)):
+        return check_seal(values, where, "privacy record", _RECORD_FIX, signed_only=False)
+    try:
+        public = parse_public_key(signer, f"{where} (its signer)")
+    except SigningKeyError as error:
+        raise IntegrityError(str(error)) from None
+    own = key_id_of(public)
+    if own in trusted_keys() or not signature.startswith(f"ed25519:{own}:"):
+        return check_seal(values, where, "privacy record", _RECORD_FIX, signed_only=False)
+    unsigned = {k: v for k, v in values.items() if k != "signature"}
+    found = check_seal(unsigned, where, "privacy record", _RECORD_FIX, signed_only=False)
+    if found.kind != "unsigned" or not verify_with(public, signature, values["digest"]):
+        raise IntegrityError(
+            f"{where}: the privacy record's signature does not verify with the key it names: it was changed after it "
+            f"was signed, or the signature was made up. {_RECORD_FIX}"
+        )
+    return Seal("self-signed", own)
