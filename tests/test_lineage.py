@@ -127,10 +127,15 @@ def test_override_is_recorded_in_the_privacy_record_and_card(models, private, to
     run.save_model(args.output_dir)
     run.create_model_card()
     record = json.loads((tmp_path / "out" / PRIVACY_FILE).read_text())
-    assert record["label_exposure"] == [
+    assert [_named(e) for e in record["label_exposure"]] == [
         {"role": "reference", "model": str(models["sft_leak"]), "status": "prompt_overlap"}
     ]
-    assert {"role": "policy", "model": str(models["clean"]), "status": "recorded"} in record["lineage"]
+    assert {"role": "policy", "model": str(models["clean"]), "status": "recorded"} in map(_named, record["lineage"])
+    # The trained model's record names each starting model's record by its digest.
+    started = json.loads((models["clean"] / PRIVACY_FILE).read_text())["digest"]
+    assert {"role": "policy", "model": str(models["clean"]), "status": "recorded", "record_digest": started} in record[
+        "lineage"
+    ]
     card = (tmp_path / "out" / "README.md").read_text()
     assert f"labels exposed through the reference model {models['sft_leak']}" in card
     assert (
@@ -141,7 +146,7 @@ def test_override_is_recorded_in_the_privacy_record_and_card(models, private, to
 def test_unrecorded_public_model_is_accepted_and_recorded(models, private, tokenizer, tmp_path):
     args = config(tmp_path)
     run = trainer(models["bare"], models["clean"], private["released"], args, tokenizer)
-    assert run.privacy_record().to_dict()["lineage"] == [
+    assert [_named(e) for e in run.privacy_record().to_dict()["lineage"]] == [
         {"role": "policy", "model": str(models["bare"]), "status": "unrecorded"},
         {"role": "reference", "model": str(models["clean"]), "status": "recorded"},
     ]
@@ -359,3 +364,8 @@ def test_records_show_and_forget_a_models_record(tmp_path, tiny_model_factory, c
     assert recorded_by_weights(model) is not None
     assert main(["records", "forget", str(tmp_path / "m"), "--yes"]) == 0
     assert "forgot 1 entry" in capsys.readouterr().out and recorded_by_weights(model) is None
+
+
+def _named(entry: dict) -> dict:
+    """A lineage entry without the digest of the model's record (compared on its own where it matters)."""
+    return {k: v for k, v in entry.items() if k != "record_digest"}

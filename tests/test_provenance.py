@@ -436,3 +436,62 @@ def test_a_registry_lost_with_its_marker_is_found_from_the_machines_records(tmp_
     with pytest.raises(RegistryError, match=rf"missing with the marker .*registry {registry_id}\): it was lost"):
         release_dataset(distinct_pairs(8, offset=8950), LabelPipeline(epsilon=0.5))
     assert not path.exists()
+
+
+# ---------------------------------------------------------------------------------------- branches built as inputs
+
+
+def _with_block(dataset, block: dict):
+    from squarechipo.data import metadata
+
+    return metadata.with_block(dataset, json.dumps(block, sort_keys=True))
+
+
+def test_a_summary_ledger_vouches_for_no_rows_in_any_reader():
+    """The ledger a model record keeps (no row sets) put on released rows: every reader refuses it."""
+    from squarechipo.privacy import combine_parts
+    from squarechipo.privacy.door import checked_rows
+    from squarechipo.privacy.ledger.binding import pairwise_rows
+
+    released = release_dataset(distinct_pairs(8, offset=9000), LabelPipeline(epsilon=1.0), seed=0, part="a")
+    other = release_dataset(distinct_pairs(8, offset=9020), LabelPipeline(epsilon=1.0), seed=0, part="b")
+    summarised = _with_block(released, get_ledger(released).summary())
+    readers = {
+        "get_ledger": lambda: get_ledger(summarised),
+        "pairwise_rows": lambda: pairwise_rows(summarised),
+        "combine_parts": lambda: combine_parts(summarised, other),
+        "the door": lambda: checked_rows(summarised, split="train", public=False, reader="t", declare="public=True"),
+    }
+    for name, read in readers.items():
+        with pytest.raises(IntegrityError, match="has no row sets"):
+            read()
+        assert name
+
+
+def test_the_seal_covers_each_releases_row_set():
+    """A ledger's row set swapped for another release's (a well-formed set of other rows, which would vouch for
+    those rows) no longer matches the seal."""
+    from squarechipo.data import metadata
+
+    released = release_dataset(distinct_pairs(8, offset=9100), LabelPipeline(epsilon=1.0), seed=0)
+    other = release_dataset(distinct_pairs(8, offset=9120), LabelPipeline(epsilon=1.0), seed=0)
+    block = json.loads(metadata.read_block(released))
+    block["releases"][0]["row_set"] = json.loads(metadata.read_block(other))["releases"][0]["row_set"]
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        get_ledger(_with_block(other, block))  # the other rows under the edited ledger
+
+
+def test_parts_sharing_exactly_one_comparison_or_with_an_unsigned_ledger_are_not_combined():
+    from squarechipo.privacy import combine_parts
+
+    rows = distinct_pairs(15, offset=9200)
+    first = release_dataset(rows.select(range(8)), LabelPipeline(epsilon=0.5), seed=1, part="a")
+    second = release_dataset(rows.select(range(7, 15)), LabelPipeline(epsilon=0.5), seed=2, part="b")
+    with pytest.raises(ValueError, match=r"the two parts share 1 comparison\(s\)"):
+        combine_parts(first, second)
+    from squarechipo.data import metadata
+
+    disjoint = release_dataset(distinct_pairs(8, offset=9250), LabelPipeline(epsilon=0.5), seed=3, part="c")
+    unsigned = {k: v for k, v in json.loads(metadata.read_block(disjoint)).items() if k != "signature"}
+    with pytest.raises(ValueError, match="the second part's ledger carries an unsigned digest"):
+        combine_parts(first, _with_block(disjoint, unsigned))

@@ -363,6 +363,15 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     redo.unlink()
     trained = {p: p.stat().st_mtime_ns for p in (out / "cells" / redo.stem).rglob("*")}
     assert trained  # the cell's folder from the rebuild above: a refusal must leave it alone
+    # The adapter's own record names the digest of the file it describes: the edit is found before the merge.
+    refusal = r"sft_adapter/squarechipo_privacy\.json: the model files .* \(changed \['adapter_model\.safetensors'\]\)"
+    from squarechipo.data.integrity import IntegrityError
+
+    with pytest.raises(IntegrityError, match=refusal):
+        main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])
+    # Without that record (an older set-up), the set-up's committed digest still refuses the merged weights.
+    (adapter.parent / "squarechipo_privacy.json").unlink()
+    shutil.rmtree(out / "sft", ignore_errors=True)
     refusal = r"setup\.json: the work folder's models are not the committed set-up \(sft: "
     with pytest.raises(RuntimeError, match=refusal):
         main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])

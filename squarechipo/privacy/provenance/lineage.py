@@ -22,9 +22,11 @@ embedded SmolLM2) is accepted and recorded as ``unrecorded``.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -109,12 +111,21 @@ class ModelLineage:
 
     name: str
     record: dict | None
+    #: The digest of the starting model's record file (its seal): what the trained model's record names it by.
+    record_digest: str | None = None
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike, name: str | None = None) -> ModelLineage:
-        """The record saved in a model (or adapter) folder; a folder without one, or a Hub id, is unrecorded."""
+        """The record saved in a model (or adapter) folder, its seal and its weights' digests checked; a folder
+        without one, or a Hub id, is unrecorded."""
         record = read_privacy_record(folder)
-        return cls(name=name or _portable(folder), record=record.to_dict() if record is not None else None)
+        digest = None
+        if record is not None:
+            digest = json.loads((Path(folder) / PRIVACY_FILE).read_text(encoding="utf-8")).get("digest")
+        return cls(
+            name=name or _portable(folder), record=record.to_dict() if record is not None else None,
+            record_digest=digest,
+        )  # fmt: skip
 
     @classmethod
     def of_model(cls, model: Any) -> ModelLineage:
@@ -147,7 +158,7 @@ class ModelLineage:
         record = PrivacyRecord.from_dict(found).to_dict()
         if lineage.record is not None:  # both what the file says and what the weights say
             record = {**lineage.record, "upstream": [*(lineage.record.get("upstream") or []), *_as_upstream(record)]}
-        return cls(name=f"{lineage.name} (its weights are {how})", record=record)
+        return cls(name=f"{lineage.name} (its weights are {how})", record=record, record_digest=lineage.record_digest)
 
     @property
     def recorded(self) -> bool:
@@ -179,6 +190,8 @@ class LineageFinding:
     role: str
     model: str
     status: str  # recorded, unrecorded, same_dataset, prompt_overlap
+    #: The digest of the model's record, where it has one (the trained model's record names its start by it).
+    record_digest: str | None = None
 
     @property
     def exposes_labels(self) -> bool:
@@ -196,7 +209,8 @@ class LineageFinding:
         return f"the {self.role} model {self.model} {what}"
 
     def to_dict(self) -> dict[str, str]:
-        return {"role": self.role, "model": self.model, "status": self.status}
+        named = {"record_digest": self.record_digest} if self.record_digest else {}
+        return {"role": self.role, "model": self.model, "status": self.status, **named}
 
 
 @label_free("compares label-invariant fingerprints and prompt sketches")
@@ -214,7 +228,7 @@ def lineage_findings(
     findings = []
     for role, lineage in models:
         if not lineage.recorded:
-            findings.append(LineageFinding(role, lineage.name, UNRECORDED))
+            findings.append(LineageFinding(role, lineage.name, UNRECORDED, lineage.record_digest))
             continue
         status = RECORDED
         for entry in lineage.training_sets():
@@ -225,7 +239,7 @@ def lineage_findings(
                 status = PROMPT_OVERLAP
             elif str(entry["dataset_fingerprint"] or "").startswith(UNKNOWN_ROWS) and status == RECORDED:
                 status = UNKNOWN_TRAINING_ROWS
-        findings.append(LineageFinding(role, lineage.name, status))
+        findings.append(LineageFinding(role, lineage.name, status, lineage.record_digest))
     return findings
 
 

@@ -67,7 +67,12 @@ def merge_adapter(base: str | Path, adapter: str | Path, out: str | Path) -> str
     from peft.tuners.lora import LoraLayer
     from transformers import AutoModelForCausalLM
 
-    from squarechipo.privacy.provenance.record import weights_fingerprint
+    from squarechipo.privacy.provenance.record import (
+        PRIVACY_FILE,
+        read_privacy_record,
+        weights_fingerprint,
+        write_privacy_record,
+    )
 
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32), adapter)
     with torch.no_grad():
@@ -85,8 +90,11 @@ def merge_adapter(base: str | Path, adapter: str | Path, out: str | Path) -> str
     out = Path(out)
     merged.save_pretrained(out)
     for file in Path(adapter).iterdir():
-        if file.is_file() and not file.name.startswith("adapter_"):
-            shutil.copy2(file, out / file.name)  # tokenizer, card, privacy record
+        if file.is_file() and not file.name.startswith("adapter_") and file.name != PRIVACY_FILE:
+            shutil.copy2(file, out / file.name)  # tokenizer, card
+    record = read_privacy_record(adapter)  # its seal, and the adapter files it names, checked
+    if record is not None:  # the same training, now merged: the record names the merged files
+        write_privacy_record(out, record)
     return weights_fingerprint(merged)
 
 
