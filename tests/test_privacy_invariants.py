@@ -46,9 +46,15 @@ def _row_key(row: dict) -> str:
     return json.dumps(row, sort_keys=True, ensure_ascii=False)
 
 
-@functools.cache
 def _world() -> tuple[datasets.Dataset, datasets.Dataset, frozenset[str], dict[str, str]]:
-    """(raw rows, their release, every row a ledger may vouch for, the raw chosen answer by prompt)."""
+    """(raw rows, their release, every row a ledger may vouch for, the raw chosen answer by prompt), made once per
+    signing key: a second pytest session in the same process (mutmut runs several) has a key of its own, and a
+    release the first session's key signed is, rightly, refused there."""
+    return _world_signed_by(os.environ.get("SQUARECHIPO_SIGNING_KEY"))
+
+
+@functools.cache
+def _world_signed_by(key: str | None) -> tuple[datasets.Dataset, datasets.Dataset, frozenset[str], dict[str, str]]:
     raw = distinct_pairs(N_ROWS, offset=900).add_column("row_id", list(range(N_ROWS)))
     released = release_dataset(raw, LabelPipeline(epsilon=0.5), seed=0, public_columns=["row_id"])
     rows = released.to_list()
@@ -117,9 +123,13 @@ def get_ledger_or_none(data):
         return None
 
 
-@functools.cache
 def _trainer():
-    """One tiny trainer built on the release (a trainer per step would cost seconds each)."""
+    """One tiny trainer built on the release (a trainer per step would cost seconds each), per signing key."""
+    return _trainer_signed_by(os.environ.get("SQUARECHIPO_SIGNING_KEY"))
+
+
+@functools.cache
+def _trainer_signed_by(key: str | None):
     from transformers import AutoTokenizer
 
     from squarechipo.models import embedded_model_path
