@@ -27,8 +27,8 @@ from squarechipo.data import metadata
 from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, load_privatized, release_dataset, save_privatized
 from squarechipo.privacy.door import RawLabelsError
+from squarechipo.privacy.ledger.binding import DERIVED_FORMAT, pairwise_rows
 from squarechipo.privacy.ledger.binding import _pairwise_row as pairwise_row
-from squarechipo.privacy.ledger.binding import pairwise_rows
 from tests.helpers.rows import distinct_pairs
 
 settings.register_profile(
@@ -56,11 +56,26 @@ def _world() -> tuple[datasets.Dataset, datasets.Dataset, frozenset[str], dict[s
 @functools.cache
 def _world_signed_by(key: str | None) -> tuple[datasets.Dataset, datasets.Dataset, frozenset[str], dict[str, str]]:
     raw = distinct_pairs(N_ROWS, offset=900).add_column("row_id", list(range(N_ROWS)))
-    released = release_dataset(raw, LabelPipeline(epsilon=0.5), seed=0, public_columns=["row_id"])
+    released = release_dataset(raw, LabelPipeline(epsilon=EPSILON), seed=0, public_columns=["row_id"])
     rows = released.to_list()
     pair_rows = [pairwise_row(row) for row in rows]
     allowed = frozenset(_row_key(row) for row in rows + pair_rows)
     return raw, released, allowed, dict(zip(raw["prompt"], raw["chosen"]))
+
+
+#: The ε of the world's release: an accepted ledger states no other (no rule composes releases).
+EPSILON = 0.5
+
+
+def _loose_summary() -> dict:
+    """The signed summary of a release of other rows at ε 8: what a source swap would name instead."""
+    return _loose_signed_by(os.environ.get("SQUARECHIPO_SIGNING_KEY"))
+
+
+@functools.cache
+def _loose_signed_by(key: str | None) -> dict:
+    loose = release_dataset(distinct_pairs(N_ROWS, offset=950), LabelPipeline(epsilon=8.0), seed=0)
+    return get_ledger(loose).summary()
 
 
 def _seen(data: datasets.Dataset) -> list[dict]:
@@ -82,6 +97,7 @@ def assert_invariant(data: datasets.Dataset) -> None:
     allowed = _world()[2]
     stray = [row for row in _seen(data) if _row_key(row) not in allowed]
     assert not stray, f"a ledger (ε {ledger.total_epsilon}) vouches for rows it never released: {stray[:2]}"
+    assert ledger.total_epsilon == EPSILON, f"rows released at ε {EPSILON} read at ε {ledger.total_epsilon}"
 
 
 def _raw_labels_back(data: datasets.Dataset) -> datasets.Dataset:
@@ -235,6 +251,16 @@ class Adversary(RuleBasedStateMachine):
             return self._keep(pairwise_rows(d))
         except (ValueError, KeyError):
             return d
+
+    @rule(target=data, d=data)
+    def swap_sources(self, d):
+        """Derived rows whose derivation block is rewritten to name another release (its genuine signed summary)."""
+        block = metadata.read_block(d)
+        record = json.loads(block) if block else {}
+        if record.get("format") != DERIVED_FORMAT:
+            return d
+        swapped = {**record, "sources": [_loose_summary()]}
+        return self._keep(metadata.with_block(d, json.dumps(swapped, sort_keys=True)))
 
     @rule(target=data, d=data, how=st.sampled_from(["with_transform", "set_transform", "set_format"]))
     def format_transform(self, d, how):

@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from squarechipo.cli import main
 from squarechipo.data.integrity import IntegrityError
@@ -495,3 +497,65 @@ def test_parts_sharing_exactly_one_comparison_or_with_an_unsigned_ledger_are_not
     unsigned = {k: v for k, v in json.loads(metadata.read_block(disjoint)).items() if k != "signature"}
     with pytest.raises(ValueError, match="the second part's ledger carries an unsigned digest"):
         combine_parts(first, _with_block(disjoint, unsigned))
+
+
+_FILES = ("config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "optimizer.pt")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(["flip a byte", "delete", "add", "swap two", "rewrite the same"]),
+            st.sampled_from(_FILES + ("adapter_model.safetensors", "pytorch_model.bin")),
+            st.integers(0, 63),
+        ),
+        max_size=4,
+    )
+)
+def test_a_record_is_read_exactly_when_its_model_files_are_the_ones_it_was_written_for(edits):
+    """The invariant behind every reader of a record: after any sequence of edits to a model folder (a byte flipped,
+    a file deleted, added, two swapped, one rewritten as it was), the record is accepted exactly when every model
+    file (not the optimizer's state) holds the bytes it held when the record was written."""
+    import random
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        rng = random.Random(len(edits))
+        for name in _FILES:
+            (folder / name).write_bytes(bytes(rng.randrange(256) for _ in range(64)))
+        write_privacy_record(folder, PrivacyRecord.build({"stage": "sft"}))
+        model = {n for n in _FILES if n != "optimizer.pt"}
+
+        def snapshot():
+            return {
+                p.name: p.read_bytes()
+                for p in folder.iterdir()
+                if p.name in model | {"adapter_model.safetensors", "pytorch_model.bin"}
+            }
+
+        before = snapshot()
+        for what, name, at in edits:
+            path = folder / name
+            if what == "flip a byte" and path.exists():
+                data = bytearray(path.read_bytes())
+                data[at % len(data)] ^= 1
+                path.write_bytes(bytes(data))
+            elif what == "delete":
+                path.unlink(missing_ok=True)
+            elif what == "add" and not path.exists():
+                path.write_bytes(b"weights of another model")
+            elif what == "swap two" and path.exists() and (folder / "config.json").exists():
+                a, b = path.read_bytes(), (folder / "config.json").read_bytes()
+                path.write_bytes(b)
+                (folder / "config.json").write_bytes(a)
+            elif what == "rewrite the same" and path.exists():
+                path.write_bytes(path.read_bytes())
+        unchanged = snapshot() == before
+        try:
+            read_privacy_record(folder)
+            accepted = True
+        except IntegrityError:
+            accepted = False
+        assert accepted == unchanged, (edits, accepted)
