@@ -34,7 +34,9 @@ NOT_RUN = {
     r"^bash scripts/(quickstart|test)\.sh": "the README's two commands: CI runs the tests; the main job is timed",
     r"^pip install \.": "tests/test_wheel.py installs the built wheel into a fresh environment",
     r"--config_file recipes/accelerate/ddp\.yaml": "a GPU accelerate config",
-    r"^bash benchmarks/gpu_check\.sh": "needs a GPU; its configurations run on the CPU in the dry run below",
+    r"benchmarks/gpu_check\.sh(?!.*--dry-run)": "needs a GPU; the dry run below runs the same steps on the CPU",
+    r"benchmarks/gpu_check\.sh --dry-run": "tests/test_gpu_check.py runs the dry run and checks every step's record",
+    r"benchmarks/gpu_bundle\.sh": "tests/test_gpu_check.py builds a bundle (without the wheels' download)",
     r"\.\.\.": "an elided command (its options are documented around it)",
     r"--full": "the full grid takes hours",
     r"--scale paper(?!.*--dry-run)": "the paper's sizes need a GPU (the dry run below checks the plan)",
@@ -83,7 +85,6 @@ SIZES = [
         "bench_trainer.py --models tiny --steps 1 --checkpointing off --runners trl_sigmoid ours_square_chipo"
         " --batch 2 --max-length 64",
     ),
-    (r"(bench_trainer\.py --dry-run)", r"\1 --batch 2 --max-length 64"),
     (r"bench_lineage\.py", "bench_lineage.py --layers 2 --hidden 256"),
     (r"bench_release\.py", "bench_release.py --rows 2000"),
     # PostgreSQL's side runs against a real server in tests/test_team_registry.py; the page's command runs on SQLite.
@@ -125,8 +126,6 @@ PROMISES = {
     r"bench_privatize\.py": ([], [r"randomized_response, [\d,]+ labels: \d+\.\d+ s",
                                   r"release_dataset .*rows: \d+\.\d+ s"]),
     r"bench_trainer\.py": ([], [r"trl_sigmoid\s+\d+\.\d+", r"ours_square_chipo\s+\d+\.\d+"]),
-    r"bench_trainer\.py --dry-run": (["outputs/bench_dry_run.json"], [r"precomputed reference", r"checkpointing on",
-                                      r"max \|loss\(ours dpo\) - loss\(TRL sigmoid\)\|"]),
     r"bench_lineage\.py": ([], [r"lineage of an unrecorded model .* \d+\.\d{3} s"]),
     r"bench_judge\.py": ([], [r"judgments/s"]),
     r"bench_release\.py": ([], [r"2,000 distinct rows: release \d+\.\d s wall, \d+\.\d s CPU",
