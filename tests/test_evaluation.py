@@ -123,6 +123,69 @@ def test_the_exponential_race_draws_each_token_with_its_probability_and_couples_
     assert (first == other).double().mean() < 0.5  # independent draws agree with probability Σ p_j q_j ≈ 0.35
 
 
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p",
+    [(0.5, None, None), (None, 3, None), (None, None, 0.8), (1.7, 4, 0.9), (0.7, 0, 0.95)],
+)
+def test_exact_sampling_draws_from_the_warped_distribution_it_was_asked_for(temperature, top_k, top_p):
+    """Exact sampling with a temperature, top-k and top-p: the race runs after transformers' warpers, so the drawn
+    tokens follow softmax(scores / T), cut to the k most likely, then to the smallest set of mass ≥ p (computed here
+    independently); χ² over 40,000 draws, seeded."""
+    from scipy.stats import chisquare
+
+    from squarechipo.models.generation import _sampling
+
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, float("-inf")], dtype=torch.float64)
+    rows = 40_000
+    chain = _sampling(5, "cpu", exact=True, do_sample=False, temperature=temperature, top_p=top_p, top_k=top_k)
+    scores = logits.float().expand(rows, -1).clone()
+    for processor in chain["logits_processor"]:
+        scores = processor(None, scores)
+    counts = torch.bincount(scores.argmax(dim=1), minlength=len(logits)).double()
+    probs = torch.softmax(logits / (temperature or 1.0), dim=0)
+    if top_k:
+        probs[probs.argsort(descending=True)[top_k:]] = 0
+        probs /= probs.sum()
+    if top_p is not None:
+        order = probs.argsort(descending=True)
+        before = probs[order].cumsum(0) - probs[order]  # mass of the tokens above each one
+        probs[order[before >= top_p]] = 0  # kept: the most likely tokens until their mass reaches top_p
+        probs /= probs.sum()
+    kept = probs > 0
+    assert counts[~kept].sum() == 0
+    assert chisquare(counts[kept].numpy(), (probs[kept] * rows).numpy()).pvalue > 1e-3
+    assert chain["do_sample"] is False and chain["temperature"] is None  # generate's own sampling stays off
+
+
+def test_exact_sampling_refuses_a_temperature_or_share_it_cannot_apply():
+    from squarechipo.models.generation import exact_warpers
+
+    for bad in ({"temperature": 0.0}, {"temperature": -1.0}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": -2}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            exact_warpers(**{"temperature": None, "top_k": None, "top_p": None, **bad})
+    assert exact_warpers(temperature=None, top_k=None, top_p=None) == []  # the model's own distribution
+    assert exact_warpers(temperature=1.0, top_k=0, top_p=1.0) == []
+
+
+def test_the_hard_win_rate_counts_a_tie_as_half_whatever_rounding_did_to_the_rewards():
+    """Coupled samples of a policy close to the SFT policy are often the same text: a tie, counted ½, even where the
+    two rewards differ in their last bits (scored in different batches). Different texts are won or lost by their
+    rewards, and equal rewards of different texts tie."""
+    from squarechipo.evaluation.policy import compare, sample_digest
+
+    texts = [["same answer", "policy text", "x", "equal reward"]]
+    sft_texts = [["same answer", "sft text", "y", "equal reward, other text"]]
+    policy = {"reward": [[1.0000001, 2.0, 0.0, 1.0]], "words": [[2, 2, 1, 2]], "loop": [[0] * 4],
+              "logp": [[0.0] * 4], "logp_ref": [[0.0] * 4],
+              "sample_digest": [[sample_digest(t) for t in texts[0]]]}  # fmt: skip
+    sft = {"reward": [[1.0, 1.0, 0.5, 1.0]], "words": [[2, 2, 1, 4]], "loop": [[0] * 4],
+           "sample_digest": [[sample_digest(t) for t in sft_texts[0]]]}  # fmt: skip
+    summary = compare(policy, sft, {})
+    assert summary["hard_win"]["mean"] == pytest.approx((0.5 + 1.0 + 0.0 + 0.5) / 4)
+    without = compare({k: v for k, v in policy.items() if k != "sample_digest"}, sft, {})
+    assert without["hard_win"]["mean"] == pytest.approx((1.0 + 1.0 + 0.0 + 0.5) / 4)  # older records: rewards alone
+
+
 def test_exact_sampling_is_seeded_and_leaves_the_global_random_state(models, finance_splits, tokenizer):
     from transformers import AutoModelForCausalLM
 

@@ -1090,6 +1090,30 @@ def test_more_rows_draw_and_commit_the_designs_own_rows_first_when_none_are_comm
     assert len(set(more["rows"])) == 8 and more["summary"]["nested_on"] == 4
 
 
+@pytest.mark.parametrize(
+    "bf16, eval_dtype, named",
+    [
+        (True, "float32", "bf16: true"),
+        (False, "bfloat16", "eval_dtype: bfloat16"),
+        (True, "bfloat16", "bf16: true and eval_dtype: bfloat16"),
+        (False, "float32", None),
+    ],
+)
+def test_each_field_that_asks_for_bf16_is_refused_without_bf16_kernels(bf16, eval_dtype, named):
+    """Every field of a design that asks for bf16 (training's bf16, the evaluation's eval_dtype), alone or together,
+    is refused on a machine without bf16 kernels, naming the fields; with the kernels, or allowed, nothing is."""
+    from squarechipo.reproduce.study.design import StudyDesign, refuse_emulated_bf16
+
+    design = StudyDesign(name="fields", bf16=bf16, eval_dtype=eval_dtype)
+    refuse_emulated_bf16(design, bf16_kernels=True)
+    refuse_emulated_bf16(design, allowed=True, bf16_kernels=False)
+    if named is None:
+        refuse_emulated_bf16(design, bf16_kernels=False)
+        return
+    with pytest.raises(ValueError, match=rf"study 'fields': its design sets {named}, and this CPU has no bf16 kernels"):
+        refuse_emulated_bf16(design, bf16_kernels=False)
+
+
 def test_a_bf16_design_is_refused_before_anything_trains_on_a_cpu_without_bf16_kernels(
     tokenizer, finance_splits, tmp_path
 ):

@@ -178,6 +178,8 @@ class GoldEvaluator:
                 [test_logps, logp if pool is None else self._sample_logps(model, pool)]
             )
         out = {k: v.tolist() for k, v in record.items()}
+        # Which samples are the same text (a tie by definition, whatever rounding did to their two rewards).
+        out["sample_digest"] = [[sample_digest(r) for r in s] for s in samples]
         out["examples"] = [samples[0][i] for i in range(min(4, len(self.prompts)))]
         return out
 
@@ -225,6 +227,28 @@ def _without_degenerate(delta: np.ndarray, policy: np.ndarray, sft: np.ndarray) 
     }
 
 
+#: Fields of a record that are not per-sample figures.
+_NOT_FIGURES = ("examples", "sample_digest")
+
+
+def sample_digest(text: str) -> str:
+    """A short digest of a sample's text: equal digests, equal texts (the same response to the same prompt)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def hard_wins(delta: np.ndarray, policy_digests=None, sft_digests=None) -> np.ndarray:
+    """Per sample: 1 where the policy's sample has the higher gold reward, 0 where lower, ½ on a tie. A tie is equal
+    rewards, or the same text (coupled samples of a policy close to the SFT policy often are): two identical
+    responses scored in different batches can differ in the last bits of their rewards, which would count a tie as
+    a win or a loss. Records written before samples carried digests tie on equal rewards alone."""
+    tie = delta == 0
+    if policy_digests is not None and sft_digests is not None:
+        tie = tie | (np.asarray(policy_digests) == np.asarray(sft_digests))
+    return np.where(tie, 0.5, (delta > 0).astype(np.float64))
+
+
 def compare(policy: dict, sft: dict, constants: dict) -> dict:
     """Paired-by-prompt differences of ``policy`` against ``sft`` (records of :meth:`GoldEvaluator.measure`).
 
@@ -234,13 +258,13 @@ def compare(policy: dict, sft: dict, constants: dict) -> dict:
     repetition rates, the degenerate shares and the gold gain without degenerate samples (records that have them:
     :func:`_without_degenerate`), and the regression of the gain on the length difference.
     """
-    a = {k: np.asarray(v, dtype=np.float64) for k, v in policy.items() if k != "examples"}
-    b = {k: np.asarray(v, dtype=np.float64) for k, v in sft.items() if k != "examples"}
+    a = {k: np.asarray(v, dtype=np.float64) for k, v in policy.items() if k not in _NOT_FIGURES}
+    b = {k: np.asarray(v, dtype=np.float64) for k, v in sft.items() if k not in _NOT_FIGURES}
     delta = a["reward"] - b["reward"]
     per_prompt = {
         "gold_gain": delta.mean(axis=0),
         "expected_win": expit(delta).mean(axis=0),
-        "hard_win": ((delta > 0) + 0.5 * (delta == 0)).mean(axis=0),
+        "hard_win": hard_wins(delta, policy.get("sample_digest"), sft.get("sample_digest")).mean(axis=0),
         "kl": (a["logp"] - a["logp_ref"]).mean(axis=0),
         "length_difference": (a["words"] - b["words"]).mean(axis=0),
     }

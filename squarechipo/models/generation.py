@@ -15,7 +15,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, L
 from squarechipo.models.embedded import resolve_model_path
 from squarechipo.models.runtime import torch_dtype
 
-__all__ = ["MIXTURE_FILE", "ExponentialRaceSampler", "generate_responses", "generate_with_model", "mixture_members"]
+__all__ = [
+    "MIXTURE_FILE",
+    "SAMPLING_DEFAULTS",
+    "ExponentialRaceSampler",
+    "exact_warpers",
+    "generate_responses",
+    "generate_with_model",
+    "mixture_members",
+]
 
 #: Written by the self-play recipe: {"members": [paths], ...}; members relative to the folder or absolute.
 MIXTURE_FILE = "mixture.json"
@@ -105,15 +113,46 @@ class ExponentialRaceSampler(LogitsProcessor):
         return torch.full_like(scores, float("-inf")).scatter_(1, drawn, 0.0)
 
 
+#: ``do_sample``'s temperature and top-p where the caller gives none.
+SAMPLING_DEFAULTS = {"temperature": 0.7, "top_p": 0.95}
+
+
+def exact_warpers(*, temperature: float | None, top_k: int | None, top_p: float | None) -> list[LogitsProcessor]:
+    """transformers' own warpers for what the caller asked of an exact draw, in the order ``generate`` applies them
+    when sampling (temperature, then top-k, then top-p), after the processors a generation config adds (a repetition
+    penalty) and before the race. None, a temperature of 1, top-k 0 and top-p 1 leave the distribution as it is."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    if temperature is not None and not temperature > 0:
+        raise ValueError(f"temperature={temperature}: give a temperature above 0, or None for the model's own (1).")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p}: give a share in (0, 1], or None for the whole vocabulary.")
+    if top_k is not None and top_k < 0:
+        raise ValueError(f"top_k={top_k}: give a count of tokens (0 or None: the whole vocabulary).")
+    warpers: list[LogitsProcessor] = []
+    if temperature is not None and temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p is not None and top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    return warpers
+
+
 def _sampling(seed: int, device, *, exact: bool, do_sample: bool, temperature, top_p, top_k) -> dict:
-    """``generate``'s sampling arguments for one batch, seeded ``seed``: the exponential race as a logits processor
-    under greedy decoding, or transformers' own (seeded through the global state, which ``generate`` reads)."""
+    """``generate``'s sampling arguments for one batch, seeded ``seed``: the exponential race (after the warpers asked
+    for, :func:`exact_warpers`) as logits processors under greedy decoding, or transformers' own sampling (seeded
+    through the global state, which ``generate`` reads)."""
     if exact:
-        race = LogitsProcessorList([ExponentialRaceSampler(seed, device)])
-        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "logits_processor": race}
+        race = ExponentialRaceSampler(seed, device)
+        chain = [*exact_warpers(temperature=temperature, top_k=top_k, top_p=top_p), race]
+        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None,
+                "logits_processor": LogitsProcessorList(chain)}  # fmt: skip
     transformers.set_seed(seed)
     if not do_sample:  # None overrides a checkpoint's sampling settings, which greedy decoding would warn about
         return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    temperature = SAMPLING_DEFAULTS["temperature"] if temperature is None else temperature
+    top_p = SAMPLING_DEFAULTS["top_p"] if top_p is None else top_p
     return {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k}
 
 
@@ -125,8 +164,8 @@ def generate_with_model(
     max_new_tokens: int = 128,
     batch_size: int = 8,
     do_sample: bool = False,
-    temperature: float = 0.7,
-    top_p: float = 0.95,
+    temperature: float | None = None,
+    top_p: float | None = None,
     top_k: int | None = None,
     seed: int = 0,
     exact_sampling: bool = False,
@@ -135,14 +174,16 @@ def generate_with_model(
     """One response per prompt from a loaded model, chat template applied, left-padded batches.
 
     Sampling is seeded per batch with ``transformers.set_seed(seed + batch_index)`` (``generate`` takes no generator
-    object). ``top_k=0`` samples from the whole vocabulary; None keeps the model's generation config.
-    ``exact_sampling``, in place of ``do_sample``: draw from the model's own distribution with
-    :class:`ExponentialRaceSampler` seeded ``seed + batch_index``. The tokenizer's padding side is restored afterwards.
+    object); ``temperature`` and ``top_p`` default to :data:`SAMPLING_DEFAULTS` there. ``top_k=0`` samples from the
+    whole vocabulary; None keeps the model's generation config. ``exact_sampling``, in place of ``do_sample``: draw
+    with :class:`ExponentialRaceSampler` seeded ``seed + batch_index`` from the model's own distribution, warped by
+    the ``temperature``, ``top_k`` and ``top_p`` given (none given: temperature 1, the whole vocabulary). The
+    tokenizer's padding side is restored afterwards.
     """
     if exact_sampling and do_sample:
         raise ValueError(
-            "generate_with_model: exact_sampling draws from the model's own distribution (temperature 1, the whole "
-            "vocabulary) in place of do_sample; pass one of them."
+            "generate_with_model: exact_sampling draws with the exponential race (coupled samples) in place of "
+            "do_sample; pass one of them."
         )
     sampling = partial(
         _sampling, exact=exact_sampling, do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k

@@ -7,6 +7,7 @@ controlled, powered study of the methods on private and corrupted labels under a
     python -m squarechipo.reproduce study amend   # before the main run: new arms, claims or budget, with --reason
     python -m squarechipo.reproduce study main    # the pre-registered main run (resumable; refuses changed sizes)
     python -m squarechipo.reproduce study report  # tables, verdicts and the frontier plot from the records
+    python -m squarechipo.reproduce study close   # a study that cannot decide here: closure.json, with --reason
 
 Both are resumable: run the same command again after an interruption. Their steps run the installed package's
 scripts (:mod:`squarechipo.scripts`), so they work from any folder; ``squarechipo reproduce ...`` is the same.
@@ -66,13 +67,20 @@ def main(argv: list[str] | None = None, prog: str = "squarechipo reproduce") -> 
         description=STUDY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    study.add_argument("step", choices=["pilot", "amend", "main", "report"])
+    study.add_argument("step", choices=["pilot", "amend", "main", "report", "close"])
     study.add_argument("--design", default=None, help="YAML file of StudyDesign fields (default: the built-in design)")
     study.add_argument("--out", default="outputs/study", help="work folder: models, releases, samples (not committed)")
     study.add_argument("--results", default="results/study", help="small records to commit (default results/study)")
     study.add_argument("--readme", default=None, help="with report: rewrite this file's study block")
     study.add_argument(
-        "--reason", default=None, help="with amend: why the plan changes (kept in the pre-registration)"
+        "--reason",
+        default=None,
+        help="with amend: why the plan changes (kept in the pre-registration); with close: why it cannot decide here",
+    )
+    study.add_argument(
+        "--reopen",
+        action="store_true",
+        help="run a closed study's pilot or main run (where a machine that can run it is lent): refused otherwise",
     )
     study.add_argument(
         "--allow-emulated-bf16",

@@ -1,4 +1,4 @@
-"""The steps of ``python -m squarechipo.reproduce study``: pilot (with the power step), main, report."""
+"""The steps of ``python -m squarechipo.reproduce study``: pilot (with the power step), amend, main, report, close."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from squarechipo.reproduce.study.closure import check_open, close_study
 from squarechipo.reproduce.study.design import StudyDesign, load_design
 from squarechipo.reproduce.study.power import (
     amend,
@@ -127,7 +128,12 @@ def report(study: Study, readme: str | None = None) -> dict:
 def run_step(args) -> None:
     design: StudyDesign = load_design(args.design)
     study = Study(design, args.out, args.results, allow_emulated_bf16=args.allow_emulated_bf16)
-    if args.step == "pilot":
+    if args.step in ("pilot", "main"):
+        check_open(study.results, getattr(args, "reopen", False))
+    if args.step == "close":
+        closure = close_study(study.results, design, args.reason or "")
+        print(json.dumps(closure, indent=2, ensure_ascii=False))
+    elif args.step == "pilot":
         pilot(study)
     elif args.step == "amend":
         amend_plan(study, args.reason or "")

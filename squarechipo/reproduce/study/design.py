@@ -445,15 +445,20 @@ def with_sizes(design: StudyDesign, **changes) -> StudyDesign:
     return replace(design, **changes)
 
 
-def refuse_emulated_bf16(design: StudyDesign, allowed: bool = False) -> None:
+def refuse_emulated_bf16(design: StudyDesign, allowed: bool = False, *, bf16_kernels: bool | None = None) -> None:
     """A design that trains or measures in bf16, on a CPU without bf16 kernels (a cell's step took minutes there, and
     bf16 rounds unlike the study's other cells): refused before anything trains, unless ``allowed``
-    (``--allow-emulated-bf16``)."""
+    (``--allow-emulated-bf16``). ``bf16_kernels``: whether this machine has them (None: an accelerator, or a CPU
+    whose kernels run bf16 natively, as found here)."""
     from squarechipo.models.runtime import accelerator_available, cpu_runs_bf16_natively
 
     settings = (("bf16: true", design.bf16), ("eval_dtype: bfloat16", design.eval_dtype == "bfloat16"))
     wanted = [name for name, on in settings if on]
-    if not wanted or allowed or accelerator_available() or cpu_runs_bf16_natively():
+    if not wanted or allowed:
+        return
+    if bf16_kernels is None:
+        bf16_kernels = accelerator_available() or cpu_runs_bf16_natively()
+    if bf16_kernels:
         return
     raise ValueError(
         f"study {design.name!r}: its design sets {' and '.join(wanted)}, and this CPU has no bf16 kernels "
