@@ -1110,7 +1110,9 @@ def test_each_field_that_asks_for_bf16_is_refused_without_bf16_kernels(bf16, eva
     if named is None:
         refuse_emulated_bf16(design, bf16_kernels=False)
         return
-    with pytest.raises(ValueError, match=rf"study 'fields': its design sets {named}, and this CPU has no bf16 kernels"):
+    with pytest.raises(
+        ValueError, match=rf"study 'fields': its design sets {named}, and this CPU has no bf16 kernels"
+    ):
         refuse_emulated_bf16(design, bf16_kernels=False)
 
 
@@ -1135,3 +1137,58 @@ def test_a_bf16_design_is_refused_before_anything_trains_on_a_cpu_without_bf16_k
     with pytest.raises(ValueError, match=refused):
         main(["study", "pilot", "--design", str(design), "--out", str(out), "--results", str(results)])
     assert not (out / "sft_adapter").exists() and not (results / "setup").exists()  # nothing trained
+
+
+def test_a_study_that_cannot_decide_is_closed_as_a_record_and_reopened_only_on_request(tmp_path):
+    """`study close` on the committed pilot of the over-optimisation study: closure.json holds what deciding would
+    take, recomputed here from the records with scipy (the pre-registered rule: the 80% upper limit of the SD); the
+    closed study's main run is refused without --reopen; a closed or already-run study cannot be closed again."""
+    import math
+    import shutil
+
+    from scipy import stats as sps
+
+    from squarechipo.scripts.reproduce import main
+
+    design = ROOT / "recipes" / "studies" / "overoptimisation_decide.yaml"
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "results" / "overoptimisation_decide" / "pilot", results / "pilot")
+    args = ["study", "close", "--design", str(design), "--results", str(results), "--out", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match="needs --reason"):
+        main(args)
+    main([*args, "--reason", "the machines cannot run it"])
+    closure = json.loads((results / "closure.json").read_text())
+    drops = {}
+    for path in sorted((results / "pilot").glob("ctl_eps1_dpo_*.json")):
+        record = json.loads(path.read_text())
+        gain = {c["epoch"]: c["summary"]["gold_gain"]["mean"] for c in record["checkpoints"]}
+        drops[record["seed"]] = gain[12] - gain[32]
+    (claim,) = closure["claims"]
+    values = [drops[s] for s in sorted(drops)]
+    sd = float(np.std(values, ddof=1))
+    upper = sd * math.sqrt((len(values) - 1) / sps.chi2.ppf(0.2, len(values) - 1))
+    assert claim["pilot_values"] == pytest.approx(values) and claim["sd_upper80"] == pytest.approx(upper)
+
+    def power_at(n, sd_):
+        t = sps.t.ppf(0.975, n - 1)
+        shift = 0.25 / (sd_ / math.sqrt(n))
+        return sps.nct.sf(t, n - 1, shift) + sps.nct.cdf(-t, n - 1, shift)
+
+    seeds = next(n for n in range(2, 1000) if power_at(n, upper) >= 0.8)
+    assert claim["seeds_for_80pct_power"] == seeds
+    assert claim["power_at_min_seeds"]["at_sd_upper80"] == pytest.approx(power_at(9, upper), abs=1e-6)
+    assert closure["claims_not_sized"] == ["Square-χPO (128 rows) ends above DPO at β 0.025 (ε = 1, epoch 32)"]
+    assert closure["pilot_cells"]["planned"] == 6 and len(closure["pilot_cells"]["committed"]) == 4
+    run = ["study", "main", "--design", str(design), "--results", str(results), "--out", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match=r"closure\.json: this study was closed as a pilot .*pass --reopen"):
+        main(run)
+    with pytest.raises(Exception) as past:  # reopened: the closure no longer stops it (the pilot's plan does)
+        main([*run, "--reopen"])
+    assert "closed as a pilot" not in str(past.value)
+    with pytest.raises(ValueError, match="closed already"):
+        main([*args, "--reason", "again"])
+    (results / "closure.json").unlink()
+    (results / "main").mkdir()
+    (results / "main" / "a_cell.json").write_text("{}")
+    with pytest.raises(ValueError, match="holds main cells"):
+        main([*args, "--reason", "too late"])
