@@ -614,7 +614,14 @@ def test_a_registry_restored_from_an_older_backup_is_found_to_under_count(tmp_pa
     capsys.readouterr()
     assert main(["registry", "audit", str(tmp_path / "first"), str(tmp_path / "second")]) == 1
     out, err = capsys.readouterr()
-    assert [entry["entered_here"] for entry in json.loads(out)] == [True, False]
-    assert f"1 saved release(s) are not entered in this registry ({tmp_path / 'second'})" in err
+    found = json.loads(out)
+    assert [entry["entered_here"] for entry in found] == [True, False]
+    # What the signed ledger states the rows spent, against what the restored registry counts for them.
+    assert [(e["ledger_epsilon"], e["registry_epsilon"], e["under_counts"]) for e in found] == [
+        (0.5, 0.5, False),
+        (0.5, 0.0, True),
+    ]
+    assert "1 saved release(s) are not entered in this registry, or it counts less ε for their rows" in err
+    assert f"signed ledgers state ({tmp_path / 'second'})" in err
     with pytest.raises(ValueError, match="released before"):  # what the backup still counts, it refuses
         release_dataset(_rows(6, start=1000), LabelPipeline(epsilon=0.5))

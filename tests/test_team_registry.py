@@ -179,6 +179,9 @@ def test_a_machines_registry_moves_to_the_server_and_everything_it_counted_still
     from squarechipo.cli import main
 
     rows = distinct_pairs(20, offset=900)
+    from squarechipo.privacy.release.budget_admin import budget_report, set_budget
+
+    set_budget(3.0)  # a budget moves with the registry, and its signed entry verifies on the server
     release_dataset(rows, LabelPipeline(epsilon=0.5))  # into this test's own SQLite registry
     release_dataset(distinct_pairs(10, offset=950), LabelPipeline(epsilon=1.0))
     from squarechipo.data.store import RecordTable
@@ -190,11 +193,12 @@ def test_a_machines_registry_moves_to_the_server_and_everything_it_counted_still
     assert main(["registry", "migrate", "--to", url, "--from", source]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["releases"] == 2 and report["released_units"] == 30 and report["released_bands"] == 30 * 20
-    assert report["model_records"] >= 1
+    assert report["model_records"] >= 1 and report["budgets"] == 1
     with RecordTable(url, "records") as records:
         assert json.loads(records.get("sha256:a-model"))["epsilon"] == 0.5
     assert report["check"].startswith("every release's rows found again in the copy")
     monkeypatch.setenv(REGISTRY_ENV, url)
+    assert [(b["scope"], b["epsilon"], b["spent"]) for b in budget_report()] == [("registry", 3.0, 1.0)]
     with pytest.raises(ValueError, match="20 row\\(s\\) were released before"):
         release_dataset(rows, LabelPipeline(epsilon=0.5))
     near = rows.map(lambda row: {"chosen": row["chosen"] + " Then review it."})
@@ -380,3 +384,41 @@ def test_a_libpq_key_value_string_is_refused_without_its_password(monkeypatch):
     with pytest.raises(RegistryError) as refused:
         registry_target()
     assert "hunter2" not in str(refused.value) and "password=***" in str(refused.value)
+
+
+def test_a_budget_on_the_server_is_the_custodians_and_two_machines_at_once_cannot_both_pass_it(
+    postgres, tmp_path, monkeypatch, capsys
+):
+    """Only the custodian's role sets a budget (the analysts' role reads it); of two machines re-releasing the same
+    rows at once under a budget that allows one more release, exactly one does; a third is refused by the budget;
+    a migrated registry keeps its budgets, which still verify there."""
+    from squarechipo.privacy.release.budget_admin import budget_report, set_budget
+    from squarechipo.privacy.release.registry_admin import grant_roles
+
+    database = postgres.new_database()
+    url = postgres.url(database)
+    _roles(postgres, "custodian_b", "analyst_b")
+    init_registry(url)
+    grant_roles(url, custodian="custodian_b", analyst="analyst_b")
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="analyst_b"))
+    with pytest.raises(RegistryError, match="only the custodian's role sets or raises a budget"):
+        set_budget(5.0)
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="custodian_b"))
+    assert set_budget(1.0)["epsilon"] == 1.0
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="analyst_b"))
+    assert [b["scope"] for b in budget_report()] == ["registry"]  # the analysts' role reads it
+
+    def machine(name: str, *task: str) -> subprocess.Popen:
+        folder = tmp_path / name
+        folder.mkdir()
+        env = {**_machine_env(folder, postgres.url(database, user="custodian_b"))}
+        env["SQUARECHIPO_SIGNING_KEY"] = os.environ["SQUARECHIPO_SIGNING_KEY"]  # the custodian's key, shared
+        command = [sys.executable, "-m", "tests.helpers.team_machine", *task]
+        return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, text=True)
+
+    assert "released" in _answer(machine("a", "1300", "8"))
+    racing = [machine(name, "1300", "8", "--rerelease") for name in ("c", "d")]
+    answers = [_answer(p) for p in racing]
+    assert sum("released" in a for a in answers) == 1, answers
+    third = _answer(machine("e", "1300", "8", "--rerelease"))
+    assert "privacy budget (registry, ε 1) would be passed: 8 of 8 rows have spent up to ε 1" in third["refused"]

@@ -93,7 +93,10 @@ def verify_folder(path: str | os.PathLike) -> dict:
                 f"{path} [{name}]: its ledger carries an {ledger.seal.describe()}; a third party accepts only a "
                 "ledger signed by a trusted key (the custodian's)."
             )
-        found[name] = {"epsilon": ledger.total_epsilon, "ledger": ledger.seal.describe(), "rows": len(split)}
+        budgets = [r.budget for r in ledger.releases if r.budget] or "none: no privacy budget applied"
+        found[name] = {
+            "epsilon": ledger.total_epsilon, "ledger": ledger.seal.describe(), "rows": len(split), "budget": budgets
+        }  # fmt: skip
     return {"release": str(path), "splits": found}
 
 

@@ -5,6 +5,8 @@
     squarechipo registry migrate --to postgresql://… [--from FILE]   # a machine's file into a team's database
     squarechipo registry grant --url postgresql://… --custodian R --analyst R
     squarechipo registry audit RELEASE [RELEASE ...]                 # are these saved releases entered here?
+    squarechipo registry budget set --epsilon E [--dataset NAME | --unit COLUMN]   # the custodian's cap on ε
+    squarechipo registry budget show                                 # each budget, spent and remaining
 
 The registry is ``$SQUARECHIPO_RELEASE_REGISTRY`` (a path or a URL) or this machine's
 ``~/.squarechipo/releases.sqlite``. A URL's password is never printed. docs/team.md sets up a team's server.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from squarechipo.privacy.release.registry import REGISTRY_ENV, init_registry, registry_target
@@ -28,7 +31,18 @@ def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
     where = start.add_mutually_exclusive_group()
     where.add_argument("--path", default=None, help=f"a SQLite file (default: ${REGISTRY_ENV} or this machine's)")
     where.add_argument("--url", default=None, help="a postgresql:// URL: the registry's tables in that database")
-    commands.add_parser("show", help="where the registry is, its id, and how many releases and rows it holds")
+    start.add_argument("--budget", default=None, help="a privacy budget for every row from the start (an ε)")
+    commands.add_parser(
+        "show", help="where the registry is, its id, its releases and rows, and each budget's spent and remaining ε"
+    )
+    budget = commands.add_parser("budget", help="the custodian's privacy budget: set | show")
+    steps = budget.add_subparsers(dest="step", required=True)
+    cap = steps.add_parser("set", help="set (or raise, or lower) a budget: a signed entry only the custodian makes")
+    cap.add_argument("--epsilon", required=True, help="the largest composed ε of any one row (or unit)")
+    scope = cap.add_mutually_exclusive_group()
+    scope.add_argument("--dataset", default=None, help="only releases of this dataset (the last part of its name)")
+    scope.add_argument("--unit", default=None, help="per privacy unit of this column (releases declaring it)")
+    steps.add_parser("show", help="each budget in force, what its rows spent and what remains")
     move = commands.add_parser("migrate", help="copy a SQLite registry into a PostgreSQL database, then check it")
     move.add_argument("--to", required=True, help="the postgresql:// URL of the team's database")
     move.add_argument("--from", dest="source", default=None, help="the SQLite registry (default: the current one)")
@@ -44,13 +58,27 @@ def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from squarechipo.data.database import redact
-    from squarechipo.privacy.release import registry_admin
+    from squarechipo.privacy.release import budget_admin, registry_admin
+    from squarechipo.privacy.release.budget import parse_epsilon
 
     args = make_parser().parse_args(argv)
     if args.command == "init":
+        if args.budget is not None:
+            parse_epsilon(args.budget)  # a bad budget refused before anything is started
         print(redact(init_registry(args.url or args.path)))
+        if args.budget is not None:
+            if args.url or args.path:
+                os.environ[REGISTRY_ENV] = args.url or str(Path(args.path).expanduser().resolve())
+            print(json.dumps(budget_admin.set_budget(args.budget), indent=2))
     elif args.command == "show":
-        print(json.dumps(registry_admin.describe(), indent=2))
+        print(json.dumps({**registry_admin.describe(), "budgets": budget_admin.budget_report()}, indent=2))
+    elif args.command == "budget":
+        found = (
+            budget_admin.set_budget(args.epsilon, dataset=args.dataset, unit=args.unit)
+            if args.step == "set"
+            else budget_admin.budget_report()
+        )
+        print(json.dumps(found, indent=2))
     elif args.command == "migrate":
         source = Path(args.source) if args.source else registry_target()
         if not isinstance(source, Path):
@@ -66,11 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         found = registry_admin.audit_releases(args.releases)
         print(json.dumps(found, indent=2))
-        missing = [f["release"] for f in found if not f["entered_here"]]
+        missing = [f["release"] for f in found if not f["entered_here"] or f["under_counts"]]
         if missing:
             raise ValueError(
-                f"{len(missing)} saved release(s) are not entered in this registry ({', '.join(missing)}): it "
-                "under-counts (a backup older than them, or another registry). Restore a newer backup; if there is "
-                "none, treat their rows as spent and never release them again (this registry cannot count them)."
+                f"{len(missing)} saved release(s) are not entered in this registry, or it counts less ε for their "
+                f"rows than their signed ledgers state ({', '.join(missing)}): it under-counts (a backup older than "
+                "them, or another registry). Restore a newer backup; if there is none, treat their rows as spent and "
+                "never release them again (this registry cannot count them)."
             )
     return 0

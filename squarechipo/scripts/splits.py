@@ -57,6 +57,7 @@ def _release(args: TrainScriptArguments, rows, split: str, output_dir: str, stat
         public_columns=args.label_public_columns or (),
         rerelease=args.label_rerelease,
         privacy_unit=args.label_privacy_unit,
+        dataset_name=Path(str(args.dataset_name).rstrip("/")).name,  # what a per-dataset budget names
     )
     logger.info(
         "rank %d/%d %s %d released rows from %s (labels digest %s)",

@@ -1,9 +1,10 @@
 """One "machine" of a team (tests/test_team_registry.py): a process with its own HOME, cache and machine folder,
 pointed at the team's registry URL. It releases the rows it is told to and prints one JSON line: what happened.
 
-    python -m tests.helpers.team_machine OFFSET N [--near] [--pause-inside FILE]
+    python -m tests.helpers.team_machine OFFSET N [--near] [--rerelease] [--pause-inside FILE]
 
-``--near`` edits every row a little (near-copies of rows OFFSET..OFFSET+N); ``--pause-inside FILE`` writes FILE once
+``--near`` edits every row a little (near-copies of rows OFFSET..OFFSET+N); ``--rerelease`` composes with earlier
+releases of the rows (as ``label_rerelease``); ``--pause-inside FILE`` writes FILE once
 the release's units are inside the registry's open transaction and then waits (for a test to kill the process)."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def main(argv: list[str]) -> None:
         registry._enter = paused
     folder = Path.cwd() / f"release_{offset}"
     try:
-        released = release_dataset(rows, LabelPipeline(epsilon=0.5), folder)
+        released = release_dataset(rows, LabelPipeline(epsilon=0.5), folder, rerelease="--rerelease" in argv)
         print(json.dumps({"released": len(released), "folder": str(folder)}))
     except (ValueError, RuntimeError) as refused:
         print(json.dumps({"refused": str(refused)}))

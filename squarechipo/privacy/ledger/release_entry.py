@@ -105,6 +105,9 @@ class Release:
     #: entered in before it was sealed (None: not counted, e.g. a seeded release). Both are under the seal.
     release_id: str | None = None
     registry_id: str | None = None
+    #: The privacy budget the release was made under (:mod:`squarechipo.privacy.release.budget`): its scope, ε, the
+    #: digest of its signed entry and the ε that remained for these rows after this release. None: no budget applied.
+    budget: dict[str, Any] | None = None
 
     @property
     def unit_epsilon(self) -> float | None:
@@ -174,6 +177,7 @@ class Release:
         rows_per_unit: int = 1,
         release_id: str | None = None,
         registry_id: str | None = None,
+        budget: dict[str, Any] | None = None,
     ) -> Release:
         """A release made now by this library version (``randomness`` from ``fixed_seed``)."""
         return cls(
@@ -200,6 +204,7 @@ class Release:
             row_hash_bytes=ROW_SET_BYTES,
             release_id=release_id,
             registry_id=registry_id,
+            budget=budget,
         )
 
 

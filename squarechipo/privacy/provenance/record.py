@@ -377,6 +377,11 @@ def _ledger_of_record(summary: dict, where: str, signed_only: bool | None = None
     return ledger, [source.seal.describe() for source in sources]
 
 
+def _budgets(ledger: PrivacyLedger) -> list[dict] | str:
+    """The privacy budgets the ledger's releases were made under (scope, ε, what remained after each), as signed."""
+    return [r.budget for r in ledger.releases if r.budget] or "none: no privacy budget applied to these releases"
+
+
 def verify_privacy_record(folder: str | os.PathLike, *, third_party: bool = False) -> dict[str, Any]:
     """Check a model's privacy record as anyone holding the custodian's public key can, in the order of Sigstore's
     verify: the record's own seal (and who signed it), each file it names against the files beside it (their sha256),
@@ -415,6 +420,7 @@ def verify_privacy_record(folder: str | os.PathLike, *, third_party: bool = Fals
         return found
     ledger, seals = _ledger_of_record(summary, f"{path} [ledger]", signed_only=True if third_party else None)
     found["ledger"] = seals
+    found["budget"] = _budgets(ledger)
     stated, backed = values.get("epsilon"), ledger.total_epsilon
     found["epsilon_backed_by_ledger"] = stated is not None and backed is not None and abs(stated - backed) < 1e-9
     if third_party and not found["epsilon_backed_by_ledger"]:

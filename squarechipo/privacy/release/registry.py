@@ -39,7 +39,6 @@ is for simulation; their cards already say they are not private).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import logging
@@ -54,6 +53,14 @@ import numpy as np
 from squarechipo.data import store
 from squarechipo.data.database import Database, DatabaseError, connect, create_writers_lock, is_url, redact
 from squarechipo.data.near_duplicates import BANDS, NEAR_COPY_JACCARD, Sketch, estimated_jaccard
+from squarechipo.privacy.release.budget import BudgetAsk, create_budget_tables
+from squarechipo.privacy.release.machine_registry import (
+    REGISTRY_ENV,
+    default_registry_path,
+    first_on_this_machine,
+    missing,
+    started_marker,
+)
 from squarechipo.privacy.release.registry_schema import (
     FORMAT_2,
     REGISTRY_FORMAT,
@@ -79,14 +86,6 @@ __all__ = [
 
 logger = logging.getLogger("squarechipo")
 
-REGISTRY_ENV = "SQUARECHIPO_RELEASE_REGISTRY"
-
-
-def default_registry_path() -> Path:
-    """This machine's registry: ``releases.sqlite`` in :func:`squarechipo.data.store.machine_dir` (neither ``$HOME``
-    nor ``$SQUARECHIPO_CACHE`` moves it)."""
-    return store.machine_dir() / "releases.sqlite"
-
 
 def registry_target() -> str | Path:
     """Where the registry of releases lives: ``$SQUARECHIPO_RELEASE_REGISTRY`` (a ``postgresql://`` URL, or an absolute
@@ -103,66 +102,6 @@ def registry_path() -> Path:
     return target
 
 
-def _started_marker(path: Path) -> Path:
-    """The file that says a registry was started at ``path``: with it, a missing registry is a lost one. A hidden
-    name that ``releases.sqlite*`` does not match, so clearing the registry's files by pattern does not clear it."""
-    return path.with_name(f".{path.name}.started")
-
-
-def _first_on_this_machine(path: Path) -> bool:
-    """This machine's registry, never started here (no marker beside it, and no record on this machine of a model
-    trained on a release it counted): the first release starts it. Any other registry (named by
-    ``$SQUARECHIPO_RELEASE_REGISTRY``), or this one started before and now missing, is never started silently."""
-    if path != default_registry_path() or _started_marker(path).exists():
-        return False
-    counted = _registries_named_by_records()
-    if counted:
-        raise RegistryError(
-            f"this machine's registry of releases ({path}) is missing with the marker that said it was started, but "
-            f"this machine's store of model records holds models trained on releases it counted (registry "
-            f"{', '.join(sorted(counted))}): it was lost, not never started, and a new one would count from zero. "
-            "Restore it from a backup; only if it is lost for good, start a new one by hand (squarechipo registry "
-            "init): the rows it recorded could then be released again."
-        )
-    return True
-
-
-def _registries_named_by_records() -> set[str]:
-    """The registry ids that releases recorded in this machine's store of model records name (what the machine's
-    records show was counted here, should the registry and its marker go)."""
-    import re
-    import sqlite3
-
-    records = store.machine_dir() / "records.sqlite"
-    if not records.is_file():
-        return set()
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{records}?mode=ro", uri=True)) as db:
-            rows = db.execute("SELECT value FROM records WHERE value LIKE '%registry_id%'").fetchall()
-    except sqlite3.DatabaseError:
-        return set()
-    return {found for (value,) in rows for found in re.findall(r'"registry_id": "([0-9a-f]+)"', value)}
-
-
-def _missing(path: Path) -> RegistryError:
-    marker = _started_marker(path)
-    if marker.exists():
-        started = marker.read_text().split()
-        return RegistryError(
-            f"the registry of releases at {path} was started on this machine ({' '.join(started[1:2])}) and is now "
-            "missing, so the releases it recorded cannot be counted. Restore it (a backup older than the last "
-            "release under-counts the releases made since); only if it is lost for good, start a new one by hand "
-            "(squarechipo registry init): the rows it recorded could then be released again."
-        )
-    return RegistryError(
-        f"there is no registry of releases at {path} ({REGISTRY_ENV} or this machine's), so no release can be "
-        "checked against earlier releases of the same rows, and squarechipo does not start one silently (a lost or "
-        "redirected registry would count from zero). If no release was ever made with this registry's setting, "
-        "start one: `squarechipo registry init` (or squarechipo.privacy.release.registry.init_registry()). If it was "
-        f"moved, point {REGISTRY_ENV} at it."
-    )
-
-
 def _meta(created: str) -> dict[str, str]:
     return {"format": REGISTRY_FORMAT, "registry_id": uuid.uuid4().hex, "created": created}
 
@@ -173,6 +112,7 @@ def _create_schema(db: Database) -> dict[str, str]:
     for statement in SCHEMA:
         db.execute(statement)
     db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
+    create_budget_tables(db)
     if db.kind == "postgresql":
         create_writers_lock(db)
     return meta
@@ -245,7 +185,7 @@ def _start(path: Path) -> bool:
         building.unlink(missing_ok=True)
         for suffix in ("-wal", "-shm"):
             Path(f"{building}{suffix}").unlink(missing_ok=True)
-    _started_marker(path).write_text(f"{meta['registry_id']} {meta['created']}\n")
+    started_marker(path).write_text(f"{meta['registry_id']} {meta['created']}\n")
     logger.warning("started a new registry of releases at %s: releases made before it are not counted", path)
     return True
 
@@ -267,10 +207,10 @@ def open_registry() -> Database:
     path or URL and the fix."""
     target = registry_target()
     if isinstance(target, Path):
-        if not target.is_file() and _first_on_this_machine(target):
+        if not target.is_file() and first_on_this_machine(target):
             _start(target)  # logged: the first release on this machine starts its registry (one, however many race)
         if not target.is_file():
-            raise _missing(target)
+            raise missing(target)
     db = _opened(target)
     try:
         tables = db.tables()
@@ -314,6 +254,9 @@ class EarlierReleases:
     state: str = ""
     #: Release id → where it was saved (its folder; None for a release made in memory).
     folders: dict[str, str | None] = field(default_factory=dict, compare=False)
+    #: Each matched row's (or unit's) composed ε so far, by its index among the keys asked about (what a budget
+    #: bounds: :mod:`squarechipo.privacy.release.budget`).
+    spent: dict[int, float] = field(default_factory=dict, compare=False)
 
     def describe(self) -> str:
         made = ", ".join(
@@ -377,8 +320,9 @@ def _query(db: Database, units: list[bytes], marks: Sketch | None) -> EarlierRel
     rows = len({i % len(marks) for i in per_row}) if marks is not None and len(marks) else len(per_row)
     folders = {id_: folder for _, id_, _, _, folder in listed if id_ in involved}
     return EarlierReleases(
-        rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved), _state(db), folders
-    )
+        rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved), _state(db), folders,
+        dict(per_row),
+    )  # fmt: skip
 
 
 def _near_copies(
@@ -448,15 +392,17 @@ def register_release(
     *,
     expected: EarlierReleases,
     folder: str | None = None,
-) -> str:
-    """Enter a release, in one transaction with the check that decides it: the earlier releases of its rows must be
-    those its ledger composed (``expected``). A release entered before (the same id) is left as it is. Returns the
-    registry's id, which the release's ledger then names."""
+    ask: BudgetAsk | None = None,
+) -> tuple[str, dict | None]:
+    """Enter a release, in one transaction with the checks that decide it: the earlier releases of its rows must be
+    those its ledger composed (``expected``), and the budget that applies (``ask``) must hold them. A release entered
+    before (the same id) is left as it is. Returns the registry's id, which the release's ledger then names, and the
+    budget record (None: no budget applies)."""
 
-    def enter(db: Database) -> str:
+    def enter(db: Database) -> tuple[str, dict | None]:
         registry_id = db.execute("SELECT value FROM meta WHERE key = 'registry_id'").fetchone()[0]
         if db.execute("SELECT 1 FROM releases WHERE id = ?", (release_id,)).fetchone():
-            return registry_id
+            return registry_id, None
         # Nothing entered since the release looked: the answer stands (a full query again costs as much as the first).
         now = expected if expected.state and _state(db) == expected.state else _query(db, units, marks)
         if now.ids != expected.ids:
@@ -466,22 +412,31 @@ def register_release(
                 f"{now.describe()}); this release was not made visible and its noise is discarded (nothing read it). "
                 "Reuse that release, or run again with rerelease=True to compose with it."
             )
-        _enter(db, release_id, units, marks, epsilon, made, folder)
-        return registry_id
+        budget = ask.check(db, registry_id, now) if ask is not None else None
+        number = _enter(db, release_id, units, marks, epsilon, made, folder)
+        if ask is not None and (ask.dataset or ask.unit) and "release_scopes" in db.tables():
+            db.execute("INSERT INTO release_scopes VALUES (?, ?, ?)", (number, ask.dataset, ask.unit))
+        return registry_id, budget
 
     with open_registry() as db:
         return _refused(db, lambda: db.retried(enter, write=True))
 
 
-def _enter(db: Database, release_id, units, marks, epsilon, made, folder) -> None:
-    """The release's row, its units, signatures and band keys (inside the deciding transaction)."""
-    counts: dict[bytes, int] = defaultdict(int)
-    for unit in units:
-        counts[unit] += 1
+def _enter(db: Database, release_id, units, marks, epsilon, made, folder) -> int:
+    """The release's row, its units, signatures and band keys (inside the deciding transaction); its number."""
     entry = (release_id, float(epsilon), made, folder, len(units))
     number = db.execute(
         "INSERT INTO releases (id, epsilon, made, folder, rows) VALUES (?, ?, ?, ?, ?) RETURNING no", entry
     ).fetchone()[0]
+    _enter_keys(db, number, units, marks)
+    return number
+
+
+def _enter_keys(db: Database, number: int, units, marks) -> None:
+    """A release's units, signatures and band keys."""
+    counts: dict[bytes, int] = defaultdict(int)
+    for unit in units:
+        counts[unit] += 1
     # Keys inserted in index order: neighbouring inserts touch neighbouring pages of the index.
     db.bulk_insert("released_units", ("unit", "release", "count"), [(u, number, c) for u, c in sorted(counts.items())])
     if marks is None:

@@ -6,9 +6,10 @@
 - :func:`grant_roles`: the custodian's role may read and enter releases (never change or delete one); the analysts'
   role may only read the registry, and may write model records.
 - :func:`describe`: where the registry is, its id and format, how many releases and rows it holds.
-- :func:`audit_releases`: whether saved releases are entered in this registry. After a registry is restored from a
-  backup, releases made since the backup are missing from it (it under-counts: their rows could be released again);
-  their ledgers still name them, so auditing the saved releases finds them.
+- :func:`audit_releases`: whether saved releases are entered in this registry, and whether it counts for their rows
+  at least the ε their signed ledgers state. After a registry is restored from a backup, releases made since the
+  backup are missing from it (it under-counts: their rows could be released again, past a budget too); their ledgers
+  still name them, so auditing the saved releases finds them.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def grant_roles(url: str, *, custodian: str | None, analyst: str | None) -> list
 
     from squarechipo.data.database import WRITERS_TABLE, create_writers_lock
     from squarechipo.data.store import RecordTable
+    from squarechipo.privacy.release.budget import BUDGET_TABLES, create_budget_tables
 
     for table, kind in zip(_RECORD_TABLES, ("text", "blob")):
         RecordTable(url, table, kind).close()
@@ -62,7 +64,7 @@ def grant_roles(url: str, *, custodian: str | None, analyst: str | None) -> list
         names = sql.SQL(", ").join(sql.Identifier(t) for t in tables)
         return sql.SQL("GRANT {} ON {} TO {}").format(sql.SQL(privileges), names, sql.Identifier(role))
 
-    everything = (*TABLES, *_RECORD_TABLES, WRITERS_TABLE)
+    everything = (*TABLES, *BUDGET_TABLES, *_RECORD_TABLES, WRITERS_TABLE)
     statements = []
     for role in (custodian, analyst):
         if role:  # what an earlier, wider grant gave goes first
@@ -74,15 +76,16 @@ def grant_roles(url: str, *, custodian: str | None, analyst: str | None) -> list
             statements.append(grant("SELECT, INSERT", _RECORD_TABLES, role))
     if custodian:
         statements += [
-            grant("SELECT, INSERT", TABLES, custodian),
+            grant("SELECT, INSERT", (*TABLES, *BUDGET_TABLES), custodian),
             grant("SELECT, UPDATE", (WRITERS_TABLE,), custodian),
             sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}").format(sql.Identifier(custodian)),
         ]
     if analyst:
-        statements += [grant("SELECT", TABLES, analyst)]
+        statements += [grant("SELECT", (*TABLES, *BUDGET_TABLES), analyst)]
     with connect(url) as db:
         with db.transaction():
             create_writers_lock(db)
+            create_budget_tables(db)
             for statement in statements:
                 db.execute_composed(statement)
             texts = [statement.as_string(db.connection) for statement in statements]
@@ -137,11 +140,19 @@ def _copy(old: Database, new: Database) -> dict:
             (id_, epsilon, made, folder, rows),
         ).fetchone()[0]
     counts = {"releases": len(numbers)}
-    for table, columns in (
+    tables = old.tables()
+    copied = [
         ("released_units", ("unit", "release", "count")),
         ("released_bands", ("band", "release", "row")),
         ("released_signatures", ("release", "row", "signature")),
-    ):
+    ]
+    if "release_scopes" in tables:
+        copied.append(("release_scopes", ("release", "dataset", "unit")))
+    if "budgets" in tables:  # signed entries naming the registry id the copy keeps, so they verify there
+        for scope, entry in old.execute("SELECT scope, entry FROM budgets ORDER BY no").fetchall():
+            new.execute("INSERT INTO budgets (scope, entry) VALUES (?, ?)", (scope, entry))
+            counts["budgets"] = counts.get("budgets", 0) + 1
+    for table, columns in copied:
         rows = old.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
         at = columns.index("release")
         new.bulk_insert(table, columns, (tuple(numbers[v] if i == at else v for i, v in enumerate(r)) for r in rows))
@@ -184,10 +195,11 @@ def audit_releases(paths: list[str]) -> list[dict]:
             splits = data.values() if hasattr(data, "values") else [data]
             for split in splits:
                 ledger = get_ledger(split, str(path))
-                for release in ledger.releases if ledger else ():
-                    if release.registry_id is None:
-                        continue  # not counted (a seeded or composed release)
+                counted = [r for r in (ledger.releases if ledger else ()) if r.registry_id is not None]
+                spent = _spent_here(db, split) if counted else 0.0
+                for release in counted:  # a seeded or composed release is not counted
                     entered = db.execute("SELECT 1 FROM releases WHERE id = ?", (release.release_id,)).fetchone()
+                    stated = ledger.total_epsilon or 0.0
                     found.append(
                         {
                             "release": str(path),
@@ -195,6 +207,21 @@ def audit_releases(paths: list[str]) -> list[dict]:
                             "made": release.created_at,
                             "registry_id": release.registry_id,
                             "entered_here": bool(entered) and release.registry_id == registry_id,
+                            # What the signed ledger states these rows spent, against what this registry counts for
+                            # them now: a restored registry that counts less under-counts.
+                            "ledger_epsilon": stated,
+                            "registry_epsilon": spent,
+                            "under_counts": spent + 1e-9 < stated,
                         }
                     )
     return found
+
+
+def _spent_here(db: Database, rows) -> float:
+    """The largest composed ε this registry counts for any of ``rows`` (their content keys, exact copies)."""
+    import hashlib
+
+    from squarechipo.data.fingerprint import canonical_rows
+
+    keys = [hashlib.sha256(row.encode("utf-8")).digest() for row in canonical_rows(rows.with_format("arrow")[:])]
+    return db.retried(lambda db: _query(db, keys, None)).epsilon

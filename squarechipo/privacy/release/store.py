@@ -151,6 +151,7 @@ def release_dataset(
     public_columns: list[str] | tuple[str, ...] = (),
     rerelease: bool = False,
     privacy_unit: str | None = None,
+    dataset_name: str | None = None,
     state=None,
 ) -> datasets.Dataset:
     """Release a dataset's labels through ``mechanism`` once, record it in the registry of releases, and return the
@@ -186,13 +187,15 @@ def release_dataset(
             refused. With it, rows of one unit compose (the ledger's ε is per unit: ε × the most rows one unit has),
             content copies across units are allowed, and the registry counts both the units and each comparison's
             content. The column is kept only if it is also in ``public_columns``.
+        dataset_name: the name the registry knows these rows by, for a privacy budget set per dataset
+            (``squarechipo registry budget set --dataset NAME``); None: the registry's or the unit's budget applies.
         state: an ``accelerate.PartialState`` in distributed runs (with ``folder``): the main process releases and
             the others wait, then load. ``None`` = a single process.
 
     Returns:
         A new dataset with the kept columns and the signed ledger attached.
     """
-    options = ReleaseOptions(seed, compose, part, public_columns, rerelease, privacy_unit)
+    options = ReleaseOptions(seed, compose, part, public_columns, rerelease, privacy_unit, dataset_name)
     if folder is None:
         return release_in_memory(dataset, mechanism, options)
     return _once_per_folder(Path(folder), dataset, mechanism, options, state)

@@ -47,6 +47,8 @@ from squarechipo.data.signing import signing_key
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, Release
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline, Measurement
+from squarechipo.privacy.release.budget import BudgetAsk
+from squarechipo.privacy.release.budget_admin import check_budget
 from squarechipo.privacy.release.registry import (
     EarlierReleases,
     RegistryError,
@@ -166,6 +168,7 @@ class ReleaseOptions:
     public_columns: tuple[str, ...] = ()
     rerelease: bool = False
     privacy_unit: str | None = None
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "public_columns", tuple(self.public_columns or ()))
@@ -186,6 +189,8 @@ class _Release:
     _units: list[bytes] = field(default_factory=list)
     _marks: Sketch | None = None
     _earlier: EarlierReleases | None = None
+    _ask: BudgetAsk | None = None
+    _budget: dict | None = None
     _table: object = None
     _info: datasets.DatasetInfo | None = None
     _release: Release | None = None
@@ -224,6 +229,12 @@ class _Release:
             self._marks = marks
             epsilon = self.mechanism.epsilon * self._per_unit
             self._earlier = _earlier(self._units, self._marks, epsilon, self.options.rerelease)
+            # The budget, before any noise is drawn (the transaction that enters the release checks it again).
+            self._ask = BudgetAsk(
+                self.options.dataset, self.options.privacy_unit, tuple(self.dataset.column_names), len(self.dataset),
+                epsilon,
+            )  # fmt: skip
+            self._budget = check_budget(self._ask, self._earlier)
 
     def _draw(self) -> None:
         """The noise, once. The released rows and their release are held here, unsealed."""
@@ -233,6 +244,8 @@ class _Release:
         table, fields = draw_rows(dataset, self.mechanism, self.options.seed, self.options.public_columns)
         if self._earlier is not None:
             fields.update(earlier_epsilon=self._earlier.epsilon, earlier_releases=len(self._earlier.releases))
+        if self._budget is not None:
+            fields.update(budget=self._budget)
         if self.options.privacy_unit is not None:
             fields.update(privacy_unit=self.options.privacy_unit, rows_per_unit=self._per_unit)
         fields.update(
@@ -256,11 +269,11 @@ class _Release:
         registry (a seeded or composed release is not counted)."""
         if not self._counted:
             return
-        registry_id = register_release(
+        registry_id, budget = register_release(
             self._release.release_id, self._units, self._marks, self.mechanism.epsilon, self._release.created_at,
-            expected=self._earlier, folder=folder,
+            expected=self._earlier, folder=folder, ask=self._ask,
         )  # fmt: skip
-        self._release = replace(self._release, registry_id=registry_id)
+        self._release = replace(self._release, registry_id=registry_id, budget=budget or self._release.budget)
 
     def _sealed(self) -> tuple[datasets.Dataset, str]:
         """(the released rows with their sealed ledger, the ledger's digest): only after :meth:`_register`."""
@@ -403,7 +416,8 @@ def _seal_staged(staging: Path, folder: Path, pending: dict) -> tuple[datasets.D
                 f"would understate the ε, so it is not completed. Delete {staging} and release again (nothing read "
                 "it)."
             )
-        registry_id = register_release(
+        # The budget was checked before the draw, and no release of these rows was entered since (above).
+        registry_id, _ = register_release(
             release.release_id, units, marks, pending["epsilon"], release.created_at, expected=now, folder=str(folder)
         )
         release = replace(release, registry_id=registry_id)
