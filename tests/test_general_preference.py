@@ -133,9 +133,10 @@ def test_self_play_with_push_to_hub_checks_the_hub_before_anything_runs(tmp_path
     from squarechipo.scripts.self_play import SelfPlayScriptArguments, main
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     args = _config(tmp_path, push_to_hub=True, hub_model_id="someone/mixture")
     script = SelfPlayScriptArguments(dataset_name="unused", preference_model=str(tmp_path / "missing"))
-    with pytest.raises(RuntimeError, match="cannot be reached.*before training"):
+    with pytest.raises(ValueError, match="cannot be reached.*before anything was released or trained"):
         main(script, args, ModelConfig(model_name_or_path="unused"))
     assert not (tmp_path / "sp").exists()
 

@@ -571,7 +571,10 @@ def test_push_to_hub_unreachable_fails_before_training(
 ):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
     args = make_config(tmp_path, push_to_hub=True, hub_model_id="someone/model")
-    with pytest.raises(RuntimeError, match="cannot be reached.*before training"):
+    with pytest.raises(ValueError, match="HF_HUB_OFFLINE is on: nothing can be pushed"):  # the tests' own setting
+        build(tiny_model_factory, tokenizer, args, rows(finance_splits, 8))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # a machine that believes it is online
+    with pytest.raises(ValueError, match="cannot be reached \\(ConnectError\\).*before anything was released"):
         build(tiny_model_factory, tokenizer, args, rows(finance_splits, 8))
 
 

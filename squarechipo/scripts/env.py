@@ -42,6 +42,7 @@ def environment() -> dict[str, str]:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             found[package] = "not installed"
+    found["torch build"] = _torch_build()
     found["Accelerator"] = "yes" if accelerator_available() else "none (CPU)"
     native = "yes" if cpu_runs_bf16_natively() else "no (emulated: several times slower than float32)"
     found["CPU bf16 kernels"] = native
@@ -53,6 +54,17 @@ def environment() -> dict[str, str]:
     found["Signing key"] = f"{key.path} (id {key.key_id})" if key is not None else "none yet"
     found["Trusted keys"] = "SQUARECHIPO_TRUSTED_KEYS" if trust_is_explicit() else "this machine's own key"
     return found
+
+
+def _torch_build() -> str:
+    """Which build of torch this is: CPU, or CUDA/ROCm with its version (the version string alone hides it)."""
+    import torch
+
+    if torch.version.cuda:
+        return f"CUDA {torch.version.cuda}"
+    if getattr(torch.version, "hip", None):
+        return f"ROCm {torch.version.hip}"
+    return "CPU"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from squarechipo.scripts._common import (
 )
 from squarechipo.scripts.script_args import TrainScriptArguments
 from squarechipo.scripts.splits import load_training_splits
-from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer, check_hub_reachable
 
 logger = logging.getLogger("squarechipo")
 
@@ -43,6 +43,7 @@ def main(
     state = PartialState()
     init_kwargs = model_kwargs(model_args, training_args)  # refused here, before any release, if it cannot work
     check_trackers(training_args)
+    check_hub_reachable(training_args)  # before the release: a push that cannot happen stops the run here
     with state.main_process_first():  # the embedded model is converted once, by the main process
         model_path = resolve_model_path(model_args.model_name_or_path)
 

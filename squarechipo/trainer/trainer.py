@@ -60,21 +60,27 @@ _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
 def check_hub_reachable(args) -> None:
-    """Fail before training when ``push_to_hub`` is set but the Hub cannot be reached."""
+    """Fail before anything is released or trained when ``push_to_hub`` is set but the Hub cannot be reached (one
+    request, no retries: an offline machine answers at once) or no token is configured; one line (ValueError)."""
+    if not getattr(args, "push_to_hub", False):
+        return
+    import httpx
     import huggingface_hub
     from huggingface_hub import constants
 
     endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT)
+    fix = "fix the network or HF_ENDPOINT, or drop --push_to_hub and upload the saved folder later (hf upload)."
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(f"push_to_hub is set but HF_HUB_OFFLINE is on: nothing can be pushed. Checked first: {fix}")
     try:
-        huggingface_hub.get_session().head(endpoint, timeout=10)
-    except Exception as error:
-        raise RuntimeError(
-            f"push_to_hub is set but the Hugging Face Hub at {endpoint} cannot be reached "
-            f"({type(error).__name__}). Checked before training so no run is lost: fix the network or "
-            "HF_ENDPOINT, or drop --push_to_hub and upload the saved folder later."
-        ) from error
+        httpx.head(endpoint, timeout=10, follow_redirects=True)
+    except httpx.HTTPError as error:
+        raise ValueError(
+            f"push_to_hub is set but the Hugging Face Hub at {endpoint} cannot be reached ({type(error).__name__}). "
+            f"Checked before anything was released or trained: {fix}"
+        ) from None
     if huggingface_hub.get_token() is None:
-        raise RuntimeError(
+        raise ValueError(
             "push_to_hub is set but no Hugging Face token is configured: run `hf auth login` or set HF_TOKEN."
         )
 
