@@ -559,3 +559,21 @@ def test_a_record_is_read_exactly_when_its_model_files_are_the_ones_it_was_writt
         except IntegrityError:
             accepted = False
         assert accepted == unchanged, (edits, accepted)
+
+
+def test_an_evaluation_checks_its_policys_record_before_it_loads_or_generates(
+    tmp_path, monkeypatch, tiny_model_factory
+):
+    """A policy trained on another machine (its ledger signed by a key not trusted here): the gold report refuses it
+    first, before it loads the SFT policy or samples anything (it used to fail only at its end)."""
+    from squarechipo.evaluation.gold_report import gold_comparison
+
+    other = generate_key_pair(tmp_path / "other_machine.pem")
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(other.path))
+    model_dir = tmp_path / "policy"
+    tiny_model_factory(0).save_pretrained(model_dir)
+    write_privacy_record(model_dir, _private_record(distinct_pairs(8, offset=10000)))
+    here = generate_key_pair(tmp_path / "this_machine.pem")
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(here.path))
+    with pytest.raises(IntegrityError, match=rf"signed by key {other.key_id}, which is not among"):
+        gold_comparison(str(model_dir), str(tmp_path / "no_sft"), str(tmp_path / "no_gold"), str(tmp_path / "no_data"))

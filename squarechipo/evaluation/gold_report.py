@@ -76,6 +76,9 @@ def gold_comparison(
     from squarechipo.judge.reward_model import RewardModelJudge
 
     name, dtype = dtype, torch_dtype(dtype)  # a wrong name is refused before anything loads
+    # The policy's record (its seal, the key that signed it, the weights it names) is checked before anything is
+    # generated: a model from another machine whose key is not trusted here fails now, not after the sampling.
+    signal = label_signal(policy)
     test = load_preference_dataset(dataset, split=split)
     test = test.select(range(min(prompts, len(test))))
     reference = AutoModelForCausalLM.from_pretrained(sft, dtype=dtype).eval()
@@ -93,7 +96,7 @@ def gold_comparison(
     record = evaluator.measure(model, pool=sft_samples)
     return {
         **compare(record, sft_record, evaluator.constants(sft_samples, sft_record)),
-        "label_signal": label_signal(policy),
+        "label_signal": signal,
         "dtype": name,
     }
 
