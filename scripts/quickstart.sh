@@ -99,11 +99,12 @@ print(f"  evaluation:         {pathlib.Path('outputs/quickstart/eval/report.md')
 print(f"  method {privacy['method']}, epsilon {privacy['epsilon']}, alpha {privacy['corruption_rate']}, "
       f"order {privacy['order']}, train loss {train['train_loss']:.4f}")
 from squarechipo.evaluation.gold_report import format_summary
-print("  gold reward (128 test prompts x 1 sample, paired with the SFT policy's):")
+print("  the headline, the gold reward (128 test prompts x 1 sample, paired with the SFT policy's):")
 for line in format_summary(json.loads(pathlib.Path("outputs/quickstart/eval/gold.json").read_text())):
     print(f"    {line}")
 summary = json.loads(pathlib.Path("outputs/quickstart/eval/summary.json").read_text())
-print(f"  judged by {summary['judge']}:")
+print(f"  a second opinion, judged by {summary['judge']} on 16 prompts (greedy answers, one comparison each): its")
+print("  interval is several times wider than the headline's, so it can read otherwise; the headline decides")
 for line in format_lines(summary):
     print(f"    {line}")
 selected = json.loads(pathlib.Path("outputs/quickstart/selected/squarechipo_privacy.json").read_text())

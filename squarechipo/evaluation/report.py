@@ -15,6 +15,7 @@ __all__ = [
     "format_interval",
     "format_line",
     "format_lines",
+    "win_reading",
     "format_percent",
     "write_chart",
     "write_report",
@@ -53,6 +54,7 @@ def format_lines(summary: dict[str, Any]) -> list[str]:
     lines = [
         f"win rate {_pct_ci(o['win_rate_half_ties'], o['win_rate_half_ties_ci'])} "
         f"(ties as ½, 95% bootstrap over {o['n_valid']} prompts)",
+        f"reading: {win_reading(o['win_rate_half_ties_ci'], o['n_valid'])}",
         f"strict: win {_pct_ci(o['win_rate'], o['win_ci'])}, tie {format_percent(o['tie_rate'])}, "
         f"loss {format_percent(o['loss_rate'])} ({rule} rule, {o['n_invalid']} invalid)",
         f"identical responses {o['identical']}/{o['n_valid']} ({format_percent(o['identical_rate'])})",
@@ -65,6 +67,16 @@ def format_lines(summary: dict[str, Any]) -> list[str]:
         )
     lines.append(_judge_accuracy(summary.get("calibration")))
     return lines
+
+
+def win_reading(interval, prompts: int) -> str:
+    """The plain-words reading of a judged win rate's 95% interval (as the gold report reads its gain's)."""
+    low, high = interval
+    if low > 0.5:
+        return "the judge prefers the policy"
+    if high < 0.5:
+        return "the judge prefers the baseline"
+    return f"not distinguishable from an even split over {prompts} prompts (the interval covers 50%)"
 
 
 def format_line(summary: dict[str, Any]) -> str:
