@@ -271,3 +271,33 @@ def test_an_edited_record_or_release_is_met_with_its_own_fix_never_a_second_rele
     with pytest.raises(IntegrityError, match="does not match its digest") as refused:
         load_release(folder)
     assert "Restore the release as it was saved" in str(refused.value) and "a second time" in str(refused.value)
+
+
+def test_the_rows_digest_fed_a_chunk_at_a_time_is_the_digest_of_the_whole_columns(monkeypatch):
+    """The marker's rows digest is computed a chunk of values at a time (memory flat in the rows); it must be the
+    sha256 of the same bytes as one join of each whole column (strings as they are, other values as JSON), as every
+    saved release's marker was written, or no release saved before would load."""
+    import hashlib
+
+    import datasets
+
+    import squarechipo.data.integrity as integrity
+
+    def whole(dataset) -> str:
+        table, digest = dataset.with_format("arrow")[:], hashlib.sha256()
+        for name in sorted(table.column_names):
+            values = table.column(name).to_pylist()
+            plain = all(isinstance(v, str) for v in values)
+            text = "\x1f".join(v if plain else json.dumps(v, sort_keys=True, ensure_ascii=False) for v in values)
+            digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+        return "sha256:" + digest.hexdigest()
+
+    monkeypatch.setattr(integrity, "_DIGEST_CHUNK", 3)
+    cases = [
+        [{"prompt": f"p{i}", "score": i} for i in range(8)],
+        [{"prompt": "x" if i % 4 else None, "tags": [str(i), "é"]} for i in range(7)],  # a null: the column turns JSON
+        [{"prompt": "ünïcode\x1f", "chosen": "a"}] * 3,
+    ]
+    for rows in cases:
+        data = datasets.Dataset.from_list(rows)
+        assert integrity._rows_digest(data) == whole(data), rows

@@ -368,3 +368,18 @@ def test_exact_row_hashes_tell_apart_values_json_has_no_type_for():
         datasets.Dataset.from_dict({"value": [datetime.date(2026, 11, 30)]})
     )
     assert _exact_row_hashes(blob) != _exact_row_hashes(datasets.Dataset.from_dict({"value": [b"ac"]}))
+
+
+def test_signatures_taken_a_chunk_of_rows_at_a_time_find_the_same_near_copies(monkeypatch):
+    """MinHash signatures are computed a chunk of rows at a time and without a set of each row's shingles (a repeated
+    shingle cannot change a minimum): on rows with planted near-copies across chunk boundaries, the signatures and
+    the copies found equal those of one pass over every row."""
+    import squarechipo.data.near_duplicates as nd
+
+    rows = [f"row {i} " + " ".join(f"w{(i * 7 + k) % 97}" for k in range(40)) for i in range(30)]
+    rows += [rows[3] + " and again", rows[11].replace("w", "v", 1), "short", "", rows[20] + " " + rows[20][:20]]
+    one_pass = nd.signatures(rows)
+    found = nd.copies(rows)
+    monkeypatch.setattr(nd, "_CHUNK", 4)
+    assert np.array_equal(nd.signatures(rows), one_pass)
+    assert nd.copies(rows) == found and {c.later for c in found} >= {30, 31}

@@ -143,8 +143,11 @@ class Database:
             self.connection.execute(statement)
 
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
+        """One statement over many rows; ``rows`` may be an iterator (SQLite reads it as it goes, nothing is
+        materialised; psycopg takes a list)."""
         with self._errors():
-            self.connection.cursor().executemany(self.sql(statement), list(rows))
+            batch = rows if self.kind == "sqlite" else list(rows)
+            self.connection.cursor().executemany(self.sql(statement), batch)
 
     def bulk_insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         """Insert many rows: ``executemany`` on SQLite, ``COPY`` on PostgreSQL (tens of times faster there)."""

@@ -264,19 +264,32 @@ def check_seal(
     return found
 
 
-def _column_text(column) -> str:
-    values = column.to_pylist()
-    if all(isinstance(v, str) for v in values):
+def _values_text(values: list, plain: bool) -> str:
+    """Values as the rows' digest reads them: strings as they are (``plain``: the whole column is strings), anything
+    else as JSON, joined by the separator."""
+    if plain:
         return _SEPARATOR.join(values)
     return _SEPARATOR.join(json.dumps(v, sort_keys=True, ensure_ascii=False) for v in values)
 
 
+#: Values of a column turned into text at a time by :func:`_rows_digest` (the whole column's text is never held).
+_DIGEST_CHUNK = 65_536
+
+
 def _rows_digest(dataset: datasets.Dataset) -> str:
-    """sha256 over the stored rows in order, every column by name (released labels included)."""
+    """sha256 over the stored rows in order, every column by name (released labels included): the bytes of ``name``,
+    a zero byte, the column's values joined by the separator (:func:`_values_text`), a zero byte, for each column,
+    fed a chunk of values at a time (the same bytes as one join of the whole column: memory flat in the rows)."""
     table = dataset.with_format("arrow")[:]
     digest = hashlib.sha256()
     for name in sorted(table.column_names):
-        digest.update(name.encode("utf-8") + b"\0" + _column_text(table.column(name)).encode("utf-8") + b"\0")
+        column = table.column(name)
+        parts = [column.slice(start, _DIGEST_CHUNK) for start in range(0, len(column), _DIGEST_CHUNK)]
+        plain = all(isinstance(v, str) for part in parts for v in part.to_pylist())
+        digest.update(name.encode("utf-8") + b"\0")
+        for index, part in enumerate(parts):
+            digest.update(((_SEPARATOR if index else "") + _values_text(part.to_pylist(), plain)).encode("utf-8"))
+        digest.update(b"\0")
     return "sha256:" + digest.hexdigest()
 
 

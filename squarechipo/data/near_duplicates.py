@@ -78,13 +78,26 @@ def _permutations() -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+#: Rows whose shingles are hashed and reduced at a time: the working set stays near ``_CHUNK`` × shingles a row × (4
+#: bytes + :data:`NUM_PERM` × 4 bytes in a block), whatever the number of rows.
+_CHUNK = 2048
+
+
 def _shingle_hashes(rows: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(each row's shingles hashed: the first 4 bytes of SHA-1, little-endian, then the MurmurHash3 32-bit finaliser;
-    where each row's hashes start)."""
-    sets = [shingles(row) for row in rows]
-    counts = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
+    where each row's hashes start). A shingle repeated in a row is hashed each time: a signature is a minimum, which
+    a repeat cannot change, so no set of each row's shingles is built (it cost most of the time and memory)."""
     sha1 = hashlib.sha1
-    hv = np.frombuffer(b"".join([sha1(s).digest()[:4] for group in sets for s in group]), dtype="<u4").copy()
+    digests, counts = [], np.empty(len(rows), dtype=np.int64)
+    for index, row in enumerate(rows):
+        words = row.split()
+        if len(words) < SHINGLE_WORDS:
+            found = [sha1(" ".join(words).encode("utf-8")).digest()[:4]]
+        else:
+            found = [sha1(f"{a} {b} {c}".encode()).digest()[:4] for a, b, c in zip(words, words[1:], words[2:])]
+        digests.append(b"".join(found))
+        counts[index] = len(found)
+    hv = np.frombuffer(b"".join(digests), dtype="<u4").copy()
     hv ^= hv >> np.uint32(16)
     hv *= np.uint32(0x85EBCA6B)
     hv ^= hv >> np.uint32(13)
@@ -95,22 +108,29 @@ def _shingle_hashes(rows: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def signatures(canonical_rows: list[str]) -> np.ndarray:
     """MinHash signatures, one row of :data:`NUM_PERM` uint32 values per canonical row: the least a·h + b over the
-    row's shingle hashes h, for each permutation, computed for all rows at once."""
-    if not canonical_rows:
-        return np.zeros((0, NUM_PERM), dtype=np.uint32)
-    hv, starts = _shingle_hashes(list(canonical_rows))
+    row's shingle hashes h, for each permutation; rows are taken :data:`_CHUNK` at a time (memory flat in the rows)."""
+    out = np.empty((len(canonical_rows), NUM_PERM), dtype=np.uint32)
+    for first in range(0, len(canonical_rows), _CHUNK):
+        chunk = canonical_rows[first : first + _CHUNK]
+        out[first : first + len(chunk)] = _chunk_signatures(*_shingle_hashes(list(chunk)))
+    return out
+
+
+def _chunk_signatures(hv: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The signatures of one chunk's rows from their shingle hashes (rows × :data:`NUM_PERM`)."""
     a, b = _permutations()
-    out = np.empty((NUM_PERM, len(canonical_rows)), dtype=np.uint32)
+    rows = len(starts) - 1
+    out = np.empty((NUM_PERM, rows), dtype=np.uint32)
     first = 0
-    while first < len(canonical_rows):  # blocks of rows whose shingles × permutations stay near 64 MB
+    while first < rows:  # blocks of rows whose shingles × permutations stay near 64 MB
         last = int(np.searchsorted(starts, starts[first] + _BLOCK, side="right")) - 1
-        last = min(max(last, first + 1), len(canonical_rows))
+        last = min(max(last, first + 1), rows)
         # Permutations × shingles, so that each row's minimum is a reduction along memory (about 10× faster).
         block = a[:, None] * hv[None, starts[first] : starts[last]]
         block += b[:, None]
         out[:, first:last] = np.minimum.reduceat(block, starts[first:last] - starts[first], axis=1)
         first = last
-    return np.ascontiguousarray(out.T)
+    return out.T
 
 
 def band_keys(signature: np.ndarray) -> list[int]:
