@@ -10,13 +10,19 @@ run). Every figure made with it is speed, memory or "it runs", never quality.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_trainer import SHAPES  # noqa: E402
+def _shapes() -> dict:
+    """bench_trainer.py's model shapes (the tests' tiny one among them), loaded from its file beside this one."""
+    spec = importlib.util.spec_from_file_location("bench_trainer", Path(__file__).with_name("bench_trainer.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SHAPES
+
 
 #: The tokenizer's and generation's files copied beside the weights (everything of the folder but weights).
 _KEEP = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
@@ -35,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     source, out = Path(args.config_dir), Path(args.out)
     config = AutoConfig.from_pretrained(source)
     if args.shape == "tiny":
-        for key, value in SHAPES["tiny"].items():
+        for key, value in _shapes()["tiny"].items():
             setattr(config, key, value)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)

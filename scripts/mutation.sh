@@ -25,6 +25,9 @@ declare -A TESTS=(
   [squarechipo/privacy/release/registry.py]="tests/test_registry.py tests/test_privacy_invariants.py tests/test_team_registry.py"
   [squarechipo/privacy/release/registry_schema.py]="tests/test_registry.py"
   [squarechipo/privacy/release/registry_admin.py]="tests/test_registry.py tests/test_team_registry.py"
+  [squarechipo/privacy/release/budget.py]="tests/test_budget.py"
+  [squarechipo/privacy/release/budget_admin.py]="tests/test_budget.py tests/test_team_registry.py"
+  [squarechipo/privacy/release/machine_registry.py]="tests/test_registry.py tests/test_provenance.py"
   [squarechipo/privacy/release/rows.py]="tests/test_release.py tests/test_validation.py tests/test_trust_boundary.py tests/test_provenance.py"
   [squarechipo/privacy/release/store.py]="tests/test_release_store.py tests/test_integrity.py"
   [squarechipo/privacy/release/transaction.py]="tests/test_release_store.py tests/test_registry.py tests/test_trust_boundary.py tests/test_release.py tests/test_provenance.py"
@@ -58,6 +61,7 @@ declare -A TESTS=(
   [squarechipo/reproduce/study/runner.py]="tests/test_study.py"
   [squarechipo/reproduce/study/cells.py]="tests/test_study.py tests/test_trainer.py"
   [squarechipo/reproduce/study/shared_setup.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/closure.py]="tests/test_study.py"
   [squarechipo/reproduce/study/training.py]="tests/test_study.py"
 )
 # Extra pytest arguments per module: the study's modules skip its whole-protocol test (two minutes a mutant); its

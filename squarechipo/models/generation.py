@@ -173,13 +173,11 @@ def generate_with_model(
 ) -> list[str]:
     """One response per prompt from a loaded model, chat template applied, left-padded batches.
 
-    Sampling is seeded per batch with ``transformers.set_seed(seed + batch_index)`` (``generate`` takes no generator
-    object); ``temperature`` and ``top_p`` default to :data:`SAMPLING_DEFAULTS` there. ``top_k=0`` samples from the
-    whole vocabulary; None keeps the model's generation config. ``exact_sampling``, in place of ``do_sample``: draw
-    with :class:`ExponentialRaceSampler` seeded ``seed + batch_index`` from the model's own distribution, warped by
-    the ``temperature``, ``top_k`` and ``top_p`` given (none given: temperature 1, the whole vocabulary). The
-    tokenizer's padding side is restored afterwards.
-    """
+    Sampling is seeded per batch with ``transformers.set_seed(seed + batch_index)``; ``temperature`` and ``top_p``
+    default to :data:`SAMPLING_DEFAULTS`, ``top_k=0`` is the whole vocabulary, None the model's generation config.
+    ``exact_sampling``, in place of ``do_sample``: :class:`ExponentialRaceSampler` seeded ``seed + batch_index`` on
+    the model's distribution warped by the ``temperature``, ``top_k`` and ``top_p`` given (none: temperature 1, the
+    whole vocabulary). The tokenizer's padding side is restored afterwards."""
     if exact_sampling and do_sample:
         raise ValueError(
             "generate_with_model: exact_sampling draws with the exponential race (coupled samples) in place of "

@@ -22,15 +22,12 @@ import datetime as _dt
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from squarechipo.data.database import Database
 from squarechipo.data.integrity import IntegrityError, check_seal, seal
 from squarechipo.data.signing import signing_key
 from squarechipo.privacy.release.registry_schema import RegistryError
-
-if TYPE_CHECKING:
-    from squarechipo.privacy.release.registry import EarlierReleases
 
 __all__ = [
     "BUDGET_FORMAT",
@@ -188,8 +185,10 @@ class BudgetAsk:
     n_rows: int
     epsilon: float
 
-    def check(self, db: Database, registry_id: str, earlier: EarlierReleases) -> dict | None:
-        """The budget record for the ledger, or :class:`RegistryError` (see :func:`enforce`)."""
+    def check(self, db: Database, registry_id: str, earlier: Any) -> dict | None:
+        """The budget record for the ledger, or :class:`RegistryError` (see :func:`enforce`). ``earlier``: the rows'
+        earlier releases as the registry found them (:class:`squarechipo.privacy.release.registry.EarlierReleases`,
+        whose ``spent`` the budget bounds)."""
         budgets = budgets_in_force(db, registry_id)
         chosen = pick(budgets, dataset=self.dataset, unit=self.unit, columns=self.columns)
         return enforce(chosen, earlier.spent, self.n_rows, self.epsilon)
