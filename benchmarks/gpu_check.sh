@@ -34,7 +34,9 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --config-dir) CONFIG_DIR_GIVEN=$2; shift ;;
-    *) echo "usage: bash benchmarks/gpu_check.sh [--dry-run] [--out DIR] [--budget SECONDS] [--config-dir DIR]" >&2
+    --python) PYTHON=$2; shift ;;
+    *) echo "usage: bash benchmarks/gpu_check.sh [--dry-run] [--out DIR] [--budget SECONDS] [--config-dir DIR]" \
+         "[--python PY]" >&2
        exit 2 ;;
   esac
   shift
@@ -69,7 +71,7 @@ else
   CPU_FLAG=()
 fi
 RECORD=("$PY" -I "$HERE/gpu_record.py" "$JSON")
-export PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}"
+case ":${PYTHONPATH:-}:" in *":$PROJECT:"*) ;; *) export PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}" ;; esac
 # The run's own registry, record store and key: nothing of the machine's account is read or written.
 export SQUARECHIPO_RELEASE_REGISTRY=$WORK/releases.sqlite SQUARECHIPO_RECORD_STORE=$WORK/records.sqlite \
   SQUARECHIPO_SIGNING_KEY=$WORK/key.pem SQUARECHIPO_CACHE=$WORK/cache
