@@ -111,34 +111,97 @@ def ledger_figures(released: datasets.Dataset) -> dict[str, float]:
             "check_rows_s": rows}  # fmt: skip
 
 
+def _make(n: int, folder: Path) -> None:
+    """The worker that writes ``n`` synthetic rows to ``folder`` (``save_to_disk``), in a process of its own: the
+    release's peak memory is measured without the generator's."""
+    synthetic_rows(n, seed=n).save_to_disk(str(folder))
+
+
+def _release_worker(rows: Path, out: Path, with_stages: bool) -> dict:
+    """The release of the rows saved at ``rows`` (read from their Arrow files, as a user's saved dataset is), in a
+    process of its own: wall and CPU seconds, the peak resident memory (``getrusage``), the ledger's figures."""
+    import json
+    import resource
+
+    from squarechipo.privacy.release.store import load_release
+
+    data = datasets.load_from_disk(str(rows))
+    timings = stages(data) if with_stages else {}
+    wall, cpu = release_seconds(data, out)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    figures = ledger_figures(load_release(out)) if with_stages else {}
+    return json.loads(json.dumps({"wall": wall, "cpu": cpu, "peak": peak, "stages": timings, **figures}))
+
+
+def _worker(argv: list[str]) -> None:
+    import json
+
+    datasets.disable_progress_bars()
+    if argv[0] == "make":
+        _make(int(argv[1]), Path(argv[2]))
+        return
+    print("BENCH " + json.dumps(_release_worker(Path(argv[1]), Path(argv[2]), argv[3] == "stages")))
+
+
+def _run(args: list[str], env: dict) -> dict | None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, __file__, "--worker", *args], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-3:])
+        raise SystemExit(f"the {args[0]} worker failed (exit {done.returncode}; killed for memory if -9):\n{tail}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("BENCH ")]
+    return json.loads(lines[-1][6:]) if lines else None
+
+
 def main() -> None:
+    import sys
+
+    if sys.argv[1:2] == ["--worker"]:
+        _worker(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 50_000, 100_000])
+    parser.add_argument(
+        "--stages-up-to", type=int, default=100_000,
+        help="time each admission step on its own (again, before the release) for sizes up to this",
+    )  # fmt: skip
     args = parser.parse_args()
     datasets.disable_progress_bars()
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["SQUARECHIPO_RELEASE_REGISTRY"] = str(Path(tmp) / "releases.sqlite")
-        os.environ["SQUARECHIPO_SIGNING_KEY"] = str(Path(tmp) / "custodian.pem")
+        env = {**os.environ, "SQUARECHIPO_SIGNING_KEY": str(Path(tmp) / "custodian.pem")}
         from squarechipo.data.signing import generate_key_pair
         from squarechipo.privacy.release.registry import init_registry
-        from squarechipo.privacy.release.store import load_release
 
         generate_key_pair(Path(tmp) / "custodian.pem")
-        init_registry()
+        peaks = []
         for n in args.rows:
-            data = synthetic_rows(n, seed=n)
-            timings = stages(data)
-            wall, cpu = release_seconds(data, Path(tmp) / f"release_{n}")
-            print(f"{n:,} distinct rows: release {wall:.1f} s wall, {cpu:.1f} s CPU (target: 100,000 in 30 s)")
-            for name, (wall, cpu) in timings.items():
-                print(f"  {name}: {wall:.2f} s wall, {cpu:.2f} s CPU")
-            figures = ledger_figures(load_release(Path(tmp) / f"release_{n}"))
-            size, row_set = figures["ledger_bytes"] / 1e6, figures["row_set_bytes"] / 1e6
-            print(f"  ledger: {size:.2f} MB ({row_set:.2f} MB of it the row set, 16 bytes a row in base64)")
+            env["SQUARECHIPO_RELEASE_REGISTRY"] = str(Path(tmp) / f"releases_{n}.sqlite")  # each size its own
+            init_registry(env["SQUARECHIPO_RELEASE_REGISTRY"])
+            _run(["make", str(n), str(Path(tmp) / f"rows_{n}")], env)
+            with_stages = n <= args.stages_up_to
+            found = _run(["release", str(Path(tmp) / f"rows_{n}"), str(Path(tmp) / f"release_{n}"),
+                          "stages" if with_stages else "whole"], env)  # fmt: skip
+            peaks.append((n, found["peak"]))
             print(
-                f"  sealing and signing {1e3 * figures['sign_s']:.1f} ms; checking the signature "
-                f"{1e3 * figures['check_seal_s']:.1f} ms, every row against the set {figures['check_rows_s']:.2f} s"
+                f"{n:,} distinct rows: release {found['wall']:.1f} s wall, {found['cpu']:.1f} s CPU, peak resident "
+                f"memory {found['peak'] / 1e9:.2f} GB (targets: 100,000 in 20 s; 1,000,000 in 120 s and 4 GB)"
             )
+            for name, (wall, cpu) in found["stages"].items():
+                print(f"  {name}: {wall:.2f} s wall, {cpu:.2f} s CPU")
+            if with_stages:
+                size, row_set = found["ledger_bytes"] / 1e6, found["row_set_bytes"] / 1e6
+                print(f"  ledger: {size:.2f} MB ({row_set:.2f} MB of it the row set, 16 bytes a row in base64)")
+                print(
+                    f"  sealing and signing {1e3 * found['sign_s']:.1f} ms; checking the signature "
+                    f"{1e3 * found['check_seal_s']:.1f} ms, every row against the set {found['check_rows_s']:.2f} s"
+                )
+        if len(peaks) > 1:
+            slope, base = np.polyfit([n for n, _ in peaks], [p for _, p in peaks], 1)
+            print(f"peak resident memory ≈ {base / 1e9:.2f} GB + {slope / 1e3:.2f} kB a row (least squares over "
+                  f"{len(peaks)} sizes)")  # fmt: skip
 
 
 if __name__ == "__main__":

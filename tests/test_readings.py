@@ -34,12 +34,13 @@ DECISION_WORDS = re.compile(
 )
 #: What marks a sentence as one about the studies' results.
 RESULT_MARKER = re.compile(
-    r"\b(stud(y|ies)|claims?|seeds?|r\*|gold gain|expected win|clean gain|over-?optimi[sz]\w*|Holm|p-values?)\b"
-    r"|\bp \d",
+    r"\b(stud(y|ies)|claims?|seeds?|gold gain|expected win|clean gain|over-?optimi[sz]\w*|Holm|p[- ]values?)\b"
+    r"|\br\*(?!\w)|\bp\s*[=<≤]?\s*\d|\bp\s*[=<≤]\s*\.\d",  # r* ends in a symbol: no \b after it
     re.IGNORECASE,
 )
-#: A p-value as written: "p 0.0922", "p = 0.031", "p-value 0.03".
-P_VALUE = re.compile(r"\bp(?:-value)?\s*=?\s*(\d\.\d+)")
+#: A p-value as written, in any of its forms: "p 0.0922", "p = 0.031", "P=.031", "p < 0.05", "p-value 0.03",
+#: "p-value of 0.031", "p value: 0.031".
+P_VALUE = re.compile(r"\bp(?:[- ]?values?)?(?:\s+of)?\s*[:=<≤]?\s*(\d*\.\d+)", re.IGNORECASE)
 #: Figures a sentence may use besides its record and the design: the 95% of an interval, the 80% of power.
 CONVENTIONS = [95.0, 80.0, 0.8, 0.05]
 #: A number as a reader sees it: a sign, digits, decimals, an optional percent sign; not part of a word or a name
@@ -376,3 +377,15 @@ def test_the_readme_results_count_the_committed_verdicts_and_quote_their_figures
     assert tuple(map(int, tally.groups())) == (sum(counts.values()), *counts.values())
     figures = [float(n) for n in (len(studies), *counts.values(), sum(counts.values()))]
     assert not unbacked(section, [v for study in studies for v in backing(study)] + figures)
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["p 0.031", "p = 0.031", "P = 0.031", "p=.031", "p-value of 0.031", "p value: 0.031", "P-value 0.031", "p < .031"],
+)
+def test_every_way_of_writing_a_p_value_is_read_and_marks_a_result(written):
+    """A p-value in any of the forms prose uses is read (and checked against the claims' Holm-adjusted p), and marks
+    its sentence as one about results; so does r* (its marker pattern never matched: no word boundary after *)."""
+    assert [float(v) for v in P_VALUE.findall(f"the claim ({written})")] == [0.031]
+    assert RESULT_MARKER.search(f"ended lower ({written})")
+    assert RESULT_MARKER.search("it ended 0.38 r* below it") and not RESULT_MARKER.search("a rate of 0.5")
