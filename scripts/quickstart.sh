@@ -83,8 +83,16 @@ else
 fi
 
 "$PY" - <<'PY'
-import json, pathlib
+import json, pathlib, subprocess
 from squarechipo.evaluation.report import format_lines
+said = []
+
+
+def print(*parts, _print=print):  # each line printed is also kept: outputs/quickstart/summary.json, the record
+    said.append(" ".join(str(p) for p in parts))
+    _print(*parts)
+
+
 out = pathlib.Path("outputs/quickstart/square_chipo_ctl")
 train = json.loads((out / "train_results.json").read_text())
 privacy = json.loads((out / "squarechipo_privacy.json").read_text())
@@ -110,4 +118,9 @@ for line in format_lines(summary):
 selected = json.loads(pathlib.Path("outputs/quickstart/selected/squarechipo_privacy.json").read_text())
 print(f"  central DP selection: {selected['selected']} of {selected['num_candidates']} candidates, "
       f"epsilon {selected['epsilon']}, n {selected['num_rows']} -> {pathlib.Path('outputs/quickstart/selected').resolve()}")
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+record = {"commit": commit or None, "gold": json.loads(pathlib.Path("outputs/quickstart/eval/gold.json").read_text()),
+          "judged": summary["overall"], "printed": said}
+pathlib.Path("outputs/quickstart/summary.json").write_text(json.dumps(record, indent=1, default=str))
+
 PY

@@ -389,3 +389,27 @@ def test_every_way_of_writing_a_p_value_is_read_and_marks_a_result(written):
     assert [float(v) for v in P_VALUE.findall(f"the claim ({written})")] == [0.031]
     assert RESULT_MARKER.search(f"ended lower ({written})")
     assert RESULT_MARKER.search("it ended 0.38 r* below it") and not RESULT_MARKER.search("a rate of 0.5")
+
+
+def test_the_readmes_main_job_summary_is_what_a_committed_run_printed():
+    """The README's printed summary of the main job is a committed record's (results/main_job/...): every line of its
+    block, in order, is a line that run printed, and the figures of its gold lines are those of the run's gold report
+    (its own summary in the record), printed the way the main job prints them."""
+    from squarechipo.evaluation.gold_report import format_summary
+    from squarechipo.evaluation.report import win_reading
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = re.search(r"The main job ends with a summary like this \(`(results/main_job/[\w.-]+\.json)`", text)
+    assert named, "the README names the record its printed summary comes from"
+    record = json.loads((ROOT / named.group(1)).read_text(encoding="utf-8"))
+    after = text[named.end() :]
+    block = re.search(r"\n\n((?: {4}.*\n)+)", after).group(1)
+    lines = [line[4:] for line in block.splitlines() if line.strip() and line.strip() != "..."]
+    printed = iter(record["printed"])
+    for line in lines:  # in order: each found after the one before
+        assert any(line == said for said in printed), f"not printed by the recorded run, in this order: {line!r}"
+    gold = format_summary(record["gold"])
+    assert all(f"    {line}" in record["printed"] for line in gold[:4])  # recomputed from the record's figures
+    overall = record["judged"]
+    assert f"    reading: {win_reading(overall['win_rate_half_ties_ci'], overall['n_valid'])}" in record["printed"]
+    assert record["exit_code"] == 0 and named.group(1).endswith(f"_{record['commit']}.json")
