@@ -362,3 +362,18 @@ def test_a_release_keeps_the_privacy_unit_column_only_when_public_and_keeps_the_
     for released in (dropped, kept):
         assert metadata.without_block(released.info.description) == "four test comparisons"
         assert released.split == "train" and get_ledger(released).total_epsilon == 2.0
+
+
+def test_a_release_too_large_for_this_machines_memory_is_refused_before_any_work():
+    """The kernel killed a million-row release at 20.9 GB without a word: a release whose estimated peak exceeds the
+    memory available is refused first, in one line naming the rows, the estimate and the fix; one that fits is not."""
+    from squarechipo.privacy.release.transaction import MEMORY_BASE, MEMORY_PER_ROW, check_memory
+
+    check_memory(1_000_000, available=MEMORY_BASE + MEMORY_PER_ROW * 1_000_000)  # fits exactly
+    with pytest.raises(MemoryError) as refused:
+        check_memory(1_000_000, available=4e9)
+    assert str(refused.value) == (
+        "a release of 1,000,000 rows needs about 8.0 GB of memory here, and this machine has 4.0 GB available: "
+        "release disjoint parts of at most 466,666 rows (release_dataset with part=..., then combine_parts), or run "
+        "it on a machine with more memory."
+    )

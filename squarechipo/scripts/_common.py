@@ -111,7 +111,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from squarechipo.privacy.release.registry import RegistryError
 
     return (
-        ValueError, RegistryError, DatabaseError, OSError, yaml.YAMLError,
+        ValueError, RegistryError, DatabaseError, OSError, MemoryError, yaml.YAMLError,
     )  # fmt: skip
 
 

@@ -59,6 +59,7 @@ from squarechipo.privacy.release.rows import draw_rows
 
 __all__ = [
     "ReleaseOptions",
+    "check_memory",
     "complete_interrupted",
     "release_in_memory",
     "release_into",
@@ -97,6 +98,37 @@ def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, 
             "ledger adds the release, reports the sum of the ε (valid but loose) and the tight ε of the stored "
             "labels (stored_labels_epsilon). To release the raw labels a second time, privatize the raw rows."
         )
+
+
+#: A release's peak resident memory, measured (benchmarks/bench_release.py, 100,000 to 1,000,000 rows of about 120
+#: words: 0.42 GB + 6.83 kB a row), rounded up: what :func:`check_memory` refuses a release against.
+MEMORY_BASE, MEMORY_PER_ROW = 0.5e9, 7.5e3
+
+
+def _available_memory() -> float | None:
+    """Bytes this machine can still give a process (Linux's MemAvailable), or None where it cannot say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_memory(n_rows: int, available: float | None = None) -> None:
+    """Refuse, before any work, a release whose estimated peak memory exceeds what the machine has (the kernel would
+    kill it part-way, without a word), in one line naming the rows, the estimate and what to do."""
+    available = _available_memory() if available is None else available
+    needed = MEMORY_BASE + MEMORY_PER_ROW * n_rows
+    if available is None or needed <= available:
+        return
+    fits = max(1, int((available - MEMORY_BASE) / MEMORY_PER_ROW))
+    raise MemoryError(
+        f"a release of {n_rows:,} rows needs about {needed / 1e9:.1f} GB of memory here, and this machine has "
+        f"{available / 1e9:.1f} GB available: release disjoint parts of at most {fits:,} rows (release_dataset with "
+        "part=..., then combine_parts), or run it on a machine with more memory."
+    )
 
 
 def _refuse_copies(found: list, n_rows: int) -> None:
@@ -209,6 +241,7 @@ class _Release:
         # The key that will seal the release, read (and the machine folder checked) before any noise is drawn: a
         # wrong key found after the draw would leave a staged release that a retry refuses.
         signing_key()
+        check_memory(len(self.dataset))
         self._existing = get_ledger(self.dataset)
         _check_not_released(self._existing, self.mechanism, self.options.compose)
         # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).
