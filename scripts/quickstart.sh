@@ -119,8 +119,9 @@ selected = json.loads(pathlib.Path("outputs/quickstart/selected/squarechipo_priv
 print(f"  central DP selection: {selected['selected']} of {selected['num_candidates']} candidates, "
       f"epsilon {selected['epsilon']}, n {selected['num_rows']} -> {pathlib.Path('outputs/quickstart/selected').resolve()}")
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+here = str(pathlib.Path.cwd()) + "/"  # a record names no machine's folders: paths relative to the checkout
 record = {"commit": commit or None, "gold": json.loads(pathlib.Path("outputs/quickstart/eval/gold.json").read_text()),
-          "judged": summary["overall"], "printed": said}
+          "judged": summary["overall"], "printed": [line.replace(here, "") for line in said]}
 pathlib.Path("outputs/quickstart/summary.json").write_text(json.dumps(record, indent=1, default=str))
 
 PY

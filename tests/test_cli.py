@@ -282,10 +282,18 @@ def test_debug_shows_a_training_jobs_traceback_as_its_error_line_promises(tmp_pa
 
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump({"model_name_or_path": str(tmp_path / "missing"), "output_dir": str(tmp_path)}))
+    # A missing model is refused by the command itself, before the job starts (one line; --debug: the traceback).
+    assert main(["train", "--config", str(config)]) == 1
+    assert "missing: no such folder" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"missing: no such folder"):
+        main(["train", "--config", str(config), "--debug"])
+    # An error inside the job (its data is missing): the job's own line, and --debug reaches the job.
+    config.write_text(yaml.safe_dump({"model_name_or_path": "embedded", "output_dir": str(tmp_path),
+                                      "dataset_name": str(tmp_path / "no_such_data")}))  # fmt: skip
     with pytest.raises(SystemExit) as stop:
         main(["train", "--config", str(config)])
     assert stop.value.code == 1 and "(--debug shows the traceback)" in capsys.readouterr().err
-    with pytest.raises(ValueError, match=r"missing: no such folder"):
+    with pytest.raises((ValueError, OSError), match=r"no_such_data"):
         main(["train", "--config", str(config), "--debug"])
 
 
