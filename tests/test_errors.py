@@ -101,3 +101,21 @@ def test_data_help_lists_the_generators_and_a_missing_generator_is_named(capsys)
     with pytest.raises(SystemExit, match="name a generator") as refused:
         main(["data"])
     assert "finance" in str(refused.value)
+
+
+def test_train_rows_from_takes_rows_of_its_own_and_refuses_a_start_past_the_split(tmp_path, finance_splits):
+    """`train_rows_from` (docs/privacy.md's LP-2ST takes rows 1024-1055, after those the README's command released):
+    the rows from that index, max_train_samples of them; a start past the split is refused naming its size."""
+    from accelerate import PartialState
+
+    from squarechipo.scripts.script_args import TrainScriptArguments
+    from squarechipo.scripts.splits import load_training_splits
+
+    data = finance_splits["finance_preference"]
+    data.save_to_disk(str(tmp_path / "data"))
+    args = TrainScriptArguments(dataset_name=str(tmp_path / "data"), max_train_samples=5, train_rows_from=7)
+    train, _ = load_training_splits(args, str(tmp_path / "out"), PartialState(), with_eval=False, release=False)
+    assert train["id"] == data["train"]["id"][7:12]
+    args.train_rows_from = len(data["train"])
+    with pytest.raises(ValueError, match=rf"train_rows_from={len(data['train'])}: the training split 'train' has"):
+        load_training_splits(args, str(tmp_path / "out"), PartialState(), with_eval=False, release=False)

@@ -20,6 +20,13 @@ class TrainScriptArguments(ScriptArguments):
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Train on the first N rows of the training split (before privatization)."}
     )
+    train_rows_from: int = field(
+        default=0,
+        metadata={
+            "help": "Start at this row of the training split (max_train_samples then counts from it): examples that "
+            "must not release rows another example released (docs/privacy.md's LP-2ST) take rows of their own."
+        },
+    )
     max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows."})
     label_epsilon: float | None = field(
         default=None, metadata={"help": "Randomized-response ε for the training labels; None = no local DP."}

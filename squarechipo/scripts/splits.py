@@ -97,8 +97,15 @@ def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, 
     """
     data = _splits(args)
     train = data[args.dataset_train_split]
-    if args.max_train_samples is not None:
-        train = train.select(range(min(args.max_train_samples, len(train))))
+    start = args.train_rows_from
+    if start < 0 or (start and start >= len(train)):
+        raise ValueError(
+            f"train_rows_from={start}: the training split {args.dataset_train_split!r} has {len(train)} rows; give a "
+            "row index below that (or 0)."
+        )
+    end = len(train) if args.max_train_samples is None else min(start + args.max_train_samples, len(train))
+    if start or end < len(train):
+        train = train.select(range(start, end))
     eval_dataset = _eval_split(args, data) if with_eval else None
     pipeline = args.label_pipeline()
     if release and (pipeline.is_private or pipeline.is_corrupted):
