@@ -342,21 +342,45 @@ def _near_copies(
     at = np.flatnonzero(np.isin(keys.ravel(), np.fromiter(by_band, dtype=np.int64, count=len(by_band))))
     for position in at.tolist():
         candidates[int(open_rows[position // keys.shape[1]])].update(by_band[int(keys.ravel()[position])])
+    # Every candidate's stored signature in one query (one a candidate cost a query each).
+    stored = _signatures_of(db, {pair for pairs in candidates.values() for pair in pairs if pair[0] in entered})
     found: dict[int, list[tuple[str, float, str]]] = {}
     for i, pairs in sorted(candidates.items()):
         matched: set[int] = set()  # each release a row nearly copies counts once, every such release counts
         for release, row in sorted(pairs):
-            if release in matched or release not in entered:
+            if release in matched or (release, row) not in stored:
                 continue
-            stored = db.execute(
-                "SELECT signature FROM released_signatures WHERE release = ? AND row = ?", (release, row)
-            ).fetchone()
-            if stored is not None and estimated_jaccard(
-                marks.signatures[i], np.frombuffer(bytes(stored[0]), "<u4")
-            ) >= (NEAR_COPY_JACCARD):
+            if estimated_jaccard(marks.signatures[i], np.frombuffer(stored[release, row], "<u4")) >= NEAR_COPY_JACCARD:
                 matched.add(release)
                 found.setdefault(i, []).append(entered[release])
     return found
+
+
+def _signatures_of(db: Database, pairs: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """The stored MinHash signatures of (release, row) pairs, in one query: a temporary table joined on SQLite, two
+    arrays unnested on PostgreSQL."""
+    if not pairs:
+        return {}
+    ordered = sorted(pairs)
+    if db.kind == "postgresql":
+        releases, rows = (list(column) for column in zip(*ordered))
+        found = db.execute(
+            "SELECT s.release, s.row, s.signature FROM released_signatures s "
+            "JOIN unnest(?::bigint[], ?::bigint[]) AS w(release, row) ON s.release = w.release AND s.row = w.row",
+            (releases, rows),
+        ).fetchall()
+    else:
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_pairs (release, row)")
+        db.execute("DELETE FROM wanted_pairs")
+        db.executemany("INSERT INTO wanted_pairs VALUES (?, ?)", ordered)
+        try:
+            found = db.execute(
+                "SELECT s.release, s.row, s.signature FROM wanted_pairs w "
+                "JOIN released_signatures s ON s.release = w.release AND s.row = w.row"
+            ).fetchall()
+        finally:
+            db.execute("DELETE FROM wanted_pairs")
+    return {(release, row): bytes(signature) for release, row, signature in found}
 
 
 def earlier_releases(units: list[bytes], marks: Sketch | None = None) -> EarlierReleases:
