@@ -272,6 +272,16 @@ def _values_text(values: list, plain: bool) -> str:
     return _SEPARATOR.join(json.dumps(v, sort_keys=True, ensure_ascii=False) for v in values)
 
 
+def _all_strings(column, parts) -> bool:
+    """Whether every value of ``column`` reads as a Python string: known from its type when it is a string column
+    with no null (no pass over the values), else by looking at each value."""
+    import pyarrow as pa
+
+    if (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)) and column.null_count == 0:
+        return True
+    return all(isinstance(v, str) for part in parts for v in part.to_pylist())
+
+
 #: Values of a column turned into text at a time by :func:`_rows_digest` (the whole column's text is never held).
 _DIGEST_CHUNK = 65_536
 
@@ -285,7 +295,7 @@ def _rows_digest(dataset: datasets.Dataset) -> str:
     for name in sorted(table.column_names):
         column = table.column(name)
         parts = [column.slice(start, _DIGEST_CHUNK) for start in range(0, len(column), _DIGEST_CHUNK)]
-        plain = all(isinstance(v, str) for part in parts for v in part.to_pylist())
+        plain = _all_strings(column, parts)
         digest.update(name.encode("utf-8") + b"\0")
         for index, part in enumerate(parts):
             digest.update(((_SEPARATOR if index else "") + _values_text(part.to_pylist(), plain)).encode("utf-8"))
