@@ -11,6 +11,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from squarechipo.cli import main
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
@@ -140,3 +142,40 @@ def test_the_model_record_and_key_verify_state_the_budget_in_force(tmp_path, cap
         budget = shown["budget"] if "budget" in shown else shown["splits"]["release"]["budget"]
         assert budget[0]["scope"] == "registry" and budget[0]["epsilon"] == 4 and budget[0]["remaining"] == 3
     assert os.environ[REGISTRY_ENV] and Path(os.environ[REGISTRY_ENV]).is_file()
+
+
+_POOL = [distinct_pairs(4, offset=10_100 + 20 * k) for k in range(3)]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(steps=st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0.25, 0.5, 1.0])), min_size=1, max_size=6))
+def test_no_sequence_of_releases_takes_a_row_past_its_budget(steps):
+    """The budget's invariant over random sequences of (re-)releases of three disjoint row sets at random ε under a
+    budget of 1.5: a release is refused exactly when it would take its rows past the budget, and the registry's
+    composed ε of every row set never passes it (and equals the sum of its releases that were made)."""
+    import hashlib
+    import tempfile
+
+    from squarechipo.data.fingerprint import canonical_rows
+    from squarechipo.privacy.release.budget_admin import set_budget
+    from squarechipo.privacy.release.registry import earlier_releases, init_registry
+
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        patch.setenv(REGISTRY_ENV, str(Path(folder) / "r.sqlite"))
+        init_registry()
+        set_budget(1.5)
+        spent = [0.0, 0.0, 0.0]
+        for k, epsilon in steps:
+            over = spent[k] + epsilon > 1.5 + 1e-9
+            try:
+                release_dataset(_POOL[k], LabelPipeline(epsilon=epsilon), rerelease=True)
+                made = True
+            except RegistryError as error:
+                assert "would be passed" in str(error)
+                made = False
+            assert made == (not over), (steps, spent, k, epsilon)
+            spent[k] += epsilon if made else 0.0
+            for j, rows in enumerate(_POOL):
+                units = [hashlib.sha256(r.encode()).digest() for r in canonical_rows(rows.with_format("arrow")[:])]
+                composed = earlier_releases(units).epsilon
+                assert composed == pytest.approx(spent[j]) and composed <= 1.5 + 1e-9

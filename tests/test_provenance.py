@@ -174,7 +174,7 @@ def test_an_analysts_own_key_says_who_trained_and_never_vouches_for_a_release(
 # ---------------------------------------------------------------------------------------- inherited state
 
 
-def test_a_private_run_resumes_only_from_its_own_checkpoint(tmp_path, tiny_model_factory, tokenizer):
+def test_a_private_run_resumes_only_from_its_own_checkpoint(tmp_path, tiny_model_factory, tokenizer, monkeypatch):
     """resume_from_checkpoint hands a checkpoint's weights to the run: a raw-label run's checkpoint, one of another
     release, one without a record or with its weights edited is refused before a step; the run's own resumes."""
     from squarechipo.trainer import SquareChiPOTrainer
@@ -202,6 +202,15 @@ def test_a_private_run_resumes_only_from_its_own_checkpoint(tmp_path, tiny_model
     other = release_dataset(distinct_pairs(8, offset=8450), LabelPipeline(epsilon=8.0))
     with pytest.raises(RawLabelsError, match="saved by another run"):
         trainer("other", other).train(resume_from_checkpoint=str(checkpoint))
+    # The same rows, ledger and ε, but the record re-signed by another process's key beside the weights it names.
+    own_key = os.environ[SIGNING_KEY_ENV]
+    stranger = generate_key_pair(tmp_path / "stranger.pem")
+    kept = read_privacy_record(checkpoint)
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(stranger.path))
+    write_privacy_record(checkpoint, kept)
+    monkeypatch.setenv(SIGNING_KEY_ENV, own_key)
+    with pytest.raises(RawLabelsError, match=r"signed by another key .*not by this run's key .*another process"):
+        trainer("private", private).train(resume_from_checkpoint=str(checkpoint))
     shutil.copy(tmp_path / "raw" / "checkpoint-1" / "model.safetensors", checkpoint / "model.safetensors")
     with pytest.raises(RawLabelsError, match=r"changed \['model.safetensors'\]"):
         trainer("private", private).train(resume_from_checkpoint=str(checkpoint))

@@ -255,12 +255,13 @@ class PrivateTrainerMixin:
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _check_resume(self, checkpoint) -> None:
-        """A checkpoint's weights enter this run as its starting point, so they must be this run's own: a checkpoint
-        saved by a run on these rows under this ledger, its record's seal intact and its weights the files that
-        record names. Weights from any other run (raw labels, another ε, other rows, edited files) would be saved
-        under this run's card."""
+        """A checkpoint's weights enter this run as its starting point, so they must be this run's own: a
+        checkpoint saved by a run on these rows under this ledger, its record's seal intact, signed by this run's own
+        key (where it has one), and its weights the files that record names. Weights from any other run (raw labels,
+        another ε, other rows, edited files) would be saved under this run's card."""
         from transformers.trainer_utils import get_last_checkpoint
 
+        from squarechipo.data.signing import public_key_text, signing_key
         from squarechipo.privacy.provenance.record import read_privacy_record
 
         folder = get_last_checkpoint(self.args.output_dir) if checkpoint is True else str(checkpoint)
@@ -275,6 +276,15 @@ class PrivateTrainerMixin:
             raise RawLabelsError(
                 f"resume_from_checkpoint={folder}: the checkpoint carries no privacy record, so nothing says which "
                 f"labels its weights were trained on; this run would save them under its own card. {fix}"
+            )
+        own = signing_key(create=False)
+        if own is not None and record.signer != public_key_text(own.public):
+            # A record with this run's rows, ledger and ε, signed by another key (or by none: anyone can write one),
+            # would hand this run weights that another process trained, on whatever it trained them on.
+            who = "no key (an unsigned record)" if record.signer is None else f"another key ({record.signer[:24]}...)"
+            raise RawLabelsError(
+                f"resume_from_checkpoint={folder}: its privacy record was signed by {who}, not by this run's key "
+                f"{own.key_id}: another process wrote it. {fix}"
             )
         ours = self.privacy_record()
         theirs_ledger = (record.ledger or {}).get("digest")
