@@ -112,6 +112,9 @@ def test_an_analyst_cannot_set_a_budget_and_an_edited_one_is_refused_nothing_spe
     keys.analyst()
     assert main(["registry", "budget", "set", "--epsilon", "3"]) == 1
     assert "needs the custodian's signing key" in capsys.readouterr().err
+    started = tmp_path / "analysts.sqlite"
+    assert main(["registry", "init", "--path", str(started), "--budget", "3"]) == 1
+    assert "the custodian starts the registry" in capsys.readouterr().err and not started.exists()
     keys.custodian()
     target = tmp_path / "budgeted.sqlite"
     assert main(["registry", "init", "--path", str(target), "--budget", "1"]) == 0

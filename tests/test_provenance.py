@@ -77,6 +77,8 @@ def test_a_record_names_its_weights_and_key_verify_refuses_any_other_files(tmp_p
     assert code == 0, out
     shown = json.loads(out)
     assert shown["weights"][1].startswith("model.safetensors sha256:") and shown["epsilon_backed_by_ledger"]
+    code, out = _verify(tmp_path / "no_such_model", capsys)  # a typo: one line that says what to give
+    assert code == 1 and "no_such_model: no such folder or file; give a model folder" in out
     assert shown["trained_by"].endswith("(trusted here)") and "does_not_prove" in shown
 
     other = tmp_path / "other"

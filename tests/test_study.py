@@ -1179,6 +1179,11 @@ def test_a_study_that_cannot_decide_is_closed_as_a_record_and_reopened_only_on_r
     assert claim["power_at_min_seeds"]["at_sd_upper80"] == pytest.approx(power_at(9, upper), abs=1e-6)
     assert closure["claims_not_sized"] == ["Square-χPO (128 rows) ends above DPO at β 0.025 (ε = 1, epoch 32)"]
     assert closure["pilot_cells"]["planned"] == 6 and len(closure["pilot_cells"]["committed"]) == 4
+    import hashlib
+
+    assert closure["pilot_cells"]["sha256"] == {  # the closure names the records it describes
+        p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in (results / "pilot").glob("*.json")
+    }
     run = ["study", "main", "--design", str(design), "--results", str(results), "--out", str(tmp_path / "out")]
     with pytest.raises(ValueError, match=r"closure\.json: this study was closed as a pilot .*pass --reopen"):
         main(run)

@@ -76,6 +76,11 @@ def verify_folder(path: str | os.PathLike) -> dict:
     except SigningKeyError as error:
         raise IntegrityError(str(error)) from None
     path = Path(path)
+    if not path.exists():
+        raise ValueError(
+            f"{path}: no such folder or file; give a model folder (holding {PRIVACY_FILE}) or a saved release (its "
+            "folder, .jsonl or .parquet file)."
+        )
     if (path / PRIVACY_FILE).is_file():
         return verify_privacy_record(path, third_party=True)
     from squarechipo.privacy.ledger.binding import get_ledger

@@ -63,8 +63,15 @@ def main(argv: list[str] | None = None) -> int:
 
     args = make_parser().parse_args(argv)
     if args.command == "init":
-        if args.budget is not None:
-            parse_epsilon(args.budget)  # a bad budget refused before anything is started
+        if args.budget is not None:  # a budget that could not be set is refused before anything is started
+            parse_epsilon(args.budget)
+            from squarechipo.data.signing import signing_key
+
+            if signing_key() is None:
+                raise ValueError(
+                    "--budget: a budget is signed with the custodian's key, and this process holds none "
+                    "(SQUARECHIPO_TRUSTED_KEYS set, no SQUARECHIPO_SIGNING_KEY): the custodian starts the registry."
+                )
         print(redact(init_registry(args.url or args.path)))
         if args.budget is not None:
             if args.url or args.path:

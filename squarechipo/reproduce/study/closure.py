@@ -11,6 +11,7 @@ can run: a GPU, or a CPU with bf16 kernels), so the runner can still resume it w
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,12 @@ def close_study(results: Path, design: StudyDesign, reason: str) -> dict[str, An
         "closed": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _commit(),
         "reason": reason.strip(),
-        "pilot_cells": {"committed": sorted(r["cell"] for r in records), "planned": len(planned)},
+        "pilot_cells": {
+            "committed": sorted(r["cell"] for r in records),
+            "planned": len(planned),
+            # What the figures below were computed from, by digest: the closure describes these files and no other.
+            "sha256": {p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()},
+        },
         "claims": [_claim_size(design, name, d) for name, d in analysis["differences"].items()],
         "claims_not_sized": [c.name for c in design.claims or () if c.name not in analysis["differences"]],
         "cell_hours_by_arm": _cell_hours(records),
