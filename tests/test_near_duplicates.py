@@ -12,6 +12,7 @@ import hashlib
 import datasets
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -94,14 +95,51 @@ _WORDS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(_WORDS, max_size=40).map(" ".join), min_size=1, max_size=12))
 def test_the_vectorised_minhash_is_datasketchs_affine32_minhash_of_the_same_shingles(rows):
-    """Signatures are computed for all rows at once (release at scale); they must stay the values datasketch 2's
-    default MinHash gives, or a registry written before would stop finding near-copies of its rows."""
+    """Signatures are computed for a chunk of rows at once (release at scale). In the legacy scheme they must stay
+    the values datasketch 2's default MinHash gives (registries started before keep them); in the current scheme,
+    datasketch's MinHash of the same shingles with the scheme's shingle hash, computed here from its definition."""
     from datasketch import MinHash
 
+    from squarechipo.data.near_duplicates import LEGACY_SCHEME
+
     reference = MinHash.bulk([shingles(row) for row in rows], num_perm=NUM_PERM, seed=1)
-    assert np.array_equal(signatures(rows), np.stack([m.hashvalues for m in reference]).astype(np.uint32))
+    legacy = signatures(rows, LEGACY_SCHEME)
+    assert np.array_equal(legacy, np.stack([m.hashvalues for m in reference]).astype(np.uint32))
+    current = MinHash.bulk([shingles(row) for row in rows], num_perm=NUM_PERM, seed=1, hashfunc=_scheme_hash)
+    assert np.array_equal(signatures(rows), np.stack([m.hashvalues for m in current]).astype(np.uint32))
     keys = sketch(rows).keys
     assert all(keys[i].tolist() == band_keys(signatures(rows)[i]) for i in range(len(rows)))
+
+
+def _scheme_hash(shingle: bytes) -> int:
+    """The current scheme's shingle hash from its definition (docs/privacy.md), in Python integers: SHA-1 of each
+    word (8 bytes, little-endian); h = fmix64(words + φ), then fmix64(h xor word) per word; the low 32 bits."""
+    words = shingle.decode("utf-8").split()
+    h = _fmix64((len(words) + 0x9E3779B97F4A7C15) & _M64)
+    for word in words:
+        h = _fmix64(h ^ int.from_bytes(hashlib.sha1(word.encode("utf-8")).digest()[:8], "little"))
+    return h & 0xFFFFFFFF
+
+
+def test_both_schemes_find_the_same_planted_near_copies():
+    """The faster shingle hash must keep the guarantee: on distinct rows with planted near-copies (an added word, a
+    changed word, a repeated sentence, retyped text), both schemes find exactly the same copies."""
+    from squarechipo.data.fingerprint import canonical_text
+    from squarechipo.data.near_duplicates import LEGACY_SCHEME
+
+    rng = np.random.default_rng(7)
+    vocabulary = [f"w{i}" for i in range(4000)]
+    rows = [" ".join(rng.choice(vocabulary, 60)) for _ in range(1500)]
+    planted = {}
+    for k, source in enumerate(rng.choice(1400, 40, replace=False).tolist()):
+        words = rows[source].split()
+        edits = [[*words, "extra"], [*words[:30], "changed", *words[31:]], [*words, *words[:12]], words]
+        planted[len(rows)] = source
+        rows.append(" ".join(edits[k % 4]) if k % 4 != 3 else rows[source].upper())
+    rows = canonical_text(pa.array(rows)).to_pylist()
+    new, old = copies(rows, sketch(rows)), copies(rows, sketch(rows, LEGACY_SCHEME))
+    assert new == old
+    assert {(c[0], c[1]) for c in new} == {(source, row) for row, source in planted.items()}
 
 
 @settings(max_examples=300, deadline=None)
@@ -112,6 +150,21 @@ def test_ascii_text_folds_in_one_pass_exactly_as_the_full_fold(text):
 
     assert fold(text) == _fold(text)
     assert fold(text + "é") == _fold(text + "é")  # and non-ASCII text takes the full fold
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(alphabet=st.characters(max_codepoint=127), max_size=30),
+                          st.text(max_size=12)), max_size=8))  # fmt: skip
+def test_the_canonical_form_over_arrow_buffers_is_the_fold_of_each_string(texts):
+    """A release folds its text in Arrow (ASCII strings by a byte table, the others one by one): every string must
+    come out as :func:`fold` makes it, and the canonical form's NFKC and invisible-character steps, skipped for ASCII
+    text, must be the identity there."""
+    from squarechipo.data.fingerprint import _INVISIBLE, _fold_array, fold
+
+    array = pa.array(texts, pa.large_string())
+    assert _fold_array(array).to_pylist() == [None if t is None else fold(t) for t in texts]
+    ascii_only = pa.array([t for t in texts if t is not None and t.isascii()], pa.large_string())
+    assert pc.utf8_normalize(pc.replace_substring_regex(ascii_only, _INVISIBLE, ""), "NFKC").equals(ascii_only)
 
 
 def test_near_copies_across_many_rows_are_found_by_one_sorted_pass():
@@ -144,10 +197,13 @@ def test_signatures_do_not_depend_on_the_block_they_are_computed_in(block, monke
 
     rng = np.random.default_rng(block)
     rows = [" ".join(f"w{i}" for i in rng.integers(0, 50, rng.integers(0, 30))) for _ in range(25)]
-    reference = np.stack([m.hashvalues for m in MinHash.bulk([shingles(r) for r in rows], num_perm=NUM_PERM, seed=1)])
+    sets = [shingles(r) for r in rows]
+    reference = np.stack([m.hashvalues for m in MinHash.bulk(sets, num_perm=NUM_PERM, seed=1)])
+    current = np.stack([m.hashvalues for m in MinHash.bulk(sets, num_perm=NUM_PERM, seed=1, hashfunc=_scheme_hash)])
     monkeypatch.setattr(near_duplicates, "_BLOCK", block)
-    found = signatures(rows)
+    found = signatures(rows, near_duplicates.LEGACY_SCHEME)
     assert found.dtype == np.uint32 and np.array_equal(found, reference.astype(np.uint32))
+    assert np.array_equal(signatures(rows), current.astype(np.uint32))
     empty = signatures([])
     assert empty.shape == (0, NUM_PERM) and empty.dtype == np.uint32
 

@@ -279,7 +279,7 @@ def _format_2_registry(path, rows: datasets.Dataset, release_id: str) -> None:
     import hashlib
 
     from squarechipo.data.fingerprint import canonical_rows, row_hashes
-    from squarechipo.data.near_duplicates import signatures
+    from squarechipo.data.near_duplicates import LEGACY_SCHEME, signatures
 
     db = sqlite3.connect(path)
     with db:
@@ -298,7 +298,7 @@ def _format_2_registry(path, rows: datasets.Dataset, release_id: str) -> None:
             "INSERT INTO releases VALUES (?, 0.5, '2026-11-21T00:00:00+00:00', NULL, ?)", (release_id, len(rows))
         )
         db.executemany("INSERT INTO released_units VALUES (?, ?, 1)", [(u, release_id) for u in row_hashes(rows)])
-        marks = signatures(canonical_rows(rows.with_format("arrow")[:]))
+        marks = signatures(canonical_rows(rows.with_format("arrow")[:]), LEGACY_SCHEME)  # 0.3 knew no other
         for i, mark in enumerate(marks):
             db.execute(
                 "INSERT INTO released_signatures VALUES (?, ?, ?)", (release_id, i, mark.astype("<u4").tobytes())

@@ -130,13 +130,49 @@ def fold(text: str) -> str:
     return text.translate(_ascii_fold()) if text.isascii() else _fold(text)
 
 
+@functools.cache
+def _byte_fold() -> tuple[np.ndarray, tuple[tuple[str, str], ...]]:
+    """:func:`_ascii_fold` as (a table of bytes for the characters it maps to one ASCII character, the replacements
+    of the others: ``m`` → ``rn``, ...). A UTF-8 byte below 128 is always an ASCII character, so the table may be
+    applied to a whole Arrow buffer."""
+    table, longer = np.arange(256, dtype=np.uint8), []
+    for code, target in _ascii_fold().items():
+        if len(target) == 1 and ord(target) < 128:
+            table[code] = ord(target)
+        else:
+            longer.append((chr(code), target))
+    return table, tuple(longer)
+
+
+def _fold_array(text: pa.Array) -> pa.Array:
+    """:func:`fold` of every string of a ``large_string`` array: ASCII strings in Arrow (the replacements, then one
+    table over the bytes), the others one by one in Python (TR39's skeleton depends on neighbouring characters)."""
+    table, longer = _byte_fold()
+    fast = text
+    for char, target in longer:  # no target holds a character another replacement or the table changes
+        fast = pc.replace_substring(fast, char, target)
+    if isinstance(fast, pa.ChunkedArray):
+        fast = fast.combine_chunks()
+    validity, offsets, data = fast.buffers()
+    data = pa.py_buffer(table[np.frombuffer(data, dtype=np.uint8)]) if data is not None else data
+    fast = pa.Array.from_buffers(fast.type, len(fast), [validity, offsets, data], fast.null_count, fast.offset)
+    other = pc.invert(pc.fill_null(pc.string_is_ascii(text), True)).to_numpy(zero_copy_only=False)
+    if not other.any():
+        return fast
+    folded = [_fold(t) for t in text.filter(pa.array(other)).to_pylist()]
+    return pc.replace_with_mask(fast, pa.array(other), pa.array(folded, pa.large_string()))
+
+
 def canonical_text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The canonical form of each string (nulls stay null), for ``string`` and ``large_string`` alike: invisible
     characters removed, NFKC, look-alike letters of other scripts and case folded (the Unicode TR39 skeleton,
     :func:`_fold`), punctuation as a space, whitespace runs as one space, trimmed."""
     text = pc.cast(values, pa.large_string())
-    text = pc.utf8_normalize(pc.replace_substring_regex(text, _INVISIBLE, ""), "NFKC")
-    folded = pa.array([None if t is None else fold(t) for t in text.to_pylist()], pa.large_string())
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    if pc.any(pc.invert(pc.string_is_ascii(text))).as_py():  # both are the identity on ASCII text
+        text = pc.utf8_normalize(pc.replace_substring_regex(text, _INVISIBLE, ""), "NFKC")
+    folded = _fold_array(text)
     text = pc.replace_substring_regex(folded, _PUNCTUATION, " ")
     return pc.utf8_trim_whitespace(pc.replace_substring_regex(text, _WHITESPACE, " "))
 

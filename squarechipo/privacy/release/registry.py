@@ -52,7 +52,7 @@ import numpy as np
 
 from squarechipo.data import store
 from squarechipo.data.database import Database, DatabaseError, connect, create_writers_lock, is_url, redact
-from squarechipo.data.near_duplicates import BANDS, NEAR_COPY_JACCARD, Sketch, estimated_jaccard
+from squarechipo.data.near_duplicates import BANDS, LEGACY_SCHEME, NEAR_COPY_JACCARD, SCHEME, Sketch, estimated_jaccard
 from squarechipo.privacy.release.budget import BudgetAsk, create_budget_tables
 from squarechipo.privacy.release.machine_registry import (
     REGISTRY_ENV,
@@ -80,7 +80,9 @@ __all__ = [
     "init_registry",
     "open_registry",
     "register_release",
+    "minhash_scheme",
     "registry_path",
+    "registry_scheme",
     "registry_target",
 ]
 
@@ -103,7 +105,21 @@ def registry_path() -> Path:
 
 
 def _meta(created: str) -> dict[str, str]:
-    return {"format": REGISTRY_FORMAT, "registry_id": uuid.uuid4().hex, "created": created}
+    return {"format": REGISTRY_FORMAT, "registry_id": uuid.uuid4().hex, "created": created, "minhash": SCHEME}
+
+
+def minhash_scheme(db: Database) -> str:
+    """How the registry's MinHash signatures hash a shingle (:mod:`squarechipo.data.near_duplicates`): what it was
+    started with (registries started before squarechipo 0.5 name none: the legacy scheme). A release's sketch must be
+    made in it, or its near-copies of released rows would go unseen."""
+    found = db.execute("SELECT value FROM meta WHERE key = 'minhash'").fetchone()
+    return LEGACY_SCHEME if found is None else found[0]
+
+
+def registry_scheme() -> str:
+    """:func:`minhash_scheme` of the registry of releases in use (checked as :func:`open_registry` checks it)."""
+    with open_registry() as db:
+        return _refused(db, lambda: minhash_scheme(db))
 
 
 def _create_schema(db: Database) -> dict[str, str]:
@@ -296,6 +312,12 @@ def _state(db: Database) -> str:
 
 
 def _query(db: Database, units: list[bytes], marks: Sketch | None) -> EarlierReleases:
+    if marks is not None and marks.scheme != minhash_scheme(db):
+        raise RegistryError(
+            f"the registry of releases at {db.where} holds MinHash signatures of scheme {minhash_scheme(db)}, and "
+            f"these rows were sketched in {marks.scheme}: their near-copies could not be found. Sketch them in the "
+            "registry's scheme (squarechipo.privacy.release.registry.registry_scheme())."
+        )
     per_row: dict[int, float] = defaultdict(float)
     involved: dict[str, tuple[float, str]] = {}
     index: dict[bytes, list[int]] = defaultdict(list)

@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from squarechipo.data.database import Database, connect, is_url, redact
+from squarechipo.data.near_duplicates import LEGACY_SCHEME
 from squarechipo.privacy.release.registry import _query, init_registry, open_registry
 from squarechipo.privacy.release.registry_schema import FORMAT_2, TABLES, RegistryError, migrate_format_2
 
@@ -131,6 +132,8 @@ def _copy(old: Database, new: Database) -> dict:
     numbers = {}
     meta = dict(old.execute("SELECT key, value FROM meta").fetchall())
     new.execute("UPDATE meta SET value = ? WHERE key = 'registry_id'", (meta["registry_id"],))
+    # The signatures copied keep the scheme they were made in (none named: the legacy scheme).
+    new.execute("UPDATE meta SET value = ? WHERE key = 'minhash'", (meta.get("minhash", LEGACY_SCHEME),))
     new.execute("INSERT INTO meta (key, value) VALUES ('migrated_from', ?)", (f"sqlite {old.where}",))
     for no, id_, epsilon, made, folder, rows in old.execute(
         "SELECT no, id, epsilon, made, folder, rows FROM releases ORDER BY no"

@@ -39,10 +39,11 @@ import datasets
 
 from squarechipo.data import metadata
 from squarechipo.data.columns import PAIR_COLUMNS
-from squarechipo.data.fingerprint import _exact_row_hashes, canonical_rows, encode_row_set, fingerprint_of
+from squarechipo.data.fingerprint import _exact_row_hashes, encode_row_set, fingerprint_of
 from squarechipo.data.integrity import MARKER, IntegrityError, check_seal, marker_record, seal
 from squarechipo.data.label_roles import label_free, releases_labels
-from squarechipo.data.near_duplicates import Sketch, copies, describe_copies, sketch
+from squarechipo.data.near_duplicates import SCHEME, Sketch, describe_copies
+from squarechipo.data.row_scan import row_copies, scan_rows
 from squarechipo.data.signing import signing_key
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, Release
@@ -54,6 +55,7 @@ from squarechipo.privacy.release.registry import (
     RegistryError,
     earlier_releases,
     register_release,
+    registry_scheme,
 )
 from squarechipo.privacy.release.rows import draw_rows
 
@@ -246,14 +248,15 @@ class _Release:
         _check_not_released(self._existing, self.mechanism, self.options.compose)
         # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).
         self._counted = self._existing is None and self.options.seed is None and self.mechanism.epsilon is not None
-        rows = canonical_rows(self.dataset.with_format("arrow")[:])
-        hashes = [hashlib.sha256(row.encode("utf-8")).digest() for row in rows]
+        # One pass over the rows, a chunk at a time; one set of MinHash signatures (in the registry's scheme) serves
+        # the copy check and the registry.
+        scheme = registry_scheme() if self._counted else SCHEME
+        scan = scan_rows(self.dataset, sketched=self._counted or self.options.privacy_unit is None, scheme=scheme)
+        hashes, marks = scan.hashes, scan.sketch
         self._fingerprint, _ = fingerprint_of(hashes)
         self._units = hashes
-        # One set of MinHash signatures serves the copy check and the registry.
-        marks = sketch(rows) if self._counted or self.options.privacy_unit is None else None
         if self.options.privacy_unit is None:
-            _refuse_copies(copies(rows, marks), len(self.dataset))
+            _refuse_copies(row_copies(self.dataset, scan), len(self.dataset))
         else:
             # A unit groups rows, never splits a comparison's history: the registry counts the content too.
             unit_keys, self._per_unit = _unit_keys(self.dataset, self.options.privacy_unit)
@@ -431,7 +434,7 @@ def _seal_staged(staging: Path, folder: Path, pending: dict) -> tuple[datasets.D
     release = Release(**pending["release"])
     existing = None if pending["existing"] is None else PrivacyLedger.from_dict(pending["existing"], str(staging))
     if pending["counted"]:
-        canonical = canonical_rows(rows.with_format("arrow")[:])
+        marks = scan_rows(rows, sketched=True, scheme=registry_scheme()).sketch
         blob = (staging / UNITS_FILE).read_bytes()
         if hashlib.sha256(blob).hexdigest() != pending["units_sha256"]:
             raise IntegrityError(
@@ -439,7 +442,6 @@ def _seal_staged(staging: Path, folder: Path, pending: dict) -> tuple[datasets.D
                 f"file was changed), so it is not completed. Delete {staging} and release again (nothing read it)."
             )
         units = [blob[i : i + 32] for i in range(0, len(blob), 32)]
-        marks = sketch(canonical)
         now = earlier_releases(units, marks)
         # Registered already (cut off after it): its ledger was decided then, whatever came after.
         if release.release_id not in now.ids and now.ids != frozenset(pending["expected"]):
