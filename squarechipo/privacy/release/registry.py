@@ -347,6 +347,10 @@ def _query(db: Database, units: list[bytes], marks: Sketch | None) -> EarlierRel
     )  # fmt: skip
 
 
+#: Band keys asked about in one query (a million rows hold twenty million: as one Python list, about 1.5 GB).
+_KEYS_PER_QUERY = 1 << 20
+
+
 def _near_copies(
     db: Database, marks: Sketch, exact: set[int], entered: dict[int, tuple[str, float, str]]
 ) -> dict[int, list[tuple[str, float, str]]]:
@@ -354,7 +358,10 @@ def _near_copies(
     every release holding such a row (a row nearly copying rows of two releases has spent both releases' ε)."""
     open_rows = np.setdiff1d(np.arange(len(marks)), np.fromiter(exact, dtype=np.int64, count=len(exact)))
     keys = marks.keys[open_rows]
-    hits = _matching(db, keys.ravel().tolist(), "released_bands", "band", "release, row")
+    hits = []
+    for start in range(0, keys.size, _KEYS_PER_QUERY):  # 20 keys a row: asked a slice at a time, not as one list
+        hits += _matching(db, keys.ravel()[start : start + _KEYS_PER_QUERY].tolist(), "released_bands", "band",
+                          "release, row")  # fmt: skip
     if not hits:
         return {}
     by_band: dict[int, list[tuple[int, int]]] = defaultdict(list)

@@ -168,21 +168,33 @@ def _release_pairs(dataset: datasets.Dataset, mechanism: Measurement, rng: np.ra
         swap = result.labels
     swap = pa.array(swap)
     chosen, rejected = table["chosen"], table["rejected"]
-    table = table.set_column(table.schema.get_field_index("chosen"), "chosen", pc.if_else(swap, rejected, chosen))
-    table = table.set_column(table.schema.get_field_index("rejected"), "rejected", pc.if_else(swap, chosen, rejected))
+    released = {
+        "chosen": lambda: pc.if_else(swap, rejected, chosen),
+        "rejected": lambda: pc.if_else(swap, chosen, rejected),
+    }
+    kept = [c for c in table.column_names if c in PAIR_COLUMNS or c in public]
+    # Every column written once into buffers of its own (if_else and take allocate their output): a copy of the
+    # whole table on top would double the release's peak memory.
+    columns = {name: released[name]() if name in released else _own_column(table[name]) for name in kept}
     if result.from_prior is not None:
-        table = table.append_column(FROM_PRIOR_COLUMN, pa.array(result.from_prior))
-    table = table.select([c for c in table.column_names if c in PAIR_COLUMNS or c in public or c == FROM_PRIOR_COLUMN])
+        columns[FROM_PRIOR_COLUMN] = pa.array(result.from_prior)
+    out = pa.table(columns).replace_schema_metadata(table.schema.metadata)
     if dropped:
         logger.warning("the release dropped %d label-carrying column(s): %s", len(dropped), sorted(dropped))
-    return _own_buffers(table), 2, {**result.outcome, "public_columns": public, "dropped_columns": dropped}
+    return out, 2, {**result.outcome, "public_columns": public, "dropped_columns": dropped}
+
+
+def _own_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A copy of ``column`` in buffers of its own. The input's columns are slices of the caller's table, whose buffers
+    run on into rows that are not released (the next row's id, category or prompt bytes): saved as they are, those
+    bytes would be written into the release's Arrow files."""
+    return column.take(pa.array(np.arange(len(column), dtype=np.int64)))
 
 
 def _own_buffers(table: pa.Table) -> pa.Table:
-    """A copy of ``table`` in buffers of its own. The input's columns are slices of the caller's table, whose buffers
-    run on into rows that are not released (the next row's id, category or prompt bytes): saved as they are, those
-    bytes would be written into the release's Arrow files."""
-    return table.take(pa.array(np.arange(table.num_rows, dtype=np.int64))).combine_chunks()
+    """``table`` copied column by column (:func:`_own_column`)."""
+    own = pa.table({name: _own_column(table[name]) for name in table.column_names})
+    return own.replace_schema_metadata(table.schema.metadata)
 
 
 def _release_best_of_k(dataset: datasets.Dataset, mechanism: Measurement, rng: np.random.Generator, public_columns):
