@@ -8,9 +8,10 @@ size and the seconds to seal and sign it and to check it (its signature, and eve
 
 The rows are synthetic and distinct: each text draws its words at random from 5,000 made-up words, so no two rows
 share more than chance shingles (a public preference set shares more: its prompts repeat). A prompt has 20 words and
-each response 50, about the size of the finance rows.
+each response 50, about the size of the finance rows. Targets (issue 89): 1,000,000 rows in 120 s and 4 GB of peak
+resident memory, 100,000 in 20 s. First it compares MinHash implementations on rows with planted near-copies.
 
-    .venv/bin/python benchmarks/bench_release.py [--rows 10000 50000 100000]
+    .venv/bin/python benchmarks/bench_release.py [--rows 10000 50000 100000] [--compare-minhash 20000]
 """
 
 from __future__ import annotations
@@ -37,6 +38,71 @@ def synthetic_rows(n: int, seed: int = 0) -> datasets.Dataset:
         return [" ".join(row) + "." for row in drawn]
 
     return datasets.Dataset.from_dict({"prompt": texts(20), "chosen": texts(50), "rejected": texts(50)})
+
+
+def planted_rows(n: int, copies: int = 200, seed: int = 0) -> tuple[list[str], set[tuple[int, int]]]:
+    """``n`` distinct canonical rows with ``copies`` near-copies planted at the end (a word added, a word changed, a
+    sentence repeated: each keeps Jaccard ≥ 0.8 of its source's 3-word shingles); (rows, the planted pairs)."""
+    from squarechipo.data.fingerprint import canonical_rows
+
+    data = synthetic_rows(n, seed=seed)
+    rows = canonical_rows(data.with_format("arrow")[:])
+    rng = np.random.default_rng(seed + 1)
+    planted = set()
+    for k, source in enumerate(rng.choice(n, copies, replace=False).tolist()):
+        words = rows[source].split()
+        edit = [[*words, "extra"], [*words[:40], "changed", *words[41:]], [*words, *words[:20]]][k % 3]
+        planted.add((source, len(rows)))
+        rows.append(" ".join(edit))
+    return rows, planted
+
+
+def compare_minhash(n: int) -> list[str]:
+    """Signatures per second and the planted near-copies found, for the release's MinHash (its current and legacy
+    shingle hash) and for the libraries made for the job: ``datasketch`` 2 (``MinHash.bulk``, Python) and ``rensa``
+    (Rust; its own hash, so its signatures are compared through the same LSH bands and exact confirmation)."""
+    from squarechipo.data.near_duplicates import LEGACY_SCHEME, SCHEME, Sketch, band_key_table, copies, shingles
+    from squarechipo.data.near_duplicates import signatures as ours
+
+    rows, planted = planted_rows(n)
+
+    def found(marks: np.ndarray) -> str:
+        marks = np.asarray(marks, dtype=np.uint32)
+        pairs = {(c[0], c[1]) for c in copies(rows, Sketch(marks, band_key_table(marks)))}
+        return f"{len(pairs & planted)} of {len(planted)} planted near-copies found, {len(pairs - planted)} others"
+
+    def datasketch_marks() -> np.ndarray:
+        from datasketch import MinHash
+
+        return np.stack([m.hashvalues for m in MinHash.bulk([shingles(r) for r in rows], num_perm=128, seed=1)])
+
+    def rensa_marks() -> np.ndarray:
+        from rensa import RMinHash
+
+        out = []
+        for row in rows:
+            sketch = RMinHash(num_perm=128, seed=1)
+            sketch.update([s.decode("utf-8") for s in shingles(row)])
+            out.append(sketch.digest())
+        return np.array(out, dtype=np.uint64).astype(np.uint32)
+
+    contenders = [
+        (f"squarechipo, {SCHEME} (numpy over Arrow)", lambda: ours(rows, SCHEME)),
+        (f"squarechipo, {LEGACY_SCHEME} (SHA-1 per shingle, datasketch's values)", lambda: ours(rows, LEGACY_SCHEME)),
+        ("datasketch 2, MinHash.bulk", datasketch_marks),
+        ("rensa, RMinHash (Rust)", rensa_marks),
+    ]
+    lines = [f"MinHash signatures of {len(rows):,} rows (120 words each), one core:"]
+    for name, make in contenders:
+        try:
+            started = time.process_time()
+            marks = make()
+            seconds = time.process_time() - started
+        except ImportError as error:
+            lines.append(f"  {name}: not installed ({error.name})")
+            continue
+        lines.append(f"  {name}: {seconds:.2f} s CPU ({len(rows) / seconds:,.0f} rows/s); {found(marks)}")
+    return lines
 
 
 def _clock() -> tuple[float, float]:
@@ -129,7 +195,7 @@ def _release_worker(rows: Path, out: Path, with_stages: bool) -> dict:
     timings = stages(data) if with_stages else {}
     wall, cpu = release_seconds(data, out)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    figures = ledger_figures(load_release(out)) if with_stages else {}
+    figures = ledger_figures(load_release(out))
     return json.loads(json.dumps({"wall": wall, "cpu": cpu, "peak": peak, "stages": timings, **figures}))
 
 
@@ -168,8 +234,14 @@ def main() -> None:
         "--stages-up-to", type=int, default=100_000,
         help="time each admission step on its own (again, before the release) for sizes up to this",
     )  # fmt: skip
+    parser.add_argument(
+        "--compare-minhash", type=int, default=20_000, metavar="N",
+        help="first compare MinHash implementations on N rows with planted near-copies (0: skip)",
+    )  # fmt: skip
     args = parser.parse_args()
     datasets.disable_progress_bars()
+    if args.compare_minhash:
+        print("\n".join(compare_minhash(args.compare_minhash)), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "SQUARECHIPO_SIGNING_KEY": str(Path(tmp) / "custodian.pem")}
         from squarechipo.data.signing import generate_key_pair
@@ -184,14 +256,14 @@ def main() -> None:
             with_stages = n <= args.stages_up_to
             found = _run(["release", str(Path(tmp) / f"rows_{n}"), str(Path(tmp) / f"release_{n}"),
                           "stages" if with_stages else "whole"], env)  # fmt: skip
-            peaks.append((n, found["peak"]))
+            peaks.append((n, found["peak"], found["wall"]))
             print(
                 f"{n:,} distinct rows: release {found['wall']:.1f} s wall, {found['cpu']:.1f} s CPU, peak resident "
                 f"memory {found['peak'] / 1e9:.2f} GB (targets: 100,000 in 20 s; 1,000,000 in 120 s and 4 GB)"
             )
             for name, (wall, cpu) in found["stages"].items():
                 print(f"  {name}: {wall:.2f} s wall, {cpu:.2f} s CPU")
-            if with_stages:
+            if found.get("ledger_bytes"):
                 size, row_set = found["ledger_bytes"] / 1e6, found["row_set_bytes"] / 1e6
                 print(f"  ledger: {size:.2f} MB ({row_set:.2f} MB of it the row set, 16 bytes a row in base64)")
                 print(
@@ -199,9 +271,11 @@ def main() -> None:
                     f"{1e3 * found['check_seal_s']:.1f} ms, every row against the set {found['check_rows_s']:.2f} s"
                 )
         if len(peaks) > 1:
-            slope, base = np.polyfit([n for n, _ in peaks], [p for _, p in peaks], 1)
+            slope, base = np.polyfit([n for n, _, _ in peaks], [p for _, p, _ in peaks], 1)
             print(f"peak resident memory ≈ {base / 1e9:.2f} GB + {slope / 1e3:.2f} kB a row (least squares over "
                   f"{len(peaks)} sizes)")  # fmt: skip
+            slope, base = np.polyfit([n for n, _, _ in peaks], [w for _, _, w in peaks], 1)
+            print(f"release wall time ≈ {base:.1f} s + {1e5 * slope:.1f} s per 100,000 rows (least squares)")
 
 
 if __name__ == "__main__":

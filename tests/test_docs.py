@@ -85,7 +85,7 @@ SIZES = [
         " --batch 2 --max-length 64",
     ),
     (r"bench_lineage\.py", "bench_lineage.py --layers 2 --hidden 256"),
-    (r"bench_release\.py", "bench_release.py --rows 2000"),
+    (r"bench_release\.py", "bench_release.py --rows 2000 --compare-minhash 600"),
     # PostgreSQL's side runs against a real server in tests/test_team_registry.py; the page's command runs on SQLite.
     (r"bench_registry\.py", "bench_registry.py --rows 2000 --earlier 2 --engines sqlite"),
     (r"bench_sft\.py", "bench_sft.py --model tiny --steps 1 --batch 2 --max-length 64"),
@@ -128,6 +128,7 @@ PROMISES = {
     r"bench_lineage\.py": ([], [r"lineage of an unrecorded model .* \d+\.\d{3} s"]),
     r"bench_judge\.py": ([], [r"judgments/s"]),
     r"bench_release\.py": ([], [r"2,000 distinct rows: release \d+\.\d s wall, \d+\.\d s CPU",
+                                r"words-fmix64/1 \(numpy .*: 200 of 200 planted near-copies found",
                                 r"MinHash signatures and LSH keys: \d+\.\d\d s wall",
                                 r"ledger: \d+\.\d\d MB", r"checking the signature \d+\.\d ms"]),
     r"bench_registry\.py": ([], [r"sqlite: 2 earlier releases of 2,000 rows entered in \d+\.\d s; one more entered"]),

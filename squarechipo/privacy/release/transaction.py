@@ -290,9 +290,7 @@ class _Release:
             fields.update(budget=self._budget)
         if self.options.privacy_unit is not None:
             fields.update(privacy_unit=self.options.privacy_unit, rows_per_unit=self._per_unit)
-        fields.update(
-            row_set=encode_row_set(_exact_row_hashes(_dataset(table))), row_columns=table.column_names
-        )
+        fields.update(row_set=encode_row_set(_exact_row_hashes(_dataset(table))), row_columns=table.column_names)
         self._release = Release.now(
             **fields, data_fingerprint=self._fingerprint, part=self.options.part, release_id=uuid.uuid4().hex
         )
