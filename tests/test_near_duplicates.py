@@ -439,3 +439,26 @@ def test_signatures_taken_a_chunk_of_rows_at_a_time_find_the_same_near_copies(mo
     monkeypatch.setattr(nd, "_CHUNK", 4)
     assert np.array_equal(nd.signatures(rows), one_pass)
     assert nd.copies(rows) == found and {c.later for c in found} >= {30, 31}
+
+
+def test_a_release_scan_a_chunk_at_a_time_finds_what_the_whole_list_finds():
+    """A release keeps each row's hash and sketch, never its text, and reads again only the candidates' rows: with
+    chunks far smaller than the rows, its hashes are the rows' content hashes and its copies (exact, retyped and
+    near, across chunk boundaries) are those found over the whole list of canonical rows."""
+    from squarechipo.data.fingerprint import row_hashes
+    from squarechipo.data.row_scan import row_copies, scan_rows
+
+    rng = np.random.default_rng(3)
+    vocabulary = [f"w{i}" for i in range(500)]
+    text = [" ".join(rng.choice(vocabulary, 30)) for _ in range(60)]
+    text += [text[4] + " again", text[17].upper(), text[33], " ".join(text[50].split()[:-1])]
+    rows = datasets.Dataset.from_dict(
+        {"prompt": [f"p {i % 7}" for i in range(len(text))], "chosen": text, "rejected": ["no"] * len(text)}
+    )
+    scan = scan_rows(rows, sketched=True, chunk=7)
+    assert scan.hashes == row_hashes(rows)
+    whole = copies(canonical_rows(rows.with_format("arrow")[:]))
+    assert row_copies(rows, scan) == whole
+    assert {(c[0], c[1]) for c in whole} >= {(4, 60), (33, 62)} and len(whole) == 4
+    with pytest.raises(ValueError, match="needs the rows' sketch"):
+        row_copies(rows, scan_rows(rows, sketched=False))

@@ -258,20 +258,28 @@ def _long_rows(n: int, start: int) -> datasets.Dataset:
     return datasets.Dataset.from_dict({"prompt": text, "chosen": [t + " save" for t in text], "rejected": text})
 
 
-def test_both_plans_of_a_registry_lookup_find_the_same_earlier_rows_exactly_and_as_near_copies():
+def test_both_plans_of_a_registry_lookup_find_the_same_earlier_rows_exactly_and_as_near_copies(monkeypatch):
     """The registry is read whole when it is smaller than the query, and joined with the query's keys when it is
-    larger: either way the same rows are found, by content and as near-copies."""
+    larger, the band keys asked a slice at a time: either way the same rows are found, by content and as
+    near-copies. A sketch in another shingle-hash scheme than the registry's is refused (it would find none)."""
     from squarechipo.data.fingerprint import canonical_rows, row_hashes
-    from squarechipo.data.near_duplicates import sketch
-    from squarechipo.privacy.release.registry import earlier_releases
+    from squarechipo.data.near_duplicates import LEGACY_SCHEME, SCHEME, sketch
+    from squarechipo.privacy.release import registry
+    from squarechipo.privacy.release.registry import earlier_releases, registry_scheme
 
     release_dataset(_long_rows(40, start=500), LabelPipeline(epsilon=0.5))
     edited = _long_rows(2, start=510).map(lambda r: {"chosen": r["chosen"] + " now"})
-    for probe in (_long_rows(3, start=520), datasets.concatenate_datasets([_long_rows(60, 900), _long_rows(3, 520)])):
-        probe = datasets.concatenate_datasets([probe, edited])
-        rows = canonical_rows(probe.with_format("arrow")[:])
-        found = earlier_releases(row_hashes(probe), sketch(rows))
-        assert (found.rows, found.near_copies, len(found.releases)) == (5, 2, 1), len(probe)
+    for keys_per_query in (1 << 20, 7):
+        monkeypatch.setattr(registry, "_KEYS_PER_QUERY", keys_per_query)
+        for probe in (_long_rows(3, 520), datasets.concatenate_datasets([_long_rows(60, 900), _long_rows(3, 520)])):
+            probe = datasets.concatenate_datasets([probe, edited])
+            rows = canonical_rows(probe.with_format("arrow")[:])
+            found = earlier_releases(row_hashes(probe), sketch(rows))
+            assert (found.rows, found.near_copies, len(found.releases)) == (5, 2, 1), len(probe)
+    assert registry_scheme() == SCHEME
+    with pytest.raises(RegistryError, match=r"signatures of scheme squarechipo\.words-fmix64/1, and these rows were "
+                                            r"sketched in datasketch\.sha1-32/1"):  # fmt: skip
+        earlier_releases(row_hashes(edited), sketch(canonical_rows(edited.with_format("arrow")[:]), LEGACY_SCHEME))
 
 
 def _format_2_registry(path, rows: datasets.Dataset, release_id: str) -> None:
@@ -328,6 +336,7 @@ def test_a_format_2_registry_is_migrated_once_and_still_refuses_its_rows_and_the
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     db.close()
     assert meta["format"] == "squarechipo.release_registry/3" and meta["migrated_from"].endswith("/2")
+    assert "minhash" not in meta  # its signatures keep 0.3's shingle hash, and releases sketch in it (above)
     assert counts == [20, 400] and not any(t.endswith("_v2") for t in tables)
     released = release_dataset(_long_rows(3, start=800), LabelPipeline(epsilon=1.0))
     assert len(released) == 3

@@ -198,6 +198,9 @@ def test_a_machines_registry_moves_to_the_server_and_everything_it_counted_still
         assert json.loads(records.get("sha256:a-model"))["epsilon"] == 0.5
     assert report["check"].startswith("every release's rows found again in the copy")
     monkeypatch.setenv(REGISTRY_ENV, url)
+    from squarechipo.privacy.release.registry import registry_scheme
+
+    assert registry_scheme() == "squarechipo.words-fmix64/1"  # the copied signatures keep the file's scheme
     assert [(b["scope"], b["epsilon"], b["spent"]) for b in budget_report()] == [("registry", 3.0, 1.0)]
     with pytest.raises(ValueError, match="20 row\\(s\\) were released before"):
         release_dataset(rows, LabelPipeline(epsilon=0.5))
