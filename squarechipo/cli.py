@@ -61,6 +61,7 @@ TOOLS = {
     "registry": ("squarechipo.scripts.registry", "the registry of releases: init | show | migrate | grant"),
     "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: key new | show | verify"),
     "records": ("squarechipo.scripts.records", "the store of model records the lineage guard reads: show | forget"),
+    "shards": ("squarechipo.scripts.shards", "copies across Parquet shards too big for one machine: sketch | copies"),
     "env": ("squarechipo.scripts.env", "versions, the machine, and where the registry, records and key live"),
 }
 

@@ -131,6 +131,8 @@ PROMISES = {
                                 r"words-fmix64/1 \(numpy .*: 200 of 200 planted near-copies found",
                                 r"MinHash signatures and LSH keys: \d+\.\d\d s wall",
                                 r"ledger: \d+\.\d\d MB", r"checking the signature \d+\.\d ms"]),
+    r"shards copies": (["copies.json"], [r"\d+ of \d+ rows copy an earlier row \(\d+ exactly, \d+ as near-copies\)"]),
+    r"shards split": (["shards/part-2.parquet"], [r"wrote \d+ rows of data/finance_preference as 3 shards"]),
     r"bench_registry\.py": ([], [r"sqlite: 2 earlier releases of 2,000 rows entered in \d+\.\d s; one more entered"]),
 }  # fmt: skip
 _MODEL_KEYS = ("model_name_or_path", "ref_model")

@@ -17,7 +17,7 @@ from squarechipo.data.integrity import MARKER, IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.release.store import load_release
 from tests.helpers.refusals import says
-from tests.helpers.rows import plan_rows
+from tests.helpers.rows import distinct_pairs, plan_rows
 from tests.helpers.runs import train_tiny
 
 
@@ -364,16 +364,23 @@ def test_a_release_keeps_the_privacy_unit_column_only_when_public_and_keeps_the_
         assert released.split == "train" and get_ledger(released).total_epsilon == 2.0
 
 
-def test_a_release_too_large_for_this_machines_memory_is_refused_before_any_work():
+def test_a_release_too_large_for_this_machines_memory_is_refused_before_any_work(monkeypatch):
     """The kernel killed a million-row release at 20.9 GB without a word: a release whose estimated peak exceeds the
     memory available is refused first, in one line naming the rows, the estimate and the fix; one that fits is not."""
-    from squarechipo.privacy.release.transaction import MEMORY_BASE, MEMORY_PER_ROW, check_memory
+    from squarechipo.privacy.release.transaction import check_memory, estimated_peak
 
-    check_memory(1_000_000, available=MEMORY_BASE + MEMORY_PER_ROW * 1_000_000)  # fits exactly
+    check_memory(1_000_000, 8e8, available=estimated_peak(1_000_000, 8e8))  # fits exactly
     with pytest.raises(MemoryError) as refused:
-        check_memory(1_000_000, available=4e9)
+        check_memory(4_000_000, 3.2e9, available=4e9)
     assert str(refused.value) == (
-        "a release of 1,000,000 rows needs about 8.0 GB of memory here, and this machine has 4.0 GB available: "
-        "release disjoint parts of at most 466,666 rows (release_dataset with part=..., then combine_parts), or run "
-        "it on a machine with more memory."
+        "a release of 4,000,000 rows (3.2 GB of data) needs about 12.5 GB of memory here, and this machine has 4.0 GB "
+        "available: release disjoint parts of at most 1,166,666 rows (release_dataset with part=..., then "
+        "combine_parts; docs/scale.md finds copies across parts first), or run it on a machine with more memory."
     )
+    # The release asks before anything else, with its rows' own size.
+    import squarechipo.privacy.release.transaction as transaction
+
+    rows = distinct_pairs(30, offset=7100)
+    monkeypatch.setattr(transaction, "_available_memory", lambda: estimated_peak(30, rows.data.nbytes) - 1)
+    with pytest.raises(MemoryError, match=r"^a release of 30 rows \(0\.0 GB of data\) needs about 0\.5 GB"):
+        release_dataset(rows, LabelPipeline(epsilon=1.0))

@@ -52,7 +52,10 @@ __all__ = [
     "copies",
     "describe_copies",
     "estimated_jaccard",
+    "confirm_near_copies",
+    "exact_copies",
     "find_copies",
+    "merge_copies",
     "shingle_hash",
     "near_copy_pairs",
     "shingles",
@@ -288,18 +291,23 @@ def _candidates(keys: np.ndarray) -> set[tuple[int, int]]:
 RowsOf = Callable[[list[int]], dict[int, str]]
 
 
-def _confirmed(pairs: set[tuple[int, int]], hashes: Sequence[bytes], rows_of: RowsOf) -> list[tuple[int, int, float]]:
-    """The candidate pairs whose exact shingle sets share at least :data:`NEAR_COPY_JACCARD` (exact copies, equal
-    ``hashes``, are the exact check's)."""
-    open_pairs = sorted((a, b) for a, b in pairs if hashes[a] != hashes[b])
-    text = rows_of(sorted({i for pair in open_pairs for i in pair}))
+def confirm_near_copies(pairs, rows_of: RowsOf) -> list[tuple[int, int, float]]:
+    """(a, b, Jaccard) of the candidate pairs (a < b, not exact copies) whose exact shingle sets share at least
+    :data:`NEAR_COPY_JACCARD`, in order; only the candidates' text is read (``rows_of``)."""
+    pairs = sorted(pairs)
+    text = rows_of(sorted({i for pair in pairs for i in pair}))
     sets = {i: shingles(row) for i, row in text.items()}
     found = []
-    for a, b in open_pairs:
+    for a, b in pairs:
         similarity = _exact_jaccard(sets[a], sets[b])
         if similarity >= NEAR_COPY_JACCARD:
             found.append((a, b, round(similarity, 3)))
     return found
+
+
+def _confirmed(pairs: set[tuple[int, int]], hashes: Sequence[bytes], rows_of: RowsOf) -> list[tuple[int, int, float]]:
+    """:func:`confirm_near_copies` of the pairs that are not exact copies (equal ``hashes``: the exact check's)."""
+    return confirm_near_copies({(a, b) for a, b in pairs if hashes[a] != hashes[b]}, rows_of)
 
 
 def _content_hashes(rows: Sequence[str]) -> list[bytes]:
@@ -327,22 +335,34 @@ class Copy(tuple):
         return self[1]
 
 
-def find_copies(hashes: Sequence[bytes], sketched: Sketch, rows_of: RowsOf) -> list[Copy]:
-    """Every row that copies an earlier row, from the rows' content hashes (sha256 of the canonical form: equal is
-    the same text once retyping is folded) and :class:`Sketch`, reading again only the near-copy candidates' text
-    (``rows_of``): what a release of any size keeps per row is its hash and sketch, never its text."""
+def exact_copies(hashes: Sequence[bytes]) -> list[Copy]:
+    """Every row whose content hash (the same text once retyping is folded) an earlier row has, naming the first."""
     first_of: dict[bytes, int] = {}
     found = []
     for index, digest in enumerate(hashes):
         first = first_of.setdefault(digest, index)
         if first != index:
             found.append(Copy(first, index, "the same text once retyping is folded"))
+    return found
+
+
+def merge_copies(exact: list[Copy], near: list[tuple[int, int, float]]) -> list[Copy]:
+    """The copies of a set of rows: the exact ones, then each near-copy (a, b, J) whose later row b is not a copy
+    already, listed in the order of their later row (one decision rule, wherever the pairs were found)."""
+    found = list(exact)
     later = {c.later for c in found}
-    for a, b, similarity in _confirmed(_candidates(sketched.keys), hashes, rows_of):
+    for a, b, similarity in near:
         if b not in later:
             later.add(b)
             found.append(Copy(a, b, f"{similarity:.0%} of their {SHINGLE_WORDS}-word shingles shared"))
     return sorted(found, key=lambda c: c.later)
+
+
+def find_copies(hashes: Sequence[bytes], sketched: Sketch, rows_of: RowsOf) -> list[Copy]:
+    """Every row that copies an earlier row, from the rows' content hashes (sha256 of the canonical form: equal is
+    the same text once retyping is folded) and :class:`Sketch`, reading again only the near-copy candidates' text
+    (``rows_of``): what a release of any size keeps per row is its hash and sketch, never its text."""
+    return merge_copies(exact_copies(hashes), _confirmed(_candidates(sketched.keys), hashes, rows_of))
 
 
 def copies(canonical_rows: list[str], sketched: Sketch | None = None) -> list[Copy]:

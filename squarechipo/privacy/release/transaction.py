@@ -62,6 +62,7 @@ from squarechipo.privacy.release.rows import draw_rows
 __all__ = [
     "ReleaseOptions",
     "check_memory",
+    "estimated_peak",
     "complete_interrupted",
     "release_in_memory",
     "release_into",
@@ -102,9 +103,17 @@ def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, 
         )
 
 
-#: A release's peak resident memory, measured (benchmarks/bench_release.py, 100,000 to 1,000,000 rows of about 120
-#: words: 0.42 GB + 6.83 kB a row), rounded up: what :func:`check_memory` refuses a release against.
-MEMORY_BASE, MEMORY_PER_ROW = 0.5e9, 7.5e3
+#: A release's peak resident memory: a fixed working set, what it keeps per row (its hash, MinHash signature and band
+#: keys, about 0.7 kB, and the registry's entries) and per byte of its rows (the input as read and the released
+#: columns). Fitted to benchmarks/bench_release.py (100,000 to 2,000,000 rows of about 0.8 kB: 0.36 GB + 2.69 kB a
+#: row, results/benchmarks/release_scale_2026-12-05_083881f.txt) and rounded up: what :func:`check_memory` refuses
+#: a release against.
+MEMORY_BASE, MEMORY_PER_ROW, MEMORY_PER_BYTE = 0.5e9, 1.0e3, 2.5
+
+
+def estimated_peak(n_rows: int, nbytes: float) -> float:
+    """The estimated peak resident memory, in bytes, of a release of ``n_rows`` rows whose Arrow data is ``nbytes``."""
+    return MEMORY_BASE + MEMORY_PER_ROW * n_rows + MEMORY_PER_BYTE * nbytes
 
 
 def _available_memory() -> float | None:
@@ -118,18 +127,20 @@ def _available_memory() -> float | None:
     return None
 
 
-def check_memory(n_rows: int, available: float | None = None) -> None:
-    """Refuse, before any work, a release whose estimated peak memory exceeds what the machine has (the kernel would
-    kill it part-way, without a word), in one line naming the rows, the estimate and what to do."""
+def check_memory(n_rows: int, nbytes: float, available: float | None = None) -> None:
+    """Refuse, before any work, a release whose estimated peak memory (:func:`estimated_peak`) exceeds what the
+    machine has (the kernel would kill it part-way, without a word), in one line naming the rows, the estimate and
+    what to do."""
     available = _available_memory() if available is None else available
-    needed = MEMORY_BASE + MEMORY_PER_ROW * n_rows
+    needed = estimated_peak(n_rows, nbytes)
     if available is None or needed <= available:
         return
-    fits = max(1, int((available - MEMORY_BASE) / MEMORY_PER_ROW))
+    fits = max(1, int((available - MEMORY_BASE) / (MEMORY_PER_ROW + MEMORY_PER_BYTE * nbytes / max(1, n_rows))))
     raise MemoryError(
-        f"a release of {n_rows:,} rows needs about {needed / 1e9:.1f} GB of memory here, and this machine has "
-        f"{available / 1e9:.1f} GB available: release disjoint parts of at most {fits:,} rows (release_dataset with "
-        "part=..., then combine_parts), or run it on a machine with more memory."
+        f"a release of {n_rows:,} rows ({nbytes / 1e9:.1f} GB of data) needs about {needed / 1e9:.1f} GB of memory "
+        f"here, and this machine has {available / 1e9:.1f} GB available: release disjoint parts of at most {fits:,} "
+        "rows (release_dataset with part=..., then combine_parts; docs/scale.md finds copies across parts first), or "
+        "run it on a machine with more memory."
     )
 
 
@@ -249,7 +260,7 @@ class _Release:
         # The key that will seal the release, read (and the machine folder checked) before any noise is drawn: a
         # wrong key found after the draw would leave a staged release that a retry refuses.
         signing_key()
-        check_memory(len(self.dataset))
+        check_memory(len(self.dataset), self.dataset.data.nbytes)
         self._existing = get_ledger(self.dataset)
         _check_not_released(self._existing, self.mechanism, self.options.compose)
         # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).

@@ -1,0 +1,79 @@
+"""``squarechipo shards``: copies across Parquet shards one machine cannot hold at once (docs/scale.md).
+
+    squarechipo shards split data/finance_preference --split train --shards 3 --out shards  # a saved set as Parquet
+    squarechipo shards sketch shards/part-0.parquet --out sketches/part-0.parquet   # one shard, on any machine
+    squarechipo shards copies sketches/*.parquet --out copies.json                   # DuckDB joins every sketch
+
+``sketch`` is the map step (a Slurm array or any engine runs it once per shard); ``copies`` joins the sketches and
+confirms near-copies on the candidates' text alone, deciding as a release decides
+(:mod:`squarechipo.data.shards`). A release still checks its own rows: this says, before, which rows to leave out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+__all__ = ["main", "make_parser"]
+
+
+def make_parser(prog: str = "squarechipo shards") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    split = commands.add_parser("split", help="a saved dataset's split as contiguous Parquet shards")
+    split.add_argument("dataset", help="a folder written by save_to_disk (a Dataset or a DatasetDict)")
+    split.add_argument("--split", default="train", help="the split of a DatasetDict (default train)")
+    split.add_argument("--shards", type=int, required=True, help="how many shards")
+    split.add_argument("--out", required=True, help="the folder the shards are written to (part-K.parquet)")
+    sketch = commands.add_parser("sketch", help="each row's content hash, MinHash signature and band keys")
+    sketch.add_argument("shard", help="a Parquet file of preference rows")
+    sketch.add_argument("--out", required=True, help="the sketch's Parquet file")
+    copies = commands.add_parser("copies", help="every row that copies an earlier one, across all the shards")
+    copies.add_argument("sketches", nargs="+", help="the sketches, in the order of their shards")
+    copies.add_argument("--rows", help="the folder that holds the shards now (default: where they were sketched)")
+    copies.add_argument("--out", help="write the copies here as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from squarechipo.data.near_duplicates import describe_copies
+    from squarechipo.data.shards import shard_copies, sketch_shard
+
+    args = make_parser().parse_args(argv)
+    if args.command == "split":
+        return _split(args)
+    if args.command == "sketch":
+        rows = sketch_shard(args.shard, args.out)
+        print(f"sketched {rows:,} rows of {args.shard} into {args.out}")
+        return 0
+    found = shard_copies(sorted(args.sketches), args.rows)
+    exact = sum(1 for c in found.copies if c[2].startswith("the same text"))
+    print(
+        f"{len(found.copies):,} of {found.rows:,} rows copy an earlier row ({exact:,} exactly, "
+        f"{len(found.copies) - exact:,} as near-copies)"
+        + (f": {describe_copies(found.copies)}" if found.copies else "")
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps(found.to_dict(), indent=1), encoding="utf-8")
+        print(f"written to {args.out}")
+    return 0
+
+
+def _split(args: argparse.Namespace) -> int:
+    import datasets
+
+    data = datasets.load_from_disk(args.dataset)
+    if isinstance(data, datasets.DatasetDict):
+        if args.split not in data:
+            raise ValueError(f"{args.dataset} has no split {args.split!r} (splits: {sorted(data)}): pass --split.")
+        data = data[args.split]
+    if not 1 <= args.shards <= len(data):
+        raise ValueError(f"--shards must be from 1 to the {len(data):,} rows of {args.dataset} (got {args.shards}).")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    datasets.disable_progress_bars()
+    for index in range(args.shards):
+        data.shard(args.shards, index, contiguous=True).to_parquet(str(out / f"part-{index}.parquet"))
+    print(f"wrote {len(data):,} rows of {args.dataset} as {args.shards} shards into {out}")
+    return 0
