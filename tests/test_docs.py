@@ -128,7 +128,7 @@ PROMISES = {
     r"bench_lineage\.py": ([], [r"lineage of an unrecorded model .* \d+\.\d{3} s"]),
     r"bench_judge\.py": ([], [r"judgments/s"]),
     r"bench_release\.py": ([], [r"2,000 distinct rows: release \d+\.\d s wall, \d+\.\d s CPU",
-                                r"words-fmix64/1 \(numpy .*: 200 of 200 planted near-copies found",
+                                r"words-fmix64/1 \(numpy .*; 200 of 200 planted near-copies found",
                                 r"MinHash signatures and LSH keys: \d+\.\d\d s wall",
                                 r"ledger: \d+\.\d\d MB", r"checking the signature \d+\.\d ms"]),
     r"shards copies": (["copies.json"], [r"\d+ of \d+ rows copy an earlier row \(\d+ exactly, \d+ as near-copies\)"]),
