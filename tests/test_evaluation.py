@@ -204,6 +204,21 @@ def test_exact_sampling_is_seeded_and_leaves_the_global_random_state(models, fin
         generate_with_model(model, tokenizer, prompts, exact_sampling=True, do_sample=True)
 
 
+def test_generation_shows_progress_in_token_steps_with_an_estimate(models, finance_splits, tokenizer, capsys):
+    """A batch of prompts can take minutes on a CPU: progress moves with each token step (an estimate after the
+    first), and ends at every step of every batch, a batch that stopped early included."""
+    from transformers import AutoModelForCausalLM
+
+    from squarechipo.models.generation import generate_with_model
+
+    model = AutoModelForCausalLM.from_pretrained(models / "policy")
+    prompts = finance_splits["finance_preference_conversational"]["test"]["prompt"][:3]
+    capsys.readouterr()
+    generate_with_model(model, tokenizer, prompts, max_new_tokens=5, batch_size=2, desc="answers")
+    shown = capsys.readouterr().err
+    assert "answers (2 batches)" in shown and "10/10 [" in shown  # token steps (2 batches of 5), not batches
+
+
 def _judge(argv: list[str], capsys) -> subprocess.CompletedProcess:
     """The judge's script (squarechipo.scripts.judge, which eval/judge.py only calls) in this process, its printed
     output captured: the documented day runs `python eval/judge.py` as users do."""

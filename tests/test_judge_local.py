@@ -62,11 +62,14 @@ def tiny_judge(tokenizer, tmp_path):
     return TransformersJudge(str(tmp_path / "tiny"), FINANCE_TEMPLATE, batch_size=4)
 
 
-def test_trl_style_judge_maps_shuffled_orders_back(tiny_judge, finance_splits):
+def test_trl_style_judge_maps_shuffled_orders_back(tiny_judge, finance_splits, capsys):
     judge = tiny_judge
     test = finance_splits["finance_preference"]["test"].select(range(8))
     prompts, chosen, rejected = test["prompt"], test["chosen"], test["rejected"]
+    capsys.readouterr()
     as_given = [v.choice for v in judge.verdicts(prompts, chosen, rejected)]
+    shown = capsys.readouterr().err  # progress a batch at a time: 8 pairs in batches of 4
+    assert "local judge (8 pairs)" in shown and "2/2 [" in shown
     swapped = [v.choice for v in judge.verdicts(prompts, rejected, chosen)]
     seed = 5
     order = np.random.default_rng(seed).random(len(prompts)) < 0.5

@@ -16,6 +16,7 @@ import inspect
 import json
 
 import torch
+from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from squarechipo.judge.base import PairwiseJudge, Verdict
@@ -59,7 +60,8 @@ class TransformersJudge(PairwiseJudge):
             for p, a, b in zip(prompts, responses_a, responses_b)
         ]
         results: list[Verdict] = []
-        for start in range(0, len(texts), self.batch_size):
+        starts = range(0, len(texts), self.batch_size)
+        for start in tqdm(starts, desc=f"local judge ({len(texts)} pairs)", unit="batch", disable=len(starts) < 2):
             batch = self.tokenizer(
                 texts[start : start + self.batch_size],
                 return_tensors="pt",

@@ -11,6 +11,7 @@ import torch
 import transformers
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList
+from transformers.generation.streamers import BaseStreamer
 
 from squarechipo.models.embedded import resolve_model_path
 from squarechipo.models.runtime import torch_dtype
@@ -197,21 +198,45 @@ def generate_with_model(
     texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
     outputs: list[str] = []
     batches = range(0, len(texts), batch_size)
+    # Progress in token steps, not batches: a batch of 64 prompts can take minutes on a CPU, and a bar per batch
+    # stood at 0% (no estimate) for all of the first one.
+    progress = tqdm(total=len(batches) * max_new_tokens, desc=f"{desc} ({len(batches)} batches)", unit="token")
     try:
-        for index, start in enumerate(tqdm(batches, desc=desc, unit="batch")):
+        for index, start in enumerate(batches):
             batch = tokenizer(
                 texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
             ).to(device)
+            steps = _Steps(progress)
             with torch.no_grad():
                 generated = model.generate(
                     **batch,
                     **sampling(seed + index, device),
                     max_new_tokens=max_new_tokens,
                     pad_token_id=tokenizer.pad_token_id,
+                    streamer=steps,
                 )
+            progress.update(max_new_tokens - steps.steps)  # a batch that ended early: its remaining steps
             new_tokens = generated[:, batch["input_ids"].shape[1] :]
             outputs.extend(t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     finally:
+        progress.close()
         tokenizer.padding_side = padding_side
         model.train(was_training)
     return outputs
+
+
+class _Steps(BaseStreamer):
+    """Counts ``generate``'s token steps into a progress bar (the first call is the prompt, not a step)."""
+
+    def __init__(self, progress: tqdm) -> None:
+        self.progress, self.steps, self._prompt_seen = progress, 0, False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.steps += 1
+        self.progress.update(1)
+
+    def end(self) -> None:
+        pass
