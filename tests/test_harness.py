@@ -90,7 +90,7 @@ def test_the_installer_refuses_an_unknown_compile_setting_before_it_installs(tmp
     ]
 
 
-_DECLARED = ("judge-server", "team", "tensorboard", "wandb", "dev")
+_DECLARED = ("judge-server", "scale", "team", "tensorboard", "wandb", "dev")
 
 
 @settings(max_examples=25, deadline=None)

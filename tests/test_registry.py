@@ -264,13 +264,13 @@ def test_both_plans_of_a_registry_lookup_find_the_same_earlier_rows_exactly_and_
     near-copies. A sketch in another shingle-hash scheme than the registry's is refused (it would find none)."""
     from squarechipo.data.fingerprint import canonical_rows, row_hashes
     from squarechipo.data.near_duplicates import LEGACY_SCHEME, SCHEME, sketch
-    from squarechipo.privacy.release import registry
+    from squarechipo.privacy.release import lookup
     from squarechipo.privacy.release.registry import earlier_releases, registry_scheme
 
     release_dataset(_long_rows(40, start=500), LabelPipeline(epsilon=0.5))
     edited = _long_rows(2, start=510).map(lambda r: {"chosen": r["chosen"] + " now"})
     for keys_per_query in (1 << 20, 7):
-        monkeypatch.setattr(registry, "_KEYS_PER_QUERY", keys_per_query)
+        monkeypatch.setattr(lookup, "_KEYS_PER_QUERY", keys_per_query)
         for probe in (_long_rows(3, 520), datasets.concatenate_datasets([_long_rows(60, 900), _long_rows(3, 520)])):
             probe = datasets.concatenate_datasets([probe, edited])
             rows = canonical_rows(probe.with_format("arrow")[:])

@@ -206,23 +206,24 @@ def generate_with_model(
             batch = tokenizer(
                 texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
             ).to(device)
-            steps = _Steps(progress)
-            with torch.no_grad():
-                generated = model.generate(
-                    **batch,
-                    **sampling(seed + index, device),
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                    streamer=steps,
-                )
-            progress.update(max_new_tokens - steps.steps)  # a batch that ended early: its remaining steps
-            new_tokens = generated[:, batch["input_ids"].shape[1] :]
-            outputs.extend(t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+            settings = {**sampling(seed + index, device), "max_new_tokens": max_new_tokens}
+            outputs.extend(_generate_batch(model, tokenizer, batch, settings, progress))
     finally:
         progress.close()
         tokenizer.padding_side = padding_side
         model.train(was_training)
     return outputs
+
+
+def _generate_batch(model, tokenizer, batch, settings: dict, progress: tqdm) -> list[str]:
+    """One batch's responses; each token step advances ``progress``, and a batch that ended early its remaining
+    steps."""
+    steps = _Steps(progress)
+    with torch.no_grad():
+        generated = model.generate(**batch, **settings, pad_token_id=tokenizer.pad_token_id, streamer=steps)
+    progress.update(settings["max_new_tokens"] - steps.steps)
+    new_tokens = generated[:, batch["input_ids"].shape[1] :]
+    return [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
 
 
 class _Steps(BaseStreamer):

@@ -52,8 +52,9 @@ import numpy as np
 
 from squarechipo.data import store
 from squarechipo.data.database import Database, DatabaseError, connect, create_writers_lock, is_url, redact
-from squarechipo.data.near_duplicates import BANDS, LEGACY_SCHEME, NEAR_COPY_JACCARD, SCHEME, Sketch, estimated_jaccard
+from squarechipo.data.near_duplicates import BANDS, LEGACY_SCHEME, SCHEME, Sketch
 from squarechipo.privacy.release.budget import BudgetAsk, create_budget_tables
+from squarechipo.privacy.release.lookup import matching_rows, near_copies
 from squarechipo.privacy.release.machine_registry import (
     REGISTRY_ENV,
     default_registry_path,
@@ -283,27 +284,6 @@ class EarlierReleases:
         return f"{self.rows} row(s) were released before{near} ({made}; composed ε of those releases {self.epsilon:g})"
 
 
-def _matching(db: Database, keys: list, table: str, key: str, columns: str) -> list[tuple]:
-    """``columns`` of the rows of ``table`` whose ``key`` is one of ``keys``, by the cheaper plan: on SQLite a registry
-    smaller than the query is read whole and filtered here, a larger one joined with a temporary table of the keys; on
-    PostgreSQL the keys go as one array."""
-    wanted = set(keys)
-    if not wanted:
-        return []
-    if db.kind == "postgresql":
-        return db.execute(f"SELECT {key}, {columns} FROM {table} WHERE {key} = ANY(?)", (list(wanted),)).fetchall()
-    held = db.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0] or 0  # rows ever entered: an upper bound
-    if held <= len(wanted):
-        return [row for row in db.execute(f"SELECT {key}, {columns} FROM {table}").fetchall() if row[0] in wanted]
-    db.execute("CREATE TEMP TABLE IF NOT EXISTS wanted (key)")
-    db.execute("DELETE FROM wanted")
-    db.executemany("INSERT INTO wanted VALUES (?)", ((k,) for k in sorted(wanted)))
-    try:
-        return db.execute(f"SELECT t.{key}, {columns} FROM wanted w JOIN {table} t ON t.{key} = w.key").fetchall()
-    finally:
-        db.execute("DELETE FROM wanted")
-
-
 def _state(db: Database) -> str:
     """The releases entered so far, as one digest: the answer to a query can change only when this does (a release's
     units, bands and signatures are entered in the transaction that enters it)."""
@@ -325,14 +305,14 @@ def _query(db: Database, units: list[bytes], marks: Sketch | None) -> EarlierRel
         index[unit].append(i)
     listed = db.execute("SELECT no, id, epsilon, made, folder FROM releases").fetchall()
     entered = {no: (id_, eps, made) for no, id_, eps, made, _ in listed}
-    for unit, release, count in _matching(db, list(index), "released_units", "unit", "release, count"):
+    for unit, release, count in matching_rows(db, list(index), "released_units", "unit", "release, count"):
         if release not in entered:  # a unit of no entered release (as the join that read them before skipped)
             continue
         release_id, epsilon, made = entered[release]
         for i in index[unit]:
             per_row[i] += epsilon * (count or 1)
         involved[release_id] = (epsilon, made)
-    near = _near_copies(db, marks, set(per_row), entered) if marks is not None else {}
+    near = near_copies(db, marks, set(per_row), entered) if marks is not None else {}
     for i, releases_of_row in near.items():
         for release_id, epsilon, made in releases_of_row:
             per_row[i] += epsilon
@@ -345,71 +325,6 @@ def _query(db: Database, units: list[bytes], marks: Sketch | None) -> EarlierRel
         rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved), _state(db), folders,
         dict(per_row),
     )  # fmt: skip
-
-
-#: Band keys asked about in one query (a million rows hold twenty million: as one Python list, about 1.5 GB).
-_KEYS_PER_QUERY = 1 << 20
-
-
-def _near_copies(
-    db: Database, marks: Sketch, exact: set[int], entered: dict[int, tuple[str, float, str]]
-) -> dict[int, list[tuple[str, float, str]]]:
-    """Rows (not already matched exactly) whose MinHash signature is a near-copy of a registered row's: for each,
-    every release holding such a row (a row nearly copying rows of two releases has spent both releases' ε)."""
-    open_rows = np.setdiff1d(np.arange(len(marks)), np.fromiter(exact, dtype=np.int64, count=len(exact)))
-    keys = marks.keys[open_rows]
-    hits = []
-    for start in range(0, keys.size, _KEYS_PER_QUERY):  # 20 keys a row: asked a slice at a time, not as one list
-        hits += _matching(db, keys.ravel()[start : start + _KEYS_PER_QUERY].tolist(), "released_bands", "band",
-                          "release, row")  # fmt: skip
-    if not hits:
-        return {}
-    by_band: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for band, release, row in hits:
-        by_band[band].append((release, row))
-    candidates: dict[int, set[tuple[int, int]]] = defaultdict(set)
-    at = np.flatnonzero(np.isin(keys.ravel(), np.fromiter(by_band, dtype=np.int64, count=len(by_band))))
-    for position in at.tolist():
-        candidates[int(open_rows[position // keys.shape[1]])].update(by_band[int(keys.ravel()[position])])
-    # Every candidate's stored signature in one query (one a candidate cost a query each).
-    stored = _signatures_of(db, {pair for pairs in candidates.values() for pair in pairs if pair[0] in entered})
-    found: dict[int, list[tuple[str, float, str]]] = {}
-    for i, pairs in sorted(candidates.items()):
-        matched: set[int] = set()  # each release a row nearly copies counts once, every such release counts
-        for release, row in sorted(pairs):
-            if release in matched or (release, row) not in stored:
-                continue
-            if estimated_jaccard(marks.signatures[i], np.frombuffer(stored[release, row], "<u4")) >= NEAR_COPY_JACCARD:
-                matched.add(release)
-                found.setdefault(i, []).append(entered[release])
-    return found
-
-
-def _signatures_of(db: Database, pairs: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-    """The stored MinHash signatures of (release, row) pairs, in one query: a temporary table joined on SQLite, two
-    arrays unnested on PostgreSQL."""
-    if not pairs:
-        return {}
-    ordered = sorted(pairs)
-    if db.kind == "postgresql":
-        releases, rows = (list(column) for column in zip(*ordered))
-        found = db.execute(
-            "SELECT s.release, s.row, s.signature FROM released_signatures s "
-            "JOIN unnest(?::bigint[], ?::bigint[]) AS w(release, row) ON s.release = w.release AND s.row = w.row",
-            (releases, rows),
-        ).fetchall()
-    else:
-        db.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_pairs (release, row)")
-        db.execute("DELETE FROM wanted_pairs")
-        db.executemany("INSERT INTO wanted_pairs VALUES (?, ?)", ordered)
-        try:
-            found = db.execute(
-                "SELECT s.release, s.row, s.signature FROM wanted_pairs w "
-                "JOIN released_signatures s ON s.release = w.release AND s.row = w.row"
-            ).fetchall()
-        finally:
-            db.execute("DELETE FROM wanted_pairs")
-    return {(release, row): bytes(signature) for release, row, signature in found}
 
 
 def earlier_releases(units: list[bytes], marks: Sketch | None = None) -> EarlierReleases:
