@@ -49,7 +49,7 @@ def test_resume_from_checkpoint_true_means_the_last_checkpoint_or_a_clear_error(
 
 
 def test_audit_sizes_confidence_and_options_are_checked(capsys):
-    from squarechipo.scripts.audit import main  # in process: an argument error needs no fresh interpreter
+    from squarechipo.audit.cli import main  # in process: an argument error needs no fresh interpreter
 
     with pytest.raises(SystemExit) as stopped:
         main(["mechanisms", "--samples", "0"])

@@ -118,7 +118,7 @@ def test_table1_runs_end_to_end_and_resumes(tokenizer, finance_splits, tmp_path)
         "max_length: 128\nlearning_rate: 1.0e-3\n"
     )
     out = tmp_path / "table1"
-    from squarechipo.scripts.reproduce import main
+    from squarechipo.reproduce.cli import main
 
     main(["table1", "--scale", str(spec), "--out", str(out)])  # docs/reproduction.md's command, at a tiny scale
     cells = plan_cells(load_scale(str(spec)))

@@ -202,7 +202,7 @@ def _leaves(record: dict) -> tuple[list, list[float]]:
 def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_nothing(
     tokenizer, finance_splits, tmp_path
 ):
-    from squarechipo.scripts.reproduce import main
+    from squarechipo.reproduce.cli import main
 
     design = _tiny_study(tmp_path, tokenizer, finance_splits)
     out, results = tmp_path / "out", tmp_path / "results"
@@ -561,10 +561,10 @@ def test_an_amendment_changes_only_what_the_main_run_spends_and_only_before_the_
 
     import yaml
 
+    from squarechipo.reproduce.cli import main as reproduce_main
     from squarechipo.reproduce.study import report as sr
     from squarechipo.reproduce.study.design import load_design
     from squarechipo.reproduce.study.power import amend, analyse_pilot, check_preregistration, plan_main, preregister
-    from squarechipo.scripts.reproduce import main as reproduce_main
 
     design = load_design(str(ROOT / "recipes" / "studies" / "privacy_cost.yaml"))
     pilot = [
@@ -658,8 +658,8 @@ def test_the_readme_blocks_are_the_reports_of_the_committed_records(name, tmp_pa
     docs/results.md is exactly what the command writes, so no figure in it was typed by hand or left stale. The first
     study runs the default design, pre-registered before generation_batch_size existed (a field added later counts at
     its default)."""
+    from squarechipo.reproduce.cli import main
     from squarechipo.reproduce.study.report import readme_markers
-    from squarechipo.scripts.reproduce import main
 
     results = tmp_path / "results" / name
     shutil.copytree(ROOT / "results" / name, results, ignore=shutil.ignore_patterns("*.png", "setup"))
@@ -1122,8 +1122,8 @@ def test_a_bf16_design_is_refused_before_anything_trains_on_a_cpu_without_bf16_k
     """A bf16 study on an AVX2-only CPU took minutes a step and would round unlike its other cells: refused before
     the SFT policy or a cell trains, unless the caller allows it; a float32 design is not refused."""
     from squarechipo.models.runtime import accelerator_available, cpu_runs_bf16_natively
+    from squarechipo.reproduce.cli import main
     from squarechipo.reproduce.study.design import load_design, refuse_emulated_bf16
-    from squarechipo.scripts.reproduce import main
 
     out, results = tmp_path / "out", tmp_path / "results"
     bf16 = load_design(_tiny_study(tmp_path, tokenizer, finance_splits, bf16=True))
@@ -1148,7 +1148,7 @@ def test_a_study_that_cannot_decide_is_closed_as_a_record_and_reopened_only_on_r
 
     from scipy import stats as sps
 
-    from squarechipo.scripts.reproduce import main
+    from squarechipo.reproduce.cli import main
 
     design = ROOT / "recipes" / "studies" / "overoptimisation_decide.yaml"
     results = tmp_path / "results"

@@ -1,7 +1,7 @@
-"""``python -m squarechipo.audit`` is ``squarechipo audit``; the command lives in
-:mod:`squarechipo.scripts.audit`."""
+"""``python -m squarechipo.audit`` is ``squarechipo audit``: the command lives in its own package
+(:mod:`squarechipo.audit.cli`), so this entry point imports nothing above it."""
 
-from squarechipo.scripts.audit import main
+from squarechipo.audit.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

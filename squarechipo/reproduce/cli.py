@@ -10,7 +10,7 @@ controlled, powered study of the methods on private and corrupted labels under a
     python -m squarechipo.reproduce study close   # a study that cannot decide here: closure.json, with --reason
 
 Both are resumable: run the same command again after an interruption. Their steps run the installed package's
-scripts (:mod:`squarechipo.scripts`), so they work from any folder; ``squarechipo reproduce ...`` is the same.
+scripts (:mod:`squarechipo.scripts`), so they work from any folder; ``squarechipo reproduce ...`` is the same command.
 """
 
 from __future__ import annotations
