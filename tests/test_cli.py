@@ -184,7 +184,7 @@ def test_the_named_accelerate_configs_ship_in_the_package_and_match_the_recipes(
     wheel."""
     from pathlib import Path
 
-    from squarechipo.cli import ACCELERATE_CONFIGS, accelerate_config
+    from squarechipo.scripts.launch import ACCELERATE_CONFIGS, accelerate_config
 
     root = Path(__file__).resolve().parents[1]
     for name in ACCELERATE_CONFIGS:
