@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from squarechipo.data.columns import RESPONSE_COLUMNS
-from squarechipo.data.fingerprint import canonical_rows
 from squarechipo.data.label_roles import label_free
-from squarechipo.data.near_duplicates import Copy, copies, describe_copies
+from squarechipo.data.near_duplicates import Copy, describe_copies
+from squarechipo.data.row_scan import row_copies, scan_rows
 
 __all__ = [
     "PreferenceFormat",
@@ -241,8 +241,9 @@ def validate_preference_dataset(
 @label_free("compares label-invariant canonical rows")
 def copied_rows(dataset: datasets.Dataset) -> list[Copy]:
     """Every row that copies an earlier row's comparison: the same prompt and pair of responses (in either order)
-    once retyping is folded, or a near-copy (:mod:`squarechipo.data.near_duplicates`)."""
-    return copies(canonical_rows(dataset.with_format("arrow")[:]))
+    once retyping is folded, or a near-copy (:mod:`squarechipo.data.near_duplicates`), found as a release finds them
+    (a chunk of rows at a time, :mod:`squarechipo.data.row_scan`)."""
+    return row_copies(dataset, scan_rows(dataset, sketched=True))
 
 
 @label_free("counts label-invariant copies")
