@@ -4,8 +4,9 @@
 
 The rows are a study's measurement pass: the first test prompts of data/finance_preference_conversational, each with
 the two committed SFT samples of results/privacy_cost/sft_samples.json, scored by the embedded SmolLM2-135M in
-bfloat16 at the evaluator's batch size (16 rows, 32 sequences). Prints the padded tokens and the seconds of each
-order (alternated, so that a busy machine slows both alike) and the largest difference between their log-probs.
+bfloat16 at the evaluator's batch size. That batch is 16 rows (32 sequences). Prints the padded tokens and the
+seconds of each order (alternated, so that a busy machine slows both alike) and the largest difference between their
+log-probs.
 
 The scorer (:func:`squarechipo.models.logprobs.model_logps`) keeps row order: in bfloat16 a row's summed log-prob
 depends on the shape of the batch it is padded into, and a study compares each policy's pool and test-pair log-probs

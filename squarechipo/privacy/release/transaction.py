@@ -105,7 +105,7 @@ def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, 
 
 #: A release's peak resident memory: a fixed working set, what it keeps per row (its hash, MinHash signature and band
 #: keys, about 0.7 kB, and the registry's entries) and per byte of its rows (the input as read and the released
-#: columns). Fitted to benchmarks/bench_release.py (100,000 to 2,000,000 rows of about 0.8 kB: 0.36 GB + 2.69 kB a
+#: columns). Fitted to benchmarks/bench_release.py (100,000 to 2,000,000 rows of 120 words: 0.36 GB + 2.69 kB a
 #: row, results/benchmarks/release_scale_2026-12-05_083881f.txt) and rounded up: what :func:`check_memory` refuses
 #: a release against.
 MEMORY_BASE, MEMORY_PER_ROW, MEMORY_PER_BYTE = 0.5e9, 1.0e3, 2.5

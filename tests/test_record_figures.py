@@ -1,0 +1,135 @@
+"""A sentence that names its record states only that record's figures: in every prose file a reader is given
+(README.md, docs/*.md, CHANGELOG.md) and in the package's and benchmarks' docstrings and comments, each number of a
+sentence that names a committed file under ``results/`` is a number of that file, recomputed from it: a number
+written in it, or (in a JSON record) the length of one of its lists or objects; "15 min 46 s" is read as 946
+seconds. A figure nudged by a point, or copied from another record, fails. Code spans, dates, commits and issue
+numbers are not figures; the blocks generated from records (the study and quickstart blocks of docs/results.md)
+are checked byte for byte by their own tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")), "CHANGELOG.md"]
+SOURCES = sorted(str(p.relative_to(ROOT)) for d in ("squarechipo", "benchmarks") for p in (ROOT / d).rglob("*.py"))
+RECORD = re.compile(r"(results/[\w./\-]+\.(?:txt|json|jsonl|csv|md))")
+NUMBER = re.compile(r"(?<![\w.\-/])[+−-]?\d+(?:[.,]\d+)*%?(?!\w)")
+DURATION = re.compile(r"\b(\d+) min (\d+) s\b")
+NOT_FIGURES = re.compile(r"`[^`]*`|\b\d{4}-\d{2}-\d{2}\b|\bissues? \d+\b|\b[0-9a-f]{7,40}\b|\bPython 3\.\d+\b")
+
+
+def _value(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").replace("−", "-").rstrip("%"))
+    except ValueError:
+        return None
+
+
+def _lengths(value) -> set[float]:
+    """The length of every list and object in a JSON value (a count a sentence may give: "4 of its 6 cells")."""
+    found: set[float] = set()
+    if isinstance(value, (list, dict)):
+        found.add(float(len(value)))
+        for item in value.values() if isinstance(value, dict) else value:
+            found |= _lengths(item)
+    return found
+
+
+def record_numbers(path: Path) -> set[float]:
+    """Every number a sentence may take from the record at ``path``."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    found = {v for v in (_value(m.group()) for m in NUMBER.finditer(text)) if v is not None}
+    if path.suffix == ".json":
+        found |= _lengths(json.loads(text))
+    return found
+
+
+def sentence_figures(sentence: str) -> list[tuple[str, float]]:
+    """(as written, value) of each figure of a sentence: durations as seconds, code, dates, commits and the record's
+    own path left out."""
+    text = RECORD.sub(" ", NOT_FIGURES.sub(" ", sentence))
+    figures = [(m.group(), 60.0 * int(m.group(1)) + int(m.group(2))) for m in DURATION.finditer(text)]
+    text = DURATION.sub(" ", text)
+    return figures + [(m.group(), v) for m in NUMBER.finditer(text) if (v := _value(m.group())) is not None]
+
+
+#: A block generated from committed records, which a test checks byte for byte against what they generate.
+GENERATED = re.compile(r"<!-- (study|quickstart)(:\w+)?:begin.*?<!-- \1(:\w+)?:end -->", re.S)
+
+
+def sentences(text: str) -> list[str]:
+    text = re.sub(r"```.*?```|<!--.*?-->", " ", GENERATED.sub(" ", text), flags=re.S)
+    found = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        paragraph = " ".join(paragraph.split())
+        found += re.split(r"(?<=[.;:])\s+(?=[A-Z(*])", paragraph)
+    return found
+
+
+def _source_prose(path: Path) -> str:
+    """A Python file's docstrings and comments, one paragraph each."""
+    source = path.read_text(encoding="utf-8")
+    found = [
+        ast.get_docstring(node) or ""
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    comments, block = [], []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            block.append(token.string.lstrip("#:").strip())
+        elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT) and block:
+            comments.append(" ".join(block))
+            block = []
+    return "\n\n".join(found + comments)
+
+
+def unbacked(text: str) -> list[str]:
+    """The sentences of ``text`` naming a committed record with a figure that record does not hold."""
+    problems = []
+    for sentence in sentences(text):
+        records = [ROOT / r.rstrip(".") for r in RECORD.findall(sentence) if (ROOT / r.rstrip(".")).is_file()]
+        if not records:
+            continue
+        held = set().union(*(record_numbers(r) for r in records))
+        missing = [written for written, value in sentence_figures(sentence) if value not in held]
+        if missing:
+            problems.append(f"{missing} not in {[str(r.relative_to(ROOT)) for r in records]}: {sentence[:200]}")
+    return problems
+
+
+@pytest.mark.parametrize("page", PAGES + [s for s in SOURCES if "results/" in (ROOT / s).read_text(encoding="utf-8")])
+def test_a_sentence_naming_its_record_states_only_that_records_figures(page):
+    path = ROOT / page
+    text = _source_prose(path) if path.suffix == ".py" else path.read_text(encoding="utf-8")
+    assert not unbacked(text), "\n".join(unbacked(text))
+
+
+def test_a_figure_nudged_or_taken_from_another_record_fails_and_the_record_itself_passes():
+    """Overclaims of the kinds an audit found: a figure moved by a point, a figure of another record, a count
+    changed; and the same sentences as the records state them pass (durations as seconds, list lengths as counts)."""
+    release = "results/benchmarks/release_scale_2026-12-05_083881f.txt"
+    study = "results/overoptimisation_decide/closure.json"
+    honest = [
+        f"A million rows took 104.9 s at a peak of 3.02 GB ({release}).",
+        f"It was closed with 4 of its 6 pilot cells committed ({study}).",
+        "The run took 15 min 46 s (results/main_job/run_2026-12-04_1a08b47.json).",
+    ]
+    assert not unbacked("\n\n".join(honest))
+    for sentence in (
+        f"A million rows took 103.9 s at a peak of 3.02 GB ({release}).",  # nudged
+        f"A million rows took 104.9 s at a peak of 2.02 GB ({release}).",
+        f"It was closed with 5 of its 6 pilot cells committed ({study}).",  # a count changed
+        "The run took 14 min 46 s (results/main_job/run_2026-12-04_1a08b47.json).",
+        f"A million rows took 204.1 s ({release}).",  # the figure of an older record
+    ):
+        assert unbacked(sentence), sentence
