@@ -80,3 +80,18 @@ def test_trl_style_judge_maps_shuffled_orders_back(tiny_judge, finance_splits, c
     for pick, swap, direct, reverse in zip(picks, order, as_given, swapped):
         assert pick == (1 - reverse if swap else direct)
     assert judge.judge(prompts, [[c, r] for c, r in zip(chosen, rejected)], shuffle_order=False) == as_given
+
+
+def test_the_judge_table_names_every_judge_the_config_offers_and_each_loads_a_pairwise_judge():
+    """`--judge NAME` is dispatched through one table (as the losses' METHODS): every choice the config offers is in
+    it, each entry loads a pairwise judge class, and says what it compares and where it comes from."""
+    import typing
+
+    from squarechipo.evaluation.config import WinRateConfig
+    from squarechipo.judge.base import PairwiseJudge
+    from squarechipo.judge.registry import JUDGES
+
+    offered = set(typing.get_args(typing.get_type_hints(WinRateConfig)["judge"]))
+    assert offered == set(JUDGES)
+    for kind in JUDGES.values():
+        assert issubclass(kind.load(), PairwiseJudge) and kind.compares and kind.reference

@@ -387,3 +387,16 @@ def test_a_release_holds_when_its_columns_are_reordered_cast_or_re_encoded(tmp_p
     edited = metadata.with_block(bumped, metadata.read_block(released))
     with pytest.raises(IntegrityError, match=r"1 of 12 rows \(row 0\)"):
         get_ledger(edited)
+
+
+def test_a_mechanism_this_version_does_not_know_is_refused_and_the_table_names_each_measurement(released):
+    """The ledger's mechanism names come from one table (MECHANISMS): a release naming another (a newer version's, or
+    a forger's) is refused, never debiased by a guess; each measurement's name is in the table, pointing back at it."""
+    from squarechipo.privacy.ledger.records import PrivacyLedger
+    from squarechipo.privacy.mechanisms.measurements import MECHANISMS, KaryRR, RRWithPrior, SubsetMechanism
+
+    pipeline = {"mechanism": "geometric", "epsilon": 0.5}
+    with pytest.raises(IntegrityError, match=r"mechanism 'geometric' is none of \['k_rr', 'none', 'randomized_resp"):
+        PrivacyLedger.from_dict(_forged(released, mechanism="geometric", pipeline=pipeline), "x")
+    assert all(MECHANISMS[kind.name].measurement is kind for kind in (KaryRR, RRWithPrior, SubsetMechanism))
+    assert [n for n, k in MECHANISMS.items() if k.flips_binary] == ["randomized_response", "rr_with_prior"]

@@ -34,6 +34,7 @@ from squarechipo.data import load_preference_dataset
 from squarechipo.evaluation.config import WinRateConfig
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.evaluation.report import format_line
+from squarechipo.judge.registry import JUDGES
 from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate
 from squarechipo.models.runtime import torch_dtype
 from squarechipo.privacy.door import require_released_or_public
@@ -52,19 +53,15 @@ def _template(args, test) -> JudgeTemplate:
 
 
 def build_judge(args: WinRateConfig, template: JudgeTemplate):
+    """The judge ``--judge`` names (:data:`squarechipo.judge.registry.JUDGES`), built from the run's options."""
+    judge = JUDGES[args.judge].load()
     if args.judge == "reward-model":
-        from squarechipo.judge.reward_model import RewardModelJudge
-
-        return RewardModelJudge(args.judge_model, batch_size=args.judge_batch_size, dtype=torch_dtype(args.dtype))
+        return judge(args.judge_model, batch_size=args.judge_batch_size, dtype=torch_dtype(args.dtype))
     if args.judge == "local":
-        from squarechipo.judge.local import TransformersJudge
-
-        return TransformersJudge(
+        return judge(
             args.judge_model or "embedded", template, batch_size=args.judge_batch_size, dtype=torch_dtype(args.dtype)
         )
-    from squarechipo.judge.openai_compatible import OpenAICompatibleJudge
-
-    return OpenAICompatibleJudge(
+    return judge(
         args.judge_base_url,
         args.judge_model,
         template,

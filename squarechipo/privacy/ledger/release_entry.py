@@ -14,6 +14,7 @@ from typing import Any
 from squarechipo.data.fingerprint import LEGACY_ROW_SET_BYTES, ROW_SET_BYTES
 from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
+from squarechipo.privacy.mechanisms.measurements import MECHANISMS
 
 __all__ = ["BINARY_MECHANISMS", "Debiasing", "Release", "check_consistent", "library_version"]
 
@@ -212,6 +213,8 @@ def check_consistent(release: Release, where: str) -> None:
     """A release whose stated mechanism or ε disagrees with its own pipeline was edited by hand."""
     pipeline = release.pipeline
     problems = []
+    if release.mechanism not in MECHANISMS:  # a name this version cannot debias: fail closed, never guess
+        problems.append(f"mechanism {release.mechanism!r} is none of {sorted(MECHANISMS)}")
     if "epsilon" in pipeline and pipeline["epsilon"] != release.epsilon:
         problems.append(f"ε {release.epsilon} but its pipeline has ε {pipeline['epsilon']}")
     if "mechanism" in pipeline and pipeline["mechanism"] != release.mechanism:
@@ -226,5 +229,5 @@ def check_consistent(release: Release, where: str) -> None:
         raise IntegrityError(f"{where}: a release in the privacy ledger disagrees with itself: {'; '.join(problems)}.")
 
 
-#: Mechanisms whose binary (K = 2) release flips the label with q(ε) = 1/(1+e^ε).
-BINARY_MECHANISMS = ("randomized_response", "rr_with_prior")
+#: Mechanisms whose binary (K = 2) release flips the label with q(ε) = 1/(1+e^ε) (from the one table).
+BINARY_MECHANISMS = tuple(name for name, kind in MECHANISMS.items() if kind.flips_binary)

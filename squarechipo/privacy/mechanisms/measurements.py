@@ -38,6 +38,8 @@ __all__ = [
     "KaryRR",
     "LabelPipeline",
     "LabelRelease",
+    "MECHANISMS",
+    "MechanismKind",
     "Measurement",
     "ORDERS",
     "RRWithPrior",
@@ -298,3 +300,33 @@ class RRWithPrior(Measurement):
             "prior_temperature": self.temperature,
             "prior_digest": prior_digest(self.prior),
         }
+
+
+@dataclass(frozen=True)
+class MechanismKind:
+    """One mechanism a ledger may name: the measurement that releases with it, whether its binary release flips a
+    label with q(ε) = 1/(1+e^ε) (so a loss debiases it with c(ε)), what a learner uses, and its reference."""
+
+    measurement: type[Measurement]
+    flips_binary: bool
+    analyzer: str
+    reference: str
+
+
+#: The ledger's mechanism name (``Release.mechanism``) → :class:`MechanismKind`: every mechanism a release can state,
+#: in one table (as :data:`squarechipo.losses.METHODS` is for the losses). "none" is a LabelPipeline without ε.
+MECHANISMS: dict[str, MechanismKind] = {
+    "none": MechanismKind(LabelPipeline, False, "the labels as given (no privacy noise)", "-"),
+    "randomized_response": MechanismKind(
+        LabelPipeline, True, "the loss debiased by c(ε)", "Zhou et al. 2025 (Square-χPO), Alg. 1 and §3 (CTL, LTC)"
+    ),
+    "rr_with_prior": MechanismKind(
+        RRWithPrior, True, "RR rows debiased by c(ε), prior rows as given", "Ghazi et al. 2021 (label DP), Alg. 2"
+    ),
+    "k_rr": MechanismKind(
+        KaryRR, False, "unbiased analyzer weights (label_weights)", "Chua et al. 2024 (local label DP)"
+    ),
+    "subset": MechanismKind(
+        SubsetMechanism, False, "unbiased analyzer weights (label_weights)", "Chua et al. 2024 (local label DP)"
+    ),
+}
