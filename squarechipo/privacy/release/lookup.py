@@ -17,12 +17,18 @@ __all__ = ["matching_rows", "near_copies"]
 def matching_rows(db: Database, keys: list, table: str, key: str, columns: str) -> list[tuple]:
     """``columns`` of the rows of ``table`` whose ``key`` is one of ``keys``, by the cheaper plan: on SQLite a registry
     smaller than the query is read whole and filtered here, a larger one joined with a temporary table of the keys; on
-    PostgreSQL the keys go as one array."""
+    PostgreSQL the keys go as one array, sent as one text (psycopg builds an array parameter in Python: 40% of a
+    million-key look-up, profiled)."""
     wanted = set(keys)
     if not wanted:
         return []
     if db.kind == "postgresql":
-        return db.execute(f"SELECT {key}, {columns} FROM {table} WHERE {key} = ANY(?)", (list(wanted),)).fetchall()
+        if all(isinstance(k, int) for k in wanted):
+            text, array = ",".join(map(str, wanted)), "string_to_array(?, ',')::bigint[]"
+        else:
+            text = ",".join(bytes(k).hex() for k in wanted)
+            array = "ARRAY(SELECT decode(h, 'hex') FROM unnest(string_to_array(?, ',')) AS h)"
+        return db.execute(f"SELECT {key}, {columns} FROM {table} WHERE {key} = ANY({array})", (text,)).fetchall()
     held = db.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0] or 0  # rows ever entered: an upper bound
     if held <= len(wanted):
         return [row for row in db.execute(f"SELECT {key}, {columns} FROM {table}").fetchall() if row[0] in wanted]
@@ -36,7 +42,7 @@ def matching_rows(db: Database, keys: list, table: str, key: str, columns: str) 
 
 
 #: Band keys asked about in one query (a million rows hold twenty million: as one Python list, about 1.5 GB).
-_KEYS_PER_QUERY = 1 << 20
+_KEYS_PER_QUERY = 1 << 22
 
 
 def near_copies(
