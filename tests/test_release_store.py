@@ -384,3 +384,8 @@ def test_a_release_too_large_for_this_machines_memory_is_refused_before_any_work
     monkeypatch.setattr(transaction, "_available_memory", lambda: estimated_peak(30, rows.data.nbytes) - 1)
     with pytest.raises(MemoryError, match=r"^a release of 30 rows \(0\.0 GB of data\) needs about 0\.5 GB"):
         release_dataset(rows, LabelPipeline(epsilon=1.0))
+    # A few rows selected from a large set are estimated by their own share of its bytes, not the whole table's.
+    large = distinct_pairs(3000, offset=7200)
+    few = large.select(range(0, 3000, 100))  # every 100th row: an indices mapping over the whole table
+    monkeypatch.setattr(transaction, "_available_memory", lambda: estimated_peak(30, large.data.nbytes / 50))
+    assert len(release_dataset(few, LabelPipeline(epsilon=1.0))) == 30

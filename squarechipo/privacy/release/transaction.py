@@ -116,6 +116,13 @@ def estimated_peak(n_rows: int, nbytes: float) -> float:
     return MEMORY_BASE + MEMORY_PER_ROW * n_rows + MEMORY_PER_BYTE * nbytes
 
 
+def _data_bytes(dataset: datasets.Dataset) -> float:
+    """The Arrow bytes of the rows ``dataset`` holds: a selection (``select``, ``shuffle``) keeps the whole table it
+    came from underneath, whose size alone would refuse a small selection of a large set."""
+    table = dataset.data
+    return table.nbytes * len(dataset) / max(1, table.num_rows)
+
+
 def _available_memory() -> float | None:
     """Bytes this machine can still give a process (Linux's MemAvailable), or None where it cannot say."""
     try:
@@ -260,7 +267,7 @@ class _Release:
         # The key that will seal the release, read (and the machine folder checked) before any noise is drawn: a
         # wrong key found after the draw would leave a staged release that a retry refuses.
         signing_key()
-        check_memory(len(self.dataset), self.dataset.data.nbytes)
+        check_memory(len(self.dataset), _data_bytes(self.dataset))
         self._existing = get_ledger(self.dataset)
         _check_not_released(self._existing, self.mechanism, self.options.compose)
         # Raw rows released with OS entropy are what the registry counts (a fixed seed is a simulation).
