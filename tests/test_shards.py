@@ -8,10 +8,14 @@ import shutil
 
 import datasets
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from squarechipo.cli import main
 from squarechipo.data.fingerprint import row_hashes
 from squarechipo.data.validation import copied_rows
+
+_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
 
 
 def _rows_with_copies() -> datasets.Dataset:
@@ -89,3 +93,77 @@ def test_a_saved_split_becomes_contiguous_shards_and_bad_requests_are_one_line(t
     ):
         assert main(["shards", "split", str(tmp_path / "saved"), *argv, "--out", str(tmp_path / "x")]) == 1
         assert said in capsys.readouterr().err
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.tuples(_TEXT, _TEXT, _TEXT).filter(lambda t: t[1] != t[2]), min_size=1, max_size=8),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+)
+def test_a_sketch_carries_no_label_swapping_any_pair_leaves_it_unchanged(triples, swaps):
+    """A shard holds raw labels (the order of chosen and rejected); its sketch leaves the custodian's machine for any
+    engine. Whatever the rows and whichever pairs are swapped, the sketch is the same table."""
+    import pyarrow as pa
+
+    from squarechipo.data.shards import sketch_table
+
+    def table(flip):
+        rows = [(p, r, c) if f else (p, c, r) for (p, c, r), f in zip(triples, flip)]
+        return pa.table({name: [r[i] for r in rows] for i, name in enumerate(("prompt", "chosen", "rejected"))})
+
+    assert sketch_table(table(swaps)).equals(sketch_table(table([False] * 8)))
+
+
+def test_a_sketch_never_overwrites_rows_is_written_whole_and_each_shard_counts_once(tmp_path, capsys, monkeypatch):
+    """Careless and hostile uses: `--out` naming the shard itself or another file of rows; a shard rewritten while it
+    is sketched (its sketch would describe neither version); the same shard's sketch given twice (each row would
+    copy itself); a split into a folder holding an earlier split's extra shards. Each is one line, and nothing is
+    overwritten or left half-written."""
+    import pyarrow.parquet as pq
+
+    from squarechipo.data import shards as shards_module
+
+    rows = _rows_with_copies()
+    shard, other = tmp_path / "part-0.parquet", tmp_path / "other.parquet"
+    rows.select(range(40)).to_parquet(str(shard))
+    rows.select(range(40, 60)).to_parquet(str(other))
+    before = shard.read_bytes()
+    for out, said in ((shard, "the shard itself"), (other, "a file that is not a sketch")):
+        assert main(["shards", "sketch", str(shard), "--out", str(out)]) == 1
+        assert f"{out}: {said}; a sketch is written beside the shards" in capsys.readouterr().err
+    assert shard.read_bytes() == before and pq.read_table(other).num_rows == 20
+    sketch = tmp_path / "s" / "part-0.parquet"
+    assert main(["shards", "sketch", str(shard), "--out", str(sketch)]) == 0
+    assert main(["shards", "sketch", str(shard), "--out", str(sketch)]) == 0  # the same command again: the same sketch
+    assert main(["shards", "copies", str(sketch), str(sketch)]) == 1
+    assert "sketch the same shard: each of its rows would count as a copy of itself" in capsys.readouterr().err
+    older = tmp_path / "s" / "older.parquet"  # a sketch of another shingle hash: its band keys would never meet
+    table = pq.read_table(sketch)
+    about = {**json.loads(table.schema.metadata[shards_module.SKETCH_KEY]), "scheme": "datasketch.sha1-32/1"}
+    pq.write_table(table.replace_schema_metadata({shards_module.SKETCH_KEY: json.dumps(about)}), older)
+    for given_, said in (
+        (other, "not a sketch (no squarechipo.sketch metadata)"),
+        (tmp_path / "none.parquet", "no such sketch; make it with squarechipo shards sketch"),
+        (older, "sketched in datasketch.sha1-32/1, not squarechipo.words-fmix64/1: sketch its shard again"),
+    ):
+        assert main(["shards", "copies", str(given_)]) == 1
+        assert said in capsys.readouterr().err
+
+    real = shards_module.sketch_table
+
+    def while_a_writer_appends(table, first_row=0):  # another process rewrites the shard mid-way
+        rows.select(range(41)).to_parquet(str(shard))
+        return real(table, first_row)
+
+    monkeypatch.setattr(shards_module, "sketch_table", while_a_writer_appends)
+    cut = tmp_path / "s" / "cut.parquet"
+    assert main(["shards", "sketch", str(shard), "--out", str(cut)]) == 1
+    assert "changed while it was sketched: sketch it again" in capsys.readouterr().err
+    assert not cut.exists() and not list((tmp_path / "s").glob(".*partial"))
+
+    datasets.DatasetDict({"train": rows}).save_to_disk(str(tmp_path / "saved"))
+    assert main(["shards", "split", str(tmp_path / "saved"), "--shards", "3", "--out", str(tmp_path / "x")]) == 0
+    assert main(["shards", "split", str(tmp_path / "saved"), "--shards", "3", "--out", str(tmp_path / "x")]) == 0
+    assert main(["shards", "split", str(tmp_path / "saved"), "--shards", "2", "--out", str(tmp_path / "x")]) == 1
+    error = capsys.readouterr().err
+    assert "holds shards of another split" in error and "part-2.parquet" in error

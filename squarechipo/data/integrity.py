@@ -35,6 +35,7 @@ from squarechipo.data.metadata import FOLDER_MARKER
 from squarechipo.data.signing import SigningKeyError, signing_key, trust_is_explicit, verify
 
 __all__ = [
+    "file_sha256",
     "KEY_ENV",
     "MARKER",
     "IntegrityError",
@@ -284,6 +285,15 @@ def _all_strings(column, parts) -> bool:
 
 #: Values of a column turned into text at a time by :func:`_rows_digest` (the whole column's text is never held).
 _DIGEST_CHUNK = 65_536
+
+
+def file_sha256(path) -> str:
+    """The sha256 of a file's bytes (hex), read a block at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _rows_digest(dataset: datasets.Dataset) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +31,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from squarechipo.data.fingerprint import canonical_rows
+from squarechipo.data.integrity import file_sha256
 from squarechipo.data.label_roles import label_free
 from squarechipo.data.near_duplicates import (
+    BANDS,
+    NUM_PERM,
     SCHEME,
     Copy,
     band_key_table,
@@ -47,29 +51,40 @@ __all__ = ["SKETCH_KEY", "ShardCopies", "shard_copies", "sketch_shard", "sketch_
 SKETCH_KEY = b"squarechipo.sketch"
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @label_free("hashes and sketches of each row's canonical content (the responses sorted)")
 def sketch_table(table: pa.Table, first_row: int = 0) -> pa.Table:
     """Each row's number (from ``first_row``), content hash (sha256 of its canonical form), MinHash signature and LSH
     band keys, in :data:`~squarechipo.data.near_duplicates.SCHEME`: the map step, for any engine."""
     rows = canonical_rows(table)
-    marks = signatures(rows, SCHEME)
+    marks = signatures(rows, SCHEME).astype("<u4")
     keys = band_key_table(marks)
+    n = len(rows)
     return pa.table(
         {
-            "row": pa.array(np.arange(first_row, first_row + len(rows), dtype=np.int64)),
+            "row": pa.array(np.arange(first_row, first_row + n, dtype=np.int64)),
             "hash": pa.array([hashlib.sha256(r.encode("utf-8")).digest() for r in rows], pa.binary(32)),
-            "signature": pa.array([m.tobytes() for m in marks.astype("<u4")], pa.binary(marks.shape[1] * 4)),
-            "bands": pa.array(list(keys), pa.list_(pa.int64())),
-        }
+            "signature": pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(NUM_PERM * 4), n, [None, pa.py_buffer(marks.tobytes())]
+            ),
+            "bands": pa.ListArray.from_arrays(
+                pa.array(np.arange(0, n * BANDS + 1, BANDS, dtype=np.int32)), pa.array(keys.ravel())
+            ),
+        },
+        schema=_SKETCH_SCHEMA,
     )
+
+
+_SKETCH_SCHEMA = pa.schema(
+    [("row", pa.int64()), ("hash", pa.binary(32)), ("signature", pa.binary(NUM_PERM * 4)),
+     ("bands", pa.list_(pa.int64()))]
+)  # fmt: skip
+
+
+def _is_sketch(path: Path) -> bool:
+    try:
+        return SKETCH_KEY in (pq.read_schema(path).metadata or {})
+    except (OSError, pa.ArrowInvalid):
+        return False
 
 
 def sketch_shard(source: str | Path, out: str | Path) -> int:
@@ -85,22 +100,25 @@ def sketch_shard(source: str | Path, out: str | Path) -> int:
             f"{source}: not preference rows (columns {sorted(names)}); a shard needs prompt/chosen/rejected or "
             "prompt/responses, as a release does."
         )
+    if out.resolve() == source.resolve() or (out.exists() and not _is_sketch(out)):
+        raise FileExistsError(
+            f"{out}: {'the shard itself' if out.resolve() == source.resolve() else 'a file that is not a sketch'}; "
+            "a sketch is written beside the shards, never over a file of rows: give another --out."
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
+    sha256 = file_sha256(source)
+    about = {"source": str(source.resolve()), "sha256": sha256, "rows": reader.metadata.num_rows, "scheme": SCHEME}
+    partial = out.with_name(f".{out.name}.partial")
     done = 0
-    with pq.ParquetWriter(out.with_suffix(".partial"), _SKETCH_SCHEMA) as writer:
+    with pq.ParquetWriter(partial, _SKETCH_SCHEMA.with_metadata({SKETCH_KEY: json.dumps(about)})) as writer:
         for batch in reader.iter_batches(batch_size=CHUNK_ROWS):
             writer.write_table(sketch_table(pa.Table.from_batches([batch]), done))
             done += batch.num_rows
-    written = pq.read_table(out.with_suffix(".partial"))
-    about = {"source": str(source.resolve()), "sha256": _file_sha256(source), "rows": done, "scheme": SCHEME}
-    pq.write_table(written.replace_schema_metadata({SKETCH_KEY: json.dumps(about)}), out)
-    out.with_suffix(".partial").unlink()
+    if file_sha256(source) != sha256 or done != about["rows"]:
+        partial.unlink()
+        raise ValueError(f"{source} changed while it was sketched: sketch it again once nothing writes to it.")
+    os.replace(partial, out)  # whole or not at all: a sketch cut off midway is never read as one
     return done
-
-
-_SKETCH_SCHEMA = pa.schema(
-    [("row", pa.int64()), ("hash", pa.binary(32)), ("signature", pa.binary(512)), ("bands", pa.list_(pa.int64()))]
-)
 
 
 @dataclass(frozen=True)
@@ -129,6 +147,12 @@ def _shards(sketches: list[Path], rows_dir: Path | None) -> list[_Shard]:
         if about["scheme"] != SCHEME:
             raise ValueError(f"{sketch}: sketched in {about['scheme']}, not {SCHEME}: sketch its shard again.")
         source = Path(about["source"]) if rows_dir is None else rows_dir / Path(about["source"]).name
+        twice = next((s.sketch for s in found if s.sha256 == about["sha256"]), None)
+        if twice is not None:
+            raise ValueError(
+                f"{sketch} and {twice} sketch the same shard: each of its rows would count as a copy of itself. "
+                "Give each shard's sketch once."
+            )
         found.append(_Shard(sketch, source, about["sha256"], about["rows"], offset))
         offset += about["rows"]
     return found
@@ -181,7 +205,7 @@ def _reader(shards: list[_Shard]):
                     f"{shard.source}: the shard {shard.sketch} was made from is not there; give the folder that holds "
                     "the shards with --rows DIR."
                 )
-            if _file_sha256(shard.source) != shard.sha256:
+            if file_sha256(shard.source) != shard.sha256:
                 raise ValueError(
                     f"{shard.source} is not the shard {shard.sketch} was made from (its sha256 differs): sketch it "
                     "again."

@@ -71,6 +71,13 @@ def _split(args: argparse.Namespace) -> int:
     if not 1 <= args.shards <= len(data):
         raise ValueError(f"--shards must be from 1 to the {len(data):,} rows of {args.dataset} (got {args.shards}).")
     out = Path(args.out)
+    written = {f"part-{index}.parquet" for index in range(args.shards)}
+    stale = sorted(str(f) for f in out.glob("part-*.parquet") if f.name not in written)
+    if stale:  # a glob of the folder would read them as shards of this split
+        raise FileExistsError(
+            f"{out} holds shards of another split ({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''}): give "
+            "an empty folder, or remove them first."
+        )
     out.mkdir(parents=True, exist_ok=True)
     datasets.disable_progress_bars()
     for index in range(args.shards):

@@ -8,10 +8,9 @@ each subject's digest first, as Sigstore's verify does: a record beside weights 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-from squarechipo.data.integrity import IntegrityError, Seal, check_seal
+from squarechipo.data.integrity import IntegrityError, Seal, check_seal, file_sha256
 from squarechipo.data.signing import SigningKeyError, key_id_of, parse_public_key, trusted_keys, verify_with
 
 __all__ = ["check_record_seal", "check_subjects", "model_files", "model_subjects"]
@@ -38,14 +37,6 @@ def model_files(folder: Path) -> list[Path]:
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 #: Digests this process wrote records with, by the file's identity and state (inode, size, change and modification
 #: times): a run writes its record twice at its end (the card, then the save) and once per checkpoint, and a weight
 #: file is gigabytes. Only the writer reuses one; every check reads the file again.
@@ -56,7 +47,7 @@ def _written_digest(path: Path) -> str:
     info = path.stat()
     key = (str(path.resolve()), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     if key not in _WRITTEN:
-        _WRITTEN[key] = _sha256(path)
+        _WRITTEN[key] = file_sha256(path)
     return _WRITTEN[key]
 
 
@@ -81,7 +72,7 @@ def check_subjects(values: dict, folder: Path, where: str, *, required: bool = F
     named = {entry["name"]: entry["digest"]["sha256"] for entry in stated}
     present = {item.name: item for item in model_files(folder)}
     missing, extra = sorted(set(named) - set(present)), sorted(set(present) - set(named))
-    changed = sorted(n for n in set(named) & set(present) if _sha256(present[n]) != named[n])
+    changed = sorted(n for n in set(named) & set(present) if file_sha256(present[n]) != named[n])
     if missing or extra or changed:
         what = "; ".join(
             f"{label} {names}"
