@@ -114,7 +114,7 @@ def main() -> None:
                 figures = run(target, args.rows, args.earlier)
             finally:
                 if server is not None:
-                    server.stop("fast")
+                    server.close()
             print(
                 f"{engine}: {args.earlier} earlier releases of {args.rows:,} rows entered in {figures['fill']:.1f} s; "
                 f"one more entered in {figures['enter']:.1f} s; {args.rows:,} new rows checked against all "

@@ -27,7 +27,22 @@ if [ "$COMPILE" != all ] && [ "$COMPILE" != imports ]; then
   exit 2
 fi
 INSTALL=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+# Free disk, checked before a new venv is made: pip stops part-way with "[Errno 28] No space left on device" and a
+# half-installed venv otherwise. A venv with the dev extras takes 2.0 GB here; pip unpacks and builds in TMPDIR.
+need_free() {  # folder, MB, the variable that moves it
+  local folder=$1
+  while [ ! -d "$folder" ]; do folder=$(dirname "$folder"); done
+  local have
+  have=$(df -Pm "$folder" | awk 'NR == 2 { print $4 }')
+  if [ "$have" -lt "$2" ]; then
+    echo "install.sh: $folder has $have MB free and a new venv needs about $2 MB there; free some space or set" \
+      "$3 to a folder on a disk with more" >&2
+    exit 1
+  fi
+}
 if [ ! -x "$VENV/bin/python" ]; then
+  need_free "$VENV" 3000 SQUARECHIPO_VENV
+  need_free "${TMPDIR:-/tmp}" 1000 TMPDIR
   echo "[install] creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
+from tests.helpers import session_tmp as _session_tmp
 from tests.helpers.models import make_tiny_model
 
 # --------------------------------------------------------------------------- models and data
@@ -23,6 +26,14 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")  # as the launch tests se
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
+# Everything a test session writes to temporary folders (its registries and keys below, pytest's tmp_path, the servers
+# and processes tests start, which inherit TMPDIR) lies in one folder of the session's own, removed when the session
+# ends: runs of the suite left gigabytes of PostgreSQL data folders and registries behind, until a later install ran
+# out of disk. A folder left by a session that was killed is removed by the next (its process is gone).
+_session_tmp.sweep(tempfile.gettempdir())
+_SESSION_TMP = _session_tmp.make(tempfile.gettempdir())
+os.environ["TMPDIR"] = tempfile.tempdir = _SESSION_TMP
+atexit.register(shutil.rmtree, _SESSION_TMP, True)
 # This machine's registry of releases (squarechipo.privacy.release.registry) refuses a second release of the same rows.
 # The tests release the same finance rows in many tests, so each test, and each test session (module fixtures, the
 # processes tests start), gets a registry of its own instead of the user's.
@@ -149,9 +160,4 @@ def postgres():
         pytest.skip(why)
     server = helper.start_server()
     yield server
-    try:
-        server.stop("immediate")
-    finally:
-        import shutil
-
-        shutil.rmtree(server.folder, ignore_errors=True)
+    server.close("immediate")

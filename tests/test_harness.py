@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -107,3 +108,66 @@ def test_any_list_with_an_undeclared_extra_is_refused_naming_the_first(items):
     done = subprocess.run(["bash", "scripts/install.sh"], cwd=root, env=env, capture_output=True, text=True)
     assert done.returncode == 2 and not done.stdout, done.stdout
     assert done.stderr.startswith(f"SQUARECHIPO_EXTRAS: no extra '{bad}' in pyproject.toml")
+
+
+def _small_disk(folder):
+    """A 16 MB tmpfs at ``folder`` (needs the right to mount, as root has on these machines)."""
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"no tmpfs can be mounted here: {done.stderr.decode().strip()}")
+
+
+@pytest.mark.parametrize("variable", ["SQUARECHIPO_VENV", "TMPDIR"])
+def test_the_installer_refuses_a_disk_too_small_for_a_new_venv_before_it_installs(tmp_path, variable):
+    """pip stops part-way with "No space left on device" and leaves half a venv; the installer measures the free
+    space where the venv and pip's temporary files go first, and names the folder, what it has and the variable."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    small = tmp_path / "small"
+    _small_disk(small)
+    try:
+        on_small = variable == "SQUARECHIPO_VENV"
+        venv = (small if on_small else tmp_path) / "venv"
+        env = {**os.environ, "SQUARECHIPO_VENV": str(venv), "TMPDIR": str(tmp_path if on_small else small)}
+        done = subprocess.run(["bash", "scripts/install.sh"], cwd=root, env=env, capture_output=True, text=True)
+        assert done.returncode == 1 and not done.stdout and not venv.exists(), done
+        assert done.stderr.splitlines() == [
+            f"install.sh: {small} has 16 MB free and a new venv needs about "
+            f"{3000 if on_small else 1000} MB there; free some space or set {variable} to a "
+            "folder on a disk with more"
+        ]
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+def test_a_test_session_sweeps_the_temporary_folders_of_sessions_that_were_killed(tmp_path):
+    """tests/helpers/session_tmp.py: a folder whose session's process has ended is removed, a live one is kept."""
+    from tests.helpers import session_tmp
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    dead = tmp_path / f"sqct-{ended.pid}-abc"
+    (dead / "pg").mkdir(parents=True)
+    live = session_tmp.make(str(tmp_path))
+    other = tmp_path / "sqct-notapid"
+    other.mkdir()
+    assert session_tmp.sweep(str(tmp_path)) == [str(dead)]
+    assert not dead.exists() and os.path.isdir(live) and other.exists()
+
+
+def test_a_test_session_leaves_nothing_in_the_temporary_folder(tmp_path):
+    """Every session's temporary files (registries, keys, tmp_path, servers' folders) lie in one folder of its own,
+    removed when it ends: runs of the suite once filled the disk."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    node = "tests/test_harness.py::test_a_test_session_sweeps_the_temporary_folders_of_sessions_that_were_killed"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", node],
+        cwd=root, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert list(tmp_path.iterdir()) == []

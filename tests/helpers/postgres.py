@@ -56,6 +56,13 @@ class Server:
     def stop(self, mode: str = "fast") -> None:
         self._ctl("stop", "-m", mode, "-w")
 
+    def close(self, mode: str = "fast") -> None:
+        """Stop the server and remove its folder (a benchmark's data folder holds gigabytes)."""
+        try:
+            self.stop(mode)
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
 
 def available() -> str | None:
     """Why no server can start here, or None."""
