@@ -65,6 +65,7 @@ declare -A TESTS=(
   [squarechipo/reproduce/study/cells.py]="tests/test_study.py tests/test_trainer.py"
   [squarechipo/reproduce/study/shared_setup.py]="tests/test_study.py"
   [squarechipo/reproduce/study/closure.py]="tests/test_study.py"
+  [squarechipo/reproduce/study/verdicts.py]="tests/test_readings.py"
   [squarechipo/reproduce/study/training.py]="tests/test_study.py"
 )
 # Extra pytest arguments per module: the study's modules skip its whole-protocol test (two minutes a mutant); its

@@ -11,11 +11,16 @@ version's CHANGELOG entries) says only what the studies' records back.
   a printed reading such as "better than SFT") and code are not statements.
 - "Reversed" appears only beside a reversed claim's figure (or in a count of verdicts).
 - A model's estimate (the rows-needed crossing) is called an estimate.
-- The README's results section counts the studies and their claims by verdict as their summaries do.
+- The README's verdicts are a block generated from every study's summary (``python -m squarechipo.reproduce study
+  verdicts``), checked byte for byte, over exactly the studies with a block in docs/results.md.
+- By construction rather than by words: a statement that quotes a claim's own figure (its paired value or interval
+  bounds, naming the methods it compares there or in the statement before) states that claim's verdict and no other,
+  whatever verb it compares with. A statement with no figure is left to the decision words.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -105,6 +110,7 @@ def unbacked(paragraph: str, values: list[float]) -> list[str]:
 STUDIES = sorted(readings())
 
 
+@functools.cache
 def summary(study: str) -> dict:
     return json.loads((ROOT / "results" / study / "summary.json").read_text(encoding="utf-8"))
 
@@ -124,7 +130,7 @@ def units(text: str) -> list[str]:
     text (a claim's name, a printed reading) and table rows' cell borders taken out."""
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
     text = re.sub(r"(?m)^#+ .*$", " ", text)  # headings name a topic (often a question), they state nothing
-    text = re.sub(r"<!-- study:[^>]*begin.*?<!-- study:[^>]*end -->", " ", text, flags=re.S)
+    text = re.sub(r"<!-- (?:study|verdicts):[^>]*begin.*?<!-- (?:study|verdicts):[^>]*end -->", " ", text, flags=re.S)
     text = re.sub(r"`[^`]*`", " ", text.replace("\n", " "))
     text = re.sub(r"\"[^\"]*\"|“[^”]*”", " ", text).replace("|", ". ")
     text = re.sub(r"\b(et al|e\.g|i\.e|vs|Alg|App|Eq|Sec|Fig)\.", r"\1", text)  # abbreviations end no sentence
@@ -148,12 +154,14 @@ def _records(value, found: list[list[float]], top: bool = True) -> list[float]:
     return _numbers(value, [])
 
 
+@functools.cache
 def records(study: str) -> list[list[float]]:
     found: list[list[float]] = []
     _records(summary(study), found)
     return found
 
 
+@functools.cache
 def design_values(study: str) -> list[float]:
     """The numbers of a study's design: its YAML file, or the built-in design (the first study's)."""
     design = ROOT / "recipes" / "studies" / f"{study}.yaml"
@@ -264,6 +272,82 @@ def unnamed_estimates(unit: str, studies: list[str]) -> list[str]:
     ]
 
 
+#: A verdict as prose states it, by kind (squarechipo.reproduce.study.verdicts.KINDS).
+VERDICT_WORDS = {
+    "holds": r"\bholds?\b",
+    "reversed": r"\breversed\b",
+    "not decided": r"\b(?:not|un)\s*-?decided\b|\bno claim (?:is|was) decided\b|\bnone of\b.*?\b(?:is|was) decided\b",
+    "not tested": r"\bnot tested\b",
+}
+_CLAIM_FIGURES = ("mean", "low", "high", "low_holm", "high_holm")  # p-values: raw_p_values
+
+
+#: What a claim compares: the methods and label orders its name gives.
+ARMS = ("Square-χPO", "χPO", "rDPO", "DPO", "CTL", "LTC")
+
+
+def _sides(text: str) -> set[str]:
+    return {arm for arm in ARMS if re.search(rf"(?<![\w-]){re.escape(arm)}(?![\w-])", text)}
+
+
+def quoted_claims(unit: str, studies: list[str], named: set[str] | None = None) -> list[dict]:
+    """The claims ``unit`` quotes: it names every method (and label order) the claim compares and one of the claim's
+    own figures (paired value, interval bounds) at its written precision, written to two decimals or more (a design
+    value or a convention is no quote). ``named``: the methods named, if not only ``unit``'s."""
+    fixed = [v for study in studies for v in design_values(study)] + CONVENTIONS
+    figures = [
+        t
+        for t in NUMBER.findall(CITATION_YEAR.sub("", unit))
+        if not t.endswith("%") and len(t.partition(".")[2]) >= 2 and unbacked(t, fixed)
+    ]  # fmt: skip  (claims' differences are written to 0.01 in points or r*; a share in per cent is none)
+    found = []
+    for study in studies:
+        for claim in summary(study)["claims"]:
+            values = [claim[k] for k in _CLAIM_FIGURES if isinstance(claim.get(k), float) and math.isfinite(claim[k])]
+            if any(not unbacked(t, values) for t in figures) and _sides(claim["claim"]) <= (named or _sides(unit)):
+                found.append(claim)
+    return found
+
+
+def misread_verdicts(unit: str, studies: list[str], before: str = "") -> list[str]:
+    """A statement that quotes a claim's figure must state that claim's verdict, and no verdict no quoted claim has:
+    in whatever words it compares, a figure of a claim carries the claim's decision with it. The methods a claim
+    compares may be named in the statement ``before`` it ("DPO moved ...; it ended 0.38 r* below ...")."""
+    from squarechipo.reproduce.study.verdicts import kind
+
+    quoted = quoted_claims(unit, studies, named=_sides(unit) | _sides(before))
+    if not quoted:
+        return []
+    kinds = {kind(c["verdict"]) for c in quoted}
+    said = {k for k, pattern in VERDICT_WORDS.items() if re.search(pattern, unit, re.IGNORECASE)}
+    problems = [f"states {k!r}, which no quoted claim has" for k in sorted(said - kinds)]
+    if not said & kinds:
+        problems.append(
+            f"quotes {', '.join(c['claim'] for c in quoted)} without its verdict ({', '.join(sorted(kinds))})"
+        )
+    return problems
+
+
+def misread_statements(text: str) -> list[tuple[str, list[str]]]:
+    """(statement, problems) for each statement of ``text`` that quotes a claim without its verdict."""
+    found, before = [], ""
+    for unit in units(text):
+        if problems := misread_verdicts(unit, STUDIES, before):
+            found.append((unit, problems))
+        before = unit
+    return found
+
+
+#: docs/lab.md reports the simulation lab's own claims (closed-form instances, not the studies'): its figures are
+#: the lab's records', read by tests/test_sim.py.
+@pytest.mark.parametrize("page", sorted(set(prose()) - {"docs/lab.md"}))
+def test_a_sentence_that_quotes_a_claims_figure_states_its_verdict(page):
+    """By construction rather than by a word list: whatever words compare two methods, a sentence that gives a
+    claim's paired figure (naming the methods it compares) states the verdict the claim's record gives, and no other.
+    "Square-χPO edged out DPO by 0.38 r*" fails whatever its verb, as does "holds" beside an undecided claim."""
+    assert not misread_statements(prose()[page])
+
+
 def _reading_units() -> list[tuple[str, str, list[str]]]:
     """(where, statement, studies it may draw on): each study reading's statements, then the README's results."""
     found = [(f"docs/results.md ({study})", u, [study]) for study, text in readings().items() for u in units(text)]
@@ -314,11 +398,24 @@ def _caught(page: str, study: str | None, sentence: str) -> bool:
     scoped = page == "README.md" or study is not None  # the README's results and the readings hold figures too
     figure_checks = [mixed_records(u, studies) or unnamed_estimates(u, studies) for u in units(sentence)]
     return bool(
-        undecided_findings(sentence, STUDIES)
+        misread_statements(sentence)
+        or undecided_findings(sentence, STUDIES)
         or any(raw_p_values(u, STUDIES) for u in units(sentence))
         or misplaced_reversals(sentence, STUDIES)
         or (scoped and any(figure_checks))
     )
+
+
+#: Overclaims in words no list holds, each quoting a claim's figure: the verdict check refuses them whatever the verb.
+#: A sentence with no figure that names no decided claim is left to the decision words above.
+OVERCLAIMS += [
+    ("docs/results.md", "overoptimisation_beta", "At epoch 32 DPO at β 0.025 trailed DPO at β 0.05 by 0.38 r*."),
+    ("README.md", None, "Square-χPO edged past χPO under LTC (+1.92 points)."),
+    ("CHANGELOG.md", None, "Square-χPO and DPO were level under CTL at ε = 0.5 (−0.02 points), a tie."),
+    ("docs/study.md", None, "χPO landed 1.37 r* under DPO at epoch 16, which holds."),
+    ("docs/training.md", None, "DPO slipped by 0.48 r* at β 0.025 (holds)."),
+    ("README.md", None, "With 512 private rows Square-χPO is far ahead of DPO: [+3.41, +8.14]; it is not decided."),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("page, study, sentence", OVERCLAIMS)
@@ -330,17 +427,15 @@ def test_the_checks_accept_what_the_records_back():
     """The other side: sentences the records back pass every check."""
     fine = [
         ("overoptimisation_beta", "At epoch 32 it was 0.38 r* below DPO at β 0.05, [−0.10, +0.86] at Holm's level "
-         "(p 0.0922 after Holm; not decided, MDE 0.62)."),
+         "(p 0.0922 after Holm, not decided, MDE 0.62)."),
         ("rows_needed", "Square-χPO ≥ DPO at 512 private rows holds: +5.78 points [+3.41, +8.14]."),
         ("rows_needed", "One model's estimate of the rows that keep the clean gain is 435."),
         ("overoptimisation_beta", "The raw p was 0.031; after Holm, 0.0922."),
+        ("rows_needed", "Square-χPO ended above DPO at 512 private rows by +5.78 points, which holds."),
+        ("overoptimisation", "χPO ended 1.37 r* below DPO at epoch 16: the claim is reversed."),
     ]  # fmt: skip
     for study, sentence in fine:
         assert not _caught("docs/results.md", study, sentence), sentence
-
-
-#: Numbers the README writes as words.
-NUMBER_WORDS = {"four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
 
 
 def readme_results() -> str:
@@ -350,33 +445,51 @@ def readme_results() -> str:
     return text[start : text.index("\n## ", start + 1)]
 
 
-def verdict_counts(studies: list[str]) -> dict[str, int]:
-    """Claims of these studies by verdict: holds, reversed, not decided, not tested."""
-    counts = dict.fromkeys(("holds", "reversed", "not decided", "not tested"), 0)
-    for study in studies:
-        for claim in json.loads((ROOT / "results" / study / "summary.json").read_text(encoding="utf-8"))["claims"]:
-            counts[next(kind for kind in counts if claim["verdict"].startswith(kind))] += 1
-    return counts
+def test_the_readmes_verdicts_are_generated_from_every_studys_record(tmp_path, capsys):
+    """The README's verdicts block is what the documented command writes from the committed summaries (run here on a
+    copy, byte for byte); it covers exactly the studies with a block in docs/results.md; the prose around it quotes
+    only figures the records hold. Re-running or adding a study without regenerating the block fails here."""
+    from squarechipo.reproduce.cli import main
+    from squarechipo.reproduce.study.verdicts import studies
+
+    copy = tmp_path / "README.md"
+    copy.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
+    main(["study", "verdicts", "--results", str(ROOT / "results" / "study"), "--readme", str(copy)])
+    assert copy.read_text(encoding="utf-8") == (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "31 claims" in capsys.readouterr().out
+    assert studies(ROOT / "results") == sorted(readings())
+    section = readme_results()
+    assert not unbacked(re.sub(r"<!-- verdicts:begin.*?verdicts:end -->", " ", section, flags=re.S),
+                        [v for study in STUDIES for v in backing(study)])  # fmt: skip
 
 
-def test_the_readme_results_count_the_committed_verdicts_and_quote_their_figures():
-    """The README's headline counts the studies with a block in docs/results.md and their claims by verdict as
-    their summaries do, and every figure it quotes is in one of them: adding a study, or re-running one, without
-    updating the headline fails here."""
-    section, studies = readme_results(), sorted(readings())
-    counts = verdict_counts(studies)
-    stated = re.search(r"(\w+) pre-registered studies", section)
-    assert stated and NUMBER_WORDS.get(stated.group(1).lower()) == len(studies), stated
-    tally = re.search(
-        r"Of their (\d+) claims.*?(\d+) holds?, (\d+) (?:is|are) reversed, (\d+) (?:is|are) not decided.*?"
-        r"(\d+) (?:was|were) not tested",
-        section,
-        re.DOTALL,
+def test_the_verdicts_block_counts_every_kind_and_refuses_a_verdict_it_does_not_know(tmp_path):
+    """The block's tally and lines for records built here: one claim of each kind, then a verdict nobody writes."""
+    from squarechipo.reproduce.study.verdicts import verdicts_block
+
+    def claim(name, verdict, mean):
+        return {"claim": name, "verdict": verdict, "metric": "gold_gain", "n": 3, "mean": mean, "low": mean - 1,
+                "high": mean + 1, "low_holm": mean - 2, "high_holm": mean + 2, "p_holm": 0.01}  # fmt: skip
+
+    made = [claim("A ≥ B", "holds", 1.5), claim("C ≥ D", "reversed", -0.25), claim("E", "not decided at MDE 1", 0.1)]
+    made.append(claim("F", "not tested: an arm was cut", float("nan")))
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "summary.json").write_text(json.dumps({"claims": made}), encoding="utf-8")
+    block = verdicts_block(tmp_path).splitlines()
+    assert block[0] == (
+        "One pre-registered study, 4 claims, decided with Holm's procedure within each study: 1 holds, "
+        "1 is reversed, 1 is not decided at the effect sizes the budgets could detect, 1 was not tested."
     )
-    assert tally, section
-    assert tuple(map(int, tally.groups())) == (sum(counts.values()), *counts.values())
-    figures = [float(n) for n in (len(studies), *counts.values(), sum(counts.values()))]
-    assert not unbacked(section, [v for study in studies for v in backing(study)] + figures)
+    assert block[2:] == [
+        "- **holds** (one, 3 paired seeds): A ≥ B: +1.50 r* [+0.50, +2.50] (95% t), [−0.50, +3.50] at Holm's level, "
+        "p 0.01 after Holm",
+        "- **reversed** (one, 3 paired seeds): C ≥ D: −0.25 r* [−1.25, +0.75] (95% t), [−2.25, +1.75] at Holm's "
+        "level, p 0.01 after Holm",
+    ]  # fmt: skip
+    made[0]["verdict"] = "probably holds"
+    (tmp_path / "one" / "summary.json").write_text(json.dumps({"claims": made}), encoding="utf-8")
+    with pytest.raises(ValueError, match="verdict 'probably holds' is none of holds, reversed"):
+        verdicts_block(tmp_path)
 
 
 @pytest.mark.parametrize(

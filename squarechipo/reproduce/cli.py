@@ -67,11 +67,16 @@ def main(argv: list[str] | None = None, prog: str = "squarechipo reproduce") -> 
         description=STUDY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    study.add_argument("step", choices=["pilot", "amend", "main", "report", "close"])
+    study.add_argument("step", choices=["pilot", "amend", "main", "report", "close", "verdicts"])
     study.add_argument("--design", default=None, help="YAML file of StudyDesign fields (default: the built-in design)")
     study.add_argument("--out", default="outputs/study", help="work folder: models, releases, samples (not committed)")
     study.add_argument("--results", default="results/study", help="small records to commit (default results/study)")
-    study.add_argument("--readme", default=None, help="with report: rewrite this file's study block")
+    study.add_argument(
+        "--readme",
+        default=None,
+        help="with report: rewrite this file's study block; with verdicts: its verdicts block, from every study "
+        "beside --results",
+    )
     study.add_argument(
         "--reason",
         default=None,

@@ -1,4 +1,5 @@
-"""The steps of ``python -m squarechipo.reproduce study``: pilot (with the power step), amend, main, report, close."""
+"""The steps of ``python -m squarechipo.reproduce study``: pilot (with the power step), amend, main, report, close,
+and verdicts (every study's, for the README)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ from squarechipo.reproduce.study.report import (
 )
 from squarechipo.reproduce.study.reuse import cell_name
 from squarechipo.reproduce.study.runner import Study
+from squarechipo.reproduce.study.verdicts import update_verdicts, verdicts_block
 
-__all__ = ["amend_plan", "pilot", "main_run", "report", "run_step"]
+__all__ = ["amend_plan", "pilot", "main_run", "report", "run_step", "verdicts"]
 
 
 def pilot(study: Study) -> dict:
@@ -125,7 +127,17 @@ def report(study: Study, readme: str | None = None) -> dict:
     return summary
 
 
+def verdicts(root: Path, readme: str | None) -> None:
+    """Print the verdicts of every study under ``root``; with ``readme``, rewrite that file's verdicts block."""
+    print(verdicts_block(root))
+    if readme:
+        update_verdicts(Path(readme), root)
+
+
 def run_step(args) -> None:
+    if args.step == "verdicts":
+        verdicts(Path(args.results).parent, args.readme)
+        return
     design: StudyDesign = load_design(args.design)
     study = Study(design, args.out, args.results, allow_emulated_bf16=args.allow_emulated_bf16)
     if args.step in ("pilot", "main"):
