@@ -348,6 +348,14 @@ def test_a_sentence_that_quotes_a_claims_figure_states_its_verdict(page):
     assert not misread_statements(prose()[page])
 
 
+def test_no_docstring_or_comment_quotes_a_claims_figure_without_its_verdict():
+    """The same rule in the package's and the benchmarks' docstrings and comments."""
+    from tests.helpers.prose import SOURCES, source_prose
+
+    bad = [(path, found) for path in SOURCES if (found := misread_statements(source_prose(ROOT / path)))]
+    assert not bad, bad
+
+
 def _reading_units() -> list[tuple[str, str, list[str]]]:
     """(where, statement, studies it may draw on): each study reading's statements, then the README's results."""
     found = [(f"docs/results.md ({study})", u, [study]) for study, text in readings().items() for u in units(text)]

@@ -9,18 +9,16 @@ are checked byte for byte by their own tests.
 
 from __future__ import annotations
 
-import ast
-import io
 import json
 import re
-import tokenize
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.prose import SOURCES, source_prose
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")), "CHANGELOG.md"]
-SOURCES = sorted(str(p.relative_to(ROOT)) for d in ("squarechipo", "benchmarks") for p in (ROOT / d).rglob("*.py"))
 RECORD = re.compile(r"(results/[\w./\-]+\.(?:txt|json|jsonl|csv|md))")
 NUMBER = re.compile(r"(?<![\w.\-/])[+−-]?\d+(?:[.,]\d+)*%?(?!\w)")
 DURATION = re.compile(r"\b(\d+) min (\d+) s\b")
@@ -75,24 +73,6 @@ def sentences(text: str) -> list[str]:
     return found
 
 
-def _source_prose(path: Path) -> str:
-    """A Python file's docstrings and comments, one paragraph each."""
-    source = path.read_text(encoding="utf-8")
-    found = [
-        ast.get_docstring(node) or ""
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-    ]
-    comments, block = [], []
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            block.append(token.string.lstrip("#:").strip())
-        elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT) and block:
-            comments.append(" ".join(block))
-            block = []
-    return "\n\n".join(found + comments)
-
-
 def unbacked(text: str) -> list[str]:
     """The sentences of ``text`` naming a committed record with a figure that record does not hold."""
     problems = []
@@ -110,7 +90,7 @@ def unbacked(text: str) -> list[str]:
 @pytest.mark.parametrize("page", PAGES + [s for s in SOURCES if "results/" in (ROOT / s).read_text(encoding="utf-8")])
 def test_a_sentence_naming_its_record_states_only_that_records_figures(page):
     path = ROOT / page
-    text = _source_prose(path) if path.suffix == ".py" else path.read_text(encoding="utf-8")
+    text = source_prose(path) if path.suffix == ".py" else path.read_text(encoding="utf-8")
     assert not unbacked(text), "\n".join(unbacked(text))
 
 
