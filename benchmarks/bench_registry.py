@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--url", default=None, help="a PostgreSQL database of your own (default: a temporary server)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        from squarechipo.data.signing import generate_key_pair
+        from squarechipo.trust.keys import generate_key_pair
 
         os.environ["SQUARECHIPO_SIGNING_KEY"] = str(Path(tmp) / "custodian.pem")  # signs the budget
         os.environ.pop("SQUARECHIPO_TRUSTED_KEYS", None)

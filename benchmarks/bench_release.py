@@ -157,9 +157,9 @@ def ledger_figures(released: datasets.Dataset) -> dict[str, float]:
     import json
 
     from squarechipo.data import metadata
-    from squarechipo.data.integrity import seal
     from squarechipo.privacy.ledger.binding import check_rows
     from squarechipo.privacy.ledger.records import PrivacyLedger, _sealed_view
+    from squarechipo.trust.seals import seal
 
     block = metadata.read_block(released)
     record = json.loads(block)
@@ -244,8 +244,8 @@ def main() -> None:
         print("\n".join(compare_minhash(args.compare_minhash)), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "SQUARECHIPO_SIGNING_KEY": str(Path(tmp) / "custodian.pem")}
-        from squarechipo.data.signing import generate_key_pair
         from squarechipo.privacy.release.registry import init_registry
+        from squarechipo.trust.keys import generate_key_pair
 
         generate_key_pair(Path(tmp) / "custodian.pem")
         peaks = []

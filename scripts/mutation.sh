@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing (mutmut) of every module of privacy/, data/ and reproduce/study/, and of the losses, the selector
+# Mutation testing (mutmut) of every module of trust/, privacy/, data/ and reproduce/study/, and of the losses, the selector
 # and the statistics, each against the fastest test files that cover it (tests/test_architecture.py keeps the table
 # complete). Outside the ten-minute suite: `bash scripts/mutation.sh` runs every module in
 # the table below, `bash scripts/mutation.sh squarechipo/losses.py` one. It works in a copy of the working tree under
@@ -45,7 +45,6 @@ declare -A TESTS=(
   [squarechipo/data/near_duplicates.py]="tests/test_near_duplicates.py"
   [squarechipo/data/row_scan.py]="tests/test_near_duplicates.py tests/test_release.py"
   [squarechipo/data/shards.py]="tests/test_shards.py"
-  [squarechipo/data/signing.py]="tests/test_signing.py tests/test_integrity.py tests/test_provenance.py"
   [squarechipo/data/store.py]="tests/test_registry.py tests/test_team_registry.py tests/test_lineage.py tests/test_provenance.py"
   [squarechipo/data/text.py]="tests/test_reward_trainer.py tests/test_evaluation.py"
   [squarechipo/data/validation.py]="tests/test_validation.py"
@@ -65,6 +64,9 @@ declare -A TESTS=(
   [squarechipo/reproduce/study/cells.py]="tests/test_study.py tests/test_trainer.py"
   [squarechipo/reproduce/study/shared_setup.py]="tests/test_study.py"
   [squarechipo/reproduce/study/closure.py]="tests/test_study.py"
+  [squarechipo/trust/keys.py]="tests/test_signing.py tests/test_integrity.py tests/test_provenance.py"
+  [squarechipo/trust/machine.py]="tests/test_provenance.py tests/test_registry.py tests/test_signing.py"
+  [squarechipo/trust/seals.py]="tests/test_integrity.py tests/test_ledger.py tests/test_trust_boundary.py"
   [squarechipo/reproduce/study/verdicts.py]="tests/test_readings.py"
   [squarechipo/reproduce/study/training.py]="tests/test_study.py"
 )

@@ -42,7 +42,7 @@ os.environ["SQUARECHIPO_RELEASE_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefi
 # Likewise the store of privacy records and weight sketches (squarechipo.privacy.provenance.record), which the lineage
 # guard matches models to: a session never sees the records of earlier sessions or of the user's own runs.
 os.environ["SQUARECHIPO_RECORD_STORE"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-records-"), "r.sqlite")
-# Likewise the key that signs releases and model records (squarechipo.data.signing): one generated for the session,
+# Likewise the key that signs releases and model records (squarechipo.trust.keys): one generated for the session,
 # never the machine's own (~/.squarechipo), and no trusted-keys list (one person holds both roles, as on a laptop).
 os.environ["SQUARECHIPO_SIGNING_KEY"] = os.path.join(tempfile.mkdtemp(prefix="squarechipo-key-"), "signing.pem")
 os.environ.pop("SQUARECHIPO_TRUSTED_KEYS", None)
@@ -89,8 +89,8 @@ def _frozen_imports():
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_release_registry():
-    from squarechipo.data.signing import generate_key_pair
     from squarechipo.privacy.release.registry import init_registry
+    from squarechipo.trust.keys import generate_key_pair
 
     generate_key_pair(os.environ["SQUARECHIPO_SIGNING_KEY"])
     init_registry(os.environ["SQUARECHIPO_RELEASE_REGISTRY"])
@@ -98,10 +98,10 @@ def _session_release_registry():
 
 @pytest.fixture(autouse=True)
 def _own_machine_folder(monkeypatch, tmp_path_factory):
-    """squarechipo.data.store.machine_dir (the machine's registry, record store and key) is a folder of the test's
+    """squarechipo.trust.machine.machine_dir (the machine's registry, record store and key) is a folder of the test's
     own: a test that unsets a variable above never reads or writes the user's ~/.squarechipo."""
     folder = tmp_path_factory.mktemp("machine") / ".squarechipo"
-    monkeypatch.setattr("squarechipo.data.store.machine_dir", lambda: folder)
+    monkeypatch.setattr("squarechipo.trust.machine.machine_dir", lambda: folder)
 
 
 @pytest.fixture(autouse=True)

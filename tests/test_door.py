@@ -23,11 +23,12 @@ import torch
 
 import squarechipo
 from squarechipo.data import metadata
-from squarechipo.data.integrity import MARKER, IntegrityError
+from squarechipo.data.integrity import MARKER
 from squarechipo.data.label_roles import label_role
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.trainer.private_base import PrivateTrainerMixin
+from squarechipo.trust.seals import IntegrityError
 from tests.helpers.rows import distinct_pairs, plan_rows
 from tests.helpers.runs import SingleProcessState, train_tiny
 
@@ -223,7 +224,7 @@ def test_the_trainers_refuse_raw_labels_on_every_path(trainer_parts, tokenizer):
     with pytest.raises(RawLabelsError, match=r"training labels are raw \(a IterableDataset carries no ledger\)"):
         trainer_parts(streamed)
     tokenised = released.map(lambda row: {"prompt_ids": [1, 2], "chosen_ids": [3], "rejected_ids": [4]})
-    from squarechipo.data.integrity import IntegrityError
+    from squarechipo.trust.seals import IntegrityError
 
     with pytest.raises(IntegrityError, match=r"columns changed after the release \(added \['chosen_ids'"):
         trainer_parts(tokenised.remove_columns(["prompt", "chosen", "rejected"]))

@@ -10,9 +10,10 @@ from pathlib import Path
 import datasets
 import pytest
 
-from squarechipo.data.integrity import KEY_ENV, MARKER, IntegrityError
+from squarechipo.data.integrity import MARKER
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.release.store import load_release
+from squarechipo.trust.seals import KEY_ENV, IntegrityError
 from tests.helpers.keys import roles
 from tests.helpers.rows import plan_rows
 
@@ -57,8 +58,8 @@ def test_an_edited_ledger_edited_labels_or_a_deleted_ledger_are_refused(tmp_path
 
     # A forger who recomputes the digest (here with the key, which a custodian holds) still has to keep the release
     # consistent with its own pipeline.
-    from squarechipo.data.integrity import seal
     from squarechipo.privacy.ledger.records import _sealed_view
+    from squarechipo.trust.seals import seal
 
     def consistent_forgery(ledger):
         ledger["releases"][0]["mechanism"] = "none"
@@ -117,9 +118,9 @@ def test_a_forger_without_the_private_key_can_neither_seal_nor_sign_a_release(tm
     from one marker in about 1,000 guesses and an ε 0.05 release forged). The custodian signs with Ed25519; the
     analyst verifies with the public key, and whatever it seals itself is refused across the boundary."""
     from squarechipo.data import metadata
-    from squarechipo.data.integrity import seal
-    from squarechipo.data.signing import generate_key_pair
     from squarechipo.privacy.ledger.records import _sealed_view
+    from squarechipo.trust.keys import generate_key_pair
+    from squarechipo.trust.seals import seal
 
     keys = roles(tmp_path, monkeypatch)
     released = release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)
@@ -181,7 +182,7 @@ def test_an_empty_or_patterned_legacy_key_is_refused_not_used(monkeypatch, value
     """An empty key fell back to plain digests; a patterned one was recovered from one seal. The key of legacy HMAC
     seals is still checked before it is used to read one."""
     from squarechipo.data import metadata
-    from squarechipo.data.integrity import LedgerKeyError
+    from squarechipo.trust.seals import LedgerKeyError
 
     released = release_dataset(plan_rows(), LabelPipeline(epsilon=1.0), seed=0)
     legacy = metadata.with_block(
@@ -197,7 +198,7 @@ def test_a_random_legacy_key_of_every_short_length_is_refused_by_its_length():
     patterned keys). Random keys of every length below 32 bytes are refused by the length check itself."""
     import secrets
 
-    from squarechipo.data.integrity import MIN_KEY_BYTES, LedgerKeyError, _key
+    from squarechipo.trust.seals import MIN_KEY_BYTES, LedgerKeyError, _key
 
     for length in range(1, MIN_KEY_BYTES):
         key = secrets.token_urlsafe(MIN_KEY_BYTES)[:length]
@@ -219,7 +220,7 @@ def test_squarechipo_key_new_writes_a_private_key_only_its_owner_reads_and_verif
     import stat
 
     from squarechipo.cli import main
-    from squarechipo.data.signing import _parse_public, key_id_of, public_key_text, signing_key
+    from squarechipo.trust.keys import _parse_public, key_id_of, public_key_text, signing_key
 
     def signing_key_id(text: str) -> str:
         return key_id_of(_parse_public(text, "printed"))
@@ -256,8 +257,8 @@ def test_an_edited_record_or_release_is_met_with_its_own_fix_never_a_second_rele
     a model; an edited release advised the same."""
     import json
 
-    from squarechipo.data.integrity import seal
     from squarechipo.privacy.provenance.record import PRIVACY_FILE, read_privacy_record
+    from squarechipo.trust.seals import seal
 
     model = tmp_path / "model"
     model.mkdir()

@@ -7,8 +7,8 @@ import re
 import datasets
 import pytest
 
-from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
+from squarechipo.trust.seals import IntegrityError
 
 
 def _rows(start: int, n: int = 20) -> datasets.Dataset:
@@ -206,8 +206,8 @@ def test_pairwise_rows_carry_every_release_of_their_source_as_it_was_sealed(rele
 def _forged(released, **fields):
     """The released ledger's record with a release's fields changed and the digest recomputed (a forger who knows the
     seal's recipe): only the release's agreement with its own pipeline can refuse it."""
-    from squarechipo.data.integrity import seal
     from squarechipo.privacy.ledger.records import _sealed_view
+    from squarechipo.trust.seals import seal
 
     record = get_ledger(released).to_dict()
     record["releases"][0].update(fields)
@@ -338,8 +338,8 @@ def test_each_k_ary_release_is_debiased_its_own_way_per_part_and_never_as_a_flip
 def test_ledger_records_name_where_by_default_and_the_first_format_is_still_read(released, tmp_path):
     import json
 
-    from squarechipo.data.integrity import seal
     from squarechipo.privacy.ledger.records import PrivacyLedger, Release, read_ledger_for_path
+    from squarechipo.trust.seals import seal
 
     with pytest.raises(IntegrityError, match=r"^dataset: its privacy ledger must be a JSON object \(got list\)\.$"):
         PrivacyLedger.from_json("[]")

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from squarechipo.data.fingerprint import training_data_record
-from squarechipo.data.integrity import IntegrityError, seal
 from squarechipo.privacy import LabelPipeline, release_dataset
 from squarechipo.privacy.provenance.lineage import PRIVACY_FILE, ModelLineage, check_lineage
 from squarechipo.privacy.provenance.record import PrivacyRecord
 from squarechipo.reward import PrivateRewardConfig, PrivateRewardTrainer
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
+from squarechipo.trust.seals import IntegrityError, seal
 from tests.helpers.models import make_tiny_classifier, make_tiny_model
 from tests.helpers.rows import distinct_pairs, plan_rows, release_rows
 from tests.helpers.runs import tiny_config, train_tiny

@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule, run_state_machine_as_test
 
 from squarechipo.data import metadata
-from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, load_privatized, release_dataset, save_privatized
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.privacy.ledger.binding import DERIVED_FORMAT, pairwise_rows
 from squarechipo.privacy.ledger.binding import _pairwise_row as pairwise_row
+from squarechipo.trust.seals import IntegrityError
 from tests.helpers.rows import distinct_pairs
 
 settings.register_profile(

@@ -19,16 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from squarechipo.cli import main
-from squarechipo.data.integrity import IntegrityError
-from squarechipo.data.signing import (
-    SIGNING_KEY_ENV,
-    TRUSTED_KEYS_ENV,
-    SigningKeyError,
-    generate_key_pair,
-    public_key_text,
-    signing_key,
-    trusted_keys,
-)
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.privacy.ledger.debiasing import resolve_privacy
@@ -39,6 +29,16 @@ from squarechipo.privacy.provenance.record import (
     verify_privacy_record,
     write_privacy_record,
 )
+from squarechipo.trust.keys import (
+    SIGNING_KEY_ENV,
+    TRUSTED_KEYS_ENV,
+    SigningKeyError,
+    generate_key_pair,
+    public_key_text,
+    signing_key,
+    trusted_keys,
+)
+from squarechipo.trust.seals import IntegrityError
 from tests.helpers.keys import roles
 from tests.helpers.rows import distinct_pairs
 
@@ -99,7 +99,7 @@ def test_a_record_names_its_weights_and_key_verify_refuses_any_other_files(tmp_p
     code, out = _verify(model_dir, capsys)
     assert code == 1 and "missing ['model.safetensors']" in out
 
-    from squarechipo.data.integrity import seal
+    from squarechipo.trust.seals import seal
 
     legacy = {k: v for k, v in stored.items() if k not in ("subjects", "signer", "digest", "signature")}
     (model_dir / "model.safetensors").write_bytes(original)
@@ -295,18 +295,18 @@ def test_small_order_and_non_canonical_public_keys_are_refused(raw, monkeypatch,
 def test_key_verify_without_a_trust_anchor_refuses_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """No trusted key named and no key of one's own: the genuine release and an unsigned forgery are both refused,
     and no key is made in the verifier's account."""
-    from squarechipo.data import store
     from squarechipo.privacy import save_release
+    from squarechipo.trust import machine
 
     released = release_dataset(distinct_pairs(8, offset=8700), LabelPipeline(epsilon=0.5), seed=0)
     folder = tmp_path / "release"
     save_release(released, folder)
     monkeypatch.delenv(SIGNING_KEY_ENV)
     monkeypatch.delenv(TRUSTED_KEYS_ENV, raising=False)
-    before = sorted(store.machine_dir().rglob("*")) if store.machine_dir().exists() else []
+    before = sorted(machine.machine_dir().rglob("*")) if machine.machine_dir().exists() else []
     code, out = _verify(folder, capsys)
     assert code == 1 and "no trusted key here" in out and "SQUARECHIPO_TRUSTED_KEYS" in out
-    after = sorted(store.machine_dir().rglob("*")) if store.machine_dir().exists() else []
+    after = sorted(machine.machine_dir().rglob("*")) if machine.machine_dir().exists() else []
     assert after == before and signing_key(create=False) is None
 
 
@@ -362,7 +362,7 @@ def test_a_public_key_named_as_the_signing_key_is_refused_before_any_noise_is_dr
 
 def test_the_machine_folder_is_the_accounts_own(tmp_path):
     """Made 0700 under umask 000; refused when it is a symlink, writable by others or owned by another uid."""
-    from squarechipo.data.store import FolderError, own_folder
+    from squarechipo.trust.machine import FolderError, own_folder
 
     old = os.umask(0)
     try:
@@ -391,13 +391,15 @@ def test_a_uid_without_a_password_entry_is_refused_unless_the_stores_are_named(t
     database has no entry for the uid), naming the variables, and makes nothing under $HOME."""
     import pwd
 
-    from squarechipo.data import store
+    from squarechipo.trust import machine
 
     uid = next(u for u in range(54321, 60000) if u not in {e.pw_uid for e in pwd.getpwall()})
     monkeypatch.setattr(os, "getuid", lambda: uid)
     monkeypatch.setenv("HOME", str(tmp_path))
-    with pytest.raises(store.FolderError, match=rf"uid {uid} has no entry in the password database.*RELEASE_REGISTRY"):
-        store.own_folder(store._account_home() / ".squarechipo", "this machine's squarechipo folder")
+    with pytest.raises(
+        machine.FolderError, match=rf"uid {uid} has no entry in the password database.*RELEASE_REGISTRY"
+    ):
+        machine.own_folder(machine._account_home() / ".squarechipo", "this machine's squarechipo folder")
     assert not (tmp_path / ".squarechipo").exists()
 
 
@@ -429,9 +431,9 @@ def test_a_trusted_keys_file_others_may_write_is_refused(tmp_path, monkeypatch):
 def test_a_registry_lost_with_its_marker_is_found_from_the_machines_records(tmp_path, monkeypatch):
     """The machine's registry and its marker deleted: the store of model records still names the registry that
     counted the releases its models trained on, so no fresh registry is started silently."""
-    from squarechipo.data import store
     from squarechipo.privacy.provenance.sketch import RECORD_STORE_ENV
     from squarechipo.privacy.release.registry import REGISTRY_ENV, RegistryError, default_registry_path
+    from squarechipo.trust import machine
 
     monkeypatch.delenv(REGISTRY_ENV)
     monkeypatch.delenv(RECORD_STORE_ENV)
@@ -441,7 +443,7 @@ def test_a_registry_lost_with_its_marker_is_found_from_the_machines_records(tmp_
     registry_id = record.ledger["releases"][0]["registry_id"]
     from squarechipo.data.store import RecordTable
 
-    with RecordTable(store.machine_dir() / "records.sqlite", "records") as records:
+    with RecordTable(machine.machine_dir() / "records.sqlite", "records") as records:
         records.put("sha256:trained", json.dumps(record.to_dict()))
     path = default_registry_path()
     for lost in (path, path.with_name(f".{path.name}.started"), Path(f"{path}-wal"), Path(f"{path}-shm")):

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from squarechipo.data.finance import build_datasets
-from squarechipo.data.integrity import seal
 from squarechipo.privacy import get_ledger
+from squarechipo.trust.seals import seal
 from tests.helpers.launch import launch
 from tests.helpers.models import make_tiny_model
 

@@ -203,7 +203,7 @@ def test_the_machine_folder_is_the_accounts_whatever_home_or_the_cache_say(tmp_p
     import subprocess
     import sys
 
-    code = "from squarechipo.data.store import machine_dir; print(machine_dir())"
+    code = "from squarechipo.trust.machine import machine_dir; print(machine_dir())"
     seen = set()
     for home, cache in ((None, None), (tmp_path / "h1", tmp_path / "c1"), ("relative-home", "relative-cache")):
         env = {**os.environ}
@@ -216,9 +216,11 @@ def test_the_machine_folder_is_the_accounts_whatever_home_or_the_cache_say(tmp_p
 
 
 def _first_release_in_a_fresh_process(machine: str, barrier, queue) -> None:
-    from squarechipo.data import store
+    from squarechipo.trust import machine as machine_folder
 
-    store.machine_dir = lambda: __import__("pathlib").Path(machine)  # this test's machine folder, in this process
+    machine_folder.machine_dir = lambda: __import__("pathlib").Path(
+        machine
+    )  # this test's machine folder, in this process
     os.environ.pop(REGISTRY_ENV, None)
     barrier.wait()
     try:

@@ -9,7 +9,6 @@ import datasets
 import numpy as np
 import pytest
 
-from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy import (
     LabelPipeline,
     get_ledger,
@@ -19,6 +18,7 @@ from squarechipo.privacy import (
 )
 from squarechipo.privacy.ledger.records import read_ledger_for_path
 from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
+from squarechipo.trust.seals import IntegrityError
 from tests.helpers.stats import Z_TOLERANCE, binomial_se
 
 CATEGORIES = ["Investments", "Debt Management", "Home Improvement & Maintenance"]

@@ -13,9 +13,10 @@ import datasets
 import numpy as np
 import pytest
 
-from squarechipo.data.integrity import MARKER, IntegrityError
+from squarechipo.data.integrity import MARKER
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.release.store import load_release
+from squarechipo.trust.seals import IntegrityError
 from tests.helpers.refusals import says
 from tests.helpers.rows import distinct_pairs, plan_rows
 from tests.helpers.runs import train_tiny

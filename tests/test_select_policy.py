@@ -14,7 +14,6 @@ import torch
 import yaml
 
 from squarechipo.data.fingerprint import training_data_record
-from squarechipo.data.integrity import seal
 from squarechipo.losses import margins as policy_margins
 from squarechipo.models.logprobs import tokenize_preferences
 from squarechipo.privacy.door import mechanism_input
@@ -23,6 +22,7 @@ from squarechipo.select.candidates import Candidate, load_candidate
 from squarechipo.select.exponential import row_square_losses
 from squarechipo.select.scoring import _score_candidates as score_candidates
 from squarechipo.trainer import PRIVACY_FILE, SquareChiPOTrainer
+from squarechipo.trust.seals import seal
 from tests.helpers.launch import launch
 from tests.helpers.models import make_tiny_model
 from tests.helpers.runs import tiny_config

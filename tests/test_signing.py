@@ -1,4 +1,4 @@
-"""squarechipo.data.signing, function by function: keys are generated and kept private, trust is explicit or the
+"""squarechipo.trust.keys, function by function: keys are generated and kept private, trust is explicit or the
 machine's own, and a signature verifies only with a trusted key over exactly what was signed."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import stat
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from squarechipo.data import signing
-from squarechipo.data.signing import (
+from squarechipo.trust import keys as signing
+from squarechipo.trust.keys import (
     SIGNING_KEY_ENV,
     TRUSTED_KEYS_ENV,
     SigningKeyError,
@@ -89,14 +89,15 @@ def test_the_named_key_is_read_only_when_it_is_a_private_ed25519_key_file(tmp_pa
 
 
 def test_without_any_setting_the_machine_key_is_made_once_and_trusted_alone(bare, caplog):
-    from squarechipo.data import store
+    from squarechipo.trust import machine
 
     assert not trust_is_explicit()
     assert signing_key(create=False) is None  # not made until it is needed
     with caplog.at_level(logging.WARNING, logger="squarechipo"):
         first = signing_key()
     assert (
-        first.path == store.machine_dir() / "signing_key.pem" and "generated this machine's signing key" in caplog.text
+        first.path == machine.machine_dir() / "signing_key.pem"
+        and "generated this machine's signing key" in caplog.text
     )
     assert (
         first.key_id in caplog.text and public_key_text(first.public) in caplog.text and str(first.path) in caplog.text
@@ -109,7 +110,7 @@ def test_without_any_setting_the_machine_key_is_made_once_and_trusted_alone(bare
 def test_a_machine_key_another_process_wrote_first_is_read_not_replaced(bare, monkeypatch):
     """Two processes making a machine's first release at once: the one whose key file lost the race reads the
     winner's key instead of failing (generate_key_pair never overwrites)."""
-    from squarechipo.data import store
+    from squarechipo.trust import machine
 
     made = []
 
@@ -118,7 +119,7 @@ def test_a_machine_key_another_process_wrote_first_is_read_not_replaced(bare, mo
         raise SigningKeyError("already exists")  # ... so this process's write is refused
 
     monkeypatch.setattr(signing, "generate_key_pair", lost_the_race)
-    assert signing_key().key_id == made[0].key_id and made[0].path == store.machine_dir() / "signing_key.pem"
+    assert signing_key().key_id == made[0].key_id and made[0].path == machine.machine_dir() / "signing_key.pem"
 
 
 def test_trusted_keys_come_from_a_file_or_the_variable_and_exclude_the_own_key(tmp_path, monkeypatch, bare):

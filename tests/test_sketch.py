@@ -117,7 +117,7 @@ def test_the_store_is_consulted_even_when_a_record_file_lies_beside_the_weights(
     assert json.loads((disguised / PRIVACY_FILE).read_text())["dataset_fingerprint"] == "sha256:public"
     from transformers import AutoModelForCausalLM
 
-    from squarechipo.data.integrity import IntegrityError
+    from squarechipo.trust.seals import IntegrityError
 
     loaded = mark_source(AutoModelForCausalLM.from_pretrained(disguised), disguised)
     with pytest.raises(IntegrityError, match=r"not the ones it describes \(changed \['config.json', 'model.safet"):

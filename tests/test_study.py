@@ -365,7 +365,7 @@ def test_study_pilot_preregisters_main_refuses_changes_and_a_resumed_run_redoes_
     assert trained  # the cell's folder from the rebuild above: a refusal must leave it alone
     # The adapter's own record names the digest of the file it describes: the edit is found before the merge.
     refusal = r"sft_adapter/squarechipo_privacy\.json: the model files .* \(changed \['adapter_model\.safetensors'\]\)"
-    from squarechipo.data.integrity import IntegrityError
+    from squarechipo.trust.seals import IntegrityError
 
     with pytest.raises(IntegrityError, match=refusal):
         main(["study", "main", "--design", str(design), "--out", str(out), "--results", str(results)])

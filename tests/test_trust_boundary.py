@@ -14,11 +14,11 @@ import datasets
 import numpy as np
 import pytest
 
-from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.privacy.ledger.binding import pairwise_rows
 from squarechipo.privacy.release.store import load_release
+from squarechipo.trust.seals import IntegrityError
 from tests.helpers.rows import distinct_pairs
 
 
@@ -334,7 +334,7 @@ def test_a_models_record_is_checked_with_the_public_key_alone(tmp_path, monkeypa
         f"signed by key {keys.custodian_key.key_id} (Ed25519"
     )
     assert main(["key", "verify", str(model)]) == 0
-    from squarechipo.data.integrity import seal
+    from squarechipo.trust.seals import seal
 
     overclaim = {**stored, "epsilon": 0.05}  # the analyst re-seals the record (unsigned: it holds no key)
     (model / PRIVACY_FILE).write_text(json.dumps(seal(overclaim)))

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from squarechipo.data.fingerprint import canonical_rows
-from squarechipo.data.integrity import file_sha256
 from squarechipo.data.label_roles import label_free
 from squarechipo.data.near_duplicates import (
     BANDS,
@@ -44,6 +43,7 @@ from squarechipo.data.near_duplicates import (
     signatures,
 )
 from squarechipo.data.row_scan import CHUNK_ROWS
+from squarechipo.trust.seals import file_sha256
 
 __all__ = ["SKETCH_KEY", "ShardCopies", "shard_copies", "sketch_shard", "sketch_table"]
 

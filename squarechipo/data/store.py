@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import stat
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from squarechipo.trust import machine
+
 __all__ = [
-    "FolderError",
     "RecordTable",
     "SqliteMap",
     "cache_root",
-    "check_own",
-    "machine_dir",
-    "own_folder",
     "store_target",
 ]
 
@@ -32,97 +29,22 @@ _TYPES = {"text": "TEXT", "real": "REAL", "blob": "BLOB"}
 
 def cache_root() -> Path:
     """``$SQUARECHIPO_CACHE`` or ``~/.cache/squarechipo``: what can be rebuilt (the converted embedded model, judge
-    replies, reference log-probs). Nothing that counts privacy lives here (:func:`machine_dir`)."""
+    replies, reference log-probs). Nothing that counts privacy lives here
+    (:func:`squarechipo.trust.machine.machine_dir`)."""
     return Path(os.environ.get("SQUARECHIPO_CACHE", Path.home() / ".cache" / "squarechipo")).expanduser()
-
-
-class FolderError(PermissionError):
-    """A folder or file that counts privacy or holds trust is not this account's own (another owner, a symbolic link,
-    writable by others), or this account has no home of its own."""
-
-
-#: Named in every refusal of the machine folder: what a user sets instead of relying on it.
-_NAME_STORES = (
-    "SQUARECHIPO_RELEASE_REGISTRY, SQUARECHIPO_RECORD_STORE and SQUARECHIPO_SIGNING_KEY (absolute paths, or a "
-    "team's postgresql:// URL for the first two)"
-)
-
-
-def _account_home() -> Path:
-    """This account's home as the password database gives it. A uid with no entry (a container's ``--user``) has no
-    home that ``$HOME`` cannot move, so each ``HOME`` would start a fresh count: refused."""
-    try:
-        import pwd
-    except ImportError:  # Windows: no password database, one home per account
-        return Path.home()
-    try:
-        return Path(pwd.getpwuid(os.getuid()).pw_dir)
-    except KeyError:
-        raise FolderError(
-            f"uid {os.getuid()} has no entry in the password database (a container's --user?), so this machine's "
-            f"folder cannot be found: $HOME would move it, and each HOME would count releases from zero. Name the "
-            f"stores instead: {_NAME_STORES}."
-        ) from None
-
-
-def own_folder(path: Path, what: str) -> Path:
-    """``path`` as a folder this account alone may change: created mode 0700 whatever the umask; refused (one line)
-    when it is a symbolic link, not a folder, owned by another uid, or writable by group or others (whoever may write
-    it may delete what counts privacy there, or plant a key)."""
-    try:
-        os.mkdir(path, 0o700)
-        os.chmod(path, 0o700)  # the umask may have removed bits, never added: this makes it exactly 0700
-    except FileExistsError:
-        pass
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return own_folder(path, what)
-    check_own(path, what, folder=True)
-    return path
-
-
-def check_own(path: Path, what: str, *, folder: bool = False) -> None:
-    """Refuse ``path`` unless it is this account's own (or root's) and only its owner may write it: no symbolic link,
-    no other owner, no write bit for group or others."""
-    info = os.lstat(path)
-    fix = f"chmod go-w {path}" if folder else f"chmod 644 {path} (or 600)"
-    if stat.S_ISLNK(info.st_mode):
-        problem, fix = (
-            f"is a symbolic link (to {os.readlink(path)})",
-            f"remove the link ({path}) and let squarechipo make the folder",
-        )
-    elif folder != stat.S_ISDIR(info.st_mode):
-        problem, fix = ("is not a folder" if folder else "is not a file"), f"move {path} away"
-    elif info.st_uid not in (os.getuid(), 0):
-        problem, fix = f"is owned by uid {info.st_uid}, not this account (uid {os.getuid()})", f"move {path} away"
-    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        problem = f"may be written by other users (mode {stat.S_IMODE(info.st_mode):o})"
-    else:
-        return
-    raise FolderError(
-        f"{path} ({what}) {problem}: whoever may change it may reset or forge what it holds. Fix: {fix}."
-    )
-
-
-def machine_dir() -> Path:
-    """``.squarechipo`` in this account's home as the password database gives it: the registry of releases, the store
-    of model records and the machine's signing key. Neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves it, so pointing
-    a variable elsewhere cannot start a second registry (a fresh count) without anyone asking for one. It is created
-    0700 and refused when it is not this account's own (:func:`own_folder`)."""
-    return own_folder(_account_home() / ".squarechipo", "this machine's squarechipo folder")
 
 
 def store_target(variable: str, default: str, what: str, error: type[Exception] = ValueError) -> Path | str:
     """Where a store that counts privacy lives: ``$variable`` (a ``postgresql://`` URL, or an absolute path: a relative
     one would name another store in every folder a job runs from, each counting from zero) or ``default`` in
-    :func:`machine_dir`."""
+    :func:`squarechipo.trust.machine.machine_dir`."""
     import re
 
     from squarechipo.data.database import is_url, redact
 
     named = os.environ.get(variable)
     if not named:
-        return machine_dir() / default
+        return machine.machine_dir() / default
     if is_url(named):
         return named
     if re.search(r"(?i)\b(host|dbname|user|password|port)\s*=", named):

@@ -30,11 +30,11 @@ _PACKAGES = (
 def environment() -> dict[str, str]:
     """Versions, the machine, and where this process's privacy state lives (URLs without their password)."""
     from squarechipo.data.database import redact
-    from squarechipo.data.signing import signing_key, trust_is_explicit
     from squarechipo.models.memory import ENV
     from squarechipo.models.runtime import accelerator_available, cpu_runs_bf16_natively, fast_dtype
     from squarechipo.privacy.provenance.sketch import record_store_path
     from squarechipo.privacy.release.registry import registry_target
+    from squarechipo.trust.keys import signing_key, trust_is_explicit
 
     found = {"Platform": platform.platform(), "Python": platform.python_version()}
     for package in _PACKAGES:

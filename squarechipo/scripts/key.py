@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from squarechipo.data.signing import (
+from squarechipo.trust.keys import (
     SIGNING_KEY_ENV,
     TRUSTED_KEYS_ENV,
     SigningKeyError,
@@ -65,11 +65,11 @@ def _show() -> dict:
 
 def verify_folder(path: str | os.PathLike) -> dict:
     """What the seals of a model's privacy record or of a saved release say, each checked with the trusted keys
-    (:mod:`squarechipo.data.signing`), as a third party checks them: a trust anchor must exist (nothing is written
+    (:mod:`squarechipo.trust.keys`), as a third party checks them: a trust anchor must exist (nothing is written
     where none does), a model's weights must be the files its record names, and every ledger must be signed by a
     trusted key. Raises on anything that does not hold."""
-    from squarechipo.data.integrity import IntegrityError
     from squarechipo.privacy.provenance.record import PRIVACY_FILE, verify_privacy_record
+    from squarechipo.trust.seals import IntegrityError
 
     try:
         trust_anchor()

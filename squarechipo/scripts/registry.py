@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "init":
         if args.budget is not None:  # a budget that could not be set is refused before anything is started
             parse_epsilon(args.budget)
-            from squarechipo.data.signing import signing_key
+            from squarechipo.trust.keys import signing_key
 
             if signing_key() is None:
                 raise ValueError(

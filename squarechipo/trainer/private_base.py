@@ -261,8 +261,8 @@ class PrivateTrainerMixin:
         another ε, other rows, edited files) would be saved under this run's card."""
         from transformers.trainer_utils import get_last_checkpoint
 
-        from squarechipo.data.signing import public_key_text, signing_key
         from squarechipo.privacy.provenance.record import read_privacy_record
+        from squarechipo.trust.keys import public_key_text, signing_key
 
         folder = get_last_checkpoint(self.args.output_dir) if checkpoint is True else str(checkpoint)
         if folder is None:

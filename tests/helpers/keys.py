@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from squarechipo.data.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, SigningKey, generate_key_pair, public_key_text
+from squarechipo.trust.keys import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, SigningKey, generate_key_pair, public_key_text
 
 
 @dataclass

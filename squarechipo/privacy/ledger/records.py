@@ -21,13 +21,13 @@ import datasets
 
 from squarechipo.data import metadata
 from squarechipo.data.fingerprint import LEGACY_ROW_SET_BYTES, ROW_SET_BYTES
-from squarechipo.data.integrity import IntegrityError, Seal, check_seal, seal
 from squarechipo.data.label_roles import label_free
 from squarechipo.privacy.ledger.release_entry import (
     Debiasing,
     Release,
     check_consistent,
 )
+from squarechipo.trust.seals import IntegrityError, Seal, check_seal, seal
 
 __all__ = [
     "IntegrityError",

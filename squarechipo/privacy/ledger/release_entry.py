@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from squarechipo.data.fingerprint import LEGACY_ROW_SET_BYTES, ROW_SET_BYTES
-from squarechipo.data.integrity import IntegrityError
 from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 from squarechipo.privacy.mechanisms.measurements import MECHANISMS
+from squarechipo.trust.seals import IntegrityError
 
 __all__ = ["BINARY_MECHANISMS", "Debiasing", "Release", "check_consistent", "library_version"]
 

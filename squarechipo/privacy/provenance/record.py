@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from squarechipo.data.integrity import IntegrityError, seal
-from squarechipo.data.signing import SigningKeyError, public_key_text, signing_key, trust_anchor
 from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.privacy.ledger.release_entry import library_version as _library_version
 from squarechipo.privacy.provenance.subjects import check_record_seal, check_subjects, model_subjects
+from squarechipo.trust.keys import SigningKeyError, public_key_text, signing_key, trust_anchor
+from squarechipo.trust.seals import IntegrityError, seal
 
 __all__ = [
     "EXPOSURES",

@@ -1,7 +1,7 @@
 """Weight sketches: recognise a copy of a private run's weights however it was saved, cast, merged or reshaped.
 
 Every private run records, in this machine's record store (``$SQUARECHIPO_RECORD_STORE``, default
-``records.sqlite`` in :func:`squarechipo.data.store.machine_dir`), a sketch of the model it trained and of the model
+``records.sqlite`` in :func:`squarechipo.trust.machine.machine_dir`), a sketch of the model it trained and of the model
 it started from: the
 values of :data:`SKETCH_SIZE` weights at positions drawn per tensor, keyed by the tensor's name. A model a later
 run starts from is sketched at the same positions and matched:
@@ -217,7 +217,7 @@ def bf16_agreement(sketch: np.ndarray, trained: np.ndarray) -> float:
 def record_store_path() -> Path | str:
     """The store of privacy records and weight sketches (what the lineage guard matches copies to):
     ``$SQUARECHIPO_RECORD_STORE`` (an absolute path, or a ``postgresql://`` URL a team shares) or ``records.sqlite``
-    in :func:`squarechipo.data.store.machine_dir`, which neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves."""
+    in :func:`squarechipo.trust.machine.machine_dir`, which neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves."""
     from squarechipo.data import store
 
     return store.store_target(RECORD_STORE_ENV, "records.sqlite", "store of model records")

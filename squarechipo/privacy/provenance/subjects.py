@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from squarechipo.data.integrity import IntegrityError, Seal, check_seal, file_sha256
-from squarechipo.data.signing import SigningKeyError, key_id_of, parse_public_key, trusted_keys, verify_with
+from squarechipo.trust.keys import SigningKeyError, key_id_of, parse_public_key, trusted_keys, verify_with
+from squarechipo.trust.seals import IntegrityError, Seal, check_seal, file_sha256
 
 __all__ = ["check_record_seal", "check_subjects", "model_files", "model_subjects"]
 

@@ -6,7 +6,7 @@ privacy unit of that column. One applies to a release by scope, the narrowest fi
 (``--dataset NAME``), then its declared privacy unit (``--unit COLUMN``), then the registry's (no scope). With none
 set, nothing is bounded (one release per rows, ``rerelease`` composes), as before budgets.
 
-Only the custodian sets one: an entry is sealed and signed with the signing key (:mod:`squarechipo.data.signing`),
+Only the custodian sets one: an entry is sealed and signed with the signing key (:mod:`squarechipo.trust.keys`),
 names the registry it belongs to, and every reader checks its signature with the trusted keys, so an entry edited in
 the file by hand, or copied from another registry, is refused (fail closed: no release is made against it). On a
 team's server only the custodian's role may insert one (``registry grant``). Entries are appended, never replaced:
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from squarechipo.data.database import Database
-from squarechipo.data.integrity import IntegrityError, check_seal, seal
-from squarechipo.data.signing import signing_key
 from squarechipo.privacy.release.registry_schema import RegistryError
+from squarechipo.trust.keys import signing_key
+from squarechipo.trust.seals import IntegrityError, check_seal, seal
 
 __all__ = [
     "BUDGET_FORMAT",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from squarechipo.data import store
 from squarechipo.privacy.release.registry_schema import RegistryError
+from squarechipo.trust import machine
 
 __all__ = ["REGISTRY_ENV", "default_registry_path", "first_on_this_machine", "missing", "started_marker"]
 
@@ -15,9 +15,9 @@ REGISTRY_ENV = "SQUARECHIPO_RELEASE_REGISTRY"
 
 
 def default_registry_path() -> Path:
-    """This machine's registry: ``releases.sqlite`` in :func:`squarechipo.data.store.machine_dir` (neither ``$HOME``
+    """This machine's registry: ``releases.sqlite`` in :func:`squarechipo.trust.machine.machine_dir` (neither ``$HOME``
     nor ``$SQUARECHIPO_CACHE`` moves it)."""
-    return store.machine_dir() / "releases.sqlite"
+    return machine.machine_dir() / "releases.sqlite"
 
 
 def started_marker(path: Path) -> Path:
@@ -50,7 +50,7 @@ def _registries_named_by_records() -> set[str]:
     import re
     import sqlite3
 
-    records = store.machine_dir() / "records.sqlite"
+    records = machine.machine_dir() / "records.sqlite"
     if not records.is_file():
         return set()
     try:

@@ -40,11 +40,10 @@ import datasets
 from squarechipo.data import metadata
 from squarechipo.data.columns import PAIR_COLUMNS
 from squarechipo.data.fingerprint import _exact_row_hashes, encode_row_set, fingerprint_of
-from squarechipo.data.integrity import MARKER, IntegrityError, check_seal, marker_record, seal
+from squarechipo.data.integrity import MARKER, marker_record
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.near_duplicates import SCHEME, Sketch, describe_copies
 from squarechipo.data.row_scan import row_copies, scan_rows
-from squarechipo.data.signing import signing_key
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, Release
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline, Measurement
@@ -58,6 +57,8 @@ from squarechipo.privacy.release.registry import (
     registry_scheme,
 )
 from squarechipo.privacy.release.rows import draw_rows
+from squarechipo.trust.keys import signing_key
+from squarechipo.trust.seals import IntegrityError, check_seal, seal
 
 __all__ = [
     "ReleaseOptions",

@@ -1,5 +1,5 @@
 """Started with every Python process a test starts (tests/conftest.py puts this folder on PYTHONPATH): when
-SQUARECHIPO_TEST_MACHINE_DIR is set, squarechipo.data.store.machine_dir names that folder in the process, so no
+SQUARECHIPO_TEST_MACHINE_DIR is set, squarechipo.trust.machine.machine_dir names that folder in the process, so no
 process a test starts reads or writes the account's own ~/.squarechipo (its registry of releases, its record store,
 its signing key). Nothing of squarechipo reads that variable: only this test shim does."""
 
@@ -13,10 +13,10 @@ _FOLDER = os.environ.get("SQUARECHIPO_TEST_MACHINE_DIR")
 
 
 class _MachineFolder(importlib.abc.MetaPathFinder):
-    """Patches squarechipo.data.store when it is first imported, without importing anything before that."""
+    """Patches squarechipo.trust.machine when it is first imported, without importing anything before that."""
 
     def find_spec(self, name, path, target=None):
-        if name != "squarechipo.data.store":
+        if name != "squarechipo.trust.machine":
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)

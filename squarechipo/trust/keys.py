@@ -13,7 +13,7 @@ Keys:
   (``ed25519:<base64> comment``, as ``squarechipo key new`` prints), or the keys themselves (``ed25519:...``, several
   separated by commas). A seal by any other key is refused, naming the key's id.
 - **One person, one machine** (neither variable set): this machine's own key pair signs and is the only one trusted.
-  It is generated at its first use in :func:`squarechipo.data.store.machine_dir` and logged. Such a process holds
+  It is generated at its first use in :func:`squarechipo.trust.machine.machine_dir` and logged. Such a process holds
   both roles, so its guarantees are against mistakes, not against itself (docs/privacy.md, the two roles).
 - **An analyst** sets only ``$SQUARECHIPO_TRUSTED_KEYS``: nothing it writes is signed, and what it reads must be
   signed by a trusted key.
@@ -36,7 +36,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from squarechipo.data import store
+from squarechipo.trust import machine
 
 __all__ = [
     "SIGNING_KEY_ENV",
@@ -192,7 +192,7 @@ def signing_key(*, create: bool = True) -> SigningKey | None:
         return _read_private(path)
     if trust_is_explicit():
         return None
-    path = store.machine_dir() / _MACHINE_KEY
+    path = machine.machine_dir() / _MACHINE_KEY
     with _LOCK:
         if not path.exists():
             if not create:
@@ -263,16 +263,16 @@ def _check_trust_file(path: Path) -> None:
     """A trusted-keys file, and the folder holding it, may be changed only by this account (or root): whoever may
     append a key there may sign releases this account accepts."""
     try:
-        store.check_own(path, "trusted-keys file")
+        machine.check_own(path, "trusted-keys file")
         folder = path.parent
         info = os.stat(folder)
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
-            raise store.FolderError(
+            raise machine.FolderError(
                 f"{folder} (the folder of the trusted-keys file {path.name}) may be written by other users (mode "
                 f"{stat.S_IMODE(info.st_mode):o}), who could replace the file. Fix: keep the file in a folder only "
                 f"you may write (chmod go-w {folder})."
             )
-    except store.FolderError as error:
+    except machine.FolderError as error:
         raise SigningKeyError(f"{TRUSTED_KEYS_ENV}: {error}") from None
 
 

@@ -1,0 +1,1 @@
+"""Trust: this account's machine folder, its signing and trusted keys, and the seals every record carries."""
