@@ -99,7 +99,7 @@ def test_an_interrupted_release_is_completed_from_its_staged_copy_or_refused(tmp
     again = release_dataset(rows, LabelPipeline(epsilon=0.5), folder, seed=2)  # another seed: it must not be used
     assert again["chosen"] == done["chosen"] and not staging.exists()
     # A staged copy left beside a release already renamed into place (sealed, or still pending) is removed.
-    from squarechipo.privacy.release.transaction import PENDING_FILE
+    from squarechipo.privacy.release.folder import PENDING_FILE
 
     for leftover in (MARKER, PENDING_FILE):
         shutil.copytree(folder, staging)

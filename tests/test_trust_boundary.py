@@ -244,6 +244,7 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
     """A release killed after its rows were staged and before its marker left a folder `datasets.load_from_disk`
     read with a valid ledger, never registered (7 kills: 7 copies). A staged folder holds no ledger until the
     release is registered; the next run completes it from whatever stage it reached, and it is counted once."""
+    import squarechipo.privacy.release.folder as release_folder
     import squarechipo.privacy.release.transaction as transaction
     from squarechipo.data import metadata
     from squarechipo.data.fingerprint import canonical_rows
@@ -254,7 +255,7 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
     rows = distinct_pairs(12, offset=5800)
     rows = datasets.Dataset(rows.data, info=datasets.DatasetInfo(description="twelve comparisons"), split="train")
     folder = tmp_path / "new" / "nested" / "release"  # the release makes its folders
-    staging = transaction.staging_folder(folder)
+    staging = release_folder.staging_folder(folder)
 
     class Cut(BaseException):
         pass
@@ -262,19 +263,19 @@ def test_a_release_cut_off_at_any_stage_is_never_readable_before_it_is_registere
     def stop(*args, **kwargs):
         raise Cut
 
-    real_register, real_finish = transaction.register_release, transaction._finish
+    real_register, real_finish = transaction.register_release, release_folder._finish
     with pytest.MonkeyPatch.context() as patch:  # a cut, undone before the next run (the fixtures' own stay)
         if cut == "staged":
             patch.setattr(transaction, "register_release", stop)
         elif cut == "registered":
-            patch.setattr(transaction, "_finish", stop)
+            patch.setattr(release_folder, "_finish", stop)
         else:
 
             def seal_only(staging_path, folder_path, released, digest):
-                patch.setattr(transaction.os, "replace", stop)
+                patch.setattr(release_folder.os, "replace", stop)
                 real_finish(staging_path, folder_path, released, digest)
 
-            patch.setattr(transaction, "_finish", seal_only)
+            patch.setattr(release_folder, "_finish", seal_only)
         with pytest.raises(Cut):
             release_dataset(rows, LabelPipeline(epsilon=0.5), folder)
     assert staging.is_dir() and not folder.exists()
@@ -356,16 +357,17 @@ class _Cut(BaseException):
 def _cut_off(folder, rows, at: str, **options) -> None:
     """A release into ``folder`` cut off before it was registered (``at="register_release"``) or after it
     (``"_finish"``)."""
+    import squarechipo.privacy.release.folder as release_folder
     import squarechipo.privacy.release.transaction as transaction
 
     def stop(*args, **kwargs):
         raise _Cut
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transaction, at, stop)
+        patch.setattr(release_folder if at == "_finish" else transaction, at, stop)
         with pytest.raises(_Cut):
             release_dataset(rows, LabelPipeline(epsilon=0.5), folder, **options)
-    assert transaction.staging_folder(folder).is_dir() and not folder.exists()
+    assert release_folder.staging_folder(folder).is_dir() and not folder.exists()
 
 
 def test_an_interrupted_release_is_not_completed_once_the_registry_holds_more_releases_of_its_rows(tmp_path):
@@ -374,7 +376,7 @@ def test_an_interrupted_release_is_not_completed_once_the_registry_holds_more_re
     composed ε); after another release of the rows, or of near-copies of them, its ledger would understate the ε,
     and completing it is refused. Cut off after it was registered, its ledger was decided then: later releases
     compose with it, and it is completed as drawn."""
-    import squarechipo.privacy.release.transaction as transaction
+    import squarechipo.privacy.release.folder as release_folder
     from squarechipo.privacy.release.registry import RegistryError
     from tests.helpers.refusals import says
 
@@ -388,7 +390,7 @@ def test_an_interrupted_release_is_not_completed_once_the_registry_holds_more_re
     release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "fourth", rerelease=True)
     with pytest.raises(RegistryError) as refused:
         release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "third", rerelease=True)
-    third = transaction.staging_folder(tmp_path / "third")
+    third = release_folder.staging_folder(tmp_path / "third")
     says(refused.value, f"the interrupted release staged in {third} composed with 2 earlier release(s) (ε 1)",
          f"its ledger would understate the ε, so it is not completed. Delete {third} and release again (nothing "
          "read it).")  # fmt: skip
@@ -417,15 +419,15 @@ def test_an_interrupted_composed_release_is_completed_with_the_ledger_it_compose
 def test_an_edited_staged_release_record_is_refused_and_nothing_is_registered(tmp_path):
     """The staged copy's record is what completion seals into the ledger: an ε edited down there (or the ledger it
     composes with edited out) would be sealed as the custodian's. It is sealed like a ledger; an edit is refused."""
-    import squarechipo.privacy.release.transaction as transaction
+    import squarechipo.privacy.release.folder as release_folder
     from squarechipo.data.fingerprint import row_hashes
     from squarechipo.privacy.release.registry import earlier_releases
     from tests.helpers.refusals import refused
 
     rows, folder = distinct_pairs(8, offset=6500), tmp_path / "release"
     _cut_off(folder, rows, "register_release")
-    staging = transaction.staging_folder(folder)
-    path = staging / transaction.PENDING_FILE
+    staging = release_folder.staging_folder(folder)
+    path = staging / release_folder.PENDING_FILE
     record = json.loads(path.read_text())
     assert record["release"]["epsilon"] == 0.5 and record["signature"].startswith("ed25519:")
     path.write_text(json.dumps({**record, "release": {**record["release"], "epsilon": 0.05}}))
@@ -436,7 +438,7 @@ def test_an_edited_staged_release_record_is_refused_and_nothing_is_registered(tm
     # The registry keys staged beside it are bound to the record: one dropped is refused too.
     shutil.rmtree(staging)
     _cut_off(folder, rows, "register_release")
-    keys = staging / transaction.UNITS_FILE
+    keys = staging / release_folder.UNITS_FILE
     keys.write_bytes(keys.read_bytes()[:-32])
     refused(IntegrityError, again, f"{keys}: the registry keys of the interrupted release are not those it staged",
             f"Delete {staging} and release again")  # fmt: skip

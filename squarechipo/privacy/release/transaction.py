@@ -1,25 +1,19 @@
-"""The release transaction, owned in one place: admit → draw → (stage) → register → seal → (rename).
+"""The release transaction, owned in one place: admit → draw → register → seal.
 
 A release is one step: the one release call, :func:`squarechipo.privacy.release.store.release_dataset`, runs every step
-(:func:`release_in_memory`, or :func:`release_into` a folder) and returns nothing before the release is registered and
-sealed; the steps themselves are private:
+(:func:`release_in_memory`, or with a folder :func:`squarechipo.privacy.release.folder.release_into`, which stages the
+drawn rows before they are registered and renames the sealed folder after) and returns nothing before the release is
+registered and sealed; the steps themselves are private:
 
 1. **admit**: the input is one split and a measurement; rows that already carry a ledger are post-processing
    (``compose``) or refused; copies of a comparison are refused (their noise would add up); the registry of releases
    is asked for earlier releases of these rows (refused unless ``rerelease``);
 2. **draw**: the noise, once (:func:`squarechipo.privacy.release.rows.draw_rows`); the released rows are held
    unsealed;
-3. **stage** (a folder): the rows alone, then what registering them needs (their registry keys, the unsealed release),
-   into a staging folder. Rows without a ledger read as raw labels, which every reader refuses: a staged folder is
-   never readable as a release;
-4. **register**: a counted release (raw rows, OS entropy, an ε) is entered into the registry in the one transaction
+3. **register**: a counted release (raw rows, OS entropy, an ε) is entered into the registry in the one transaction
    that decides (:func:`squarechipo.privacy.release.registry.register_release`);
-5. **seal**: the ledger, naming the registry that took the release, is sealed and signed
-   (:mod:`squarechipo.data.integrity`); in a folder it is written into the staged copy with the release marker, and
-   the folder is renamed into place.
-
-A staged release cut off at any point after its rows and keys were written is completed by the next run
-(:func:`complete_interrupted`): registered if it was not, sealed, renamed. One cut off earlier is refused.
+4. **seal**: the ledger, naming the registry that took the release, is sealed and signed
+   (:mod:`squarechipo.trust.seals`).
 """
 
 from __future__ import annotations
@@ -28,8 +22,6 @@ import hashlib
 import json
 import logging
 import math
-import os
-import shutil
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -40,8 +32,7 @@ import datasets
 from squarechipo.data import metadata
 from squarechipo.data.columns import PAIR_COLUMNS
 from squarechipo.data.fingerprint import _exact_row_hashes, encode_row_set, fingerprint_of
-from squarechipo.data.integrity import MARKER, marker_record
-from squarechipo.data.label_roles import label_free, releases_labels
+from squarechipo.data.label_roles import releases_labels
 from squarechipo.data.near_duplicates import SCHEME, Sketch, describe_copies
 from squarechipo.data.row_scan import row_copies, scan_rows
 from squarechipo.privacy.ledger.binding import get_ledger
@@ -51,33 +42,16 @@ from squarechipo.privacy.release.budget import BudgetAsk
 from squarechipo.privacy.release.budget_admin import check_budget
 from squarechipo.privacy.release.registry import (
     EarlierReleases,
-    RegistryError,
     earlier_releases,
     register_release,
     registry_scheme,
 )
 from squarechipo.privacy.release.rows import draw_rows
 from squarechipo.trust.keys import signing_key
-from squarechipo.trust.seals import IntegrityError, check_seal, seal
 
-__all__ = [
-    "ReleaseOptions",
-    "check_memory",
-    "estimated_peak",
-    "complete_interrupted",
-    "release_in_memory",
-    "release_into",
-    "staging_folder",
-    "write_folder",
-]
+__all__ = ["ReleaseOptions", "check_memory", "estimated_peak", "release_in_memory"]
 
 logger = logging.getLogger("squarechipo")
-#: In a staged release: the keys it enters into the registry of releases (a declared privacy unit's column may not
-#: be kept in the rows), removed once it is sealed.
-UNITS_FILE = "squarechipo_registry_units.bin"
-#: In a staged release: the release as drawn, before its ledger is sealed (written after the rows and keys, itself
-#: sealed like a ledger, and removed once the release is sealed).
-PENDING_FILE = "squarechipo_pending_release.json"
 #: Columns that hold a comparison's text or label: never a privacy unit (naming one would remove it from the rows).
 _NOT_A_UNIT = (*PAIR_COLUMNS, "responses", "best")
 
@@ -236,7 +210,7 @@ class ReleaseOptions:
 @dataclass
 class _Release:
     """One release of one split's labels (see the module). Private: only :func:`release_in_memory` and
-    :func:`release_into` run it, every step in order."""
+    :func:`squarechipo.privacy.release.folder.release_into` run it, every step in order."""
 
     dataset: datasets.Dataset
     mechanism: Measurement
@@ -341,13 +315,10 @@ class _Release:
         info = metadata.info_with_block(self._info, json.dumps(record, sort_keys=True))
         return _dataset(self._table, info=info, split=self.dataset.split), record["digest"]
 
-    def _stage(self, folder: Path) -> Path:
-        """The rows, the keys this release registers, then the release as drawn, into the folder's staging copy."""
-        staging = staging_folder(folder)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        self._rows().save_to_disk(str(staging))
-        if self._counted:
-            (staging / UNITS_FILE).write_bytes(b"".join(self._units))
+    def _pending(self) -> tuple[dict, bytes]:
+        """What completing this release after a cut-off needs beside its rows: the release as drawn (unsealed) and the
+        registry keys it enters (empty when it is not counted)."""
+        units = b"".join(self._units) if self._counted else b""
         pending = {
             "release": asdict(self._release),
             "existing": None if self._existing is None else self._existing.to_dict(),
@@ -355,39 +326,9 @@ class _Release:
             "epsilon": self.mechanism.epsilon,
             "expected": None if self._earlier is None else sorted(self._earlier.ids),
             # The keys file is bound to the sealed record: keys dropped from it would leave rows out of the registry.
-            "units_sha256": hashlib.sha256(b"".join(self._units)).hexdigest() if self._counted else None,
+            "units_sha256": hashlib.sha256(units).hexdigest() if self._counted else None,
         }
-        # Sealed like a ledger: an edit to what completion would seal (an ε, the ledger it composes) is refused.
-        (staging / PENDING_FILE).write_text(json.dumps(seal(pending), sort_keys=True), encoding="utf-8")
-        return staging
-
-
-def _finish(staging: Path, folder: Path, released: datasets.Dataset, digest: str) -> None:
-    """Seal a staged release (its ledger into ``dataset_info.json``, then the marker) and rename it into place."""
-    metadata.write_folder_block(staging, metadata.read_block(released))
-    metadata.write_folder_marker(staging, marker_record(released, digest))
-    (staging / UNITS_FILE).unlink(missing_ok=True)
-    (staging / PENDING_FILE).unlink(missing_ok=True)
-    os.replace(staging, folder)
-
-
-@releases_labels("the release's steps into a folder, run only by the one release call (release_dataset)")
-def release_into(folder: Path, dataset: datasets.Dataset, mechanism: Measurement, options: ReleaseOptions):
-    """Every step into ``folder`` (which must not hold a release): admit, draw, stage, register, seal, rename. A
-    release the registry refuses is discarded before anything could read it. Called only by the one release call."""
-    release = _Release(dataset, mechanism, options)
-    release._admit()
-    release._draw()
-    staging = release._stage(folder)
-    # From here the staged rows are completed, registered and sealed, by the next run if this one stops.
-    try:
-        release._register(str(folder))
-    except RegistryError:
-        shutil.rmtree(staging)
-        raise
-    released, digest = release._sealed()
-    _finish(staging, folder, released, digest)
-    return released
+        return pending, units
 
 
 @releases_labels("the release's steps in memory, run only by the one release call (release_dataset)")
@@ -398,87 +339,3 @@ def release_in_memory(dataset: datasets.Dataset, mechanism: Measurement, options
     release._draw()
     release._register()
     return release._sealed()[0]
-
-
-def staging_folder(folder: Path) -> Path:
-    """Where a release into ``folder`` is staged before its rename."""
-    return folder.parent / f".{folder.name}.staging"
-
-
-@label_free("writes rows whose ledger its callers checked (save_release, save_privatized)")
-def write_folder(data: datasets.Dataset | datasets.DatasetDict, folder: Path, marker: dict) -> Path:
-    """Stage, seal (the marker last) and rename a release that is already registered or not counted (a saved
-    release, a received copy): a reader never sees half a release."""
-    staging = staging_folder(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    data.save_to_disk(str(staging))
-    metadata.write_folder_marker(staging, marker)
-    os.replace(staging, folder)
-    return folder
-
-
-def complete_interrupted(folder: Path, load) -> None:
-    """Complete a release cut off after its staged rows and keys were written: registered (if it was not), sealed,
-    renamed. ``load(folder)`` gives (rows, ledger) of a sealed release, checked. A staged copy the rename already
-    replaced is removed; one cut off before its keys were written is refused."""
-    staging = staging_folder(folder)
-    if not staging.exists():
-        return
-    pending, sealed = staging / PENDING_FILE, (staging / MARKER).is_file()
-    if folder.exists() and (pending.is_file() or sealed):
-        shutil.rmtree(staging)  # the rename happened after all: the staged copy is a leftover
-        return
-    if pending.is_file() and not folder.exists():
-        record = json.loads(pending.read_text(encoding="utf-8"))
-        check_seal(
-            record, str(pending), "staged release record", f"Delete {staging} and release again (nothing read it)."
-        )
-        released, digest = _seal_staged(staging, folder, record)
-        _finish(staging, folder, released, digest)
-        logger.warning("completed an interrupted release from its staged copy: %s", folder)
-        return
-    if sealed and not folder.exists():  # sealed, cut off before the rename
-        load(staging)
-        os.replace(staging, folder)
-        logger.warning("completed an interrupted release from its staged copy: %s", folder)
-        return
-    raise ValueError(
-        f"an interrupted release left {staging} unfinished (its rows or keys were not all written). Nothing could "
-        f"read it as a release, but its noise was drawn from the raw labels, and squarechipo never draws fresh noise "
-        f"silently. To release again, delete {staging} yourself; the new release draws new noise, which is sound "
-        "only because nothing of the interrupted one was read."
-    )
-
-
-def _seal_staged(staging: Path, folder: Path, pending: dict) -> tuple[datasets.Dataset, str]:
-    """Register (if it was not) and seal a staged release from its rows, keys and pending record. The registry must
-    still hold exactly the earlier releases its ledger composed with; otherwise it is refused, never made visible."""
-    rows = datasets.load_from_disk(str(staging))
-    release = Release(**pending["release"])
-    existing = None if pending["existing"] is None else PrivacyLedger.from_dict(pending["existing"], str(staging))
-    if pending["counted"]:
-        marks = scan_rows(rows, sketched=True, scheme=registry_scheme()).sketch
-        blob = (staging / UNITS_FILE).read_bytes()
-        if hashlib.sha256(blob).hexdigest() != pending["units_sha256"]:
-            raise IntegrityError(
-                f"{staging / UNITS_FILE}: the registry keys of the interrupted release are not those it staged (the "
-                f"file was changed), so it is not completed. Delete {staging} and release again (nothing read it)."
-            )
-        units = [blob[i : i + 32] for i in range(0, len(blob), 32)]
-        now = earlier_releases(units, marks)
-        # Registered already (cut off after it): its ledger was decided then, whatever came after.
-        if release.release_id not in now.ids and now.ids != frozenset(pending["expected"]):
-            raise RegistryError(
-                f"the interrupted release staged in {staging} composed with {release.earlier_releases} earlier "
-                f"release(s) (ε {release.earlier_epsilon:g}), but the registry now holds {now.describe()}: its ledger "
-                f"would understate the ε, so it is not completed. Delete {staging} and release again (nothing read "
-                "it)."
-            )
-        # The budget was checked before the draw, and no release of these rows was entered since (above).
-        registry_id, _ = register_release(
-            release.release_id, units, marks, pending["epsilon"], release.created_at, expected=now, folder=str(folder)
-        )
-        release = replace(release, registry_id=registry_id)
-    record = (existing or PrivacyLedger()).with_release(release).to_dict()
-    info = metadata.info_with_block(rows.info, json.dumps(record, sort_keys=True))
-    return datasets.Dataset(rows.data, info=info, split=rows.split), record["digest"]
