@@ -34,7 +34,8 @@ PAGE = ROOT / "docs" / "results.md"
 #: Words that state a finding: only for a decided claim.
 DECISION_WORDS = re.compile(
     r"\b(shows?|shown|showing|reach(es|ed|ing)?|fall(s|en|ing)?|fell|turn(s|ed|ing)? down"
-    r"|over-?optimi[sz](es|ed|ing|e)|significant(ly)?|beats?|beating|outperform(s|ed|ing)?|better|peak(s|ed|ing)?)\b",
+    r"|over-?optimi[sz](es|ed|ing|e)|significant(ly)?|beats?|beating|outperform(s|ed|ing)?|better|peak(s|ed|ing)?"
+    r"|finds?|found|attain(s|ed)?|markedly)\b",
     re.IGNORECASE,
 )
 #: What marks a sentence as one about the studies' results.
@@ -309,17 +310,26 @@ def quoted_claims(unit: str, studies: list[str], named: set[str] | None = None) 
     return found
 
 
+def _claim_name(claim: str) -> str:
+    """A claim's name without its parentheses ("Square-χPO ≥ DPO under CTL (ε = 0.5)": "Square-χPO ≥ DPO under
+    CTL")."""
+    return re.sub(r"\s*\([^)]*\)", "", claim)
+
+
 def misread_verdicts(unit: str, studies: list[str], before: str = "") -> list[str]:
     """A statement that quotes a claim's figure must state that claim's verdict, and no verdict no quoted claim has:
     in whatever words it compares, a figure of a claim carries the claim's decision with it. The methods a claim
-    compares may be named in the statement ``before`` it ("DPO moved ...; it ended 0.38 r* below ...")."""
+    compares may be named in the statement ``before`` it ("DPO moved ...; it ended 0.38 r* below ..."). A statement
+    that names a claim in its pre-registered words and states a verdict states that claim's."""
     from squarechipo.reproduce.study.verdicts import kind
 
+    said = {k for k, pattern in VERDICT_WORDS.items() if re.search(pattern, unit, re.IGNORECASE)}
     quoted = quoted_claims(unit, studies, named=_sides(unit) | _sides(before))
+    if said:  # a verdict stated beside a claim named in its pre-registered words is that claim's
+        quoted += [c for study in studies for c in summary(study)["claims"] if _claim_name(c["claim"]) in unit]
     if not quoted:
         return []
     kinds = {kind(c["verdict"]) for c in quoted}
-    said = {k for k, pattern in VERDICT_WORDS.items() if re.search(pattern, unit, re.IGNORECASE)}
     problems = [f"states {k!r}, which no quoted claim has" for k in sorted(said - kinds)]
     if not said & kinds:
         problems.append(
@@ -423,6 +433,10 @@ OVERCLAIMS += [
     ("docs/study.md", None, "χPO landed 1.37 r* under DPO at epoch 16, which holds."),
     ("docs/training.md", None, "DPO slipped by 0.48 r* at β 0.025 (holds)."),
     ("README.md", None, "With 512 private rows Square-χPO is far ahead of DPO: [+3.41, +8.14]; it is not decided."),
+    ("docs/study.md", None, "Square-χPO ≥ DPO under CTL holds, with 7 seeds."),
+    ("CHANGELOG.md", None, "The rows-needed study finds Square-χPO ahead of DPO at 128 private rows."),
+    ("README.md", None, "In the study Square-χPO attains a higher expected win than rDPO under LTC."),
+    ("docs/results.md", None, "DPO over-optimises (not decided before; it holds now)."),
 ]  # fmt: skip
 
 
