@@ -94,6 +94,25 @@ def test_a_sentence_naming_its_record_states_only_that_records_figures(page):
     assert not unbacked(text), "\n".join(unbacked(text))
 
 
+def named_records(text: str) -> list[str]:
+    """The committed records a text names in its prose (a path in a code span names a kind of file, not a record)."""
+    return [r.rstrip(".") for r in RECORD.findall(re.sub(r"``[^`]*``|`[^`]*`", " ", text))]
+
+
+@pytest.mark.parametrize("page", PAGES + [s for s in SOURCES if "results/" in (ROOT / s).read_text(encoding="utf-8")])
+def test_a_record_a_sentence_names_exists(page):
+    """A sentence that names a record that was never committed (or was moved) cannot be checked, so it fails."""
+    path = ROOT / page
+    text = source_prose(path) if path.suffix == ".py" else path.read_text(encoding="utf-8")
+    assert not [r for r in named_records(text) if not (ROOT / r).is_file()]
+
+
+def test_a_made_up_record_is_named_and_a_path_in_code_is_not():
+    made_up = "results/main_job/run_2026-12-01_0000000.json"
+    assert named_records(f"As {made_up} shows, it took 5 s; `results/x/summary.json` is a kind of file.") == [made_up]
+    assert not (ROOT / made_up).exists()
+
+
 def test_a_figure_nudged_or_taken_from_another_record_fails_and_the_record_itself_passes():
     """Overclaims of the kinds an audit found: a figure moved by a point, a figure of another record, a count
     changed; and the same sentences as the records state them pass (durations as seconds, list lengths as counts)."""

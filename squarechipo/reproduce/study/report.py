@@ -92,7 +92,8 @@ def arm_rows(records, design: StudyDesign) -> list[dict[str, Any]]:
 
 
 def load_deviations(results: Path, records, prereg: dict | None) -> list[dict[str, Any]]:
-    """The plan's cells not run, from ``results/deviations.json``: a list of {"cells": [names], "reason": text}.
+    """The plan's cells not run, from the results folder's ``deviations.json``: a list of {"cells": [names],
+    "reason": text}.
 
     A deviation must name cells of the plan that have no record: it explains a gap, it cannot hide a result.
     """

@@ -209,7 +209,8 @@ class Study:
         return {**done, "sft_record": self.sft_record()["seconds"]}
 
     def _check_setup(self) -> dict[str, str]:
-        """The work folder's set-up digests, checked against results/setup.json (written by the first set-up)."""
+        """The work folder's set-up digests, checked against the results folder's setup.json (written by the first
+        set-up)."""
         from squarechipo.reproduce.study.shared_setup import SETUP_FILE, check_setup, model_digest, write_setup
 
         found = {"sft": model_digest(self.out / "sft"), "gold_judge": model_digest(self.out / "gold_judge", "reward")}
@@ -243,7 +244,8 @@ class Study:
         return self._evaluator
 
     def sft_record(self) -> dict[str, Any]:
-        """The SFT policy's per-prompt record and the constants every comparison shares (results/sft.json)."""
+        """The SFT policy's per-prompt record and the constants every comparison shares (the results folder's
+        sft.json)."""
         path = self.setup_dir / "sft.json"
         if path.exists():
             result = first_prompts(json.loads(path.read_text()), self.design.test_prompts)
