@@ -50,7 +50,6 @@ __all__ = [
     "UNITS_FILE",
     "complete_interrupted",
     "load",
-    "lock",
     "once_per_folder",
     "release_into",
     "save_release",
@@ -67,18 +66,20 @@ UNITS_FILE = "squarechipo_registry_units.bin"
 PENDING_FILE = "squarechipo_pending_release.json"
 
 
-def lock(folder: Path) -> filelock.FileLock:
+def _lock(folder: Path) -> filelock.FileLock:
     """One release at a time per folder, across processes and runs."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     return filelock.FileLock(str(folder.parent / f".{folder.name}.lock"))
 
 
 def load(folder: Path) -> tuple[datasets.Dataset, PrivacyLedger | None]:
+    """A saved release and its ledger; loading checks its marker against its rows and ledger."""
     released = load_saved_folder(folder)
     return released, get_ledger(released, str(folder))
 
 
-def refuse_foreign(folder: Path) -> None:
+def _refuse_foreign(folder: Path) -> None:
+    """Refuse a folder that holds something other than a release: it is never written over."""
     if folder.exists() and any(folder.iterdir()) and not (folder / "dataset_info.json").exists():
         raise ValueError(
             f"{folder} is not empty and holds no release: privatized_dir is the folder where squarechipo saves the "
@@ -116,10 +117,10 @@ def once_per_folder(folder: Path, dataset, mechanism: Measurement, options: Rele
     checked after, and on every other rank."""
     released = None
     if state is None or state.is_main_process:
-        with lock(folder):
+        with _lock(folder):
             complete_interrupted(folder)
             if not (folder / "dataset_info.json").exists():
-                refuse_foreign(folder)
+                _refuse_foreign(folder)
                 released = release_into(folder, dataset, mechanism, options)
                 logger.warning("released %d rows through %s to %s", len(released), mechanism.to_dict(), folder)
     if state is not None:
