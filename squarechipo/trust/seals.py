@@ -39,12 +39,12 @@ __all__ = [
 
 #: The environment variable holding the secret key of HMAC seals written by squarechipo 0.3 (read only).
 KEY_ENV = "SQUARECHIPO_LEDGER_KEY"
-_SEPARATOR = "\x1f"
 _KEYED = "hmac-sha256:"
 #: The shortest key accepted, in bytes (UTF-8): 256 bits, the HMAC-SHA256 key size.
 MIN_KEY_BYTES = 32
 _GENERATE = "the key the seals were written with (squarechipo 0.3 printed it with `squarechipo key new`)"
-#: What to do about a release that fails its checks: releasing the raw rows again is not a fix.
+#: What to do about a release (ledger or marker) that fails its checks, the default ``fix`` of :func:`check_seal`:
+#: releasing the raw rows again is not a fix.
 RESTORE = (
     "Restore the release as it was saved (its folder or file). Releasing the raw rows again would spend their ε a "
     "second time (the registry of releases refuses it unless rerelease=True, and the ledger then adds both)."
