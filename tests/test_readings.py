@@ -471,18 +471,37 @@ def test_the_readmes_verdicts_are_generated_from_every_studys_record(tmp_path, c
     """The README's verdicts block is what the documented command writes from the committed summaries (run here on a
     copy, byte for byte); it covers exactly the studies with a block in docs/results.md; the prose around it quotes
     only figures the records hold. Re-running or adding a study without regenerating the block fails here."""
-    from squarechipo.reproduce.cli import main
+    from squarechipo.cli import main
     from squarechipo.reproduce.study.verdicts import studies
 
     copy = tmp_path / "README.md"
     copy.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
-    main(["study", "verdicts", "--results", str(ROOT / "results" / "study"), "--readme", str(copy)])
+    assert main(["study", "verdicts", "--results", str(ROOT / "results" / "study"), "--readme", str(copy)]) == 0
     assert copy.read_text(encoding="utf-8") == (ROOT / "README.md").read_text(encoding="utf-8")
     assert "31 claims" in capsys.readouterr().out
     assert studies(ROOT / "results") == sorted(readings())
     section = readme_results()
     assert not unbacked(re.sub(r"<!-- verdicts:begin.*?verdicts:end -->", " ", section, flags=re.S),
                         [v for study in STUDIES for v in backing(study)])  # fmt: skip
+
+
+def test_the_verdicts_command_refuses_in_one_line_and_leaves_a_readme_without_a_block_alone(tmp_path, capsys):
+    """No study under the folder given, a README without the markers, a README that does not exist: one line each
+    (naming the folder or file and the fix), nothing printed as a block, the file unchanged."""
+    from squarechipo.cli import main
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# a page without the markers\n", encoding="utf-8")
+    results = str(ROOT / "results" / "study")
+    for argv, said in (
+        (["--results", str(tmp_path / "none" / "study")], "no study under"),
+        (["--results", results, "--readme", str(readme)], "has no verdicts block: add the lines"),
+        (["--results", results, "--readme", str(tmp_path / "missing.md")], "missing.md"),
+    ):
+        assert main(["study", "verdicts", *argv]) != 0
+        out, err = capsys.readouterr()
+        assert not out and len(err.strip().splitlines()) == 1 and said in err, err
+    assert readme.read_text(encoding="utf-8") == "# a page without the markers\n"
 
 
 def test_the_verdicts_block_counts_every_kind_and_refuses_a_verdict_it_does_not_know(tmp_path):
@@ -508,6 +527,8 @@ def test_the_verdicts_block_counts_every_kind_and_refuses_a_verdict_it_does_not_
         "- **reversed** (one, 3 paired seeds): C ≥ D: −0.25 r* [−1.25, +0.75] (95% t), [−2.25, +1.75] at Holm's "
         "level, p 0.01 after Holm",
     ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"no study under .*empty has a summary.json: give --results one study's"):
+        verdicts_block(tmp_path / "empty")
     made[0]["verdict"] = "probably holds"
     (tmp_path / "one" / "summary.json").write_text(json.dumps({"claims": made}), encoding="utf-8")
     with pytest.raises(ValueError, match="verdict 'probably holds' is none of holds, reversed"):

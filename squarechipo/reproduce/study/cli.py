@@ -129,9 +129,10 @@ def report(study: Study, readme: str | None = None) -> dict:
 
 def verdicts(root: Path, readme: str | None) -> None:
     """Print the verdicts of every study under ``root``; with ``readme``, rewrite that file's verdicts block."""
-    print(verdicts_block(root))
+    block = verdicts_block(root)
     if readme:
-        update_verdicts(Path(readme), root)
+        update_verdicts(Path(readme), block)
+    print(block)
 
 
 def run_step(args) -> None:
