@@ -153,8 +153,15 @@ def test_a_test_session_sweeps_the_temporary_folders_of_sessions_that_were_kille
     live = session_tmp.make(str(tmp_path))
     other = tmp_path / "sqct-notapid"
     other.mkdir()
-    assert session_tmp.sweep(str(tmp_path)) == [str(dead)]
-    assert not dead.exists() and os.path.isdir(live) and other.exists()
+    link = tmp_path / f"sqct-{ended.pid}-link"
+    link.symlink_to(live)
+    foreign = tmp_path / f"sqct-{ended.pid}-foreign"
+    foreign.mkdir()
+    if os.geteuid() == 0:
+        os.chown(foreign, 65534, 65534)  # another account's session, whose pid this one cannot judge
+    expected = [str(dead)] + ([] if os.geteuid() == 0 else [str(foreign)])
+    assert sorted(session_tmp.sweep(str(tmp_path))) == sorted(expected)
+    assert not dead.exists() and os.path.isdir(live) and other.exists() and link.is_symlink()
 
 
 def test_a_test_session_leaves_nothing_in_the_temporary_folder(tmp_path):

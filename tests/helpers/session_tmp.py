@@ -30,11 +30,13 @@ def _alive(pid: int) -> bool:
 
 
 def sweep(parent: str) -> list[str]:
-    """Remove the session folders in ``parent`` whose process has ended (a session that was killed); returns them."""
+    """Remove this account's session folders in ``parent`` whose process has ended (a session that was killed);
+    returns them. A link, or another account's folder (whose pid may be of another container), is left alone."""
     gone = []
     for entry in os.scandir(parent):
         match = _NAME.match(entry.name)
-        if match and entry.is_dir(follow_symlinks=False) and not _alive(int(match.group(1))):
+        own = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
+        if match and own and not _alive(int(match.group(1))):
             shutil.rmtree(entry.path, ignore_errors=True)
             gone.append(entry.path)
     return gone
