@@ -48,7 +48,7 @@ if [ "$WHEELS" = yes ]; then
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -r benchmarks/gpu_wheels.txt -d "$DIR/wheels"
   listed=$(grep -cE '^[A-Za-z0-9]' benchmarks/gpu_wheels.txt)
-  found=$(ls "$DIR/wheels" | grep -c '\.whl$')
+  found=$(find "$DIR/wheels" -maxdepth 1 -name '*.whl' | wc -l)
   [ "$found" -eq "$listed" ] || { echo "gpu_bundle.sh: $found wheels for $listed pinned packages" >&2; exit 1; }
 fi
 

@@ -66,10 +66,14 @@ elif [ "$TORCH_SPEC" = "torch==2.13.0" ] && ! command -v nvidia-smi >/dev/null 2
   # on Linux x86_64 takes the package index's CUDA build (about 5.7 GB, 6 minutes seen here), unless pip was set up
   # to find the CPU file: a wheel in a find-links folder is used, else PyTorch's CPU index.
   tag=$("$VENV/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  # The find-links folders pip itself would read: PIP_FIND_LINKS (unset on most machines: then none), pip's
+  # configuration files, and /opt/wheels. pip separates a variable's values by spaces; commas are taken too.
+  links="${PIP_FIND_LINKS:-} $("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)"
   wheel=""
-  for folder in ${PIP_FIND_LINKS//,/ } /opt/wheels; do
+  for folder in ${links//,/ } /opt/wheels; do
+    folder=${folder#file://}
     for found in "$folder"/torch-2.13.0+cpu-"$tag"-*.whl; do
-      [ -f "$found" ] && [ -z "$wheel" ] && wheel=$found
+      if [ -f "$found" ] && [ -z "$wheel" ]; then wheel=$found; fi
     done
   done
   if [ -n "$wheel" ]; then

@@ -11,9 +11,11 @@ LLAMA_CPP_VERSION=0.3.36
 WHEELS="${SQUARECHIPO_CACHE:-$HOME/.cache/squarechipo}/wheels"
 if [ "${SQUARECHIPO_SKIP_LLAMA_CPP:-0}" != 1 ] && ! "$VENV/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
   mkdir -p "$WHEELS"
-  if ! ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl >/dev/null 2>&1; then
+  built=("$WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl)
+  if [ ! -f "${built[0]}" ]; then
     echo "[install] building llama-cpp-python $LLAMA_CPP_VERSION once (about 9 minutes on 2 cores); cached in $WHEELS"
     CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "${PIP[@]}" wheel --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_CPP_VERSION"
   fi
-  "${PIP[@]}" install "$(ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl | head -n 1)[server]"
+  built=("$WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl)
+  "${PIP[@]}" install "${built[0]}[server]"
 fi

@@ -65,7 +65,7 @@ echo "== [4/7] the gold reward-model judge on public gold pairs -> outputs/quick
 echo "== [5/7] gold-reward gain over the SFT policy: 128 test prompts x 1 sample -> outputs/quickstart/eval/gold.json"
 "$SQ" gold-report --policy outputs/quickstart/square_chipo_ctl --sft outputs/quickstart/sft \
   --gold outputs/quickstart/gold_judge --dataset_name data/finance_preference_conversational --dataset_test_split test \
-  --max_eval_samples 128 --samples 1 --generation_batch_size 64 --public_splits test --skip_generation_free \
+  --max_eval_samples 128 --samples 1 --generation_batch_size 128 --public_splits test --skip_generation_free \
   --dtype "$DTYPE" --out outputs/quickstart/eval/gold.json
 
 echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"

@@ -8,6 +8,7 @@ from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
 from trl.kernels import ChunkedLogProbFunction
 
+from squarechipo.models.logprob_kernel import CpuLogProbFunction
 from squarechipo.trainer.sft import LeanSFTTrainer
 
 
@@ -28,14 +29,17 @@ def _step(trainer_class, model, tokenizer, rows, tmp_path, monkeypatch, layout):
     trainer = trainer_class(model, args=args, train_dataset=rows, processing_class=tokenizer, **peft)
     batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     projected = []
-    apply = ChunkedLogProbFunction.apply
 
-    def counting_apply(hidden, *rest):
-        projected.append(hidden.shape[0])
-        return apply(hidden, *rest)
+    def counting(apply):
+        def counting_apply(hidden, *rest):
+            projected.append(hidden.shape[0])
+            return apply(hidden, *rest)
+
+        return counting_apply
 
     with monkeypatch.context() as patch:
-        patch.setattr(ChunkedLogProbFunction, "apply", counting_apply)
+        for kernel in (ChunkedLogProbFunction, CpuLogProbFunction):  # TRL's head and, on a CPU, the lean head's
+            patch.setattr(kernel, "apply", counting(kernel.apply))
         loss = trainer.compute_loss(trainer.model, batch)
     loss.backward()
     metrics = {key: values[-1] for key, values in trainer._metrics["train"].items()}

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Run from a checkout of the commit README.md names, with its venv (bash scripts/install.sh):
 #   cd CHECKOUT && bash results/main_job_releases/setup.sh   (VENV=folder to use another venv)
 set -euo pipefail

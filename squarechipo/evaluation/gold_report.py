@@ -66,9 +66,11 @@ def gold_comparison(
     labels_public=False,
     generation_free=True,
     dtype: str = "bfloat16",
+    max_new_tokens: int = 128,
 ) -> dict:
     """The paired comparison of :func:`squarechipo.evaluation.policy.compare`, loaded from model folders in weight
-    ``dtype`` (recorded); ``batch_size`` prompts are answered at once."""
+    ``dtype``; ``batch_size`` prompts are answered at once, each with up to ``max_new_tokens`` tokens (both
+    recorded)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from squarechipo.data import load_preference_dataset
@@ -87,7 +89,12 @@ def gold_comparison(
         AutoTokenizer.from_pretrained(sft),
         RewardModelJudge(gold, batch_size=32, dtype=dtype),
         test,
-        SamplingSettings(samples_per_prompt=samples, batch_size=batch_size, generation_free=generation_free),
+        SamplingSettings(
+            samples_per_prompt=samples,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            generation_free=generation_free,
+        ),
         labels_public=labels_public,
     )
     sft_samples = evaluator.sample(reference)
@@ -98,6 +105,7 @@ def gold_comparison(
         **compare(record, sft_record, evaluator.constants(sft_samples, sft_record)),
         "label_signal": signal,
         "dtype": name,
+        "max_new_tokens": max_new_tokens,
     }
 
 

@@ -109,9 +109,18 @@ class ExponentialRaceSampler(LogitsProcessor):
         return clocks.clamp_(min=torch.finfo(torch.float32).tiny)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        probs = torch.softmax(scores.float(), dim=-1)
-        drawn = torch.argmax(probs / self.clocks(tuple(scores.shape)), dim=-1, keepdim=True)
+        drawn = self.draw(scores)[:, None]
         return torch.full_like(scores, float("-inf")).scatter_(1, drawn, 0.0)
+
+    def draw(self, scores: torch.Tensor, rows: torch.Tensor | None = None, batch: int | None = None) -> torch.Tensor:
+        """The drawn token of each row of ``scores``. ``rows``: which rows of a batch of ``batch`` these are (a batch
+        whose finished rows were dropped): every step draws the whole batch's clocks and keeps these rows' own, so a
+        row's draws do not depend on which other rows are still running."""
+        probs = torch.softmax(scores.float(), dim=-1)
+        clocks = self.clocks((batch or scores.shape[0], scores.shape[1]))
+        if rows is not None:
+            clocks = clocks[rows]
+        return torch.argmax(probs / clocks, dim=-1)
 
 
 #: ``do_sample``'s temperature and top-p where the caller gives none.
@@ -217,13 +226,83 @@ def generate_with_model(
 
 def _generate_batch(model, tokenizer, batch, settings: dict, progress: tqdm) -> list[str]:
     """One batch's responses; each token step advances ``progress``, and a batch that ended early its remaining
-    steps."""
-    steps = _Steps(progress)
-    with torch.no_grad():
-        generated = model.generate(**batch, **settings, pad_token_id=tokenizer.pad_token_id, streamer=steps)
-    progress.update(settings["max_new_tokens"] - steps.steps)
-    new_tokens = generated[:, batch["input_ids"].shape[1] :]
+    steps. Greedy and exact draws run :func:`_decode` (finished rows leave the batch) where the model's generation
+    config adds nothing to them; anything else runs ``generate``."""
+    if not settings["do_sample"] and _plain_generation_config(model):
+        with torch.no_grad():
+            new_tokens = _decode(model, batch, settings, tokenizer.pad_token_id, progress)
+    else:
+        steps = _Steps(progress)
+        with torch.no_grad():
+            generated = model.generate(**batch, **settings, pad_token_id=tokenizer.pad_token_id, streamer=steps)
+        progress.update(settings["max_new_tokens"] - steps.steps)
+        new_tokens = generated[:, batch["input_ids"].shape[1] :]
     return [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+
+
+#: Generation-config fields that make ``generate`` add a logits processor, a stopping rule or a search of its own
+#: when they differ from their defaults; :func:`_decode` applies none of them, so such a model goes to ``generate``.
+_GENERATE_ONLY = (
+    "repetition_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "min_length",
+    "min_new_tokens", "forced_bos_token_id", "forced_eos_token_id", "suppress_tokens", "begin_suppress_tokens",
+    "sequence_bias", "exponential_decay_length_penalty", "renormalize_logits", "guidance_scale", "epsilon_cutoff",
+    "eta_cutoff", "typical_p", "min_p", "stop_strings", "num_beams", "num_return_sequences", "max_time",
+    "watermarking_config", "assistant_model", "prompt_lookup_num_tokens",
+)  # fmt: skip
+
+
+def _plain_generation_config(model) -> bool:
+    """Whether the model's generation config asks ``generate`` for nothing beyond the processors passed to it."""
+    config, default = model.generation_config, transformers.GenerationConfig()
+    return not model.config.is_encoder_decoder and all(
+        getattr(config, name, None) in (None, getattr(default, name, None)) for name in _GENERATE_ONLY
+    )
+
+
+def _eos_ids(model, device) -> torch.Tensor:
+    eos = model.generation_config.eos_token_id
+    return torch.tensor([] if eos is None else [eos] if isinstance(eos, int) else list(eos), device=device)
+
+
+def _decode(model, batch, settings: dict, pad_token_id: int, progress: tqdm) -> torch.Tensor:
+    """``generate``'s greedy decoding (or an exact draw: the race closes ``settings["logits_processor"]``) over a
+    left-padded batch, with a KV cache from which each row is dropped once it has emitted an end-of-sequence token:
+    the steps after most answers ended no longer run the whole batch. The same positions, masks and processors as
+    ``generate`` (a row's tokens do not depend on the others); the new tokens, padded after each row's end."""
+    from transformers import DynamicCache
+
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    n, device = ids.shape[0], ids.device
+    chain = list(settings.get("logits_processor") or [])
+    race = chain.pop() if chain and isinstance(chain[-1], ExponentialRaceSampler) else None
+    eos = _eos_ids(model, device)
+    out = torch.full((n, settings["max_new_tokens"]), pad_token_id, dtype=ids.dtype, device=device)
+    rows = torch.arange(n, device=device)  # the batch row of each running row
+    position = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    cache = DynamicCache(config=model.config)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position, past_key_values=cache,
+                   use_cache=True, logits_to_keep=1).logits[:, -1]  # fmt: skip
+    seen, position = ids, position[:, -1:]
+    for step in range(settings["max_new_tokens"]):
+        scores = logits.float()
+        for processor in chain:
+            scores = processor(seen, scores)
+        token = race.draw(scores, rows, n) if race is not None else scores.argmax(-1)
+        out[rows, step] = token
+        progress.update(1)
+        running = ~torch.isin(token, eos)
+        if step + 1 == settings["max_new_tokens"] or not running.any():
+            progress.update(settings["max_new_tokens"] - step - 1)
+            break
+        if not running.all():
+            keep = running.nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, token, mask, seen, position = rows[keep], token[keep], mask[keep], seen[keep], position[keep]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        seen, position = torch.cat([seen, token[:, None]], dim=1), position + 1
+        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=cache,
+                       use_cache=True).logits[:, -1]  # fmt: skip
+    return out
 
 
 class _Steps(BaseStreamer):

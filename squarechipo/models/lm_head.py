@@ -7,9 +7,10 @@ position through the LM head — prompt and padding included — and the DPO tra
 entropy, top-1 and mean-logit metrics that the loss does not use.
 
 :func:`add_lean_lm_head` installs a forward with the same calling convention and output type that
-scores only the positions whose label is not ``-100`` and computes log-probs alone, reusing TRL's
-public kernel :class:`trl.kernels.ChunkedLogProbFunction` (no logits materialised; the backward
-recomputes tiles). Because the convention is the same, TRL's own reference-model code
+scores only the positions whose label is not ``-100`` and computes log-probs alone, with TRL's
+public kernel :class:`trl.kernels.ChunkedLogProbFunction` on accelerators (no logits materialised; the backward
+recomputes tiles) and :mod:`squarechipo.models.logprob_kernel` on a CPU (the same fields and gradients in a few
+passes over each tile). Because the convention is the same, TRL's own reference-model code
 (``compute_ref_log_probs``, ``precompute_ref_log_probs``) runs on it unchanged.
 
 Models whose logits are rescaled in ways the kernel call below does not cover (MoE router
@@ -24,8 +25,9 @@ import types
 import torch
 from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
-from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import FusedCausalLMOutput, maybe_gather_lm_head_ctx
+
+from squarechipo.models.logprob_kernel import chunked_logprobs
 
 __all__ = ["add_lean_lm_head", "supports_lean_lm_head"]
 
@@ -218,7 +220,7 @@ def _head_outputs(model, hidden, targets, rows, cols, shape, num_items_in_batch,
         weight = weight.full_tensor()
         bias = bias.full_tensor() if bias is not None else None
     with maybe_gather_lm_head_ctx(weight, bias):
-        per_token = ChunkedLogProbFunction.apply(
+        per_token = chunked_logprobs(
             hidden.to(weight.device),
             weight,
             bias,

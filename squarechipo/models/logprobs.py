@@ -115,14 +115,25 @@ def model_logps(model: PreTrainedModel, rows: CheckedRows, collator, batch_size:
     """(2, n) float64 summed completion log-probs [chosen; rejected] of tokenized rows, gradient-free."""
     model.eval()
     lean = add_lean_lm_head(model, share_prompt="packed")  # 10-15% faster than the KV-cache layout here
+    # Batches of rows of similar length pad least; a row's log-probs do not depend on its batch, and they come back
+    # in the rows' order.
+    order = sorted(range(len(rows)), key=lambda i: _row_length(rows[i]))
     chosen, rejected = [], []
     total = (len(rows) + batch_size - 1) // batch_size
     for batch in tqdm(
-        _batches(rows, collator, batch_size), total=total, desc=desc, disable=not PartialState().is_local_main_process
-    ):
+        _batches([rows[i] for i in order], collator, batch_size), total=total, desc=desc,
+        disable=not PartialState().is_local_main_process,
+    ):  # fmt: skip
         c, r = completion_logps(model, batch, lean)
         chosen.append(c.cpu())
         rejected.append(r.cpu())
     if not chosen:
         return torch.zeros(2, 0, dtype=torch.float64)
-    return torch.stack([torch.cat(chosen), torch.cat(rejected)])
+    out = torch.empty(2, len(rows), dtype=torch.float64)
+    out[:, order] = torch.stack([torch.cat(chosen), torch.cat(rejected)])
+    return out
+
+
+def _row_length(row: dict) -> int:
+    """A tokenized pair's packed length: its prompt once and both completions."""
+    return len(row["prompt_ids"]) + len(row["chosen_ids"]) + len(row["rejected_ids"])

@@ -5,7 +5,10 @@ On a machine with no CUDA/XPU/NPU device (or with ``use_cpu`` set):
 - ``use_cpu`` becomes True, so ``TrainingArguments`` asks Accelerate for a CPU state and a
   ``torchrun`` launch becomes a MULTI_CPU (gloo) run instead of two independent processes;
 - an *unset* ``bf16`` (TRL defaults it to True, which ``TrainingArguments`` rejects on CPU) becomes
-  False. An explicit value is always kept.
+  False, said in one line on a CPU without bf16 kernels. An explicit value is always kept (on such a CPU with a line
+  that bf16 is emulated there).
+
+Commands with a weight ``dtype`` option default it to :func:`fast_dtype` through :func:`default_dtype`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "check_resume",
     "check_weight_dtype",
     "cpu_runs_bf16_natively",
+    "default_dtype",
     "distributed_state",
     "fast_dtype",
     "machine_record",
@@ -93,6 +97,33 @@ def fast_dtype() -> str:
     return "bfloat16" if cpu_runs_bf16_natively() else "float32"
 
 
+def default_dtype(name: str | None, option: str) -> str:
+    """A weight-dtype option's value: ``name`` as given, else this machine's :func:`fast_dtype` (bf16 only where it is
+    native), said in one line where that is float32 because this CPU has no bf16 kernels."""
+    if name is not None:
+        return name
+    chosen = fast_dtype()
+    if chosen == "float32" and not accelerator_available():
+        say_float32_default(option)
+    return chosen
+
+
+@functools.cache
+def say_float32_default(option: str) -> bool:
+    """Say once per option, in one line, that an unset dtype became float32 because this CPU has no bf16 kernels, and
+    how to ask for bf16 anyway. Returns whether it said so (nothing where bf16 is native)."""
+    if cpu_runs_bf16_natively():
+        return False
+    asks = {"bf16": "bf16: true", "dtype": "--dtype bfloat16"}.get(option, option)
+    logger.warning(
+        "float32: this CPU has no bf16 kernels (%s, bf16 would be emulated, several times slower); %s asks for bf16 "
+        "anyway.",
+        torch.backends.cpu.get_cpu_capability(),
+        asks,
+    )
+    return True
+
+
 @functools.cache
 def warn_emulated_bf16(setting: str) -> bool:
     """Say once per setting, in one line, that bf16 is emulated on this CPU (the value is kept: it changes the
@@ -151,6 +182,7 @@ def apply_cpu_defaults(config) -> None:
         config.use_cpu = True
         if config.bf16 is None and not config.fp16:
             config.bf16 = False
+            say_float32_default("bf16")
         if config.bf16:
             warn_emulated_bf16("bf16: true")
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from squarechipo.evaluation.gold_report import format_summary, gold_comparison
-from squarechipo.models.runtime import WEIGHT_DTYPES
+from squarechipo.models.runtime import WEIGHT_DTYPES, default_dtype
 
 __all__ = ["main"]
 
@@ -40,11 +40,18 @@ def _parser() -> argparse.ArgumentParser:
         help="prompts answered at once (default 64; lower on a small GPU)",
     )
     parser.add_argument(
+        "--max_new_tokens",
+        type=int,
+        default=128,
+        help="tokens generated per response (default 128; fewer answers sooner and cuts responses short, so the "
+        "figures are those of shorter answers: recorded as max_new_tokens)",
+    )
+    parser.add_argument(
         "--dtype",
         choices=WEIGHT_DTYPES,
-        default="bfloat16",
-        help="the policies' and the judge's weight dtype (default bfloat16; float32 on a CPU without bf16 kernels, "
-        "where bf16 is emulated: `squarechipo env --fast-dtype` names the faster one here)",
+        default=None,
+        help="the policies' and the judge's weight dtype (default: bfloat16 where this machine runs it natively, "
+        "float32 on a CPU without bf16 kernels, where bf16 is emulated; `squarechipo env --fast-dtype` names it)",
     )
     parser.add_argument("--out", default=None, help="write the figures to this JSON file")
     parser.add_argument(
@@ -78,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
         batch_size=args.generation_batch_size,
         labels_public=args.dataset_test_split in args.public_splits,
         generation_free=not args.skip_generation_free,
-        dtype=args.dtype,
+        dtype=default_dtype(args.dtype, "dtype"),
+        max_new_tokens=args.max_new_tokens,
     )
     for line in format_summary(summary):
         print(line)
@@ -90,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Sizes of at least 1 and model folders that exist, or the parser's one-line error naming the flag."""
-    for name in ("max_eval_samples", "samples", "generation_batch_size"):
+    for name in ("max_eval_samples", "samples", "generation_batch_size", "max_new_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} {getattr(args, name)}: must be at least 1")
     for name in ("policy", "sft", "gold"):

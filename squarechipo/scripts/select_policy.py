@@ -19,7 +19,7 @@ from trl import TrlParser
 
 from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
-from squarechipo.models.runtime import distributed_state, torch_dtype
+from squarechipo.models.runtime import default_dtype, distributed_state, torch_dtype
 from squarechipo.scripts._common import setup_logging
 from squarechipo.select import select_policy
 
@@ -45,7 +45,13 @@ class SelectConfig:
     max_length: int | None = field(default=512, metadata={"help": "Truncate prompt+completion to this many tokens."})
     truncation_mode: str = field(default="keep_start", metadata={"help": "keep_start or keep_end."})
     batch_size: int = field(default=8, metadata={"help": "Preference pairs per forward pass."})
-    dtype: str = field(default="float32", metadata={"help": "float32, bfloat16 or float16."})
+    dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "float32, bfloat16 or float16 (default: bfloat16 where this machine runs it natively, else "
+            "float32; the selection's guarantee does not depend on precision: the margins are clipped)."
+        },
+    )
     seed: int | None = field(
         default=None, metadata={"help": "Sampling seed. Leave unset (OS entropy): a known seed voids the guarantee."}
     )
@@ -90,7 +96,7 @@ def main(config: SelectConfig):
         max_length=config.max_length,
         truncation_mode=config.truncation_mode,
         batch_size=config.batch_size,
-        dtype=torch_dtype(config.dtype),
+        dtype=torch_dtype(default_dtype(config.dtype, "dtype")),
         output_dir=config.output_dir,
         seed=config.seed,
         allow_unrecorded_candidates=config.allow_unrecorded_candidates,
