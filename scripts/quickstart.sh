@@ -4,7 +4,7 @@
 #   1. generate finance_preference (Zhou et al. 2025 (Square-χPO), App. E/F) into ./data: preference rows (the
 #      private labels), SFT rows of their own (no preference row's label leaks into the SFT policy) and public
 #      gold rows for the evaluation judge
-#   2. SFT of the embedded SmolLM2-135M-Instruct on 256 mixed SFT rows          -> outputs/quickstart/sft
+#   2. SFT of the embedded SmolLM2-135M-Instruct on 128 mixed SFT rows          -> outputs/quickstart/sft
 #   3. Square-chiPO under CTL, epsilon = 4, alpha = 0.1, on 128 private rows    -> outputs/quickstart/square_chipo_ctl
 #   4. the gold reward-model judge, fitted on public gold pairs (the `judge` split) -> outputs/quickstart/gold_judge
 #   5. the gold-reward gain and gold expected win rate over the SFT policy, 128 test prompts x 1 sampled
@@ -73,7 +73,7 @@ echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/q
   --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 16 --max-new-tokens 64 \
   --batch-size 16 --dtype "$DTYPE" \
   --judge reward-model --judge-model outputs/quickstart/gold_judge --judge-batch-size 16 \
-  --calibration-pairs 64 --public_splits test --setting CTL --method square_chipo --out outputs/quickstart/eval
+  --calibration-pairs 32 --public_splits test --setting CTL --method square_chipo --out outputs/quickstart/eval
 
 echo "== [7/7] central DP selection (epsilon = 1) among base, SFT and Square-chiPO -> outputs/quickstart/selected"
 if [ ! -f outputs/quickstart/selected/squarechipo_privacy.json ]; then

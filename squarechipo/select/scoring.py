@@ -41,14 +41,15 @@ def _score_candidates(
     truncation_mode: str = "keep_start",
     batch_size: int = 8,
     all_reduce: bool = True,
+    is_reference: Sequence[bool] = (),
 ) -> torch.Tensor:
     """L(π_k) for every candidate, float64, summed over this process's ``rows`` and all-reduced.
 
     Private: the result must only be passed to :func:`squarechipo.select.exponential.select_index` (the selector,
     :func:`squarechipo.select.selector.select_policy`, does so and returns only the index). ``rows`` are the
     mechanism's input (:func:`squarechipo.privacy.door.mechanism_input`) or checked rows. Models are loaded one at a
-    time through the given callables and freed after use. With ``all_reduce=False`` the sums cover this process's
-    rows only.
+    time through the given callables and freed after use; a candidate that ``is_reference`` (the same model folder) is
+    not loaded: its log-probs are the reference's. With ``all_reduce=False`` the sums cover this process's rows only.
     """
     rows = require_checked(rows, "the central selector's scoring")
     collator = DataCollatorForPreference(
@@ -60,9 +61,13 @@ def _score_candidates(
     state = PartialState()
     totals = torch.zeros(len(load_candidates), dtype=torch.float64)
     for k, load in enumerate(load_candidates):
-        candidate = load()
-        logps = model_logps(candidate, rows, collator, batch_size, f"scoring candidate {k + 1}/{len(load_candidates)}")
-        del candidate
+        if k < len(is_reference) and is_reference[k]:
+            logps = ref_logps  # the same weights give the same log-probs: the SFT policy is often both
+        else:
+            candidate = load()
+            desc = f"scoring candidate {k + 1}/{len(load_candidates)}"
+            logps = model_logps(candidate, rows, collator, batch_size, desc)
+            del candidate
         m = policy_margins(logps[0], logps[1], ref_logps[0], ref_logps[1], beta=beta, link=link, clip=clip)
         totals[k] = row_square_losses(m).sum()
     if all_reduce and state.num_processes > 1:

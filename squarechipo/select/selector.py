@@ -118,6 +118,7 @@ def _private_choice(
         lambda: load_candidate(reference, dtype=dtype, device=device),
         [lambda c=c: load_candidate(c, dtype=dtype, device=device) for c in pool],
         pad_token_id=pad_token_id,
+        is_reference=[c.path.resolve() == reference.path.resolve() for c in pool],
         **score_kwargs,
     )
     chosen = [None]
