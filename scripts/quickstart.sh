@@ -4,7 +4,7 @@
 #   1. generate finance_preference (Zhou et al. 2025 (Square-χPO), App. E/F) into ./data: preference rows (the
 #      private labels), SFT rows of their own (no preference row's label leaks into the SFT policy) and public
 #      gold rows for the evaluation judge
-#   2. SFT of the embedded SmolLM2-135M-Instruct on 128 mixed SFT rows          -> outputs/quickstart/sft
+#   2. SFT of the embedded SmolLM2-135M-Instruct on 64 mixed SFT rows           -> outputs/quickstart/sft
 #   3. Square-chiPO under CTL, epsilon = 4, alpha = 0.1, on 128 private rows    -> outputs/quickstart/square_chipo_ctl
 #   4. the gold reward-model judge, fitted on public gold pairs (the `judge` split) -> outputs/quickstart/gold_judge
 #   5. the gold-reward gain and gold expected win rate over the SFT policy, 128 test prompts x 1 sampled

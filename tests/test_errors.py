@@ -63,7 +63,7 @@ def test_audit_sizes_confidence_and_options_are_checked(capsys):
     assert stopped.value.code == 2 and "unrecognized arguments: --alpha 0.01" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", ["--max_eval_samples", "--samples", "--generation_batch_size"])
+@pytest.mark.parametrize("flag", ["--max_eval_samples", "--samples", "--generation_batch_size", "--max_new_tokens"])
 def test_gold_report_sizes_below_one_are_refused_naming_the_flag(flag, capsys):
     from squarechipo.scripts.gold_report import main
 

@@ -110,7 +110,7 @@ def test_chunks_and_a_memory_budget_too_small_to_keep_the_probabilities_give_the
     first = hidden.grad.clone()
     hidden.grad = None
     out.backward()  # the kept tiles hold the first backward's gradients by now: recomputed
-    torch.testing.assert_close(hidden.grad, first)
+    torch.testing.assert_close(hidden.grad, first, rtol=1e-5, atol=1e-5)  # float32 rounding of p either way
 
 
 def test_no_token_gives_empty_fields_and_a_zero_gradient():

@@ -128,6 +128,26 @@ def test_batched_scores_equal_the_definition(pool, tokenizer):
     assert (totals >= 0).all() and (totals <= 4 * len(data)).all()
 
 
+def test_a_candidate_that_is_the_reference_is_not_loaded_and_scores_as_when_loaded(pool, tokenizer):
+    """The main job's selection has the SFT policy as reference and as a candidate: its log-probs are the reference's
+    (not computed again), and every candidate's loss is what scoring it separately gives."""
+    rows = tokenize_preferences(mechanism_input(pool["private"].select(range(6)), "this test's scores"), tokenizer)
+    loaded = []
+
+    def counting(path):
+        load = _load(path)
+        return lambda: loaded.append(path.name) or load()
+
+    common = dict(pad_token_id=tokenizer.pad_token_id, beta=0.1, link="chipo", clip=10.0, max_length=None,
+                  batch_size=4)  # fmt: skip
+    candidates = [counting(pool["good"]), counting(pool["ref"])]
+    reused = score_candidates(rows, counting(pool["ref"]), candidates, is_reference=[False, True], **common)
+    assert loaded == ["ref", "good"]  # the reference once, then only the candidate that is not it
+    scored = score_candidates(rows, _load(pool["ref"]), [_load(pool["good"]), _load(pool["ref"])], **common)
+    torch.testing.assert_close(reused, scored, rtol=0, atol=1e-9)
+    assert scored[1].item() == pytest.approx(len(rows) * 1.0)  # π = π_ref: every margin 0, every row's loss (0 − 1)²
+
+
 def test_selects_the_best_candidate_at_large_epsilon_and_saves_public_fields_only(pool, tokenizer, tmp_path):
     rows = tokenize_preferences(mechanism_input(pool["private"], "the scores this test checks"), tokenizer)
     loaders = [_load(pool[name]) for name in ("ref", "good", "bad")]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import datasets
@@ -25,6 +28,8 @@ from squarechipo.privacy.mechanisms.calibration import flip_probability
 from squarechipo.trainer import PRIVACY_FILE, TRL_INTERNALS, SquareChiPOConfig, SquareChiPOTrainer
 from tests.helpers.rows import checked, release_rows
 from tests.helpers.runs import tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_config(tmp_path, **overrides) -> SquareChiPOConfig:
@@ -810,3 +815,39 @@ def test_bf16_on_a_cpu_without_native_bf16_is_kept_and_said_once(tmp_path, caplo
     said = [r for r in caplog.records if r.levelname == "WARNING" and r.getMessage().startswith("bf16: true")]
     assert len(said) == (1 if emulated else 0)
     assert all("bf16: false" in r.getMessage() for r in said)
+
+
+_DEFAULTS = """
+import sys
+from squarechipo.models.runtime import cpu_runs_bf16_natively, default_dtype
+from tests.helpers.runs import tiny_config
+print(cpu_runs_bf16_natively())
+print(default_dtype(None, "dtype"), default_dtype(None, "dtype"), default_dtype("bfloat16", "dtype"))
+out = sys.argv[1]
+print(tiny_config(out + "/a").bf16, tiny_config(out + "/b").bf16, tiny_config(out + "/c", bf16=True).bf16)
+"""
+
+
+@pytest.mark.parametrize("kernels", ["this CPU's", "AVX2 forced"])
+def test_an_unset_dtype_is_bf16_only_where_native_and_float32_is_said_once_in_one_line(tmp_path, kernels):
+    """On a CPU without bf16 kernels (an AVX2-only CPU, or AVX2 kernels forced) an unset dtype is float32 and an unset
+    bf16 is off, each said once, in one line naming the CPU and how to ask for bf16; where bf16 is native an unset
+    dtype is bfloat16 and nothing is said. A value given is kept either way."""
+    forced = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"} if kernels == "AVX2 forced" else {}
+    done = subprocess.run([sys.executable, "-c", _DEFAULTS, str(tmp_path)], env={**os.environ, **forced},
+                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    native, dtypes, bf16 = done.stdout.splitlines()
+    if forced:
+        assert native == "False"
+    said = [line for line in done.stderr.splitlines() if line.startswith("float32: this CPU has no bf16 kernels")]
+    if native == "True":
+        assert dtypes == "bfloat16 bfloat16 bfloat16" and bf16 == "False False True" and not said
+    else:
+        assert dtypes == "float32 float32 bfloat16" and bf16 == "False False True"
+        assert said == [
+            "float32: this CPU has no bf16 kernels (AVX2, bf16 would be emulated, several times slower); "
+            "--dtype bfloat16 asks for bf16 anyway.",
+            "float32: this CPU has no bf16 kernels (AVX2, bf16 would be emulated, several times slower); bf16: true "
+            "asks for bf16 anyway.",
+        ], done.stderr

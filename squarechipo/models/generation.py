@@ -86,26 +86,33 @@ class ExponentialRaceSampler(LogitsProcessor):
     first arrival (argmax p_j / E_j) is token j with probability p_j. This is ``torch.multinomial``'s own algorithm,
     so two policies given the same clocks draw the same token wherever their distributions agree: the coupling that
     makes a policy's samples and the SFT policy's common random numbers (inverse-CDF sampling keeps almost none of it
-    over a 49k-token vocabulary). On CPU the clocks come from numpy's ziggurat sampler (``numpy.random.Generator``),
-    about 4 times faster than torch's, which draws them one by one; on an accelerator from a ``torch.Generator`` on
-    that device. Neither touches the global random state.
+    over a 49k-token vocabulary). On CPU each row of a batch has a stream of its own (``numpy.random.Generator`` seeded
+    ``[seed, row]``, numpy's ziggurat sampler in float32, several times faster than torch's, which draws one clock at a
+    time), so a row's clocks do not depend on the other rows, and a row that has ended draws none; on an accelerator
+    the batch's clocks come from one ``torch.Generator`` on that device and each row keeps its own. Neither touches the
+    global random state.
     """
 
     def __init__(self, seed: int, device: torch.device | str = "cpu"):
-        self.device = torch.device(device)
+        self.device, self.seed = torch.device(device), seed
         if self.device.type == "cpu":
-            self.rng, self._clocks = np.random.default_rng(seed), np.empty(0)
+            self.streams: list[np.random.Generator] = []
         else:
             self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
-    def clocks(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """Exp(1) draws of ``shape``, float32 (never 0: a token of probability 0 is never drawn)."""
+    def clocks(self, rows: list[int], batch: int, vocabulary: int) -> torch.Tensor:
+        """Exp(1) draws for ``rows`` of a batch of ``batch``, float32 (never 0: a token of probability 0 is never
+        drawn)."""
         if self.device.type != "cpu":
-            clocks = torch.empty(shape, device=self.device).exponential_(generator=self.generator)
+            clocks = torch.empty((batch, vocabulary), device=self.device).exponential_(generator=self.generator)
+            clocks = clocks[torch.as_tensor(rows, device=self.device)]
         else:
-            if self._clocks.shape != shape:
-                self._clocks = np.empty(shape)
-            clocks = torch.from_numpy(self.rng.standard_exponential(out=self._clocks)).float()
+            while len(self.streams) < batch:
+                self.streams.append(np.random.default_rng([self.seed, len(self.streams)]))
+            drawn = np.empty((len(rows), vocabulary), dtype=np.float32)
+            for out, row in zip(drawn, rows):
+                self.streams[row].standard_exponential(dtype=np.float32, out=out)
+            clocks = torch.from_numpy(drawn)
         return clocks.clamp_(min=torch.finfo(torch.float32).tiny)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -114,12 +121,10 @@ class ExponentialRaceSampler(LogitsProcessor):
 
     def draw(self, scores: torch.Tensor, rows: torch.Tensor | None = None, batch: int | None = None) -> torch.Tensor:
         """The drawn token of each row of ``scores``. ``rows``: which rows of a batch of ``batch`` these are (a batch
-        whose finished rows were dropped): every step draws the whole batch's clocks and keeps these rows' own, so a
-        row's draws do not depend on which other rows are still running."""
+        whose finished rows were dropped); each row draws from its own clocks."""
+        listed = list(range(scores.shape[0])) if rows is None else rows.tolist()
         probs = torch.softmax(scores.float(), dim=-1)
-        clocks = self.clocks((batch or scores.shape[0], scores.shape[1]))
-        if rows is not None:
-            clocks = clocks[rows]
+        clocks = self.clocks(listed, batch or scores.shape[0], scores.shape[1]).to(probs.device)
         return torch.argmax(probs / clocks, dim=-1)
 
 
@@ -279,9 +284,10 @@ def _decode(model, batch, settings: dict, pad_token_id: int, progress: tqdm) -> 
     out = torch.full((n, settings["max_new_tokens"]), pad_token_id, dtype=ids.dtype, device=device)
     rows = torch.arange(n, device=device)  # the batch row of each running row
     position = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
-    cache = DynamicCache(config=model.config)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=position, past_key_values=cache,
-                   use_cache=True, logits_to_keep=1).logits[:, -1]  # fmt: skip
+    # transformers renamed ``past_key_values`` to ``cache`` (5.2x; the old name warns until 5.40).
+    cache = {_cache_argument(model): DynamicCache(config=model.config)}
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True, logits_to_keep=1,
+                   **cache).logits[:, -1]  # fmt: skip
     seen, position = ids, position[:, -1:]
     for step in range(settings["max_new_tokens"]):
         scores = logits.float()
@@ -296,13 +302,21 @@ def _decode(model, batch, settings: dict, pad_token_id: int, progress: tqdm) -> 
             break
         if not running.all():
             keep = running.nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
+            next(iter(cache.values())).batch_select_indices(keep)
             rows, token, mask, seen, position = rows[keep], token[keep], mask[keep], seen[keep], position[keep]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         seen, position = torch.cat([seen, token[:, None]], dim=1), position + 1
-        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=cache,
-                       use_cache=True).logits[:, -1]  # fmt: skip
+        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
+                       **cache).logits[:, -1]  # fmt: skip
     return out
+
+
+def _cache_argument(model) -> str:
+    """The name the model's forward takes its KV cache by: ``cache`` in newer transformers, ``past_key_values``
+    before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 class _Steps(BaseStreamer):
