@@ -4,20 +4,21 @@
 #   1. generate finance_preference (Zhou et al. 2025 (Square-χPO), App. E/F) into ./data: preference rows (the
 #      private labels), SFT rows of their own (no preference row's label leaks into the SFT policy) and public
 #      gold rows for the evaluation judge
-#   2. SFT of the embedded SmolLM2-135M-Instruct on 64 mixed SFT rows           -> outputs/quickstart/sft
+#   2. SFT of the embedded SmolLM2-135M-Instruct on 128 mixed SFT rows          -> outputs/quickstart/sft
 #   3. Square-chiPO under CTL, epsilon = 4, alpha = 0.1, on 128 private rows    -> outputs/quickstart/square_chipo_ctl
 #   4. the gold reward-model judge, fitted on public gold pairs (the `judge` split) -> outputs/quickstart/gold_judge
 #   5. the gold-reward gain and gold expected win rate over the SFT policy, 128 test prompts x 1 sampled
 #      answer, with t intervals and a plain-words reading                  -> outputs/quickstart/eval/gold.json
 #   6. a judged win rate against the SFT policy (greedy answers, 16 prompts in one batch) -> outputs/quickstart/eval
 #   7. central DP (Zhou et al. 2025 (Square-χPO), Alg. 2): the exponential mechanism picks one of {embedded
-#      base, SFT, Square-chiPO} on 48 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
+#      base, SFT, Square-chiPO} on 32 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
 # About 7-10 minutes on 2 CPU cores with AVX512-BF16 and the packages downloaded (7 min 21 s alone on 2026-11-30; the
 # code before took 8 min 19 s that hour and 11 min 9 s on 2026-11-29), more on a slow day; 29 min 42 s in float32 on
 # a 2-core AVX2-only CPU (docs/testing.md). llama.cpp, which only the judge-server tests use, is not built here
 # (scripts/test.sh builds it). Re-running reuses the released labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+STARTED=$(date +%s)
 # The library and its dependencies, without the test command's tools (scripts/test.sh adds them), byte-compiling
 # only what the job imports (scripts/test.sh compiles the rest).
 SQUARECHIPO_EXTRAS="${SQUARECHIPO_EXTRAS-}" SQUARECHIPO_COMPILE="${SQUARECHIPO_COMPILE-imports}" bash scripts/install.sh
@@ -33,9 +34,17 @@ case "$DTYPE" in
   float32) BF16=false ;;
   *) echo "SQUARECHIPO_DTYPE=$DTYPE: set it to bfloat16 or float32" >&2; exit 2 ;;
 esac
+# Each stage's start, for the summary's seconds per stage (outputs/quickstart/summary.json).
+mkdir -p outputs/quickstart
+STAGES=outputs/quickstart/stages.tsv
+printf 'install\t%s\n' "$STARTED" > "$STAGES"
+stage() {
+  printf '%s\t%s\n' "$1" "$(date +%s)" >> "$STAGES"
+  if [ -n "$2" ]; then echo "== $2"; fi
+}
 echo "== weights and autocast in $DTYPE (bfloat16 where this machine has bf16 kernels, else float32; squarechipo env)"
 
-echo "== [1/7] data: finance_preference -> data/"
+stage data "[1/7] data: finance_preference -> data/"
 if [ ! -d data/finance_preference ]; then
   "$SQ" data finance --out data --seed 0
 elif [ ! -d data/finance_sft_mixed_conversational ]; then
@@ -53,35 +62,36 @@ if [ ! -e "$SQUARECHIPO_RELEASE_REGISTRY" ] && [ ! -d outputs/quickstart/square_
   "$SQ" registry init
 fi
 
-echo "== [2/7] SFT of the embedded SmolLM2-135M-Instruct on its own mixed rows -> outputs/quickstart/sft"
+stage sft "[2/7] SFT of the embedded SmolLM2-135M-Instruct on its own mixed rows -> outputs/quickstart/sft"
 "$SQ" sft --config recipes/configs/quickstart_sft.yaml --bf16 "$BF16"
 
-echo "== [3/7] Square-chiPO, CTL, epsilon=4, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
+stage square_chipo "[3/7] Square-chiPO, CTL, epsilon=4, alpha=0.1 -> outputs/quickstart/square_chipo_ctl"
 "$SQ" train --config recipes/configs/quickstart_align.yaml --bf16 "$BF16"
 
-echo "== [4/7] the gold reward-model judge on public gold pairs -> outputs/quickstart/gold_judge"
+stage gold_judge "[4/7] the gold reward-model judge on public gold pairs -> outputs/quickstart/gold_judge"
 "$SQ" gold-judge --config recipes/configs/quickstart_gold_judge.yaml --bf16 "$BF16"
 
-echo "== [5/7] gold-reward gain over the SFT policy: 128 test prompts x 1 sample -> outputs/quickstart/eval/gold.json"
+stage gold_report "[5/7] gold-reward gain over the SFT policy: 128 test prompts x 1 sample -> outputs/quickstart/eval/gold.json"
 "$SQ" gold-report --policy outputs/quickstart/square_chipo_ctl --sft outputs/quickstart/sft \
   --gold outputs/quickstart/gold_judge --dataset_name data/finance_preference_conversational --dataset_test_split test \
   --max_eval_samples 128 --samples 1 --generation_batch_size 128 --public_splits test --skip_generation_free \
   --dtype "$DTYPE" --out outputs/quickstart/eval/gold.json
 
-echo "== [6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
+stage judged_win_rate "[6/7] win rate vs the SFT policy, judged by the gold judge -> outputs/quickstart/eval"
 "$SQ" judge --policy outputs/quickstart/square_chipo_ctl --baseline outputs/quickstart/sft \
   --dataset_name data/finance_preference_conversational --dataset_test_split test --max_eval_samples 16 --max-new-tokens 64 \
   --batch-size 16 --dtype "$DTYPE" \
   --judge reward-model --judge-model outputs/quickstart/gold_judge --judge-batch-size 16 \
-  --calibration-pairs 32 --public_splits test --setting CTL --method square_chipo --out outputs/quickstart/eval
+  --calibration-pairs 16 --public_splits test --setting CTL --method square_chipo --out outputs/quickstart/eval
 
-echo "== [7/7] central DP selection (epsilon = 1) among base, SFT and Square-chiPO -> outputs/quickstart/selected"
+stage selection "[7/7] central DP selection (epsilon = 1) among base, SFT and Square-chiPO -> outputs/quickstart/selected"
 if [ ! -f outputs/quickstart/selected/squarechipo_privacy.json ]; then
   "$SQ" select --config recipes/configs/select_policy.yaml --dtype "$DTYPE"
 else
   echo "outputs/quickstart/selected already holds a selection; selecting again would spend another epsilon"
 fi
 
+stage summary ""
 "$PY" - <<'PY'
 import json, pathlib, subprocess
 from squarechipo.evaluation.report import format_lines
@@ -120,7 +130,15 @@ print(f"  central DP selection: {selected['selected']} of {selected['num_candida
       f"epsilon {selected['epsilon']}, n {selected['num_rows']} -> {pathlib.Path('outputs/quickstart/selected').resolve()}")
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 here = str(pathlib.Path.cwd()) + "/"  # a record names no machine's folders: paths relative to the checkout
-record = {"commit": commit or None, "gold": json.loads(pathlib.Path("outputs/quickstart/eval/gold.json").read_text()),
+import os, time
+from squarechipo.models.runtime import machine_record
+marks = [line.split("\t") for line in pathlib.Path("outputs/quickstart/stages.tsv").read_text().splitlines()]
+ends = [int(t) for _, t in marks[1:]] + [int(time.time())]
+stages = {name: end - int(start) for (name, start), end in zip(marks, ends)}
+forced = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ}
+record = {"commit": commit or None, "seconds": sum(stages.values()), "stage_seconds": stages,
+          "machine": {**machine_record(), "cores": os.cpu_count(), "forced_kernels": forced},
+          "gold": json.loads(pathlib.Path("outputs/quickstart/eval/gold.json").read_text()),
           "judged": summary["overall"], "printed": [line.replace(here, "") for line in said]}
 pathlib.Path("outputs/quickstart/summary.json").write_text(json.dumps(record, indent=1, default=str))
 
