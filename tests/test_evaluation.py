@@ -123,6 +123,21 @@ def test_the_exponential_race_draws_each_token_with_its_probability_and_couples_
     assert (first == other).double().mean() < 0.5  # independent draws agree with probability Σ p_j q_j ≈ 0.35
 
 
+def test_the_race_over_a_whole_vocabulary_draws_its_rare_tokens_as_rarely_as_their_mass():
+    """Over SmolLM2's 49,152 tokens, one token holding all but 1e-6 of the mass: the other 49,151 must win about
+    1e-6 of the draws. A clock of exactly 0 lets any token win, and float32 exponentials are 0 about once in 7
+    million draws, so clocks drawn in float32 made about one draw in 150 a random token (a random word in about one
+    answer in three, found by a main-job run whose answers turned degenerate)."""
+    from squarechipo.models.generation import ExponentialRaceSampler
+
+    vocabulary, rows = 49_152, 3_000
+    logits = torch.full((vocabulary,), -30.0)
+    logits[7] = 0.0  # the other tokens' mass: 49,151 e^-30 ≈ 4.6e-9
+    race = ExponentialRaceSampler(seed=0)
+    drawn = torch.cat([race.draw(logits.expand(500, -1)) for _ in range(rows // 500)])
+    assert (drawn != 7).sum() == 0  # at the float32 rate, about 21 of these 3,000 draws would be another token
+
+
 @pytest.mark.parametrize(
     "temperature, top_k, top_p",
     [(0.5, None, None), (None, 3, None), (None, None, 0.8), (1.7, 4, 0.9), (0.7, 0, 0.95)],

@@ -86,11 +86,11 @@ class ExponentialRaceSampler(LogitsProcessor):
     first arrival (argmax p_j / E_j) is token j with probability p_j. This is ``torch.multinomial``'s own algorithm,
     so two policies given the same clocks draw the same token wherever their distributions agree: the coupling that
     makes a policy's samples and the SFT policy's common random numbers (inverse-CDF sampling keeps almost none of it
-    over a 49k-token vocabulary). On CPU each row of a batch has a stream of its own (``numpy.random.Generator`` seeded
-    ``[seed, row]``, numpy's ziggurat sampler in float32, several times faster than torch's, which draws one clock at a
-    time), so a row's clocks do not depend on the other rows, and a row that has ended draws none; on an accelerator
-    the batch's clocks come from one ``torch.Generator`` on that device and each row keeps its own. Neither touches the
-    global random state.
+    over a 49k-token vocabulary). On CPU each row of a batch has a stream of its own (``numpy.random.Generator``
+    seeded ``[seed, row]``: numpy's ziggurat sampler, several times faster than torch's, which draws one clock at a
+    time), so a row's clocks do not depend on the other rows and a row that has ended draws none; on an accelerator
+    the batch's clocks come from one ``torch.Generator`` on that device and each row keeps its own. Neither touches
+    the global random state.
     """
 
     def __init__(self, seed: int, device: torch.device | str = "cpu"):
@@ -109,10 +109,13 @@ class ExponentialRaceSampler(LogitsProcessor):
         else:
             while len(self.streams) < batch:
                 self.streams.append(np.random.default_rng([self.seed, len(self.streams)]))
-            drawn = np.empty((len(rows), vocabulary), dtype=np.float32)
+            # Drawn in float64: float32's ziggurat returns 0 about once in 2^24 draws, a clock that lets any token of
+            # the 49k win (a token in about one answer in three); a float64 draw below float32's least value is
+            # as rare as a probability of 1e-38.
+            drawn = np.empty((len(rows), vocabulary))
             for out, row in zip(drawn, rows):
-                self.streams[row].standard_exponential(dtype=np.float32, out=out)
-            clocks = torch.from_numpy(drawn)
+                self.streams[row].standard_exponential(out=out)
+            clocks = torch.from_numpy(drawn).float()
         return clocks.clamp_(min=torch.finfo(torch.float32).tiny)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
