@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def test_budgets_by_dataset_and_by_unit_apply_to_their_releases_only(tmp_path, c
     release_dataset(distinct_pairs(4, offset=9600), LabelPipeline(epsilon=1.0), dataset_name="loose")
     _budget(capsys, "set", "--epsilon", "1.5", "--unit", "labeller")
     rows = distinct_pairs(4, offset=9700).add_column("labeller", ["a", "a", "b", "c"])
-    with pytest.raises(RegistryError, match=r"declares no privacy unit: declare it \(privacy_unit='labeller'"):
+    with pytest.raises(RegistryError, match=r"declares no privacy unit: declare privacy_unit='labeller'"):
         release_dataset(rows, LabelPipeline(epsilon=1.0))
     with pytest.raises(RegistryError, match=r"budget \(unit:labeller, ε 1.5\) would be passed: .* asks ε 2"):
         release_dataset(rows, LabelPipeline(epsilon=1.0), privacy_unit="labeller")  # labeller a: two rows, 2ε
@@ -121,7 +122,7 @@ def test_an_analyst_cannot_set_a_budget_and_an_edited_one_is_refused_nothing_spe
     monkeypatch.setenv(REGISTRY_ENV, str(target))
     release_dataset(distinct_pairs(4, offset=9900), LabelPipeline(epsilon=1.0))
     with sqlite3.connect(target) as db:
-        db.execute("UPDATE budgets SET entry = replace(entry, '\"epsilon\": 1.0', '\"epsilon\": 100.0')")
+        db.execute("UPDATE budget_entries SET entry = replace(entry, '\"epsilon\": 1.0', '\"epsilon\": 100.0')")
     with pytest.raises(RegistryError, match=r"budget entry 1\].*does not match its digest.*No release is made"):
         release_dataset(distinct_pairs(4, offset=9900), LabelPipeline(epsilon=1.0), rerelease=True)
     assert describe()["releases"] == 1
@@ -182,3 +183,148 @@ def test_no_sequence_of_releases_takes_a_row_past_its_budget(steps):
                 units = [hashlib.sha256(r.encode()).digest() for r in canonical_rows(rows.with_format("arrow")[:])]
                 composed = earlier_releases(units).epsilon
                 assert composed == pytest.approx(spent[j]) and composed <= 1.5 + 1e-9
+
+
+def test_a_dataset_budget_binds_its_rows_under_any_name_or_none_and_the_strictest_budget_wins(tmp_path, capsys):
+    """A dataset's scope is its rows: the name is folded (case, width, spaces), and the same rows released again under
+    another name, or none, still answer to it. Every budget that applies holds at once: rows within a lax dataset
+    budget are refused by a stricter registry budget."""
+    _budget(capsys, "set", "--epsilon", "1", "--dataset", "Finance")
+    _budget(capsys, "set", "--epsilon", "10")
+    rows = distinct_pairs(4, offset=11_000)
+    first = release_dataset(rows, LabelPipeline(epsilon=1.0), tmp_path / "a", dataset_name="ｆｉｎａｎｃｅ ")
+    assert get_ledger(first).releases[0].budget["scope"] == "dataset:finance"
+    for name in ("other", None, "FINANCE"):
+        with pytest.raises(RegistryError, match=r"budget \(dataset:finance, ε 1\) would be passed: 4 of 4 rows"):
+            release_dataset(rows, LabelPipeline(epsilon=0.5), dataset_name=name, rerelease=True)
+    near = rows.map(lambda row: {"chosen": row["chosen"] + " Then review it."})
+    with pytest.raises(RegistryError, match=r"budget \(dataset:finance, ε 1\) would be passed"):
+        release_dataset(near, LabelPipeline(epsilon=0.5), rerelease=True)  # near-copies are its rows too
+    _budget(capsys, "set", "--epsilon", "2")  # the registry's, now stricter than a dataset's of 10
+    _budget(capsys, "set", "--epsilon", "10", "--dataset", "loose")
+    others = distinct_pairs(4, offset=11_100)
+    release_dataset(others, LabelPipeline(epsilon=1.5), dataset_name="loose")
+    with pytest.raises(RegistryError, match=r"budget \(registry, ε 2\) would be passed: 4 of 4 rows have spent up to"):
+        release_dataset(others, LabelPipeline(epsilon=1.0), dataset_name="loose", rerelease=True)
+
+
+def test_a_unit_budget_follows_its_units_through_renamed_copied_or_dropped_unit_columns(tmp_path, capsys):
+    """A unit budget of ε 2 per labeller. Rows released with their labeller count against that labeller whatever a
+    later release does with the column: renamed or dropped (refused: the release must declare the budget's unit),
+    or declared with other values (the rows' earlier labellers still count)."""
+    _budget(capsys, "set", "--epsilon", "2", "--unit", "labeller")
+    rows = distinct_pairs(3, offset=11_200).add_column("labeller", ["a", "a", "b"])
+    release_dataset(rows, LabelPipeline(epsilon=0.5), privacy_unit="labeller")  # labeller a: 2 rows, ε 1 spent
+    renamed = rows.rename_column("labeller", "annotator")
+    with pytest.raises(RegistryError, match=r"per unit of 'labeller' and this release declares privacy unit 'annota"):
+        release_dataset(renamed, LabelPipeline(epsilon=0.1), privacy_unit="annotator", rerelease=True)
+    with pytest.raises(RegistryError, match=r"per unit of 'labeller' and this release declares no privacy unit"):
+        release_dataset(rows.remove_columns("labeller"), LabelPipeline(epsilon=0.1), rerelease=True)
+    relabelled = rows.remove_columns("labeller").add_column("labeller", ["z", "z", "z"])
+    with pytest.raises(RegistryError, match=r"budget \(unit:labeller, ε 2\) would be passed"):
+        # z is new, but rows 0 and 1 were labeller a's: 1 + 2 × 0.6 passes a's budget
+        release_dataset(relabelled, LabelPipeline(epsilon=0.6), privacy_unit="labeller", rerelease=True)
+    release_dataset(relabelled, LabelPipeline(epsilon=0.5), privacy_unit="labeller", rerelease=True)  # a: 1 + 1
+    with pytest.raises(RegistryError, match=r"budget \(unit:labeller, ε 2\) would be passed"):
+        release_dataset(rows, LabelPipeline(epsilon=0.1), privacy_unit="labeller", rerelease=True)
+
+
+def _entries(path) -> list[tuple]:
+    with closing(sqlite3.connect(path)) as db:
+        return db.execute("SELECT digest, replaces, entry FROM budget_entries ORDER BY no").fetchall()
+
+
+def _edit(path, *statements) -> None:
+    """Statements (SQL text, or callables taking the connection) run on the registry file by hand, then closed: the
+    write-ahead log is folded back, so the file's bytes are the registry."""
+    with closing(sqlite3.connect(path)) as db:
+        for statement in statements:
+            statement(db) if callable(statement) else db.execute(statement)
+        db.commit()
+
+
+def test_budget_entries_are_one_chain_and_a_replayed_forked_gapped_or_foreign_entry_fails_closed(
+    tmp_path, capsys, monkeypatch
+):
+    """Each entry names the one it follows, signed. The table refuses an entry again or a second one following the
+    same entry; written past that by hand (the index dropped), a replay, a fork, a deleted middle entry, an entry of
+    another registry or budgets kept before chains stop every release, naming the fix; the chain's head is in force."""
+    from squarechipo.privacy.release.registry import registry_path
+
+    for epsilon in ("5", "3", "1"):
+        _budget(capsys, "set", "--epsilon", epsilon)
+    path = registry_path()
+    first, second, third = _entries(path)
+    assert first[1] == "" and second[1] == first[0] and third[1] == second[0]
+    replay = ("INSERT INTO budget_entries (digest, replaces, entry) VALUES (?, ?, ?)", first)  # the ε 5 again
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        _edit(path, lambda db: db.execute(*replay))
+    saved = path.read_bytes()
+    rows = distinct_pairs(4, offset=11_300)
+    unconstrained = (  # the table rebuilt without its UNIQUE constraints, as by hand
+        "ALTER TABLE budget_entries RENAME TO chained",
+        "CREATE TABLE budget_entries (no INTEGER PRIMARY KEY, digest TEXT, replaces TEXT, entry TEXT)",
+        "INSERT INTO budget_entries SELECT * FROM chained",
+        "DROP TABLE chained",
+    )
+    for tamper, (edits, refusal) in {
+        "replay": ([lambda db: db.execute(*replay)], "appears twice"),
+        "gap": ([lambda db: db.execute("DELETE FROM budget_entries WHERE digest = ?", (second[0],))], "off the chain"),
+        "legacy": (["DELETE FROM budget_entries", "CREATE TABLE budgets (no INTEGER, scope TEXT, entry TEXT)",
+                    "INSERT INTO budgets VALUES (1, 'registry', '{}')"], "set before budgets were chained"),
+    }.items():  # fmt: skip
+        path.write_bytes(saved)
+        _edit(path, *unconstrained, *edits)
+        with pytest.raises(RegistryError, match=refusal) as refused:
+            release_dataset(rows, LabelPipeline(epsilon=0.5))
+        assert "No release is made" in str(refused.value) and "\n" not in str(refused.value), tamper
+    path.write_bytes(saved)
+    with pytest.raises(RegistryError, match=r"budget \(registry, ε 1\)"):  # the head, ε 1, is in force
+        release_dataset(rows, LabelPipeline(epsilon=1.5))
+    other = tmp_path / "other.sqlite"
+    assert main(["registry", "init", "--path", str(other), "--budget", "9"]) == 0
+    monkeypatch.setenv(REGISTRY_ENV, str(path))  # `registry init --budget` points this process at the new one
+    foreign = _entries(other)[0]
+    _edit(
+        path,
+        "DELETE FROM budget_entries",
+        lambda db: db.execute("INSERT INTO budget_entries (digest, replaces, entry) VALUES (?, ?, ?)", foreign),
+    )
+    with pytest.raises(RegistryError, match="an entry of another registry"):
+        release_dataset(rows, LabelPipeline(epsilon=0.5))
+
+
+def test_completing_a_cut_off_release_answers_to_the_budget_in_force_then(tmp_path, monkeypatch, capsys):
+    """A release cut off after staging, before it was entered, is completed by the next run: under a budget lowered
+    meanwhile it is refused, never entered."""
+    import squarechipo.privacy.release.transaction as release_module
+
+    _budget(capsys, "set", "--epsilon", "4")
+    rows = distinct_pairs(4, offset=11_400)
+
+    def killed(*args, **kwargs):
+        raise SystemExit("cut off after staging")
+
+    monkeypatch.setattr(release_module, "register_release", killed)
+    with pytest.raises(SystemExit):
+        release_dataset(rows, LabelPipeline(epsilon=2.0), tmp_path / "cut")
+    monkeypatch.undo()
+    _budget(capsys, "set", "--epsilon", "1")
+    with pytest.raises(RegistryError, match=r"budget \(registry, ε 1\) would be passed: 4 of 4 rows"):
+        release_dataset(rows, LabelPipeline(epsilon=2.0), tmp_path / "cut")
+    assert describe()["releases"] == 0 and not (tmp_path / "cut").exists()
+
+
+def test_a_seeded_release_is_refused_under_a_budget_and_key_verify_states_a_seed(tmp_path, capsys):
+    """A seeded release is a simulation, never counted: under a budget it is refused in one line; without one it is
+    made, and `key verify` of it says its noise came from a fixed seed."""
+    rows = distinct_pairs(4, offset=11_500)
+    seeded = release_dataset(rows, LabelPipeline(epsilon=1.0), tmp_path / "seeded", seed=3)
+    assert get_ledger(seeded).releases[0].randomness == "fixed_seed"
+    capsys.readouterr()
+    assert main(["key", "verify", str(tmp_path / "seeded")]) == 0
+    shown = json.loads(capsys.readouterr().out)["splits"]["release"]
+    assert shown["randomness"] == ["fixed_seed"] and "not private" in shown["warning"]
+    _budget(capsys, "set", "--epsilon", "4")
+    with pytest.raises(RegistryError, match=r"seed=3: a seeded release is a simulation .* holds privacy budgets"):
+        release_dataset(distinct_pairs(4, offset=11_600), LabelPipeline(epsilon=1.0), seed=3)

@@ -89,6 +89,11 @@ SIZES = [
     # PostgreSQL's side runs against a real server in tests/test_team_registry.py; the page's command runs on SQLite.
     (r"bench_registry\.py", "bench_registry.py --rows 2000 --earlier 2 --engines sqlite"),
     (r"bench_sft\.py", "bench_sft.py --model tiny --steps 1 --batch 2 --max-length 64"),
+    (
+        r"bench_mfu\.py",
+        "bench_mfu.py --model tiny --batch 2 --max-length 64 --generate 4 --new-tokens 4 --repeats 1 --float32-only"
+        " --kinds native",
+    ),
     (r"(squarechipo gold-report .*)", r"\1 --max_eval_samples 4"),
     (r"bench_judge\.py", "bench_judge.py --pairs 4 --reward-model tiny_judge --model tiny"),
     # The small data's train split holds 119 rows: 16 training rows and 40 canaries after them. The release draws

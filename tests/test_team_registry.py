@@ -425,3 +425,14 @@ def test_a_budget_on_the_server_is_the_custodians_and_two_machines_at_once_canno
     assert sum("released" in a for a in answers) == 1, answers
     third = _answer(machine("e", "1300", "8", "--rerelease"))
     assert "privacy budget (registry, ε 1) would be passed: 8 of 8 rows have spent up to ε 1" in third["refused"]
+    # The custodian's INSERT-only role cannot bring an older, higher entry back: the server refuses it.
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="custodian_b"))
+    set_budget(0.5)
+    from squarechipo.data.database import DatabaseError, connect
+
+    with connect(postgres.url(database, user="custodian_b")) as db:
+        older = db.execute("SELECT digest, replaces, entry FROM budget_entries ORDER BY no").fetchall()[0]
+        with pytest.raises(DatabaseError, match="duplicate key|unique"):
+            with db.transaction(write=True):
+                db.execute("INSERT INTO budget_entries (digest, replaces, entry) VALUES (?, ?, ?)", older)
+    assert [(b["scope"], b["epsilon"]) for b in budget_report()] == [("registry", 0.5)]

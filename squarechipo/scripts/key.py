@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+from squarechipo.privacy.provenance.record import SEEDED
 from squarechipo.trust.keys import (
     SIGNING_KEY_ENV,
     TRUSTED_KEYS_ENV,
@@ -100,8 +101,11 @@ def verify_folder(path: str | os.PathLike) -> dict:
             )
         budgets = [r.budget for r in ledger.releases if r.budget] or "none: no privacy budget applied"
         found[name] = {
-            "epsilon": ledger.total_epsilon, "ledger": ledger.seal.describe(), "rows": len(split), "budget": budgets
+            "epsilon": ledger.total_epsilon, "ledger": ledger.seal.describe(), "rows": len(split), "budget": budgets,
+            "randomness": sorted({r.randomness for r in ledger.releases}),
         }  # fmt: skip
+        if "fixed_seed" in found[name]["randomness"]:
+            found[name]["warning"] = SEEDED
     return {"release": str(path), "splits": found}
 
 

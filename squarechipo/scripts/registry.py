@@ -65,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "init":
         if args.budget is not None:  # a budget that could not be set is refused before anything is started
             parse_epsilon(args.budget)
+            if args.url:
+                raise ValueError(
+                    "--budget: on a team's server the administrator starts the registry and the custodian sets its "
+                    "budget, signed with the custodian's key (squarechipo registry budget set, after registry "
+                    "grant): a budget signed with the administrator's key would stop every custodian's release."
+                )
             from squarechipo.trust.keys import signing_key
 
             if signing_key() is None:

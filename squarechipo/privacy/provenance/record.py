@@ -42,6 +42,12 @@ __all__ = [
     "write_privacy_record",
 ]
 
+#: What `key verify` says of a ledger with a seeded release (Release.randomness "fixed_seed").
+SEEDED = (
+    "a release it holds drew its noise from a fixed seed: not private (whoever knows the seed undoes the noise); a "
+    "simulation, never counted by the registry or its budgets"
+)
+
 #: The privacy record written next to every model squarechipo saves.
 PRIVACY_FILE = "squarechipo_privacy.json"
 RECORD_FORMAT = "squarechipo.privacy_record/1"
@@ -421,6 +427,9 @@ def verify_privacy_record(folder: str | os.PathLike, *, third_party: bool = Fals
     ledger, seals = _ledger_of_record(summary, f"{path} [ledger]", signed_only=True if third_party else None)
     found["ledger"] = seals
     found["budget"] = _budgets(ledger)
+    found["randomness"] = sorted({r.randomness for r in ledger.releases})
+    if "fixed_seed" in found["randomness"]:
+        found["warning"] = SEEDED
     stated, backed = values.get("epsilon"), ledger.total_epsilon
     found["epsilon_backed_by_ledger"] = stated is not None and backed is not None and abs(stated - backed) < 1e-9
     if third_party and not found["epsilon_backed_by_ledger"]:

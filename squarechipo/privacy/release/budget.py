@@ -1,19 +1,34 @@
 """A privacy budget a team shares: the registry refuses a release that would spend more ε than the custodian allowed.
 
-A budget bounds the composed ε of every row (basic composition over the registry's releases of it, near-copies
-counted, as :func:`squarechipo.privacy.release.registry.earlier_releases` sums them) or, with ``unit``, of every
-privacy unit of that column. One applies to a release by scope, the narrowest first: the release's ``dataset``
-(``--dataset NAME``), then its declared privacy unit (``--unit COLUMN``), then the registry's (no scope). With none
-set, nothing is bounded (one release per rows, ``rerelease`` composes), as before budgets.
+**What a budget bounds: rows and units, never names.** A budget bounds the composed ε of every row (its content key,
+near-copies counted, as :func:`squarechipo.privacy.release.registry.earlier_releases` sums them) or, per unit, of
+every privacy-unit value. Its scope says which rows:
 
-Only the custodian sets one: an entry is sealed and signed with the signing key (:mod:`squarechipo.trust.keys`),
-names the registry it belongs to, and every reader checks its signature with the trusted keys, so an entry edited in
-the file by hand, or copied from another registry, is refused (fail closed: no release is made against it). On a
-team's server only the custodian's role may insert one (``registry grant``). Entries are appended, never replaced:
-the newest of a scope is in force, so a budget is raised or lowered by setting it again; lowered below what was
-spent, it keeps the earlier releases and refuses new ones. The check runs twice: before the noise is drawn (nothing
-drawn for a refused release), and in the transaction that enters the release (two machines at once cannot both
-pass). The ledger of every release made under a budget records its scope, its ε and what remained after it.
+- ``registry``: every row;
+- ``dataset:NAME``: the rows entered under that dataset name (written canonically: case, width and spacing folded),
+  so the same rows released again under another name, or none, still count against it, as does a release naming it;
+- ``unit:COLUMN``: every value of that privacy unit (a labeller). A release under a unit budget must declare that
+  unit; the registry keeps each released row's unit value, so rows released before with their unit count against it
+  whatever column a later release renames, copies or drops (a row's earlier units follow its content).
+
+**Every budget that applies to a row holds at once; the strictest wins.** A release is refused when any of its rows
+or units would pass any budget that applies to it, naming the strictest one passed; its ledger records the budget
+that leaves the least ε (scope, ε, the entry's digest, what remains after it).
+
+**One line of entries.** Only the custodian sets a budget: an entry is sealed and signed with the signing key
+(:mod:`squarechipo.trust.keys`), names its registry and the digest of the entry it follows (the head when it was
+set; the first names none). The entries in force are an unbroken chain of trusted signatures from the first to the
+one head: an entry replayed (its digest again), reordered or forked (two entries following one), an entry whose
+predecessor was deleted, one edited, unsigned or copied from another registry, fails closed: no release is made
+against budgets that cannot be trusted. The table refuses a second entry with the same digest or predecessor on
+SQLite and on PostgreSQL alike (UNIQUE), so a role that may only INSERT cannot bring an older, higher budget back.
+The newest entry of a scope along the chain is in force: a budget is raised or lowered by setting it again; lowered
+below what was spent, it keeps the earlier releases and refuses new ones.
+
+The check runs before the noise is drawn (nothing drawn for a refused release), in the transaction that enters the
+release (two machines at once cannot both pass), and when a release cut off before it was entered is completed.
+Registries that kept budgets in the format before chains (a ``budgets`` table) refuse releases until the custodian
+sets them again.
 """
 
 from __future__ import annotations
@@ -21,6 +36,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import unicodedata
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,23 +52,33 @@ __all__ = [
     "BUDGET_TABLES",
     "Budget",
     "budgets_in_force",
+    "canonical_dataset",
+    "chain_head",
     "create_budget_tables",
     "enforce",
     "new_entry",
     "parse_epsilon",
-    "pick",
     "scope_of",
 ]
 
-BUDGET_FORMAT = "squarechipo.privacy_budget/1"
-#: Budget entries (appended, never changed), and the dataset and unit each release named (what a scope reads).
-BUDGET_TABLES = ("budgets", "release_scopes")
+BUDGET_FORMAT = "squarechipo.privacy_budget/2"
+#: Entries before chains (format /1), in a table of their own: refused until set again.
+_LEGACY_TABLE = "budgets"
+#: Budget entries (appended, never changed, one chain), the dataset and unit each release named, and each released
+#: row's unit values (what a unit budget follows through the rows).
+BUDGET_TABLES = ("budget_entries", "release_scopes", "released_row_units")
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS budgets (no {serial}, scope TEXT NOT NULL, entry TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS budget_entries (no {serial}, digest TEXT UNIQUE NOT NULL, "
+    "replaces TEXT UNIQUE NOT NULL, entry TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS release_scopes (release BIGINT NOT NULL, dataset TEXT, unit TEXT)",
+    "CREATE TABLE IF NOT EXISTS released_row_units (release BIGINT NOT NULL, row_key {blob} NOT NULL, "
+    "unit {blob} NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS released_row_units_by_row ON released_row_units (row_key)",
 )
 #: ε sums are compared with this slack: 0.1 + 0.2 spent against a budget of 0.3 is within it.
 _SLACK = 1e-9
+#: What the first entry of a chain follows.
+_FIRST = ""
 
 
 @dataclass(frozen=True)
@@ -84,111 +111,206 @@ def parse_epsilon(value) -> float:
     return epsilon
 
 
+def canonical_dataset(name: str | None) -> str | None:
+    """A dataset's name as scopes compare it: Unicode-normalized (NFKC), case-folded, spaces collapsed and trimmed, so
+    "Finance", "finance " and "ｆｉｎａｎｃｅ" are one dataset. None or blank: none named."""
+    if name is None:
+        return None
+    folded = " ".join(unicodedata.normalize("NFKC", str(name)).casefold().split())
+    return folded or None
+
+
 def scope_of(dataset: str | None = None, unit: str | None = None) -> str:
     if dataset and unit:
         raise ValueError("a budget is per dataset (--dataset) or per privacy unit (--unit), not both.")
     for name, value in (("--dataset", dataset), ("--unit", unit)):
         if value is not None and not str(value).strip():
             raise ValueError(f"{name} is empty: name the dataset or the unit column, or leave it out.")
-    return f"dataset:{dataset}" if dataset else (f"unit:{unit}" if unit else "registry")
+    return f"dataset:{canonical_dataset(dataset)}" if dataset else (f"unit:{unit}" if unit else "registry")
 
 
-def new_entry(epsilon: float, scope: str, registry_id: str) -> dict:
-    """A signed budget entry. Only a process holding the signing key (the custodian) can make one."""
+def new_entry(epsilon: float, scope: str, registry_id: str, replaces: str) -> dict:
+    """A signed budget entry following the entry whose digest is ``replaces`` (the chain's head; ``""`` for the first).
+    Only a process holding the signing key (the custodian) can make one."""
     if signing_key() is None:  # an analyst holds none; one person on one machine gets the machine's
         raise RegistryError(
             "setting a privacy budget needs the custodian's signing key (SQUARECHIPO_SIGNING_KEY, or this machine's "
             "own key): a budget is signed so that nobody else can raise it. Ask the custodian to set it."
         )
-    made = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    made = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
     return seal(
-        {"format": BUDGET_FORMAT, "scope": scope, "epsilon": epsilon, "set_at": made, "registry_id": registry_id}
+        {
+            "format": BUDGET_FORMAT,
+            "scope": scope,
+            "epsilon": epsilon,
+            "set_at": made,
+            "registry_id": registry_id,
+            "replaces": replaces,
+        }
     )
 
 
-def budgets_in_force(db: Database, registry_id: str) -> dict[str, Budget]:
-    """Scope → the budget in force (its newest entry), every entry's seal checked; empty where none is set."""
-    if "budgets" not in db.tables():
-        return {}
-    found: dict[str, Budget] = {}
-    for no, scope, text in db.execute("SELECT no, scope, entry FROM budgets ORDER BY no").fetchall():
+def _refuse(where: str, why: str) -> RegistryError:
+    return RegistryError(
+        f"{where}: {why} No release is made against budgets that cannot be trusted: the custodian sets the budget "
+        "again (squarechipo registry budget set)."
+    )
+
+
+def _entries(db: Database, registry_id: str) -> list[dict]:
+    """Every chained entry, its seal and signature checked and its columns matching what it signs."""
+    checked = []
+    for no, digest, replaces, text in db.execute(
+        "SELECT no, digest, replaces, entry FROM budget_entries ORDER BY no"
+    ).fetchall():
         where = f"{db.where} [budget entry {no}]"
         try:
             entry = json.loads(text)
             check_seal(entry, where, "privacy budget", "Set the budget again (squarechipo registry budget set).",
                        signed_only=True)  # fmt: skip
-        except (ValueError, IntegrityError) as error:
-            raise RegistryError(
-                f"{error if isinstance(error, IntegrityError) else f'{where}: not a budget entry ({error})'} No "
-                "release is made against a budget that cannot be trusted: the custodian sets it again."
-            ) from None
-        if entry.get("registry_id") != registry_id or entry.get("scope") != scope:
-            raise RegistryError(
-                f"{where}: a budget entry of another registry or scope (it names {entry.get('registry_id')} / "
-                f"{entry.get('scope')}): copied in by hand. The custodian sets the budget again."
-            )
-        found[scope] = Budget(scope, float(entry["epsilon"]), entry["digest"], entry["set_at"])
+        except IntegrityError as error:
+            raise _refuse(where, str(error)) from None
+        except ValueError as error:
+            raise _refuse(where, f"not a budget entry ({error}).") from None
+        if entry.get("format") != BUDGET_FORMAT or entry.get("digest") != digest or entry.get("replaces") != replaces:
+            raise _refuse(where, "its columns do not match the entry it signs (written by hand).")
+        if entry.get("registry_id") != registry_id:
+            raise _refuse(where, f"an entry of another registry ({entry.get('registry_id')}): copied in by hand.")
+        checked.append(entry)
+    return checked
+
+
+def _chain(entries: list[dict], where: str) -> list[dict]:
+    """The entries in chain order, first to head; a fork, a replay, a gap or an entry off the chain fails closed."""
+    following: dict[str, list[dict]] = defaultdict(list)
+    for entry in entries:
+        following[entry["replaces"]].append(entry)
+    if len({e["digest"] for e in entries}) != len(entries):
+        raise _refuse(where, "a budget entry appears twice (an entry replayed).")
+    forked = [d for d, nexts in following.items() if len(nexts) > 1]
+    if forked:
+        raise _refuse(where, f"two budget entries follow one entry ({forked[0] or 'the start'}): a fork or a replay.")
+    order, at = [], _FIRST
+    while following.get(at):
+        order.append(following[at][0])
+        at = order[-1]["digest"]
+    if len(order) != len(entries):
+        raise _refuse(
+            where,
+            f"{len(entries) - len(order)} budget entr(ies) are off the chain from the first entry to the head (an "
+            "entry deleted, or one added that follows none in force).",
+        )
+    return order
+
+
+def chain_head(db: Database, registry_id: str) -> str:
+    """The digest a new entry follows: the head of the checked chain (``""`` where none is set)."""
+    if "budget_entries" not in db.tables():
+        return _FIRST
+    order = _chain(_entries(db, registry_id), db.where)
+    return order[-1]["digest"] if order else _FIRST
+
+
+def budgets_in_force(db: Database, registry_id: str) -> dict[str, Budget]:
+    """Scope → the budget in force (the newest entry of that scope along the checked chain); empty where none is
+    set. Budgets kept in the format before chains refuse, until the custodian sets them again."""
+    tables = db.tables()
+    chained = _chain(_entries(db, registry_id), db.where) if "budget_entries" in tables else []
+    if not chained and _LEGACY_TABLE in tables and db.execute(f"SELECT 1 FROM {_LEGACY_TABLE}").fetchone():
+        raise RegistryError(
+            f"{db.where} holds privacy budgets set before budgets were chained (squarechipo 0.4): their order is not "
+            "signed, so an older entry could be brought back. No release is made until the custodian sets each "
+            "budget again (squarechipo registry budget set --epsilon E [--dataset NAME | --unit COLUMN])."
+        )
+    found: dict[str, Budget] = {}
+    for entry in chained:
+        found[entry["scope"]] = Budget(entry["scope"], float(entry["epsilon"]), entry["digest"], entry["set_at"])
     return found
 
 
-def pick(budgets: dict[str, Budget], *, dataset: str | None, unit: str | None, columns) -> Budget | None:
-    """The budget a release answers to: its dataset's, its declared unit's, or the registry's. A unit budget on a
-    column these rows hold, for a release that declares no unit, is refused: its units would go uncounted."""
-    if dataset and f"dataset:{dataset}" in budgets:
-        return budgets[f"dataset:{dataset}"]
-    if unit and f"unit:{unit}" in budgets:
-        return budgets[f"unit:{unit}"]
-    undeclared = [s.split(":", 1)[1] for s in budgets if s.startswith("unit:") and s.split(":", 1)[1] in columns]
-    if undeclared and unit is None:
-        raise RegistryError(
-            f"the registry's privacy budget is per unit of {undeclared[0]!r}, a column these rows hold, and this "
-            f"release declares no privacy unit: declare it (privacy_unit={undeclared[0]!r}, label_privacy_unit in a "
-            "config) so that each unit's ε is counted."
-        )
-    return budgets.get("registry")
-
-
-def enforce(budget: Budget | None, spent: dict[int, float], n_rows: int, asked: float) -> dict | None:
-    """The ledger's record of the budget (scope, ε, the entry's digest, what remains after this release), or
-    :class:`RegistryError` naming how many rows would pass it, the spent, asked and remaining ε. ``spent``: each
-    row's (or unit's) composed ε so far, by its index (rows repeat every ``n_rows`` for their unit keys)."""
-    if budget is None:
+def enforce(limits: list[tuple[Budget, float, float]], n_rows: int) -> dict | None:
+    """The ledger's record of the budget that leaves least (scope, ε, the entry's digest, what remains after this
+    release), or :class:`RegistryError` naming the strictest budget passed: how many rows would pass it, the spent,
+    asked and remaining ε. ``limits``: one (budget, spent so far, ε asked) for each row or unit a budget bounds."""
+    if not limits:
         return None
-    most = max(spent.values(), default=0.0)
-    over = {i % max(n_rows, 1) for i, e in spent.items() if e + asked > budget.epsilon + _SLACK}
-    if asked > budget.epsilon + _SLACK:
-        over = set(range(n_rows))
+    over = [(b, spent, asked) for b, spent, asked in limits if spent + asked > b.epsilon + _SLACK]
     if over:
-        left = max(0.0, budget.epsilon - most)
+        strictest = min(over, key=lambda item: item[0].epsilon)[0]
+        hit = [(spent, asked) for b, spent, asked in over if b == strictest]
+        most = max(spent for spent, _ in hit)
+        asked = max(asked for _, asked in hit)
+        rows, left = min(len(hit), n_rows), max(0.0, strictest.epsilon - most)
         raise RegistryError(
-            f"privacy budget ({budget.scope}, ε {budget.epsilon:g}) would be passed: {len(over)} of {n_rows} rows "
-            f"have spent up to ε {most:g}, this release asks ε {asked:g}, and ε {left:g} remains for them. Release "
-            "other rows or a smaller ε; only the custodian raises a budget (squarechipo registry budget set). "
-            "Nothing was released."
+            f"privacy budget ({strictest.scope}, ε {strictest.epsilon:g}) would be passed: {rows} of {n_rows} rows "
+            f"have spent up to ε {most:g}, this release asks ε {asked:g}, and ε {left:g} "
+            "remains for them. Release other rows or a smaller ε; only the custodian raises a budget (squarechipo "
+            "registry budget set). Nothing was released."
         )
+    budget, spent, asked = min(limits, key=lambda item: item[0].epsilon - item[1] - item[2])
     return {
         "scope": budget.scope,
         "epsilon": budget.epsilon,
         "entry": budget.digest,
-        "remaining": round(budget.epsilon - most - asked, 12),
+        "remaining": round(budget.epsilon - spent - asked, 12),
     }
 
 
 @dataclass(frozen=True)
 class BudgetAsk:
     """What a release asks of the budgets: the dataset it names, its declared unit, its rows' columns, how many rows,
-    and the ε it spends on one row or unit."""
+    the ε it spends on one row or unit (the most rows of one unit × the mechanism's ε) and on one row."""
 
     dataset: str | None
     unit: str | None
     columns: tuple[str, ...]
     n_rows: int
     epsilon: float
+    row_epsilon: float | None = None
 
     def check(self, db: Database, registry_id: str, earlier: Any) -> dict | None:
         """The budget record for the ledger, or :class:`RegistryError` (see :func:`enforce`). ``earlier``: the rows'
-        earlier releases as the registry found them (:class:`squarechipo.privacy.release.registry.EarlierReleases`,
-        whose ``spent`` the budget bounds)."""
+        earlier releases as the registry found them (:class:`squarechipo.privacy.release.registry.EarlierReleases`:
+        what each row and unit spent, the datasets each row was released under, each row's earlier units)."""
         budgets = budgets_in_force(db, registry_id)
-        chosen = pick(budgets, dataset=self.dataset, unit=self.unit, columns=self.columns)
-        return enforce(chosen, earlier.spent, self.n_rows, self.epsilon)
+        if not budgets:
+            return None
+        return enforce(self.limits(budgets, earlier), self.n_rows)
+
+    def limits(self, budgets: dict[str, Budget], earlier: Any) -> list[tuple[Budget, float, float]]:
+        """(budget, spent, asked) for every row and unit that a budget in ``budgets`` bounds."""
+        row_epsilon = self.epsilon if self.row_epsilon is None else self.row_epsilon
+        unit = self._unit_budget(budgets)
+        named = canonical_dataset(self.dataset)
+        limits = []
+        for i in range(self.n_rows):
+            spent = earlier.spent.get(i, 0.0)
+            names = {d for d in earlier.datasets.get(i, ()) if d} | ({named} if named else set())
+            scopes = {f"dataset:{d}" for d in names}
+            for scope in ("registry", *sorted(scopes)):
+                if scope in budgets:
+                    limits.append((budgets[scope], spent, row_epsilon))
+        if unit is not None:
+            if self.unit is not None:  # the declared units: keys n .. 2n − 1, each asking ε × its rows
+                for i in range(self.n_rows, 2 * self.n_rows):
+                    limits.append((unit, earlier.spent.get(i, 0.0), self.epsilon))
+            for key, rows in earlier.followed_units.items():  # units the rows were released with before
+                limits.append((unit, earlier.unit_spent.get(key, 0.0), row_epsilon * rows))
+        return limits
+
+    def _unit_budget(self, budgets: dict[str, Budget]) -> Budget | None:
+        """The unit budget this release answers to; a release that declares no unit, or another one, under a unit
+        budget is refused: its units would go uncounted."""
+        units = sorted(s.split(":", 1)[1] for s in budgets if s.startswith("unit:"))
+        if not units:
+            return None
+        if self.unit in units:
+            return budgets[f"unit:{self.unit}"]
+        declared = "declares no privacy unit" if self.unit is None else f"declares privacy unit {self.unit!r}"
+        held = [u for u in units if u in self.columns]
+        column = held[0] if held else units[0]
+        raise RegistryError(
+            f"the registry's privacy budget is per unit of {column!r} and this release {declared}: declare "
+            f"privacy_unit={column!r} (label_privacy_unit in a config), on a column holding each row's {column}, so "
+            "that each unit's ε is counted."
+        )

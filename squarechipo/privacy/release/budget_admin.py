@@ -11,6 +11,7 @@ from squarechipo.privacy.release.budget import (
     Budget,
     BudgetAsk,
     budgets_in_force,
+    chain_head,
     create_budget_tables,
     new_entry,
     parse_epsilon,
@@ -19,7 +20,7 @@ from squarechipo.privacy.release.budget import (
 from squarechipo.privacy.release.registry import EarlierReleases, _refused, open_registry
 from squarechipo.privacy.release.registry_schema import RegistryError
 
-__all__ = ["budget_report", "check_budget", "set_budget"]
+__all__ = ["budget_report", "check_budget", "refuse_seeded_under_budget", "set_budget"]
 
 logger = logging.getLogger("squarechipo")
 
@@ -34,12 +35,18 @@ def set_budget(epsilon, *, dataset: str | None = None, unit: str | None = None) 
     rows are refused and the earlier ones stay."""
     epsilon, scope = parse_epsilon(epsilon), scope_of(dataset, unit)
     with open_registry() as db:
-        entry = new_entry(epsilon, scope, _registry_id(db))
 
         def append(db: Database) -> None:
-            if "budgets" not in db.tables():
+            """The new entry follows the chain's head, read in this transaction: another entry set meanwhile makes the
+            insert fail (its predecessor is taken) and the transaction is retried on the new head."""
+            if "budget_entries" not in db.tables():
                 create_budget_tables(db)
-            db.execute("INSERT INTO budgets (scope, entry) VALUES (?, ?)", (scope, json.dumps(entry)))
+            registry_id = _registry_id(db)
+            entry = new_entry(epsilon, scope, registry_id, chain_head(db, registry_id))
+            db.execute(
+                "INSERT INTO budget_entries (digest, replaces, entry) VALUES (?, ?, ?)",
+                (entry["digest"], entry["replaces"], json.dumps(entry)),
+            )
 
         try:
             db.retried(append, write=True)
@@ -109,3 +116,24 @@ def check_budget(ask: BudgetAsk, earlier: EarlierReleases) -> dict | None:
     with open_registry() as db:
         registry_id = db.execute("SELECT value FROM meta WHERE key = 'registry_id'").fetchone()[0]
         return _refused(db, lambda: ask.check(db, registry_id, earlier))
+
+
+def refuse_seeded_under_budget(seed: int) -> None:
+    """A seeded release (a simulation: whoever knows the seed knows the noise) is refused where the registry holds a
+    budget, in one line; it is never counted, so it would pass any budget. A registry that does not exist yet is not
+    started for it."""
+    from squarechipo.data.database import is_url
+    from squarechipo.privacy.release.registry import registry_target
+
+    target = registry_target()
+    if not is_url(target) and not target.is_file():
+        return
+    with open_registry() as db:
+        budgets = _refused(db, lambda: budgets_in_force(db, _registry_id(db)))
+    if budgets:
+        scopes = ", ".join(sorted(budgets))
+        raise RegistryError(
+            f"seed={seed}: a seeded release is a simulation (its noise is known to whoever knows the seed) and is "
+            f"not counted, and the registry at {db.where} holds privacy budgets ({scopes}). Release from OS entropy "
+            "(no seed), or simulate on a registry without budgets (SQUARECHIPO_RELEASE_REGISTRY)."
+        )

@@ -41,6 +41,7 @@ from squarechipo.data.row_scan import scan_rows
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, Release, with_ledger
 from squarechipo.privacy.mechanisms.measurements import Measurement
+from squarechipo.privacy.release.budget import BudgetAsk
 from squarechipo.privacy.release.registry import RegistryError, earlier_releases, register_release, registry_scheme
 from squarechipo.privacy.release.transaction import ReleaseOptions, _Release
 from squarechipo.trust.seals import IntegrityError, check_seal, seal
@@ -292,11 +293,16 @@ def _seal_staged(staging: Path, folder: Path, pending: dict) -> tuple[datasets.D
                 f"would understate the ε, so it is not completed. Delete {staging} and release again (nothing read "
                 "it)."
             )
-        # The budget was checked before the draw, and no release of these rows was entered since (above).
-        registry_id, _ = register_release(
-            release.release_id, units, marks, pending["epsilon"], release.created_at, expected=now, folder=str(folder)
-        )
-        release = replace(release, registry_id=registry_id)
+        # The budgets in force now hold it, or it is refused: one lowered since the draw binds its completion too.
+        # A release staged by a version that kept no ask is held to every budget as one naming no dataset or unit.
+        asked = pending.get("ask") or {"dataset": None, "unit": None, "columns": rows.column_names,
+                                        "n_rows": len(rows), "epsilon": pending["epsilon"]}  # fmt: skip
+        ask = BudgetAsk(**asked)
+        registry_id, budget = register_release(
+            release.release_id, units, marks, pending["epsilon"], release.created_at, expected=now, folder=str(folder),
+            ask=ask,
+        )  # fmt: skip
+        release = replace(release, registry_id=registry_id, budget=budget or release.budget)
     record = (existing or PrivacyLedger()).with_release(release).to_dict()
     info = metadata.info_with_block(rows.info, json.dumps(record, sort_keys=True))
     return datasets.Dataset(rows.data, info=info, split=rows.split), record["digest"]

@@ -53,7 +53,7 @@ import numpy as np
 from squarechipo.data import store
 from squarechipo.data.database import Database, DatabaseError, connect, create_writers_lock, is_url, redact
 from squarechipo.data.near_duplicates import BANDS, LEGACY_SCHEME, SCHEME, Sketch
-from squarechipo.privacy.release.budget import BudgetAsk, create_budget_tables
+from squarechipo.privacy.release.budget import BudgetAsk, canonical_dataset, create_budget_tables
 from squarechipo.privacy.release.lookup import matching_rows, near_copies
 from squarechipo.privacy.release.machine_registry import (
     REGISTRY_ENV,
@@ -274,6 +274,12 @@ class EarlierReleases:
     #: Each matched row's (or unit's) composed ε so far, by its index among the keys asked about (what a budget
     #: bounds: :mod:`squarechipo.privacy.release.budget`).
     spent: dict[int, float] = field(default_factory=dict, compare=False)
+    #: Row index → the datasets (canonical names) of the earlier releases holding it (a dataset budget's scope).
+    datasets: dict[int, frozenset[str]] = field(default_factory=dict, compare=False)
+    #: Unit key → how many of these rows were released before with that unit value, where this release does not
+    #: declare it itself (a unit followed through its rows), and each such unit's composed ε so far.
+    followed_units: dict[bytes, int] = field(default_factory=dict, compare=False)
+    unit_spent: dict[bytes, float] = field(default_factory=dict, compare=False)
 
     def describe(self) -> str:
         made = ", ".join(
@@ -299,32 +305,74 @@ def _query(db: Database, units: list[bytes], marks: Sketch | None) -> EarlierRel
             "registry's scheme (squarechipo.privacy.release.registry.registry_scheme())."
         )
     per_row: dict[int, float] = defaultdict(float)
+    holding: dict[int, set[int]] = defaultdict(set)  # key index → the releases (numbers) holding it
     involved: dict[str, tuple[float, str]] = {}
     index: dict[bytes, list[int]] = defaultdict(list)
     for i, unit in enumerate(units):
         index[unit].append(i)
     listed = db.execute("SELECT no, id, epsilon, made, folder FROM releases").fetchall()
     entered = {no: (id_, eps, made) for no, id_, eps, made, _ in listed}
+    number = {id_: no for no, id_, *_ in listed}
     for unit, release, count in matching_rows(db, list(index), "released_units", "unit", "release, count"):
         if release not in entered:  # a unit of no entered release (as the join that read them before skipped)
             continue
         release_id, epsilon, made = entered[release]
         for i in index[unit]:
             per_row[i] += epsilon * (count or 1)
+            holding[i].add(release)
         involved[release_id] = (epsilon, made)
     near = near_copies(db, marks, set(per_row), entered) if marks is not None else {}
     for i, releases_of_row in near.items():
         for release_id, epsilon, made in releases_of_row:
             per_row[i] += epsilon
+            holding[i].add(number[release_id])
             involved[release_id] = (epsilon, made)
     releases = tuple(sorted(((k, *v) for k, v in involved.items()), key=lambda r: r[2]))
     # A row can hold several keys (its content, its declared unit), laid out in blocks of one key per row.
-    rows = len({i % len(marks) for i in per_row}) if marks is not None and len(marks) else len(per_row)
+    n_rows = len(marks) if marks is not None and len(marks) else len(units)
+    rows = len({i % n_rows for i in per_row}) if n_rows else len(per_row)
     folders = {id_: folder for _, id_, _, _, folder in listed if id_ in involved}
+    followed, unit_spent = _followed_units(db, units[:n_rows], set(units[n_rows:]), entered)
     return EarlierReleases(
-        rows, max(per_row.values(), default=0.0), releases, len(near), frozenset(involved), _state(db), folders,
-        dict(per_row),
+        rows, max([*per_row.values(), *unit_spent.values()], default=0.0), releases, len(near), frozenset(involved),
+        _state(db), folders, dict(per_row), _datasets(db, holding, n_rows), followed, unit_spent,
     )  # fmt: skip
+
+
+def _datasets(db: Database, holding: dict[int, set[int]], n_rows: int) -> dict[int, frozenset[str]]:
+    """Row index → the datasets named by the earlier releases holding the row (its content, a near-copy, its unit)."""
+    if "release_scopes" not in db.tables():
+        return {}
+    named: dict[int, set[str]] = defaultdict(set)
+    for release, dataset in db.execute("SELECT release, dataset FROM release_scopes").fetchall():
+        if dataset:
+            named[release].add(dataset)
+    found: dict[int, set[str]] = defaultdict(set)
+    for i, releases in holding.items():
+        for release in releases:
+            found[i % max(n_rows, 1)] |= named.get(release, set())
+    return {i: frozenset(d) for i, d in found.items() if d}
+
+
+def _followed_units(db: Database, contents: list[bytes], declared: set[bytes], entered) -> tuple[dict, dict]:
+    """The units these rows were released with before (by their content) and this release does not declare: unit key →
+    how many of these rows hold it; and each such unit's composed ε so far (over every release holding it)."""
+    if "released_row_units" not in db.tables() or not contents:
+        return {}, {}
+    rows_of: dict[bytes, int] = defaultdict(int)
+    count: dict[bytes, int] = defaultdict(int)
+    for content in contents:
+        rows_of[content] += 1
+    for content, unit in {
+        (c, u) for c, u in matching_rows(db, list(rows_of), "released_row_units", "row_key", "unit")
+    }:  # fmt: skip
+        if unit not in declared:
+            count[unit] += rows_of[content]
+    spent: dict[bytes, float] = defaultdict(float)
+    for unit, release, times in matching_rows(db, list(count), "released_units", "unit", "release, count"):
+        if release in entered:
+            spent[unit] += entered[release][1] * (times or 1)
+    return dict(count), dict(spent)
 
 
 def earlier_releases(units: list[bytes], marks: Sketch | None = None) -> EarlierReleases:
@@ -381,9 +429,17 @@ def register_release(
                 "Reuse that release, or run again with rerelease=True to compose with it."
             )
         budget = ask.check(db, registry_id, now) if ask is not None else None
-        number = _enter(db, release_id, units, marks, epsilon, made, folder)
-        if ask is not None and (ask.dataset or ask.unit) and "release_scopes" in db.tables():
-            db.execute("INSERT INTO release_scopes VALUES (?, ?, ?)", (number, ask.dataset, ask.unit))
+        # The units its rows were released with before are spent by this release too (a unit follows its rows).
+        followed = [unit for unit, rows in now.followed_units.items() for _ in range(rows)]
+        number = _enter(db, release_id, [*units, *followed], marks, epsilon, made, folder)
+        tables = db.tables()
+        dataset = canonical_dataset(ask.dataset) if ask is not None else None
+        if ask is not None and (dataset or ask.unit) and "release_scopes" in tables:
+            db.execute("INSERT INTO release_scopes VALUES (?, ?, ?)", (number, dataset, ask.unit))
+        n_rows = len(marks) if marks is not None else len(units)
+        if len(units) == 2 * n_rows and "released_row_units" in tables:  # a declared unit: each row's value, kept
+            pairs = sorted(set(zip(units[:n_rows], units[n_rows:])))
+            db.bulk_insert("released_row_units", ("release", "row_key", "unit"), [(number, c, u) for c, u in pairs])
         return registry_id, budget
 
     with open_registry() as db:

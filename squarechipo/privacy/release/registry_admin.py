@@ -151,9 +151,16 @@ def _copy(old: Database, new: Database) -> dict:
     ]
     if "release_scopes" in tables:
         copied.append(("release_scopes", ("release", "dataset", "unit")))
-    if "budgets" in tables:  # signed entries naming the registry id the copy keeps, so they verify there
-        for scope, entry in old.execute("SELECT scope, entry FROM budgets ORDER BY no").fetchall():
-            new.execute("INSERT INTO budgets (scope, entry) VALUES (?, ?)", (scope, entry))
+    if "released_row_units" in tables:
+        copied.append(("released_row_units", ("release", "row_key", "unit")))
+    if "budgets" in tables and "budget_entries" not in tables and old.execute("SELECT 1 FROM budgets").fetchone():
+        raise RegistryError(
+            f"{old.where} holds privacy budgets set before budgets were chained: set each again on it first "
+            "(squarechipo registry budget set), then migrate."
+        )
+    if "budget_entries" in tables:  # signed entries naming the registry id the copy keeps, so they verify there
+        for row in old.execute("SELECT digest, replaces, entry FROM budget_entries ORDER BY no").fetchall():
+            new.execute("INSERT INTO budget_entries (digest, replaces, entry) VALUES (?, ?, ?)", row)
             counts["budgets"] = counts.get("budgets", 0) + 1
     for table, columns in copied:
         rows = old.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()

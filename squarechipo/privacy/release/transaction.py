@@ -39,7 +39,7 @@ from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.records import PrivacyLedger, Release
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline, Measurement
 from squarechipo.privacy.release.budget import BudgetAsk
-from squarechipo.privacy.release.budget_admin import check_budget
+from squarechipo.privacy.release.budget_admin import check_budget, refuse_seeded_under_budget
 from squarechipo.privacy.release.registry import (
     EarlierReleases,
     earlier_releases,
@@ -267,9 +267,11 @@ class _Release:
             # The budget, before any noise is drawn (the transaction that enters the release checks it again).
             self._ask = BudgetAsk(
                 self.options.dataset, self.options.privacy_unit, tuple(self.dataset.column_names), len(self.dataset),
-                epsilon,
+                epsilon, self.mechanism.epsilon,
             )  # fmt: skip
             self._budget = check_budget(self._ask, self._earlier)
+        elif self._existing is None and self.options.seed is not None:
+            refuse_seeded_under_budget(self.options.seed)
 
     def _draw(self) -> None:
         """The noise, once. The released rows and their release are held here, unsealed."""
@@ -327,6 +329,8 @@ class _Release:
             "expected": None if self._earlier is None else sorted(self._earlier.ids),
             # The keys file is bound to the sealed record: keys dropped from it would leave rows out of the registry.
             "units_sha256": hashlib.sha256(units).hexdigest() if self._counted else None,
+            # What completing it asks of the budgets in force then (it is checked again).
+            "ask": None if self._ask is None else asdict(self._ask),
         }
         return pending, units
 
