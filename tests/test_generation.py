@@ -14,7 +14,7 @@ def _prompts(finance_splits, n=5):
 
 
 def _tokens(model, tokenizer, prompts, max_new_tokens, race_seed=None):
-    """The tokens each row emits in one batch (greedy, or the exact draw seeded ``race_seed``), from the decode loop."""
+    """The tokens each row emits in one batch (greedy, or the exact draw seeded ``race_seed``): the decode loop."""
     tokenizer.padding_side = "left"
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
     batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
