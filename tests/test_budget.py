@@ -93,6 +93,14 @@ def test_a_budget_lowered_below_what_was_spent_keeps_the_releases_and_refuses_ne
     release_dataset(distinct_pairs(4, offset=9850), LabelPipeline(epsilon=0.5))  # other rows, within it
 
 
+def test_a_unit_budget_on_a_column_of_the_comparison_is_refused_in_one_line(capsys):
+    """`budget set --unit prompt` would ask every release to declare a unit that releases refuse: refused first."""
+    assert main(["registry", "budget", "set", "--epsilon", "1", "--unit", "prompt"]) == 1
+    err = capsys.readouterr().err
+    assert "--unit prompt: 'prompt' is a column of the comparison itself" in err and len(err.strip().splitlines()) == 1
+    assert main(["registry", "budget", "show"]) == 0 and json.loads(capsys.readouterr().out) == []
+
+
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "lots"])
 def test_a_budget_that_is_not_a_positive_finite_epsilon_is_refused_in_one_line(value, tmp_path, monkeypatch, capsys):
     assert main(["registry", "budget", "set", "--epsilon", value]) == 1

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transformers import AutoModelForCausalLM
 
 from squarechipo.cli import main
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
@@ -107,6 +108,63 @@ def test_a_record_names_its_weights_and_key_verify_refuses_any_other_files(tmp_p
     assert read_privacy_record(model_dir) is not None  # read on one's own machine, as before
     code, out = _verify(model_dir, capsys)
     assert code == 1 and "names no digest of the weights it describes" in out
+
+
+def test_an_adapters_record_binds_its_base_and_key_verify_refuses_another_base(tmp_path, tiny_model_factory, capsys):
+    """A LoRA adapter's record binds the digests of the base it was trained on: key verify finds the base, checks
+    it, and refuses the adapter once the base is swapped for other weights (trained on anything), is gone, or the
+    record binds none (written before adapters were bound)."""
+    from peft import LoraConfig, get_peft_model
+
+    base = tmp_path / "base"
+    tiny_model_factory(0).save_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base)  # PEFT records the folder the base was loaded from
+    adapter = tmp_path / "adapter"
+    get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM")).save_pretrained(adapter)
+    write_privacy_record(adapter, _private_record(distinct_pairs(16, offset=8200)))
+    code, out = _verify(adapter, capsys)
+    assert code == 0, out
+    assert json.loads(out)["base"] == f"{base} (2 files match)"
+    original = (base / "model.safetensors").read_bytes()
+    tiny_model_factory(7).save_pretrained(base)  # another model's weights where the base was
+    code, out = _verify(adapter, capsys)
+    assert code == 1 and "not the model it was trained on (files changed, missing or added: model.safetensors)" in out
+    (base / "model.safetensors").write_bytes(original)
+    assert _verify(adapter, capsys)[0] == 0
+    shutil.rmtree(base)
+    code, out = _verify(adapter, capsys)
+    assert code == 1 and "is not a folder here, so its weights cannot be checked" in out
+    stored = json.loads((adapter / PRIVACY_FILE).read_text())
+    from squarechipo.trust.seals import seal
+
+    unbound = {k: v for k, v in stored.items() if k not in ("base", "digest", "signature")}
+    (adapter / PRIVACY_FILE).write_text(json.dumps(seal(unbound)))
+    code, out = _verify(adapter, capsys)
+    assert code == 1 and "binds no digest of its base model" in out
+
+
+def test_key_verify_require_attested_admits_only_a_record_a_trusted_key_signed(
+    tmp_path, tiny_model_factory, capsys, monkeypatch
+):
+    """A gate: `key verify --require-attested` exits 0 for a record signed by a trusted key and 1, in one line, for one
+    signed only by the key it names (self-signed: who wrote it, not that the custodian's rows were released)."""
+    keys = roles(tmp_path, monkeypatch)
+    model_dir = tmp_path / "model"
+    tiny_model_factory(0).save_pretrained(model_dir)
+    write_privacy_record(model_dir, _private_record(distinct_pairs(16, offset=8300)))  # the custodian trains
+    keys.analyst()
+    capsys.readouterr()
+    assert main(["key", "verify", "--require-attested", str(model_dir)]) == 0
+    keys.custodian()
+    record = _private_record(distinct_pairs(16, offset=8400))  # the custodian releases; a trainer signs the record
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(generate_key_pair(tmp_path / "trainer.pem").path))
+    write_privacy_record(model_dir, record)
+    keys.analyst()
+    capsys.readouterr()
+    assert main(["key", "verify", str(model_dir)]) == 0  # its ε is backed by the custodian's ledger
+    code = main(["key", "verify", "--require-attested", str(model_dir)])
+    err = capsys.readouterr().err
+    assert code == 1 and "its training is not attested by a trusted key" in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_trainer_binds_its_record_to_the_saved_weights_and_each_checkpoint(
@@ -446,11 +504,66 @@ def test_a_registry_lost_with_its_marker_is_found_from_the_machines_records(tmp_
     with RecordTable(machine.machine_dir() / "records.sqlite", "records") as records:
         records.put("sha256:trained", json.dumps(record.to_dict()))
     path = default_registry_path()
-    for lost in (path, path.with_name(f".{path.name}.started"), Path(f"{path}-wal"), Path(f"{path}-shm")):
+    noted = machine.machine_dir() / "registries_entered"  # the folder's note gone too: the records alone tell
+    for lost in (path, path.with_name(f".{path.name}.started"), Path(f"{path}-wal"), Path(f"{path}-shm"), noted):
         lost.unlink(missing_ok=True)
-    with pytest.raises(RegistryError, match=rf"missing with the marker .*registry {registry_id}\): it was lost"):
+    with pytest.raises(RegistryError, match=rf"missing with the marker .*registry {registry_id}, .*: it was lost"):
         release_dataset(distinct_pairs(8, offset=8950), LabelPipeline(epsilon=0.5))
     assert not path.exists()
+
+
+def test_a_registry_lost_with_its_marker_on_an_account_that_trained_no_model_is_found_from_its_folder(monkeypatch):
+    """No model trained: the machine folder notes each registry a release of this machine was entered into, so the
+    registry and its marker deleted still stop the next release instead of a fresh count."""
+    from squarechipo.privacy.provenance.sketch import RECORD_STORE_ENV
+    from squarechipo.privacy.release.registry import REGISTRY_ENV, RegistryError, default_registry_path
+
+    monkeypatch.delenv(REGISTRY_ENV)
+    monkeypatch.delenv(RECORD_STORE_ENV)
+    released = release_dataset(distinct_pairs(8, offset=8700), LabelPipeline(epsilon=0.5))  # starts the registry
+    registry_id = get_ledger(released).releases[0].registry_id
+    path = default_registry_path()
+    for lost in (path, path.with_name(f".{path.name}.started"), Path(f"{path}-wal"), Path(f"{path}-shm")):
+        lost.unlink(missing_ok=True)
+    with pytest.raises(RegistryError, match=rf"has entered releases into it \(registry {registry_id},"):
+        release_dataset(distinct_pairs(8, offset=8750), LabelPipeline(epsilon=0.5))
+    assert not path.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="folders of another account need root to make")
+def test_every_folder_on_the_way_to_the_machine_folder_must_be_root_s_or_the_account_s_and_not_others_writable(
+    tmp_path,
+):
+    """As OpenSSH's StrictModes: a folder on the way that others may write (not a sticky one of root's), one owned by
+    another account, or a link another account owns, refuses the machine folder in one line; a sticky /tmp passes."""
+    from squarechipo.trust.machine import FolderError, check_path
+
+    root = tmp_path / "chain"
+    home = root / "home" / "user"
+    home.mkdir(parents=True)
+    for folder in (tmp_path, root, root / "home", home):
+        folder.chmod(0o755)
+    check_path(home, "a home")
+    (root / "home").chmod(0o777)
+    with pytest.raises(FolderError, match=r"home, on the way to .*user \(a home\), may be written by other users"):
+        check_path(home, "a home")
+    (root / "home").chmod(0o1777)  # sticky, root's: as /tmp
+    check_path(home, "a home")
+    (root / "home").chmod(0o755)
+    os.chown(root / "home", 65534, 65534)
+    with pytest.raises(FolderError, match=r"is owned by uid 65534, not this account"):
+        check_path(home, "a home")
+    os.chown(root / "home", 0, 0)
+    link = tmp_path / "link"
+    link.symlink_to(home)
+    os.lchown(link, 65534, 65534)
+    with pytest.raises(FolderError, match=r"is a link owned by uid 65534, who may point it elsewhere"):
+        check_path(link / ".squarechipo", "a machine folder")
+    os.lchown(link, 0, 0)
+    check_path(link / ".squarechipo", "a machine folder")  # a link of root's: its target's folders are checked
+    (root / "home").chmod(0o775)
+    with pytest.raises(FolderError, match=r"may be written by other users \(mode 775\)"):
+        check_path(link / ".squarechipo", "a machine folder")
 
 
 # ---------------------------------------------------------------------------------------- branches built as inputs

@@ -73,6 +73,21 @@ def test_copies_across_shards_are_the_copies_one_machine_finds(tmp_path, capsys)
     assert "part-2.parquet is not the shard" in error and "(its sha256 differs): sketch it again" in error
 
 
+def test_twelve_shards_given_in_any_order_are_joined_in_the_splits_order(tmp_path, capsys):
+    """`shards split` numbers shards part-0 … part-11; a glob or a text sort puts part-10 before part-2. The copies'
+    row numbers are the split's whatever order the sketches are given in."""
+    rows = _rows_with_copies()
+    rows.save_to_disk(str(tmp_path / "data"))
+    assert main(["shards", "split", str(tmp_path / "data"), "--shards", "12", "--out", str(tmp_path / "shards")]) == 0
+    for i in range(12):
+        assert main(["shards", "sketch", str(tmp_path / "shards" / f"part-{i}.parquet"),
+                     "--out", str(tmp_path / "sketches" / f"part-{i}.parquet")]) == 0  # fmt: skip
+    given_ = sorted(str(f) for f in (tmp_path / "sketches").glob("*.parquet"))[::-1]  # text order, reversed
+    assert main(["shards", "copies", *given_, "--out", str(tmp_path / "copies.json")]) == 0
+    found = json.loads((tmp_path / "copies.json").read_text())
+    assert [(c["copies"]["row"], c["row"]) for c in found["copies"]] == [(c[0], c[1]) for c in copied_rows(rows)]
+
+
 def test_a_shard_that_is_not_preference_rows_is_refused_naming_it(tmp_path, capsys):
     datasets.Dataset.from_dict({"text": ["a b c"]}).to_parquet(str(tmp_path / "plain.parquet"))
     assert main(["shards", "sketch", str(tmp_path / "plain.parquet"), "--out", str(tmp_path / "s.parquet")]) == 1

@@ -144,6 +144,20 @@ def test_trusted_keys_come_from_a_file_or_the_variable_and_exclude_the_own_key(t
     monkeypatch.setenv(TRUSTED_KEYS_ENV, "ed25519:AAAA")
     with pytest.raises(SigningKeyError, match=r"'ed25519:AAAA' is not a valid Ed25519 public key \(32 bytes"):
         trusted_keys()
+    listing.write_bytes(public_key_text(a.public).encode() + b" caf\xe9\n")  # Latin-1, not UTF-8
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(listing))
+    with pytest.raises(SigningKeyError, match=r"cannot be read as a trusted-keys file \(not UTF-8 text\)"):
+        trusted_keys()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another account needs root")
+def test_a_signing_key_of_another_account_is_refused_in_one_line_before_it_is_read(tmp_path, monkeypatch):
+    path = tmp_path / "theirs.pem"
+    generate_key_pair(path)
+    os.chown(path, 65534, 65534)  # nobody's, mode 600: root reads it, an ordinary account could not
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(path))
+    with pytest.raises(SigningKeyError, match=r"theirs\.pem is owned by uid 65534, not this account"):
+        signing_key()
 
 
 def test_a_signature_verifies_only_by_a_trusted_key_over_what_was_signed(tmp_path, monkeypatch, bare):

@@ -436,3 +436,24 @@ def test_a_budget_on_the_server_is_the_custodians_and_two_machines_at_once_canno
             with db.transaction(write=True):
                 db.execute("INSERT INTO budget_entries (digest, replaces, entry) VALUES (?, ?, ?)", older)
     assert [(b["scope"], b["epsilon"]) for b in budget_report()] == [("registry", 0.5)]
+
+
+def test_an_analyst_whose_search_path_misses_the_registry_is_told_so_not_that_it_was_emptied(postgres, monkeypatch):
+    """A role that changed its own search_path sees no registry tables in its current schema: the message names the
+    schema the registry is in and the fix, not an emptied registry."""
+    from squarechipo.privacy.release.registry import open_registry
+    from squarechipo.privacy.release.registry_admin import grant_roles
+
+    database = postgres.new_database()
+    url = postgres.url(database)
+    _roles(postgres, "analyst_p")
+    init_registry(url)
+    grant_roles(url, custodian=None, analyst="analyst_p")
+    postgres.sql("ALTER ROLE analyst_p SET search_path = nowhere", database)
+    monkeypatch.setenv(REGISTRY_ENV, postgres.url(database, user="analyst_p"))
+    with pytest.raises(RegistryError) as refused:
+        open_registry()
+    assert "is in schema 'public', which this role's search_path does not reach" in str(refused.value)
+    assert "emptied" not in str(refused.value)
+    postgres.sql("ALTER ROLE analyst_p RESET search_path", database)
+    open_registry().close()

@@ -29,7 +29,7 @@ from squarechipo.trust.keys import (
     trusted_keys,
 )
 
-__all__ = ["main", "verify_folder"]
+__all__ = ["main", "require_attested", "verify_folder"]
 
 
 def make_parser(prog: str = "squarechipo key") -> argparse.ArgumentParser:
@@ -40,6 +40,12 @@ def make_parser(prog: str = "squarechipo key") -> argparse.ArgumentParser:
     commands.add_parser("show", help="the key this process signs with and the keys whose seals it accepts")
     check = commands.add_parser("verify", help="check a model folder's privacy record or a saved release")
     check.add_argument("path", help="a model folder (squarechipo_privacy.json), a release folder, .jsonl or .parquet")
+    check.add_argument(
+        "--require-attested",
+        action="store_true",
+        help="for a gate (CI, a registry's admission): exit 1, in one line, unless a model's training is attested by "
+        "a trusted key (its record signed by one) and every ε it states is backed by a trusted ledger",
+    )
     return parser
 
 
@@ -116,5 +122,23 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "show":
         _show()
     else:
-        print(json.dumps(verify_folder(args.path), indent=2, sort_keys=True))
+        found = verify_folder(args.path)
+        if args.require_attested:
+            require_attested(found)
+        print(json.dumps(found, indent=2, sort_keys=True))
     return 0
+
+
+def require_attested(found: dict) -> None:
+    """For a gate: refuse (:class:`IntegrityError`, one line) a model whose training no trusted key attests: an
+    unsigned record, or one signed only by the key it names (who wrote it, not who released the rows)."""
+    from squarechipo.trust.seals import IntegrityError
+
+    if "model" not in found:
+        return  # a release: verify_folder already refused any ledger not signed by a trusted key
+    if not str(found.get("trained_by", "")).endswith("(trusted here)"):
+        raise IntegrityError(
+            f"{found['model']}: its training is not attested by a trusted key ({found.get('trained_by')}): the gate "
+            "admits models whose record a trusted key signed. Train it where the custodian's key signs records, or "
+            "add the trainer's public key to SQUARECHIPO_TRUSTED_KEYS if that key is trusted."
+        )

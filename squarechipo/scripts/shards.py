@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = sketch_shard(args.shard, args.out)
         print(f"sketched {rows:,} rows of {args.shard} into {args.out}")
         return 0
-    found = shard_copies(sorted(args.sketches), args.rows)
+    found = shard_copies(sorted(args.sketches, key=_natural), args.rows)
     exact = sum(1 for c in found.copies if c[2].startswith("the same text"))
     print(
         f"{len(found.copies):,} of {found.rows:,} rows copy an earlier row ({exact:,} exactly, "
@@ -58,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(found.to_dict(), indent=1), encoding="utf-8")
         print(f"written to {args.out}")
     return 0
+
+
+def _natural(name: str) -> list:
+    """A path's sort key with its numbers compared as numbers: part-2 before part-10, as `shards split` numbers them
+    (a shell's glob, and a text sort, put part-10 first)."""
+    import re
+
+    return [(0, int(piece), "") if piece.isdigit() else (1, 0, piece) for piece in re.split(r"(\d+)", name)]
 
 
 def _split(args: argparse.Namespace) -> int:

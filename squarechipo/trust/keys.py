@@ -143,17 +143,23 @@ def _read_private(path: Path) -> SigningKey:
             f"{SIGNING_KEY_ENV} names {path}, which does not exist. Point it at the private key file that "
             "`squarechipo key new` wrote, or write one there."
         )
-    if path.read_bytes()[: len(_PREFIX)] == _PREFIX.encode("ascii"):
+    mode = path.stat().st_mode
+    if path.stat().st_uid != os.getuid():  # checked before it is read: another account's key may not be readable
+        raise SigningKeyError(
+            f"{path} is owned by uid {path.stat().st_uid}, not this account (uid {os.getuid()}): a signing key is "
+            "its holder's own. Use your own key (squarechipo key new --out PATH)."
+        )
+    try:
+        held = path.read_bytes()
+    except OSError as error:
+        raise SigningKeyError(
+            f"{path} cannot be read ({error.strerror}): point {SIGNING_KEY_ENV} at your own private key file."
+        ) from None
+    if held[: len(_PREFIX)] == _PREFIX.encode("ascii"):
         raise SigningKeyError(
             f"{SIGNING_KEY_ENV} names {path}, which holds a public key (the .pub line), not the private key: point "
             "it at the private key file beside it (the same name without .pub). Analysts set only "
             f"{TRUSTED_KEYS_ENV} to the public key."
-        )
-    mode = path.stat().st_mode
-    if path.stat().st_uid != os.getuid():
-        raise SigningKeyError(
-            f"{path} is owned by uid {path.stat().st_uid}, not this account (uid {os.getuid()}): a signing key is "
-            "its holder's own. Use your own key (squarechipo key new --out PATH)."
         )
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SigningKeyError(
@@ -161,7 +167,7 @@ def _read_private(path: Path) -> SigningKey:
             f"Make it private (chmod 600 {path}), and make a new key if others may have read it."
         )
     try:
-        private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        private = serialization.load_pem_private_key(held, password=None)
     except (ValueError, TypeError):
         private = None
     if not isinstance(private, Ed25519PrivateKey):
@@ -306,7 +312,14 @@ def trusted_keys() -> dict[str, Ed25519PublicKey]:
                 "public key a line, as `squarechipo key new` prints), or set it to the key itself (ed25519:...)."
             )
         _check_trust_file(path)
-        lines = path.read_text(encoding="utf-8").splitlines()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            why = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+            raise SigningKeyError(
+                f"{TRUSTED_KEYS_ENV} names {path}, which cannot be read as a trusted-keys file ({why}): it holds one "
+                "public key a line, as `squarechipo key new` prints (ed25519:...)."
+            ) from None
         entries, where = [line.split()[0] for line in lines if line.strip() and not line.startswith("#")], str(path)
     keys = [_parse_public(entry, where) for entry in entries]
     if not keys:

@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["FolderError", "check_own", "machine_dir", "own_folder"]
+__all__ = ["FolderError", "check_own", "check_path", "machine_dir", "own_folder"]
 
 
 class FolderError(PermissionError):
@@ -80,9 +80,55 @@ def check_own(path: Path, what: str, *, folder: bool = False) -> None:
     )
 
 
+def check_path(path: Path, what: str) -> None:
+    """Every folder on the way from ``/`` to ``path``, as OpenSSH's StrictModes checks a key's: owned by root or this
+    account and not writable by group or others (a folder root owns with the sticky bit, as ``/tmp``, aside: others
+    may add to it but not rename or remove what is not theirs). A symbolic link on the way must be root's or this
+    account's, and the folders of what it points to are checked too. Whoever may write one of them may rename the
+    folder below and put another in its place: a fresh registry, a planted key."""
+    current = Path(path.absolute().anchor)
+    _check_on_the_way(current, os.lstat(current), path, what)
+    for part in path.absolute().parts[1:]:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return  # made below a checked folder, by this account
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid not in (os.getuid(), 0):
+                raise FolderError(
+                    f"{current}, on the way to {path} ({what}), is a link owned by uid {info.st_uid}, who may point "
+                    f"it elsewhere: whoever may change it may reset or forge what {path} holds. Fix: replace the link "
+                    f"by the folder, or name the stores: {_NAME_STORES}."
+                )
+            current = Path(os.path.realpath(current))
+            check_path(current, what)
+            continue
+        _check_on_the_way(current, info, path, what)
+
+
+def _check_on_the_way(folder: Path, info: os.stat_result, below: Path, what: str) -> None:
+    if not stat.S_ISDIR(info.st_mode):
+        return
+    if info.st_uid not in (os.getuid(), 0):
+        problem = f"is owned by uid {info.st_uid}, not this account (uid {os.getuid()}) or root"
+    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (info.st_mode & stat.S_ISVTX and info.st_uid == 0):
+        problem = f"may be written by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    else:
+        return
+    raise FolderError(
+        f"{folder}, on the way to {below} ({what}), {problem}: whoever may write it may rename what lies below and "
+        f"put another folder in its place. Fix: chmod go-w {folder} (or its owner's), or name the stores: "
+        f"{_NAME_STORES}."
+    )
+
+
 def machine_dir() -> Path:
     """``.squarechipo`` in this account's home as the password database gives it: the registry of releases, the store
     of model records and the machine's signing key. Neither ``$HOME`` nor ``$SQUARECHIPO_CACHE`` moves it, so pointing
     a variable elsewhere cannot start a second registry (a fresh count) without anyone asking for one. It is created
-    0700 and refused when it is not this account's own (:func:`own_folder`)."""
-    return own_folder(_account_home() / ".squarechipo", "this machine's squarechipo folder")
+    0700 and refused when it is not this account's own (:func:`own_folder`), or when a folder on the way to it may be
+    written by others (:func:`check_path`)."""
+    home = _account_home()
+    check_path(home, "this account's home, which holds its squarechipo folder")
+    return own_folder(home / ".squarechipo", "this machine's squarechipo folder")

@@ -22,7 +22,13 @@ from typing import Any
 
 from squarechipo.privacy.ledger.records import PrivacyLedger
 from squarechipo.privacy.ledger.release_entry import library_version as _library_version
-from squarechipo.privacy.provenance.subjects import check_record_seal, check_subjects, model_subjects
+from squarechipo.privacy.provenance.subjects import (
+    adapter_base,
+    check_adapter_base,
+    check_record_seal,
+    check_subjects,
+    model_subjects,
+)
 from squarechipo.trust.keys import SigningKeyError, public_key_text, signing_key, trust_anchor
 from squarechipo.trust.seals import IntegrityError, seal
 
@@ -104,6 +110,10 @@ class PrivacyRecord:
     #: over every weight and adapter file in the model's folder (:func:`model_subjects`), filled in when it is written.
     #: None in records written before squarechipo bound records to their weights.
     subjects: list[dict] | None = None
+    #: An adapter's base model, bound as its own files are: ``{"name_or_path", "subjects"}`` (the base's weight and
+    #: config digests; None where the base is not a local folder). None for a full model, and in records written
+    #: before squarechipo bound an adapter to its base.
+    base: dict | None = None
     #: The public key (``ed25519:...``) of the process that wrote the record and signed it: who trained.
     signer: str | None = None
     #: Stage-specific public fields (method, β, R_max, candidates, …), written at the top level of the JSON.
@@ -320,6 +330,7 @@ def write_privacy_record(
     record = dataclasses.replace(
         record,
         subjects=model_subjects(folder),
+        base=adapter_base(folder),
         signer=None if key is None else public_key_text(key.public),
     )
     path = folder / PRIVACY_FILE
@@ -406,12 +417,15 @@ def verify_privacy_record(folder: str | os.PathLike, *, third_party: bool = Fals
     values = json.loads(path.read_text(encoding="utf-8"))
     record_seal = check_record_seal(values, str(path))
     subjects = check_subjects(values, Path(folder), str(path), required=third_party)
+    base = check_adapter_base(values, Path(folder), str(path), required=third_party)
     found = {"model": str(folder), "record": record_seal.describe(), "epsilon": values.get("epsilon")}
     found["weights"] = (
         [f"{s['name']} sha256:{s['digest']['sha256']} (matches)" for s in subjects]
         if subjects is not None
         else "not bound: a record written before records named their weights"
     )
+    if base is not None:
+        found["base"] = base
     found["trained_by"] = (
         f"key {record_seal.key_id}" + (" (trusted here)" if record_seal.kind == "signed" else " (not a trusted key)")
         if record_seal.key_id

@@ -13,7 +13,14 @@ from pathlib import Path
 from squarechipo.trust.keys import SigningKeyError, key_id_of, parse_public_key, trusted_keys, verify_with
 from squarechipo.trust.seals import IntegrityError, Seal, check_seal, file_sha256
 
-__all__ = ["check_record_seal", "check_subjects", "model_files", "model_subjects"]
+__all__ = [
+    "adapter_base",
+    "check_adapter_base",
+    "check_record_seal",
+    "check_subjects",
+    "model_files",
+    "model_subjects",
+]
 
 _RECORD_FIX = "Restore the folder as squarechipo saved it, or train the model again."
 
@@ -87,6 +94,60 @@ def check_subjects(values: dict, folder: Path, where: str, *, required: bool = F
     if not named and required:
         raise IntegrityError(f"{where}: the record names no model file, and there are none beside it to vouch for.")
     return stated
+
+
+def _base_folder(name: str) -> Path | None:
+    """The local folder of an adapter's base model (PEFT records the folder the base was loaded from; the embedded
+    model's is its converted copy); None for a Hub id (nothing local to recompute digests from)."""
+    return Path(name) if name and Path(name).is_dir() else None
+
+
+def adapter_base(folder: Path) -> dict | None:
+    """An adapter folder's base model with the digests of its files (what the adapter's weights are a change of); None
+    for a folder that holds no adapter."""
+    config = folder / "adapter_config.json"
+    if not config.is_file():
+        return None
+    import json
+
+    name = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path") or ""
+    located = _base_folder(name)
+    return {"name_or_path": name, "subjects": None if located is None else model_subjects(located)}
+
+
+def check_adapter_base(values: dict, folder: Path, where: str, *, required: bool = False) -> str | None:
+    """For an adapter, the base it finds checked against the digests its record names, as the adapter's own files
+    are: a base swapped (weights trained on raw labels put in its place) is refused. Returns what was checked; None
+    for a full model. ``required`` (a third party's check) refuses a record that names no base digests, or a base
+    that cannot be found here."""
+    if not (folder / "adapter_config.json").is_file():
+        return None
+    stated = values.get("base")
+    named = (stated or {}).get("subjects")
+    if named is None:
+        if required:
+            raise IntegrityError(
+                f"{where}: an adapter's record that binds no digest of its base model, so the base beside which it "
+                "is loaded could be any weights. Save the adapter again with this version (it binds its base), or "
+                "merge it and save the full model."
+            )
+        return None
+    located = _base_folder(stated["name_or_path"])
+    if located is None or not located.is_dir():
+        raise IntegrityError(
+            f"{where}: the adapter's base {stated['name_or_path']!r} is not a folder here, so its weights cannot be "
+            "checked against the digests the record binds: put the base model there, or check where it is."
+        )
+    present = {item.name: file_sha256(item) for item in model_files(located)}
+    expected = {entry["name"]: entry["digest"]["sha256"] for entry in named}
+    if present != expected:
+        changed = sorted(n for n in set(present) | set(expected) if present.get(n) != expected.get(n))
+        raise IntegrityError(
+            f"{where}: the adapter's base {located} is not the model it was trained on (files changed, missing or "
+            f"added: {', '.join(changed)}), so nothing the record states holds for the adapter on it. Use the base "
+            "the record binds, or train the adapter again."
+        )
+    return f"{stated['name_or_path']} ({len(expected)} files match)"
 
 
 # ---------------------------------------------------------------------------------------------- the record's seal

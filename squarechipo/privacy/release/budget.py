@@ -41,6 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from squarechipo.data.columns import NOT_A_UNIT
 from squarechipo.data.database import Database
 from squarechipo.privacy.release.registry_schema import RegistryError
 from squarechipo.trust.keys import signing_key
@@ -126,6 +127,12 @@ def scope_of(dataset: str | None = None, unit: str | None = None) -> str:
     for name, value in (("--dataset", dataset), ("--unit", unit)):
         if value is not None and not str(value).strip():
             raise ValueError(f"{name} is empty: name the dataset or the unit column, or leave it out.")
+    if unit in NOT_A_UNIT:
+        raise ValueError(
+            f"--unit {unit}: {unit!r} is a column of the comparison itself, which a release rewrites, not a unit of "
+            "privacy; name the column that identifies whose privacy it is (a labeller id), or set a budget per row "
+            "(no --unit)."
+        )
     return f"dataset:{canonical_dataset(dataset)}" if dataset else (f"unit:{unit}" if unit else "registry")
 
 

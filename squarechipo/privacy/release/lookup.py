@@ -11,7 +11,7 @@ import numpy as np
 from squarechipo.data.database import Database
 from squarechipo.data.near_duplicates import NEAR_COPY_JACCARD, Sketch, estimated_jaccard
 
-__all__ = ["matching_rows", "near_copies"]
+__all__ = ["datasets_of_rows", "followed_units", "matching_rows", "near_copies"]
 
 
 def matching_rows(db: Database, keys: list, table: str, key: str, columns: str) -> list[tuple]:
@@ -104,3 +104,39 @@ def _signatures_of(db: Database, pairs: set[tuple[int, int]]) -> dict[tuple[int,
         finally:
             db.execute("DELETE FROM wanted_pairs")
     return {(release, row): bytes(signature) for release, row, signature in found}
+
+
+def datasets_of_rows(db: Database, holding: dict[int, set[int]], n_rows: int) -> dict[int, frozenset[str]]:
+    """Row index → the datasets named by the earlier releases holding the row (its content, a near-copy, its unit)."""
+    if "release_scopes" not in db.tables():
+        return {}
+    named: dict[int, set[str]] = defaultdict(set)
+    for release, dataset in db.execute("SELECT release, dataset FROM release_scopes").fetchall():
+        if dataset:
+            named[release].add(dataset)
+    found: dict[int, set[str]] = defaultdict(set)
+    for i, releases in holding.items():
+        for release in releases:
+            found[i % max(n_rows, 1)] |= named.get(release, set())
+    return {i: frozenset(d) for i, d in found.items() if d}
+
+
+def followed_units(db: Database, contents: list[bytes], declared: set[bytes], entered) -> tuple[dict, dict]:
+    """The units these rows were released with before (by their content) and this release does not declare: unit key →
+    how many of these rows hold it; and each such unit's composed ε so far (over every release holding it)."""
+    if "released_row_units" not in db.tables() or not contents:
+        return {}, {}
+    rows_of: dict[bytes, int] = defaultdict(int)
+    count: dict[bytes, int] = defaultdict(int)
+    for content in contents:
+        rows_of[content] += 1
+    for content, unit in {
+        (c, u) for c, u in matching_rows(db, list(rows_of), "released_row_units", "row_key", "unit")
+    }:  # fmt: skip
+        if unit not in declared:
+            count[unit] += rows_of[content]
+    spent: dict[bytes, float] = defaultdict(float)
+    for unit, release, times in matching_rows(db, list(count), "released_units", "unit", "release, count"):
+        if release in entered:
+            spent[unit] += entered[release][1] * (times or 1)
+    return dict(count), dict(spent)

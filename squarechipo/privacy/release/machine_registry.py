@@ -9,7 +9,14 @@ from pathlib import Path
 from squarechipo.privacy.release.registry_schema import RegistryError
 from squarechipo.trust import machine
 
-__all__ = ["REGISTRY_ENV", "default_registry_path", "first_on_this_machine", "missing", "started_marker"]
+__all__ = [
+    "REGISTRY_ENV",
+    "default_registry_path",
+    "first_on_this_machine",
+    "missing",
+    "note_counted",
+    "started_marker",
+]
 
 REGISTRY_ENV = "SQUARECHIPO_RELEASE_REGISTRY"
 
@@ -32,16 +39,37 @@ def first_on_this_machine(path: Path) -> bool:
     ``$SQUARECHIPO_RELEASE_REGISTRY``), or this one started before and now missing, is never started silently."""
     if path != default_registry_path() or started_marker(path).exists():
         return False
-    counted = _registries_named_by_records()
+    counted = _registries_named_by_records() | _registries_noted()
     if counted:
         raise RegistryError(
             f"this machine's registry of releases ({path}) is missing with the marker that said it was started, but "
-            f"this machine's store of model records holds models trained on releases it counted (registry "
-            f"{', '.join(sorted(counted))}): it was lost, not never started, and a new one would count from zero. "
+            f"this machine has entered releases into it (registry {', '.join(sorted(counted))}, as its folder's "
+            f"{_NOTED} and its store of model records show): it was lost, not never started, and a new one would "
+            "count from zero. "
             "Restore it from a backup; only if it is lost for good, start a new one by hand (squarechipo registry "
             "init): the rows it recorded could then be released again."
         )
     return True
+
+
+#: In this machine's folder: the ids of the machine's registries this machine has entered a release into, one a line.
+_NOTED = "registries_entered"
+
+
+def note_counted(target, registry_id: str) -> None:
+    """Remember that a release was entered into ``registry_id`` at ``target``, when that is this machine's registry:
+    should it and its marker go, the next release is refused, not counted from zero (:func:`first_on_this_machine`)."""
+    if target != default_registry_path():
+        return
+    journal = machine.machine_dir() / _NOTED
+    if registry_id not in _registries_noted():
+        with open(journal, "a", encoding="utf-8") as handle:
+            handle.write(f"{registry_id}\n")
+
+
+def _registries_noted() -> set[str]:
+    journal = machine.machine_dir() / _NOTED
+    return set(journal.read_text(encoding="utf-8").split()) if journal.is_file() else set()
 
 
 def _registries_named_by_records() -> set[str]:

@@ -54,12 +54,13 @@ from squarechipo.data import store
 from squarechipo.data.database import Database, DatabaseError, connect, create_writers_lock, is_url, redact
 from squarechipo.data.near_duplicates import BANDS, LEGACY_SCHEME, SCHEME, Sketch
 from squarechipo.privacy.release.budget import BudgetAsk, canonical_dataset, create_budget_tables
-from squarechipo.privacy.release.lookup import matching_rows, near_copies
+from squarechipo.privacy.release.lookup import datasets_of_rows, followed_units, matching_rows, near_copies
 from squarechipo.privacy.release.machine_registry import (
     REGISTRY_ENV,
     default_registry_path,
     first_on_this_machine,
     missing,
+    note_counted,
     started_marker,
 )
 from squarechipo.privacy.release.registry_schema import (
@@ -247,7 +248,14 @@ def open_registry() -> Database:
         migrate_format_2(db)
         meta["format"] = REGISTRY_FORMAT
     if not set(TABLES) <= tables or meta.get("format") != REGISTRY_FORMAT:
+        elsewhere = _schemas_holding_registry(db) if not tables & set(TABLES) else []
         db.close()
+        if elsewhere:
+            raise RegistryError(
+                f"the registry of releases at {db.where} is in schema {elsewhere[0]!r}, which this role's search_path "
+                "does not reach (its current schema holds no registry): reset the role's search_path (ALTER ROLE "
+                "... RESET search_path, or SET search_path TO public) and run again. Nothing was read or released."
+            )
         state = "empty" if not tables & set(TABLES) else f"not a squarechipo registry ({REGISTRY_FORMAT})"
         raise RegistryError(
             f"the registry of releases at {db.where} is {state}: it was emptied, dropped, replaced or written by "
@@ -256,6 +264,18 @@ def open_registry() -> Database:
             "new one (squarechipo registry init)."
         )
     return db
+
+
+def _schemas_holding_registry(db: Database) -> list[str]:
+    """On PostgreSQL, the schemas other than the current one that hold a registry's ``releases`` and ``meta`` tables
+    (a role whose search_path was changed sees none of them)."""
+    if db.kind != "postgresql":
+        return []
+    rows = db.execute(
+        "SELECT schemaname FROM pg_tables WHERE tablename IN ('releases', 'meta') "
+        "AND schemaname IS DISTINCT FROM current_schema() GROUP BY schemaname HAVING COUNT(*) = 2"
+    ).fetchall()
+    return sorted(row[0] for row in rows)
 
 
 @dataclass(frozen=True)
@@ -332,47 +352,11 @@ def _query(db: Database, units: list[bytes], marks: Sketch | None) -> EarlierRel
     n_rows = len(marks) if marks is not None and len(marks) else len(units)
     rows = len({i % n_rows for i in per_row}) if n_rows else len(per_row)
     folders = {id_: folder for _, id_, _, _, folder in listed if id_ in involved}
-    followed, unit_spent = _followed_units(db, units[:n_rows], set(units[n_rows:]), entered)
+    followed, unit_spent = followed_units(db, units[:n_rows], set(units[n_rows:]), entered)
     return EarlierReleases(
         rows, max([*per_row.values(), *unit_spent.values()], default=0.0), releases, len(near), frozenset(involved),
-        _state(db), folders, dict(per_row), _datasets(db, holding, n_rows), followed, unit_spent,
+        _state(db), folders, dict(per_row), datasets_of_rows(db, holding, n_rows), followed, unit_spent,
     )  # fmt: skip
-
-
-def _datasets(db: Database, holding: dict[int, set[int]], n_rows: int) -> dict[int, frozenset[str]]:
-    """Row index → the datasets named by the earlier releases holding the row (its content, a near-copy, its unit)."""
-    if "release_scopes" not in db.tables():
-        return {}
-    named: dict[int, set[str]] = defaultdict(set)
-    for release, dataset in db.execute("SELECT release, dataset FROM release_scopes").fetchall():
-        if dataset:
-            named[release].add(dataset)
-    found: dict[int, set[str]] = defaultdict(set)
-    for i, releases in holding.items():
-        for release in releases:
-            found[i % max(n_rows, 1)] |= named.get(release, set())
-    return {i: frozenset(d) for i, d in found.items() if d}
-
-
-def _followed_units(db: Database, contents: list[bytes], declared: set[bytes], entered) -> tuple[dict, dict]:
-    """The units these rows were released with before (by their content) and this release does not declare: unit key →
-    how many of these rows hold it; and each such unit's composed ε so far (over every release holding it)."""
-    if "released_row_units" not in db.tables() or not contents:
-        return {}, {}
-    rows_of: dict[bytes, int] = defaultdict(int)
-    count: dict[bytes, int] = defaultdict(int)
-    for content in contents:
-        rows_of[content] += 1
-    for content, unit in {
-        (c, u) for c, u in matching_rows(db, list(rows_of), "released_row_units", "row_key", "unit")
-    }:  # fmt: skip
-        if unit not in declared:
-            count[unit] += rows_of[content]
-    spent: dict[bytes, float] = defaultdict(float)
-    for unit, release, times in matching_rows(db, list(count), "released_units", "unit", "release, count"):
-        if release in entered:
-            spent[unit] += entered[release][1] * (times or 1)
-    return dict(count), dict(spent)
 
 
 def earlier_releases(units: list[bytes], marks: Sketch | None = None) -> EarlierReleases:
@@ -443,7 +427,9 @@ def register_release(
         return registry_id, budget
 
     with open_registry() as db:
-        return _refused(db, lambda: db.retried(enter, write=True))
+        registry_id, budget = _refused(db, lambda: db.retried(enter, write=True))
+    note_counted(registry_target(), registry_id)
+    return registry_id, budget
 
 
 def _enter(db: Database, release_id, units, marks, epsilon, made, folder) -> int:

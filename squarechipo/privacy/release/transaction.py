@@ -30,7 +30,7 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data import metadata
-from squarechipo.data.columns import PAIR_COLUMNS
+from squarechipo.data.columns import NOT_A_UNIT
 from squarechipo.data.fingerprint import _exact_row_hashes, encode_row_set, fingerprint_of
 from squarechipo.data.label_roles import releases_labels
 from squarechipo.data.near_duplicates import SCHEME, Sketch, describe_copies
@@ -53,7 +53,6 @@ __all__ = ["ReleaseOptions", "check_memory", "estimated_peak", "release_in_memor
 
 logger = logging.getLogger("squarechipo")
 #: Columns that hold a comparison's text or label: never a privacy unit (naming one would remove it from the rows).
-_NOT_A_UNIT = (*PAIR_COLUMNS, "responses", "best")
 
 
 def _check_not_released(existing: PrivacyLedger | None, mechanism: Measurement, compose: bool) -> None:
@@ -159,7 +158,7 @@ def _unit_value(value) -> str:
 
 def _unit_keys(dataset: datasets.Dataset, privacy_unit: str) -> tuple[list[bytes], int]:
     """(a key per row for its declared privacy unit, the most rows one unit has)."""
-    if privacy_unit in _NOT_A_UNIT:
+    if privacy_unit in NOT_A_UNIT:
         raise ValueError(
             f"privacy_unit {privacy_unit!r} is a column of the comparison itself, not a unit of privacy (a release "
             "would remove it from the rows). Name the column that identifies the unit: a labeller id or a comparison "
