@@ -1,7 +1,7 @@
 """Benchmark (not a test): the CPU's matrix-product floor, and each step of the main job as a share of it (a CPU MFU).
 
     .venv/bin/python benchmarks/bench_mfu.py                        # this CPU as it is, and forced to AVX2 kernels
-    .venv/bin/python benchmarks/bench_mfu.py --kinds avx2 --json results/benchmarks/mfu.json
+    .venv/bin/python benchmarks/bench_mfu.py --kinds avx2 --json outputs/mfu.json
 
 For each kind of CPU (``native``: the kernels torch picks here; ``avx2``: ``ATEN_CPU_CAPABILITY=avx2`` and
 ``ONEDNN_MAX_CPU_ISA=AVX2``, what an AVX2-only CPU runs, where bf16 is emulated) a fresh process measures:

@@ -313,10 +313,10 @@ def test_completing_a_cut_off_release_answers_to_the_budget_in_force_then(tmp_pa
     def killed(*args, **kwargs):
         raise SystemExit("cut off after staging")
 
-    monkeypatch.setattr(release_module, "register_release", killed)
-    with pytest.raises(SystemExit):
-        release_dataset(rows, LabelPipeline(epsilon=2.0), tmp_path / "cut")
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:  # (monkeypatch.undo() would undo this test's own registry too)
+        patch.setattr(release_module, "register_release", killed)
+        with pytest.raises(SystemExit):
+            release_dataset(rows, LabelPipeline(epsilon=2.0), tmp_path / "cut")
     _budget(capsys, "set", "--epsilon", "1")
     with pytest.raises(RegistryError, match=r"budget \(registry, ε 1\) would be passed: 4 of 4 rows"):
         release_dataset(rows, LabelPipeline(epsilon=2.0), tmp_path / "cut")

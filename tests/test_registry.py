@@ -87,13 +87,13 @@ def test_a_release_cut_off_before_it_was_registered_is_registered_when_completed
     def killed(*args, **kwargs):
         raise SystemExit("killed between the marker and the registry")
 
-    monkeypatch.setattr(release_module, "register_release", killed)
     folder = tmp_path / "release"
-    with pytest.raises(SystemExit):
-        release_dataset(_rows(), LabelPipeline(epsilon=0.5), folder)
+    with monkeypatch.context() as patch:  # (monkeypatch.undo() would undo this test's own registry too)
+        patch.setattr(release_module, "register_release", killed)
+        with pytest.raises(SystemExit):
+            release_dataset(_rows(), LabelPipeline(epsilon=0.5), folder)
     staging = tmp_path / ".release.staging"
     assert staging.is_dir() and not folder.exists()  # nothing visible
-    monkeypatch.undo()
     completed = release_dataset(_rows(), LabelPipeline(epsilon=0.5), folder)
     assert folder.is_dir() and not staging.exists()
     assert completed["chosen"] == load_release(folder)["chosen"]
