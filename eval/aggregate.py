@@ -5,7 +5,9 @@ A thin wrapper kept at the path the project promises (``python eval/aggregate.py
 :mod:`squarechipo.scripts.aggregate`, with the same options.
 """
 
-from squarechipo.scripts.aggregate import main
+import sys
+
+from squarechipo.cli import run
 
 if __name__ == "__main__":
-    main()
+    run(["aggregate", *sys.argv[1:]])  # through the command: its errors are one line (--debug shows the traceback)

@@ -4,7 +4,9 @@ A thin wrapper kept at the path the project promises (``python eval/judge.py ...
 :mod:`squarechipo.scripts.judge`, with the same options.
 """
 
-from squarechipo.scripts.judge import main
+import sys
+
+from squarechipo.cli import run
 
 if __name__ == "__main__":
-    main()
+    run(["judge", *sys.argv[1:]])  # through the command: its errors are one line (--debug shows the traceback)

@@ -138,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def run() -> None:
+def run(argv: list[str] | None = None) -> None:
     """The ``squarechipo`` program: glibc keeps the memory the job frees (:mod:`squarechipo.models.memory`), then
-    :func:`main`, then an exit that does not walk the job's objects."""
+    :func:`main` (on ``argv``, default the command line), then an exit that does not walk the job's objects. The
+    ``eval/`` wrappers run their tool through it, so their errors are the command's one line too."""
     from squarechipo.models.memory import keep_freed_memory, skip_exit_collection
 
     try:
@@ -148,7 +149,7 @@ def run() -> None:
     except ValueError as error:  # a misspelt SQUARECHIPO_MALLOC: one line, as every other error of the command
         print(f"squarechipo: error: {error}", file=sys.stderr)
         sys.exit(2)
-    code = main()
+    code = main(argv)
     skip_exit_collection()
     sys.exit(code)
 

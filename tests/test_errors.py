@@ -119,3 +119,25 @@ def test_train_rows_from_takes_rows_of_its_own_and_refuses_a_start_past_the_spli
     args.train_rows_from = len(data["train"])
     with pytest.raises(ValueError, match=rf"train_rows_from={len(data['train'])}: the training split 'train' has"):
         load_training_splits(args, str(tmp_path / "out"), PartialState(), with_eval=False, release=False)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_eval_wrappers_end_a_mistake_in_the_commands_one_line(tmp_path, finance_splits):
+    """`python eval/judge.py` on raw test labels (no --public_splits) ends in the command's one line, as `squarechipo
+    judge` does, not a Python traceback; `--debug` shows the traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    data = tmp_path / "data"
+    finance_splits["finance_preference_conversational"].save_to_disk(str(data))
+    argv = [sys.executable, str(root / "eval" / "judge.py"), "--policy", "embedded", "--baseline", "embedded",
+            "--dataset_name", str(data), "--max_eval_samples", "2", "--out", str(tmp_path / "eval")]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("squarechipo judge: error: ") and "public_splits" in last and last.endswith("traceback)")
+    debug = subprocess.run([*argv, "--debug"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
