@@ -9,4 +9,4 @@ import sys
 from squarechipo.cli import run
 
 if __name__ == "__main__":
-    run(["judge-accuracy", *sys.argv[1:]])  # through the command: its errors are one line (--debug shows the traceback)
+    run(["judge-accuracy", *sys.argv[1:]])  # through the command: its errors are one line (--debug: the traceback)
