@@ -205,6 +205,21 @@ def _print(kind: str, result: dict) -> None:
                   f"{100 * s['mfu']:>5.0f}%")  # fmt: skip
 
 
+def table(record: dict) -> list[str]:
+    """The markdown table docs/benchmarks.md shows, from a record this script wrote (``--json``)."""
+    lines = ["| CPU kernels | dtype | step | GFLOP a call | s a call | GFLOP/s | floor GFLOP/s | MFU |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for kind, result in record["kinds"].items():
+        for dtype, steps in result["runs"].items():
+            floor = result["floors"][dtype]["best"]
+            for s in steps:
+                lines.append(
+                    f"| {kind} ({result['capability']}) | {dtype} | {s['step']} | {s['gflop']:.1f} | "
+                    f"{s['seconds']:.2f} | {s['gflops_per_s']:.0f} | {floor:.0f} | {100 * s['mfu']:.0f}% |"
+                )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
@@ -216,8 +231,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed calls of each step after the counted one")
     parser.add_argument("--float32-only", action="store_true", help="skip the bf16 runs where bf16 is native")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--table", help="print the markdown table of a record written with --json, and stop")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.table:
+        print("\n".join(table(json.loads(Path(args.table).read_text()))))
+        return
     if args.worker:
         print("BENCH " + json.dumps(worker(args)))
         return

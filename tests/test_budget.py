@@ -242,6 +242,13 @@ def _entries(path) -> list[tuple]:
         return db.execute("SELECT digest, replaces, entry FROM budget_entries ORDER BY no").fetchall()
 
 
+def _without_signature(text: str) -> dict:
+    """A budget entry with its digest and no signature (sealed as one made where no key signs)."""
+    entry = json.loads(text)
+    entry.pop("signature", None)
+    return entry
+
+
 def _edit(path, *statements) -> None:
     """Statements (SQL text, or callables taking the connection) run on the registry file by hand, then closed: the
     write-ahead log is folded back, so the file's bytes are the registry."""
@@ -280,6 +287,8 @@ def test_budget_entries_are_one_chain_and_a_replayed_forked_gapped_or_foreign_en
         "gap": ([lambda db: db.execute("DELETE FROM budget_entries WHERE digest = ?", (second[0],))], "off the chain"),
         "legacy": (["DELETE FROM budget_entries", "CREATE TABLE budgets (no INTEGER, scope TEXT, entry TEXT)",
                     "INSERT INTO budgets VALUES (1, 'registry', '{}')"], "set before budgets were chained"),
+        "unsigned": ([lambda db: db.execute("UPDATE budget_entries SET entry = ? WHERE digest = ?",
+                                            (json.dumps(_without_signature(third[2])), third[0]))], r"entry 3\].*an unsigned"),
     }.items():  # fmt: skip
         path.write_bytes(saved)
         _edit(path, *unconstrained, *edits)
@@ -336,3 +345,22 @@ def test_a_seeded_release_is_refused_under_a_budget_and_key_verify_states_a_seed
     _budget(capsys, "set", "--epsilon", "4")
     with pytest.raises(RegistryError, match=r"seed=3: a seeded release is a simulation .* holds privacy budgets"):
         release_dataset(distinct_pairs(4, offset=11_600), LabelPipeline(epsilon=1.0), seed=3)
+
+
+def test_a_budget_lowered_while_a_release_draws_is_held_by_the_transaction_that_enters_it(tmp_path, monkeypatch):
+    """The check before the draw passes under ε 4; the custodian lowers the budget to ε 1 while the noise is drawn;
+    the transaction that enters the release checks again and refuses it: nothing entered, nothing visible."""
+    import squarechipo.privacy.release.transaction as transaction
+    from squarechipo.privacy.release.budget_admin import set_budget
+
+    set_budget(4.0)
+    draw = transaction.draw_rows
+
+    def lowered_meanwhile(*args, **kwargs):
+        set_budget(1.0)
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(transaction, "draw_rows", lowered_meanwhile)
+    with pytest.raises(RegistryError, match=r"budget \(registry, ε 1\) would be passed: 4 of 4 rows"):
+        release_dataset(distinct_pairs(4, offset=11_700), LabelPipeline(epsilon=2.0), tmp_path / "late")
+    assert describe()["releases"] == 0 and not (tmp_path / "late").exists()

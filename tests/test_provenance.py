@@ -476,9 +476,10 @@ def test_a_trusted_keys_file_others_may_write_is_refused(tmp_path, monkeypatch):
     with pytest.raises(SigningKeyError, match=r"trusted-keys file\) may be written by other users \(mode 664\)"):
         trusted_keys()
     trust.chmod(0o644)
-    keys_dir.chmod(0o777)
-    with pytest.raises(SigningKeyError, match="may be written by other users .*who could replace the file"):
-        trusted_keys()
+    for mode in (0o777, 0o770):  # world- or group-writable: either lets another user replace the file
+        keys_dir.chmod(mode)
+        with pytest.raises(SigningKeyError, match=rf"may be written by other users \(mode {mode:o}\).*replace the file"):
+            trusted_keys()
     keys_dir.chmod(0o700)
     if os.geteuid() == 0:
         os.chown(trust, 65534, 65534)

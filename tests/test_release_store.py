@@ -390,3 +390,29 @@ def test_a_release_too_large_for_this_machines_memory_is_refused_before_any_work
     few = large.select(range(0, 3000, 100))  # every 100th row: an indices mapping over the whole table
     monkeypatch.setattr(transaction, "_available_memory", lambda: estimated_peak(30, large.data.nbytes / 50))
     assert len(release_dataset(few, LabelPipeline(epsilon=1.0))) == 30
+
+
+def test_a_folder_holding_a_release_of_other_rows_or_no_release_is_refused_before_any_noise_is_drawn(
+    tmp_path, caplog
+):
+    """A folder that holds the release of other rows is never reused for these (its digest and theirs named), and a
+    non-empty folder that holds no release is refused before the draw: nothing drawn, entered or written either
+    way."""
+    import logging
+
+    from squarechipo.privacy.release.registry_admin import describe
+
+    release_dataset(distinct_pairs(4, offset=12_000), LabelPipeline(epsilon=1.0), tmp_path / "theirs")
+    before = sorted(p.name for p in (tmp_path / "theirs").iterdir())
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="squarechipo"):
+        with pytest.raises(ValueError, match=r"theirs was released from different rows .*\(sha256:\w+ vs sha256:"):
+            release_dataset(distinct_pairs(4, offset=12_100), LabelPipeline(epsilon=1.0), tmp_path / "theirs")
+        junk = tmp_path / "notes"
+        junk.mkdir()
+        (junk / "todo.txt").write_text("not a release")
+        with pytest.raises(ValueError, match=r"notes is not empty and holds no release: .* Nothing was written"):
+            release_dataset(distinct_pairs(4, offset=12_200), LabelPipeline(epsilon=1.0), junk)
+    assert "drew a release" not in caplog.text and describe()["releases"] == 1
+    assert sorted(p.name for p in (tmp_path / "theirs").iterdir()) == before
+    assert [p.name for p in junk.iterdir()] == ["todo.txt"]

@@ -102,6 +102,10 @@ def test_pairwise_rows_takes_no_datasets_options_and_its_rows_hold_only_where_th
     elsewhere = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "derived rows are checked only in the process that derived them" in elsewhere.stderr
     assert get_ledger(load_privatized(save_privatized(released, tmp_path / "release"))).total_epsilon == 0.5
+    # A format transform on derived rows changes what readers see, as on a release: refused the same way.
+    swapped = pairs.with_transform(lambda batch: {**batch, "chosen": batch["rejected"], "rejected": batch["chosen"]})
+    with pytest.raises(IntegrityError, match=r"a 'custom' format \(set_format, with_transform"):
+        get_ledger(swapped)
 
 
 def test_a_train_dataset_assigned_after_construction_is_refused(world, tmp_path, tiny_model_factory, tokenizer):
