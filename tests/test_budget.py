@@ -288,7 +288,8 @@ def test_budget_entries_are_one_chain_and_a_replayed_forked_gapped_or_foreign_en
         "legacy": (["DELETE FROM budget_entries", "CREATE TABLE budgets (no INTEGER, scope TEXT, entry TEXT)",
                     "INSERT INTO budgets VALUES (1, 'registry', '{}')"], "set before budgets were chained"),
         "unsigned": ([lambda db: db.execute("UPDATE budget_entries SET entry = ? WHERE digest = ?",
-                                            (json.dumps(_without_signature(third[2])), third[0]))], r"entry 3\].*an unsigned"),
+                                            (json.dumps(_without_signature(third[2])), third[0]))],
+                     r"entry 3\].*an unsigned"),
     }.items():  # fmt: skip
         path.write_bytes(saved)
         _edit(path, *unconstrained, *edits)

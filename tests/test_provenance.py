@@ -478,7 +478,8 @@ def test_a_trusted_keys_file_others_may_write_is_refused(tmp_path, monkeypatch):
     trust.chmod(0o644)
     for mode in (0o777, 0o770):  # world- or group-writable: either lets another user replace the file
         keys_dir.chmod(mode)
-        with pytest.raises(SigningKeyError, match=rf"may be written by other users \(mode {mode:o}\).*replace the file"):
+        refusal = rf"may be written by other users \(mode {mode:o}\).*replace the file"
+        with pytest.raises(SigningKeyError, match=refusal):
             trusted_keys()
     keys_dir.chmod(0o700)
     if os.geteuid() == 0:

@@ -392,9 +392,7 @@ def test_a_release_too_large_for_this_machines_memory_is_refused_before_any_work
     assert len(release_dataset(few, LabelPipeline(epsilon=1.0))) == 30
 
 
-def test_a_folder_holding_a_release_of_other_rows_or_no_release_is_refused_before_any_noise_is_drawn(
-    tmp_path, caplog
-):
+def test_a_folder_holding_a_release_of_other_rows_or_no_release_is_refused_before_any_noise_is_drawn(tmp_path, caplog):
     """A folder that holds the release of other rows is never reused for these (its digest and theirs named), and a
     non-empty folder that holds no release is refused before the draw: nothing drawn, entered or written either
     way."""
