@@ -271,6 +271,15 @@ def test_a_private_run_resumes_only_from_its_own_checkpoint(tmp_path, tiny_model
     monkeypatch.setenv(SIGNING_KEY_ENV, own_key)
     with pytest.raises(RawLabelsError, match=r"signed by another key .*not by this run's key .*another process"):
         trainer("private", private).train(resume_from_checkpoint=str(checkpoint))
+    # The same record written where no key signs (an unsigned digest: anyone can write one).
+    monkeypatch.delenv(SIGNING_KEY_ENV)
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, public_key_text(stranger.public))  # trust named: no key made or used
+    write_privacy_record(checkpoint, kept)
+    assert "signature" not in json.loads((checkpoint / PRIVACY_FILE).read_text())
+    monkeypatch.delenv(TRUSTED_KEYS_ENV)
+    monkeypatch.setenv(SIGNING_KEY_ENV, own_key)
+    with pytest.raises(RawLabelsError, match=r"not by this run's key"):
+        trainer("private", private).train(resume_from_checkpoint=str(checkpoint))
     shutil.copy(tmp_path / "raw" / "checkpoint-1" / "model.safetensors", checkpoint / "model.safetensors")
     with pytest.raises(RawLabelsError, match=r"changed \['model.safetensors'\]"):
         trainer("private", private).train(resume_from_checkpoint=str(checkpoint))

@@ -88,6 +88,35 @@ def test_twelve_shards_given_in_any_order_are_joined_in_the_splits_order(tmp_pat
     assert [(c["copies"]["row"], c["row"]) for c in found["copies"]] == [(c[0], c[1]) for c in copied_rows(rows)]
 
 
+def test_row_numbers_hold_past_a_sketch_chunk_and_at_each_shards_first_row(tmp_path):
+    """A shard longer than one sketch chunk (16,384 rows) keeps counting its rows across chunks, and a copy of a
+    shard's first row is read from that shard, not the one before: an exact copy of row 16,386 and a near-copy of
+    row 16,390 (shard 1's first) are found with those numbers."""
+    from squarechipo.data.row_scan import CHUNK_ROWS
+    from squarechipo.data.shards import shard_copies, sketch_shard
+
+    rng = np.random.default_rng(3)
+    words = np.array([f"w{i}" for i in range(5000)])
+    n = CHUNK_ROWS + 6
+
+    def texts(count: int, length: int) -> list[str]:
+        return [" ".join(row) for row in words[rng.integers(0, len(words), size=(count, length))]]
+
+    big = datasets.Dataset.from_dict({"prompt": texts(n, 8), "chosen": texts(n, 30), "rejected": texts(n, 30)})
+    first = {"prompt": texts(1, 8)[0], "chosen": texts(1, 30)[0], "rejected": texts(1, 30)[0]}
+    copied = big[n - 4]
+    shard_1 = datasets.Dataset.from_list([first, copied])
+    near = {**first, "chosen": first["chosen"] + " indeed"}
+    shard_2 = datasets.Dataset.from_list([near])
+    sketches = []
+    for i, shard in enumerate((big, shard_1, shard_2)):
+        shard.to_parquet(str(tmp_path / f"part-{i}.parquet"))
+        sketch_shard(tmp_path / f"part-{i}.parquet", tmp_path / f"sketch-{i}.parquet")
+        sketches.append(tmp_path / f"sketch-{i}.parquet")
+    found = {(c[0], c[1]) for c in shard_copies(sketches, None).copies}
+    assert found == {(n - 4, n + 1), (n, n + 2)}, found
+
+
 def test_a_shard_that_is_not_preference_rows_is_refused_naming_it(tmp_path, capsys):
     datasets.Dataset.from_dict({"text": ["a b c"]}).to_parquet(str(tmp_path / "plain.parquet"))
     assert main(["shards", "sketch", str(tmp_path / "plain.parquet"), "--out", str(tmp_path / "s.parquet")]) == 1

@@ -259,9 +259,15 @@ def test_least_privilege_the_analysts_role_only_reads_and_no_reader_can_stop_a_r
         "SELECT id FROM squarechipo_writers FOR UPDATE",
         "LOCK TABLE squarechipo_writers IN EXCLUSIVE MODE",
         "INSERT INTO releases (id, epsilon, made, rows) VALUES ('x', 0, 'now', 0)",
+        # The budget tables: an analyst may neither set a budget nor say which rows or units a release spent.
+        "INSERT INTO budget_entries (digest, replaces, entry) VALUES ('d', '', '{}')",
+        "INSERT INTO release_scopes VALUES (1, 'x', NULL)",
+        "INSERT INTO released_row_units VALUES (1, '\\x00', '\\x00')",
     ):
         with pytest.raises(psycopg.errors.InsufficientPrivilege), analyst.transaction():
             analyst.execute(statement)
+    for table in ("budget_entries", "release_scopes", "released_row_units"):  # it reads them
+        analyst.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
     analyst.execute("BEGIN")
     analyst.execute("SELECT pg_advisory_lock(126879297332837)")  # the key writers queued on before
     analyst.execute("LOCK TABLE releases IN ACCESS SHARE MODE")  # all SELECT may take
