@@ -200,6 +200,17 @@ def test_the_named_accelerate_configs_ship_in_the_package_and_match_the_recipes(
         accelerate_config("zero9")
 
 
+@pytest.mark.parametrize("given", [["--accelerate_config", "ddp"], ["--accelerate_config=ddp"]])
+def test_a_launcher_option_given_with_an_equals_sign_is_the_same_option(given):
+    """`--accelerate_config=ddp` is `--accelerate_config ddp` (argparse's two spellings): it becomes Accelerate's
+    --config_file, never an option passed to Accelerate as typed."""
+    from squarechipo.scripts.launch import accelerate_config, launch_arguments
+
+    args = launch_arguments([*given, "--num_processes=2"])
+    assert args[:2] == ["--config_file", accelerate_config("ddp")] and "--num_processes=2" in args
+    assert not any(a.startswith("--accelerate_config") for a in args)
+
+
 def test_options_that_cannot_work_here_are_refused_before_any_release(tmp_path):
     """`--load_in_4bit/8bit`, `--trust_remote_code` and `model_init_kwargs` never reached the model (a QLoRA user
     trained at full precision without knowing); `--report_to tensorboard` failed after the release was drawn."""

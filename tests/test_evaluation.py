@@ -190,17 +190,17 @@ def test_the_hard_win_rate_counts_a_tie_as_half_whatever_rounding_did_to_the_rew
     rewards, and equal rewards of different texts tie."""
     from squarechipo.evaluation.policy import compare, sample_digest
 
-    texts = [["same answer", "policy text", "x", "equal reward"]]
-    sft_texts = [["same answer", "sft text", "y", "equal reward, other text"]]
-    policy = {"reward": [[1.0000001, 2.0, 0.0, 1.0]], "words": [[2, 2, 1, 2]], "loop": [[0] * 4],
-              "logp": [[0.0] * 4], "logp_ref": [[0.0] * 4],
+    texts = [["same answer", "policy text", "x", "equal reward", "better"]]
+    sft_texts = [["same answer", "sft text", "y", "equal reward, other text", "worse"]]
+    policy = {"reward": [[1.0000001, 2.0, 0.0, 1.0, 3.0]], "words": [[2, 2, 1, 2, 1]], "loop": [[0] * 5],
+              "logp": [[0.0] * 5], "logp_ref": [[0.0] * 5],
               "sample_digest": [[sample_digest(t) for t in texts[0]]]}  # fmt: skip
-    sft = {"reward": [[1.0, 1.0, 0.5, 1.0]], "words": [[2, 2, 1, 4]], "loop": [[0] * 4],
+    sft = {"reward": [[1.0, 1.0, 0.5, 1.0, 2.0]], "words": [[2, 2, 1, 4, 1]], "loop": [[0] * 5],
            "sample_digest": [[sample_digest(t) for t in sft_texts[0]]]}  # fmt: skip
     summary = compare(policy, sft, {})
-    assert summary["hard_win"]["mean"] == pytest.approx((0.5 + 1.0 + 0.0 + 0.5) / 4)
+    assert summary["hard_win"]["mean"] == pytest.approx((0.5 + 1.0 + 0.0 + 0.5 + 1.0) / 5)  # 0.6: not ½ by accident
     without = compare({k: v for k, v in policy.items() if k != "sample_digest"}, sft, {})
-    assert without["hard_win"]["mean"] == pytest.approx((1.0 + 1.0 + 0.0 + 0.5) / 4)  # older records: rewards alone
+    assert without["hard_win"]["mean"] == pytest.approx((1.0 + 1.0 + 0.0 + 0.5 + 1.0) / 5)  # older records: rewards
 
 
 def test_exact_sampling_is_seeded_and_leaves_the_global_random_state(models, finance_splits, tokenizer):

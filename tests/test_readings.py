@@ -437,6 +437,9 @@ OVERCLAIMS += [
     ("CHANGELOG.md", None, "The rows-needed study finds Square-χPO ahead of DPO at 128 private rows."),
     ("README.md", None, "In the study Square-χPO attains a higher expected win than rDPO under LTC."),
     ("docs/results.md", None, "DPO over-optimises (not decided before; it holds now)."),
+    # The overclaim in the clause after a semicolon: each clause is read, not the first alone.
+    ("docs/study.md", None, "The study ran its seeds as planned; Square-χPO ≥ DPO under CTL holds, with 7 seeds."),
+    ("README.md", None, "Seeds were paired; with 512 private rows Square-χPO is far ahead of DPO: [+3.41, +8.14]."),
 ]  # fmt: skip
 
 

@@ -55,7 +55,7 @@ def launch_arguments(unknown: list[str]) -> list[str]:
 
     from squarechipo.models.runtime import accelerator_available
 
-    args = list(unknown)
+    args = [part for word in unknown for part in _split_equals(word, "--accelerate_config")]
     if "--accelerate_config" in args:
         index = args.index("--accelerate_config")
         if index + 1 >= len(args):
@@ -69,6 +69,11 @@ def launch_arguments(unknown: list[str]) -> list[str]:
         # What Accelerate would pick on a CPU machine, said explicitly so it prints no warning about defaults.
         cpu |= {"--num_processes": "1", "--num_machines": "1", "--mixed_precision": "no", "--dynamo_backend": "no"}
     return args + [word for flag, value in cpu.items() if flag not in given for word in (flag, value)]
+
+
+def _split_equals(word: str, flag: str) -> list[str]:
+    """``--flag=value`` as ``--flag value`` (both spellings a command line may use), any other word as it is."""
+    return [flag, word[len(flag) + 1 :]] if word.startswith(f"{flag}=") else [word]
 
 
 def train(module_name: str, name: str, argv: list[str], *, debug: bool = False) -> int:
