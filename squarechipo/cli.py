@@ -57,10 +57,10 @@ TOOLS = {
     "audit": ("squarechipo.audit.cli", "empirical ε lower bounds for mechanisms and training runs"),
     "sim": ("squarechipo.sim.cli", "the simulation lab"),
     "data": ("squarechipo.scripts.data", "generate a dataset: data finance --out DIR"),
-    "registry": ("squarechipo.scripts.registry", "the registry of releases: init | show | migrate | grant"),
-    "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: key new | show | verify"),
+    "registry": ("squarechipo.scripts.registry", "the registry of releases: init | show | budget | migrate | grant | audit"),
+    "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: new | show | verify"),
     "records": ("squarechipo.scripts.records", "the store of model records the lineage guard reads: show | forget"),
-    "shards": ("squarechipo.scripts.shards", "copies across Parquet shards too big for one machine: sketch | copies"),
+    "shards": ("squarechipo.scripts.shards", "copies across Parquet shards too big for one machine: split | sketch | copies"),
     "env": ("squarechipo.scripts.env", "versions, the machine, and where the registry, records and key live"),
 }
 
@@ -102,6 +102,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _no_command(name: str) -> str:
+    """One line for a command that does not exist: the closest one, or where the list is."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [*TRAINING, *TOOLS], n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"no command '{name}': {hint}squarechipo --help lists the commands."
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The errors that are the user's to fix (:func:`squarechipo.scripts._common.user_errors`): the CLI prints each as
     one line."""
@@ -120,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     one_line_usage_errors()
     parser = _parser()
     if not argv or argv[0] not in {*TRAINING, *TOOLS}:
+        if argv and not argv[0].startswith("-"):
+            print(f"squarechipo: error: {_no_command(argv[0])}", file=sys.stderr)
+            return 2
         parser.parse_args(argv or ["--help"])  # --help, --version, or an error naming the choices
         return 2
     name, rest = argv[0], argv[1:]

@@ -48,6 +48,10 @@ def test_a_release_that_would_pass_the_budget_is_refused_naming_rows_spent_asked
     )
     assert "\n" not in str(refused.value) and "drew a release" not in caplog.text
     assert not (tmp_path / "again").exists() and not list(tmp_path.glob(".again*staging"))
+    assert not (tmp_path / ".again.lock").exists()  # a refused release leaves no lock file beside its folder
+    with pytest.raises(RegistryError, match="would be passed"):
+        release_dataset(rows, LabelPipeline(epsilon=1.0), tmp_path / "run" / "out" / "released", rerelease=True)
+    assert not (tmp_path / "run").exists()  # nor the folders made for it
     assert describe()["releases"] == 1
     rest = release_dataset(rows, LabelPipeline(epsilon=0.5), tmp_path / "rest", rerelease=True)
     assert get_ledger(rest).releases[0].budget["remaining"] == pytest.approx(0.0)

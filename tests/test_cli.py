@@ -351,3 +351,29 @@ def test_two_training_processes_that_fail_print_the_jobs_one_line_and_a_missing_
     assert "there is no registry of releases" in lines[-2]
     assert re.fullmatch(r"\(\d+ lines of the other processes' output after the error held back; --debug shows them\)",
                         lines[-1])  # fmt: skip
+
+
+def test_the_commands_help_names_each_tools_sub_verbs_as_its_parser_has_them():
+    """`squarechipo --help` named stale sub-verbs for registry and shards: each tool's line lists its parser's."""
+    import argparse
+    import importlib
+
+    from squarechipo.cli import TOOLS
+
+    for name in ("registry", "key", "records", "shards"):
+        parser = importlib.import_module(TOOLS[name][0]).make_parser()
+        (verbs,) = [a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        assert TOOLS[name][1].rsplit(": ", 1)[1].split(" | ") == list(verbs), name
+
+
+@pytest.mark.parametrize("job", ["train", "sft"])
+def test_a_training_jobs_help_leads_with_the_options_the_docs_use(job, capsys):
+    """`squarechipo train --help` was 1,083 lines of config fields without --config, --num_processes,
+    --accelerate_config or --debug: its first lines now name them."""
+    with pytest.raises(SystemExit) as done:
+        main([job, "--help"])
+    assert done.value.code == 0
+    head = "\n".join(capsys.readouterr().out.splitlines()[:16])
+    assert head.startswith(f"usage: squarechipo {job} --config FILE [--num_processes N]")
+    for option in ("--config FILE", "--num_processes N", "--accelerate_config FILE|NAME", "--debug"):
+        assert f"\n  {option}" in head, option

@@ -330,7 +330,7 @@ LAUNCHER_MISTAKES = [
         ["train", "--config", "recipes/configs/squre_chipo.yaml"],
         r"no such file or folder: recipes/configs/squre_chipo",
     ),
-    (["trian"], r"invalid choice: 'trian' \(choose from 'train'"),
+    (["trian"], r"no command 'trian': did you mean 'train'\? squarechipo --help lists the commands"),
     (
         [
             "gold-report",

@@ -57,7 +57,29 @@ def test_aliases_and_paths_resolve(embedded_path, tmp_path):
     for alias in EMBEDDED_MODEL_ALIASES:
         assert resolve_model_path(alias) == str(embedded_path)
     assert resolve_model_path(str(tmp_path)) == str(tmp_path)  # a local folder wins
-    assert resolve_model_path("someone/some-model") == "someone/some-model"  # a hub id passes through
+
+
+def test_a_hub_id_passes_through_when_cached_and_is_refused_at_once_offline_when_not(tmp_path, monkeypatch):
+    """Offline (the tests' HF_HUB_OFFLINE, or a Hub that does not answer), a name that is neither a folder nor in the
+    Hugging Face cache is refused in one line before anything is released (from_pretrained retried for a minute);
+    a cached one passes through, and an `outputs/...` folder that no step has written yet is named a folder."""
+    snapshot = tmp_path / "hub" / "models--someone--some-model" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--someone--some-model" / "refs").mkdir()
+    (tmp_path / "hub" / "models--someone--some-model" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_path("someone/some-model") == "someone/some-model"  # cached: passes through
+    with pytest.raises(ValueError, match=r"^model someone/other: neither a folder here nor in the Hugging Face "
+                                         r"cache, and HF_HUB_OFFLINE is on\. Give a model folder, 'embedded'"):
+        resolve_model_path("someone/other")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # believes it is online; it is not
+    with pytest.raises(ValueError, match=r"someone/other: .* at \S+ cannot be reached"):
+        resolve_model_path("someone/other")
+    assert not (tmp_path / "outputs").exists()
+    with pytest.raises(ValueError, match=r"^model outputs/sft: no such folder\. .* `squarechipo sft` writes"):
+        resolve_model_path("outputs/sft")
 
 
 @pytest.mark.slow

@@ -311,7 +311,7 @@ def test_checkpoints_and_copies_keep_their_lineage(tmp_path, tiny_model_factory,
 
 
 def test_a_run_that_changes_no_weight_records_no_update_and_does_not_poison_its_starting_model(
-    tmp_path, tiny_model_factory, tokenizer
+    tmp_path, tiny_model_factory, tokenizer, caplog
 ):
     """A 1-step smoke test inside the recipes' warm-up has learning rate 0 and saves weights equal to its start; the
     store then marked the *starting* model as trained on those rows, and running the same command again was refused
@@ -333,9 +333,19 @@ def test_a_run_that_changes_no_weight_records_no_update_and_does_not_poison_its_
         )
         trainer.train()
         trainer.save_model()
+        trainer.save_model()  # saved twice (a checkpoint, the end): "no weight changed" is said once a run
         return trainer
 
-    run(start)
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        run(start)
+    finally:
+        os.umask(mask)
+    assert sum("no weight changed" in r.getMessage() for r in caplog.records) == 1
+    # safetensors writes through a private temporary file: the weights get the umask's mode, as the card does
+    assert (tmp_path / "smoke" / "model.safetensors").stat().st_mode & 0o777 == 0o644
     record = read_privacy_record(tmp_path / "smoke")
     assert record.details["no_update"] and record.dataset_fingerprint is None
     assert "unchanged: this run updated no weight" in (tmp_path / "smoke" / "README.md").read_text()

@@ -432,3 +432,10 @@ def test_an_error_inside_a_training_job_reaches_the_user_as_the_jobs_one_line(wo
     lines = [line for line in done.stderr.splitlines() if line.strip()]  # the whole of stderr: one line
     assert len(lines) == 1 and lines[0].startswith("squarechipo train: error: "), done.stderr[-3000:]
     assert "train_labels_public: true" in lines[0]
+    # Under `accelerate launch` Accelerate adds its traceback after a failed process unless told --quiet (its own
+    # option, which docs/training.md gives): then a typo'd key is the project's one line, and nothing after it.
+    config.write_text(yaml.safe_dump({**values, "beta_typo": 0.1}))
+    quiet = run([str(BIN / "accelerate"), "launch", "--quiet", "recipes/train.py", "--config", str(config)])
+    said = [line for line in quiet.stderr.splitlines() if line.strip() and "Warning" not in line]
+    assert quiet.returncode == 1 and "Traceback" not in quiet.stderr, quiet.stderr[-3000:]
+    assert said[-1].startswith("squarechipo train: error: ") and "beta_typo" in said[-1], quiet.stderr[-3000:]

@@ -211,3 +211,36 @@ def test_a_sketch_never_overwrites_rows_is_written_whole_and_each_shard_counts_o
     assert main(["shards", "split", str(tmp_path / "saved"), "--shards", "2", "--out", str(tmp_path / "x")]) == 1
     error = capsys.readouterr().err
     assert "holds shards of another split" in error and "part-2.parquet" in error
+
+
+def test_sketches_follow_the_shard_index_they_record_and_a_stray_sketch_or_a_missing_shard_is_refused(
+    tmp_path, capsys
+):
+    """`shards copies sketches/*.parquet` took a stray sketch of another split as shard 0 and shifted every row
+    number: a shard written by `shards split` records its split and index, its sketch carries them, and the join
+    orders by them (whatever the file names) and refuses a sketch of another split or a missing shard. A shard's label
+    column, which a sketch does not read, is named."""
+    rows = _rows_with_copies()
+    rows.add_column("label", [1] * len(rows)).save_to_disk(str(tmp_path / "data"))
+    rows.select(range(30)).save_to_disk(str(tmp_path / "other"))
+    assert main(["shards", "split", str(tmp_path / "data"), "--shards", "3", "--out", str(tmp_path / "shards")]) == 0
+    assert main(["shards", "split", str(tmp_path / "other"), "--shards", "2", "--out", str(tmp_path / "o")]) == 0
+    names = {0: "c", 1: "a", 2: "b"}  # file names whose order is not the split's
+    capsys.readouterr()
+    for i, name in names.items():
+        assert main(["shards", "sketch", str(tmp_path / "shards" / f"part-{i}.parquet"),
+                     "--out", str(tmp_path / "sk" / f"{name}.parquet")]) == 0  # fmt: skip
+        assert "not read: its label column(s) 'label' (a sketch holds no label)" in capsys.readouterr().out
+    assert main(["shards", "sketch", str(tmp_path / "o" / "part-0.parquet"), "--out", str(tmp_path / "stray.parquet")]) == 0
+    sketches = [str(tmp_path / "sk" / f"{n}.parquet") for n in "abc"]
+    assert main(["shards", "copies", *sketches, "--out", str(tmp_path / "copies.json")]) == 0
+    found = json.loads((tmp_path / "copies.json").read_text())
+    assert [(c["copies"]["row"], c["row"]) for c in found["copies"]] == [(c[0], c[1]) for c in copied_rows(rows)]
+    capsys.readouterr()
+    assert main(["shards", "copies", str(tmp_path / "stray.parquet"), *sketches]) == 1
+    err = capsys.readouterr().err
+    assert "a.parquet: a sketch of split 'train' of" in err and "in 3 shards, not of split 'train' of" in err
+    assert "in 2 shards as " in err and "stray.parquet is" in err
+    assert "give the sketches of one split's shards only" in err and len(err.strip().splitlines()) == 1
+    assert main(["shards", "copies", *sketches[:2]]) == 1  # shard 0 (c.parquet) left out
+    assert "without shard 0 every later row number would shift" in capsys.readouterr().err

@@ -448,6 +448,11 @@ def test_save_and_reload_with_card(tiny_model_factory, tokenizer, finance_splits
         assert text in card
     q = flip_probability(0.5)
     assert f"| how the loss treats the released labels | binary RR: flip rate {q:.6f}, debiased by c(ε) = " in card
+    # The privacy table stands before TRL's citations, once, after the card is written again
+    trainer.create_model_card()
+    card = (out / "README.md").read_text()
+    assert card.count("Privacy and robustness") == 1 and card.count("## Citations") == 1
+    assert card.index("Privacy and robustness") < card.index("## Citations")
 
 
 def test_lora_adapter_uses_base_as_reference(tiny_model_factory, tokenizer, finance_splits, tmp_path):
@@ -851,3 +856,25 @@ def test_an_unset_dtype_is_bf16_only_where_native_and_float32_is_said_once_in_on
             "float32: this CPU has no bf16 kernels (AVX2, bf16 would be emulated, several times slower); bf16: true "
             "asks for bf16 anyway.",
         ], done.stderr
+
+
+def test_a_card_of_a_model_trained_from_a_local_folder_names_the_hub_model_that_folder_came_from(tmp_path):
+    """An aligned model trained from a local SFT folder had no base_model in its front matter: it names the Hub model
+    the SFT folder's own card names (the embedded SmolLM2); a folder without a card names none."""
+    from huggingface_hub import ModelCard
+
+    from squarechipo.models.card import fix_model_card
+
+    sft, out = tmp_path / "sft", tmp_path / "out"
+    sft.mkdir()
+    out.mkdir()
+    (sft / "README.md").write_text("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n---\n\n# Model Card for sft\n")
+    text = "---\nlibrary_name: transformers\n---\n\n# Model Card for x\n\nThis model is a fine-tuned version of x.\n"
+    (out / "README.md").write_text(text)
+    fix_model_card(out, base_model=str(sft), dataset_name=str(tmp_path / "data"), model_name="out")
+    card = ModelCard.load(out / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert f"fine-tuned version of the local model `{sft}` on the local dataset `data`." in card.text
+    (out / "README.md").write_text(text)
+    fix_model_card(out, base_model=str(tmp_path / "no_card"), dataset_name=None, model_name="out")
+    assert ModelCard.load(out / "README.md").data.base_model is None

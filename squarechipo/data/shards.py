@@ -45,10 +45,21 @@ from squarechipo.data.near_duplicates import (
 from squarechipo.data.row_scan import CHUNK_ROWS
 from squarechipo.trust.seals import file_sha256
 
-__all__ = ["SKETCH_KEY", "ShardCopies", "shard_copies", "sketch_shard", "sketch_table"]
+__all__ = ["SHARD_KEY", "SKETCH_KEY", "ShardCopies", "shard_copies", "sketch_shard", "sketch_table", "write_shard"]
 
-#: The key of a sketch file's Parquet metadata: its shard (path, sha256, rows) and scheme, as JSON.
+#: The key of a sketch file's Parquet metadata: its shard (path, sha256, rows, and where ``write_shard`` wrote it, its
+#: place in its split) and scheme, as JSON.
 SKETCH_KEY = b"squarechipo.sketch"
+#: The key of a shard's Parquet metadata (``shards split``): the split it is part of and its index there, as JSON.
+SHARD_KEY = b"squarechipo.shard"
+
+
+def write_shard(table: pa.Table, path: str | Path, split: dict, index: int, shards: int) -> None:
+    """Write shard ``index`` of ``shards`` of a split as Parquet, naming in its metadata the split (``split``: the
+    dataset, its split and its fingerprint) and its index, which its sketch carries on: sketches are then joined in
+    the split's order, and a sketch of another split is refused."""
+    meta = {**(table.schema.metadata or {}), SHARD_KEY: json.dumps({**split, "index": index, "shards": shards})}
+    pq.write_table(table.replace_schema_metadata(meta), str(path))
 
 
 @label_free("hashes and sketches of each row's canonical content (the responses sorted)")
@@ -108,6 +119,9 @@ def sketch_shard(source: str | Path, out: str | Path) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     sha256 = file_sha256(source)
     about = {"source": str(source.resolve()), "sha256": sha256, "rows": reader.metadata.num_rows, "scheme": SCHEME}
+    place = (reader.schema_arrow.metadata or {}).get(SHARD_KEY)
+    if place is not None:
+        about["shard"] = json.loads(place)
     partial = out.with_name(f".{out.name}.partial")
     done = 0
     with pq.ParquetWriter(partial, _SKETCH_SCHEMA.with_metadata({SKETCH_KEY: json.dumps(about)})) as writer:
@@ -130,9 +144,44 @@ class _Shard:
     offset: int
 
 
+def _in_split_order(abouts: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
+    """The sketches in their split's order: by the index each records where its shard was written by ``shards
+    split`` (all of one split, none missing), else in the order given. A sketch of another split, or a missing
+    shard, would shift every later row number: refused."""
+    placed = [(sketch, about) for sketch, about in abouts if "shard" in about]
+    if not placed:
+        return abouts
+    first = placed[0][1]["shard"]
+    split = {k: v for k, v in first.items() if k != "index"}
+    for sketch, about in abouts:
+        other = {k: v for k, v in about.get("shard", {}).items() if k != "index"}
+        if other != split:
+            raise ValueError(
+                f"{sketch}: a sketch of {_split_words(other)}, not of {_split_words(split)} as "
+                f"{placed[0][0]} is: give the sketches of one split's shards only."
+            )
+    order = sorted(abouts, key=lambda item: item[1]["shard"]["index"])
+    indices = [about["shard"]["index"] for _, about in order]
+    if indices != list(range(split["shards"])):
+        missing = sorted(set(range(split["shards"])) - set(indices))
+        raise ValueError(
+            f"the sketches hold shards {indices} of the {split['shards']} of {_split_words(split)}; without "
+            f"{'shard ' + str(missing[0]) if missing else 'each shard once'} every later row number would shift: give "
+            "every shard's sketch once."
+        )
+    return order
+
+
+def _split_words(split: dict) -> str:
+    if not split:
+        return "a shard that no shards split wrote (it records no split)"
+    return f"split {split.get('split')!r} of {split.get('dataset')} in {split.get('shards')} shards"
+
+
 def _shards(sketches: list[Path], rows_dir: Path | None) -> list[_Shard]:
-    """Each sketch's shard, in the order given, with the number of its first row among all."""
-    found, offset = [], 0
+    """Each sketch's shard, in its split's order (:func:`_in_split_order`), with the number of its first row among
+    all."""
+    abouts = []
     for sketch in sketches:
         if not sketch.is_file():
             raise FileNotFoundError(
@@ -146,13 +195,16 @@ def _shards(sketches: list[Path], rows_dir: Path | None) -> list[_Shard]:
         about = json.loads(meta)
         if about["scheme"] != SCHEME:
             raise ValueError(f"{sketch}: sketched in {about['scheme']}, not {SCHEME}: sketch its shard again.")
-        source = Path(about["source"]) if rows_dir is None else rows_dir / Path(about["source"]).name
-        twice = next((s.sketch for s in found if s.sha256 == about["sha256"]), None)
+        twice = next((earlier for earlier, seen in abouts if seen["sha256"] == about["sha256"]), None)
         if twice is not None:
             raise ValueError(
                 f"{sketch} and {twice} sketch the same shard: each of its rows would count as a copy of itself. "
                 "Give each shard's sketch once."
             )
+        abouts.append((sketch, about))
+    found, offset = [], 0
+    for sketch, about in _in_split_order(abouts):
+        source = Path(about["source"]) if rows_dir is None else rows_dir / Path(about["source"]).name
         found.append(_Shard(sketch, source, about["sha256"], about["rows"], offset))
         offset += about["rows"]
     return found

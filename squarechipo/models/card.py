@@ -46,7 +46,20 @@ def base_model_of(name_or_path: str | None) -> tuple[str | None, str | None]:
         return EMBEDDED_HUB_ID, words
     if _is_hub_id(str(name_or_path)):
         return str(name_or_path), f"[{name_or_path}](https://huggingface.co/{name_or_path})"
-    return None, f"the local model `{name_or_path}`"
+    return _root_of(Path(name_or_path)), f"the local model `{name_or_path}`"
+
+
+def _root_of(folder: Path) -> str | None:
+    """The Hub model a local model folder was trained from, as its own card's metadata names it (an SFT folder made
+    from the embedded model names SmolLM2): the front matter's ``base_model`` of a model trained from it."""
+    card = folder / "README.md"
+    if not card.is_file():
+        return None
+    try:
+        found = ModelCard.load(card).data.base_model
+    except (OSError, ValueError):  # not a model card: nothing to follow
+        return None
+    return found if isinstance(found, str) and _is_hub_id(found) else None
 
 
 def _dataset_words(dataset_name: str | None) -> str:

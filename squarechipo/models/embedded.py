@@ -23,6 +23,7 @@ from pathlib import Path
 import filelock
 
 from squarechipo.data.store import cache_root
+from squarechipo.models.hub import hub_unreachable, in_hub_cache
 
 __all__ = [
     "EMBEDDED_MODEL_ALIASES",
@@ -139,11 +140,12 @@ def embedded_model_path(cache_dir: str | os.PathLike | None = None) -> Path:
     return target
 
 
-def resolve_model_path(name_or_path: str | os.PathLike | None) -> str:
+def resolve_model_path(name_or_path: str | os.PathLike | None, revision: str | None = None) -> str:
     """Map the embedded-model aliases (and ``None``) to the cached folder; anything else is returned as is.
 
     A hub id or a local path works the same way as with ``from_pretrained``. A local folder with a
-    real model always wins over the alias, and a hub id is only used where a network exists.
+    real model always wins over the alias. A hub id that is not in the Hugging Face cache is refused at once where the
+    Hub cannot be reached (``from_pretrained`` would retry for a minute), before anything is released.
     """
     if name_or_path is None:
         return str(embedded_model_path())
@@ -157,11 +159,23 @@ def resolve_model_path(name_or_path: str | os.PathLike | None) -> str:
             f"model {text}: no such folder. Check the path, or make the model first (the README's `squarechipo sft` "
             f"writes outputs/sft); 'embedded' names the default model."
         )
+    if not in_hub_cache(text, revision):
+        why = hub_unreachable()
+        if why:
+            raise ValueError(
+                f"model {text}: neither a folder here nor in the Hugging Face cache, and {why}. Give a model folder, "
+                "'embedded' (the default model), or a Hub id downloaded before on a machine with a network."
+            )
     return text
 
 
 def names_local_folder(text: str) -> bool:
     """Whether ``text`` can only name a local folder, not a Hub id (``name`` or ``org/name``): it starts with ``.``,
-    ``/`` or ``~``, has more than two parts, or its first part is a folder here (``outputs/sft``)."""
+    ``/`` or ``~``, has more than two parts, its first part is a folder here, or it is under ``outputs/``, where the
+    project's steps write their models (``outputs/sft`` before the SFT step has run)."""
     parts = Path(text).expanduser().parts
-    return text.startswith((".", "/", "~")) or len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir())
+    return (
+        text.startswith((".", "/", "~"))
+        or len(parts) > 2
+        or (len(parts) == 2 and (Path(parts[0]).is_dir() or parts[0] == "outputs"))
+    )

@@ -34,6 +34,7 @@ __all__ = [
     "fast_dtype",
     "machine_record",
     "end_run",
+    "readable_weights",
     "torch_dtype",
     "warn_emulated_bf16",
 ]
@@ -240,3 +241,16 @@ def _last_checkpoint(output_dir: Path) -> str | None:
     if marked:
         return str(max(marked, key=lambda f: int(f.name[11:])))
     return get_last_checkpoint(str(output_dir))
+
+
+def readable_weights(folder: str | Path) -> None:
+    """The weight files of a saved model with the modes the process's umask gives its other files: safetensors
+    writes them through a private temporary file (mode 0600), so a model saved for a team was readable by its owner
+    alone while its config and card were not."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in Path(folder).glob("*.safetensors"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600:
+            path.chmod(0o666 & ~mask)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import datasets
 
 from squarechipo.data.label_roles import label_free
-from squarechipo.models.runtime import end_run
+from squarechipo.models.runtime import end_run, readable_weights
 
 __all__ = [
     "check_trackers",
@@ -19,11 +20,41 @@ __all__ = [
     "finish_run",
     "script_main",
     "setup_logging",
+    "training_parser",
     "unknown_options",
     "user_errors",
 ]
 
 logger = logging.getLogger("squarechipo")
+
+
+#: What ``squarechipo JOB --help`` says first: the options the docs use, which are the command's and Accelerate's, not
+#: fields of a config (TRL's help lists a thousand lines of those after them).
+_LAUNCH_HELP = """options the docs use:
+  --config FILE                  a YAML config (TRL's TrlParser format, e.g. recipes/configs/*.yaml); every option
+                                 listed below overrides the field of the same name
+  --num_processes N              how many processes train (Accelerate's option; on a machine without a GPU they run
+                                 through torch.distributed.run)
+  --accelerate_config FILE|NAME  an Accelerate config file, or one that ships: cpu, ddp, fsdp2, zero2, zero3
+  --debug                        an error's traceback instead of its one line
+  Accelerate's other options (--mixed_precision, --num_machines, ...) pass through to accelerate launch.
+
+every field of the config follows."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written (the options table above), the fields with their defaults, as TRL shows them."""
+
+
+def training_parser(dataclass_types: tuple, prog: str | None):
+    """A training job's TrlParser, whose ``--help`` leads with the options the docs use (:data:`_LAUNCH_HELP`)."""
+    from trl import TrlParser
+
+    name = prog or "squarechipo JOB"
+    usage = f"{name} --config FILE [--num_processes N] [--accelerate_config FILE|NAME] [--debug] [--FIELD VALUE ...]"
+    return TrlParser(
+        dataclass_types, prog=prog, usage=usage, description=_LAUNCH_HELP, formatter_class=_HelpFormatter
+    )
 
 
 def setup_logging() -> None:
@@ -79,6 +110,8 @@ def finish_run(
     clean exit: every process waits for the others, so none shuts the group down while the main one writes."""
     args = trainer.args
     trainer.save_model(args.output_dir)
+    if trainer.is_world_process_zero():
+        readable_weights(args.output_dir)
     if result is not None:
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)

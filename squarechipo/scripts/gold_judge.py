@@ -156,7 +156,9 @@ def main(args: GoldJudgeArguments) -> dict:
 
 
 def make_parser(prog: str | None = None) -> TrlParser:
-    return TrlParser((GoldJudgeArguments,), prog=prog)
+    from squarechipo.scripts._common import training_parser
+
+    return training_parser((GoldJudgeArguments,), prog)
 
 
 if __name__ == "__main__":

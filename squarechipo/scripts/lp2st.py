@@ -139,7 +139,9 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
 
 
 def make_parser(prog: str | None = None) -> TrlParser:
-    return TrlParser((LP2STScriptArguments, SquareChiPOConfig, ModelConfig), prog=prog)
+    from squarechipo.scripts._common import training_parser
+
+    return training_parser((LP2STScriptArguments, SquareChiPOConfig, ModelConfig), prog)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
 
 
 def make_parser(prog: str | None = None) -> TrlParser:
-    return TrlParser((TrainScriptArguments, PrivateRewardConfig, ModelConfig), prog=prog)
+    from squarechipo.scripts._common import training_parser
+
+    return training_parser((TrainScriptArguments, PrivateRewardConfig, ModelConfig), prog)
 
 
 if __name__ == "__main__":

@@ -112,7 +112,9 @@ def main(config: SelectConfig):
 
 
 def make_parser(prog: str | None = None) -> TrlParser:
-    return TrlParser((SelectConfig,), prog=prog)
+    from squarechipo.scripts._common import training_parser
+
+    return training_parser((SelectConfig,), prog)
 
 
 if __name__ == "__main__":

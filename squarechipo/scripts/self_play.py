@@ -101,7 +101,9 @@ def _push(out: Path, args: SelfPlayConfig) -> None:
 
 
 def make_parser(prog: str | None = None) -> TrlParser:
-    return TrlParser((SelfPlayScriptArguments, SelfPlayConfig, ModelConfig), prog=prog)
+    from squarechipo.scripts._common import training_parser
+
+    return training_parser((SelfPlayScriptArguments, SelfPlayConfig, ModelConfig), prog)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,9 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
 
 
 def make_parser(prog: str | None = None) -> TrlParser:
-    return TrlParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig), prog=prog)
+    from squarechipo.scripts._common import training_parser
+
+    return training_parser((SFTScriptArguments, SFTRecipeConfig, ModelConfig), prog)
 
 
 if __name__ == "__main__":

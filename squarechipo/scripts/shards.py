@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         return _split(args)
     if args.command == "sketch":
         rows = sketch_shard(args.shard, args.out)
-        print(f"sketched {rows:,} rows of {args.shard} into {args.out}")
+        print(f"sketched {rows:,} rows of {args.shard} into {args.out}{_unread_labels(args.shard)}")
         return 0
-    found = shard_copies(sorted(args.sketches, key=_natural), args.rows)
+    found = shard_copies(sorted(args.sketches, key=_natural), args.rows)  # a split's own order where they record it
     exact = sum(1 for c in found.copies if c[2].startswith("the same text"))
     print(
         f"{len(found.copies):,} of {found.rows:,} rows copy an earlier row ({exact:,} exactly, "
@@ -60,6 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _unread_labels(shard: str) -> str:
+    """The words naming a shard's label columns, which a sketch does not read (it holds each row's content only)."""
+    import pyarrow.parquet as pq
+
+    from squarechipo.data.columns import LABEL_CARRYING, PAIR_COLUMNS
+
+    names = [n for n in pq.read_schema(shard).names if n not in (*PAIR_COLUMNS, "responses")]
+    labels = [n for n in names if LABEL_CARRYING.search(n)]
+    if not labels:
+        return ""
+    return f"; not read: its label column(s) {', '.join(map(repr, labels))} (a sketch holds no label)"
+
+
 def _natural(name: str) -> list:
     """A path's sort key with its numbers compared as numbers: part-2 before part-10, as `shards split` numbers them
     (a shell's glob, and a text sort, put part-10 first)."""
@@ -70,6 +83,8 @@ def _natural(name: str) -> list:
 
 def _split(args: argparse.Namespace) -> int:
     import datasets
+
+    from squarechipo.data.shards import write_shard
 
     data = datasets.load_from_disk(args.dataset)
     if isinstance(data, datasets.DatasetDict):
@@ -88,7 +103,9 @@ def _split(args: argparse.Namespace) -> int:
         )
     out.mkdir(parents=True, exist_ok=True)
     datasets.disable_progress_bars()
+    split = {"dataset": str(Path(args.dataset).resolve()), "split": args.split, "fingerprint": data._fingerprint}
     for index in range(args.shards):
-        data.shard(args.shards, index, contiguous=True).to_parquet(str(out / f"part-{index}.parquet"))
+        table = data.shard(args.shards, index, contiguous=True).with_format("arrow")[:]
+        write_shard(table, out / f"part-{index}.parquet", split, index, args.shards)
     print(f"wrote {len(data):,} rows of {args.dataset} as {args.shards} shards into {out}")
     return 0

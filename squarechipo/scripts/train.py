@@ -1,6 +1,6 @@
 """Align a causal LM on privatized and/or corrupted preference labels.
 
-    accelerate launch recipes/train.py --config recipes/configs/square_chipo_ctl.yaml
+    accelerate launch recipes/train.py --config recipes/configs/square_chipo.yaml
     torchrun --nproc_per_node 2 recipes/train.py --config ...      # two CPU processes (gloo)
 
 Every field of ``TrainScriptArguments`` (dataset, label pipeline), ``SquareChiPOConfig`` (TRL's
@@ -82,7 +82,9 @@ def main(
 
 
 def make_parser(prog: str | None = None) -> TrlParser:
-    return TrlParser((TrainScriptArguments, SquareChiPOConfig, ModelConfig), prog=prog)
+    from squarechipo.scripts._common import training_parser
+
+    return training_parser((TrainScriptArguments, SquareChiPOConfig, ModelConfig), prog)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import torch
 from squarechipo.data.fingerprint import training_data_record
 from squarechipo.data.label_roles import tag_role
 from squarechipo.models.card import fix_model_card
+from squarechipo.models.runtime import readable_weights
 from squarechipo.privacy.door import RawLabelsError, require_released_or_public
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.ledger.debiasing import PrivacySettings, resolve_privacy
@@ -351,4 +352,5 @@ class PrivateTrainerMixin:
         folder (``_save_checkpoint`` saves through here) and in any folder a user saves to."""
         super().save_model(output_dir, _internal_call=_internal_call)
         if self.is_world_process_zero():
+            readable_weights(output_dir or self.args.output_dir)
             self._write_record(output_dir or self.args.output_dir)

@@ -64,21 +64,15 @@ def check_hub_reachable(args) -> None:
     request, no retries: an offline machine answers at once) or no token is configured; one line (ValueError)."""
     if not getattr(args, "push_to_hub", False):
         return
-    import httpx
     import huggingface_hub
-    from huggingface_hub import constants
 
-    endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT)
+    from squarechipo.models.hub import hub_unreachable
+
     fix = "fix the network or HF_ENDPOINT, or drop --push_to_hub and upload the saved folder later (hf upload)."
-    if constants.HF_HUB_OFFLINE:
-        raise ValueError(f"push_to_hub is set but HF_HUB_OFFLINE is on: nothing can be pushed. Checked first: {fix}")
-    try:
-        httpx.head(endpoint, timeout=10, follow_redirects=True)
-    except httpx.HTTPError as error:
-        raise ValueError(
-            f"push_to_hub is set but the Hugging Face Hub at {endpoint} cannot be reached ({type(error).__name__}). "
-            f"Checked before anything was released or trained: {fix}"
-        ) from None
+    why = hub_unreachable(timeout=10)
+    if why:
+        raise ValueError(f"push_to_hub is set but {why}: nothing can be pushed. Checked before anything was released "
+                         f"or trained: {fix}")  # fmt: skip
     if huggingface_hub.get_token() is None:
         raise ValueError(
             "push_to_hub is set but no Hugging Face token is configured: run `hf auth login` or set HF_TOKEN."

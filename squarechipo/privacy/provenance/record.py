@@ -320,7 +320,8 @@ def write_privacy_record(
 
         identity = weights_identity(model)
         if identity == start_identity:
-            record = _no_update(record)  # the starting model must not be recorded as trained on these rows
+            run = Path(folder).parent if Path(folder).name.startswith("checkpoint-") else Path(folder)
+            record = _no_update(record, (identity, str(run.resolve())))  # not recorded as trained on these rows
         else:
             record = dataclasses.replace(record, weights_fingerprint=identity)
             remember_record(record.to_dict(), model, start_sketch)
@@ -337,20 +338,39 @@ def write_privacy_record(
     path.write_text(json.dumps(seal(record.to_dict()), indent=2, sort_keys=True), encoding="utf-8")
     readme = folder / "README.md"
     text = card_header if card_header is not None else (readme.read_text(encoding="utf-8") if readme.exists() else "")
-    text = text.split("\n" + _CARD_HEADING)[0].rstrip()
-    readme.write_text((text + "\n\n" if text else "") + record.card_section(intro), encoding="utf-8")
+    readme.write_text(_with_section(text, record.card_section(intro)), encoding="utf-8")
     return path
 
 
-def _no_update(record: PrivacyRecord) -> PrivacyRecord:
+def _with_section(card: str, section: str) -> str:
+    """``card`` with its privacy section replaced by ``section`` (an older one dropped where it stood), placed before
+    TRL's citations so that a reader meets it with the training procedure, not after the BibTeX."""
+    if "\n" + _CARD_HEADING in card:
+        head, rest = card.split("\n" + _CARD_HEADING, 1)
+        after = rest.find("\n## ")
+        card = head.rstrip() + ("\n\n" + rest[after:].lstrip("\n") if after >= 0 else "")
+    card = card.rstrip()
+    at = card.find("\n## Citations")
+    if at < 0:
+        return (card + "\n\n" if card else "") + section
+    return card[:at].rstrip() + "\n\n" + section + "\n" + card[at:].lstrip("\n") + "\n"
+
+
+#: The runs whose "no update" was said ((starting identity, output folder)): each says it once.
+_SAID_NO_UPDATE: set = set()
+
+
+def _no_update(record: PrivacyRecord, run: tuple) -> PrivacyRecord:
     """The record of a run that changed no weight (a learning rate of 0 through every step, e.g. a 1-step smoke test
     inside its warm-up): it says so, names no training rows, and is not entered into the store of records."""
     import logging
 
-    logging.getLogger("squarechipo").warning(
-        "no weight changed in this run (a learning rate of 0 through every step, e.g. a 1-step run inside its "
-        "warm-up): its record says 'no update', and the starting model is not recorded as trained on these rows."
-    )
+    if run not in _SAID_NO_UPDATE:  # once a run, not once per save (its checkpoints, the end)
+        _SAID_NO_UPDATE.add(run)
+        logging.getLogger("squarechipo").warning(
+            "no weight changed in this run (a learning rate of 0 through every step, e.g. a 1-step run inside its "
+            "warm-up): its record says 'no update', and the starting model is not recorded as trained on these rows."
+        )
     return dataclasses.replace(
         record, dataset_fingerprint=None, prompt_sketch=None, details={**record.details, "no_update": True}
     )

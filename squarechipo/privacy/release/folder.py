@@ -118,12 +118,18 @@ def once_per_folder(folder: Path, dataset, mechanism: Measurement, options: Rele
     checked after, and on every other rank."""
     released = None
     if state is None or state.is_main_process:
-        with _lock(folder):
-            complete_interrupted(folder)
-            if not (folder / "dataset_info.json").exists():
-                _refuse_foreign(folder)
-                released = release_into(folder, dataset, mechanism, options)
-                logger.warning("released %d rows through %s to %s", len(released), mechanism.to_dict(), folder)
+        made = [p for p in (folder.parent, *folder.parent.parents) if not p.exists()]
+        lock = _lock(folder)
+        try:
+            with lock:
+                complete_interrupted(folder)
+                if not (folder / "dataset_info.json").exists():
+                    _refuse_foreign(folder)
+                    released = release_into(folder, dataset, mechanism, options)
+                    logger.warning("released %d rows through %s to %s", len(released), mechanism.to_dict(), folder)
+        except BaseException:
+            _tidy_refused(folder, lock, made)
+            raise
     if state is not None:
         state.wait_for_everyone()
         _receive_if_unseen(folder, state)
@@ -132,6 +138,19 @@ def once_per_folder(folder: Path, dataset, mechanism: Measurement, options: Rele
         _check_reuse(ledger, dataset, mechanism, folder)
         logger.info("reusing the release saved in %s (no fresh noise)", folder)
     return released
+
+
+def _tidy_refused(folder: Path, lock: filelock.FileLock, made: list[Path]) -> None:
+    """A refused release leaves nothing behind: not its lock file, nor the folders made for it (where still empty);
+    a folder that holds a release, or anything else, stays as it was."""
+    if folder.exists():
+        return
+    Path(lock.lock_file).unlink(missing_ok=True)
+    for parent in made:  # the deepest first
+        try:
+            parent.rmdir()
+        except OSError:  # not empty (another process wrote there meanwhile), or gone
+            break
 
 
 def _receive_if_unseen(folder: Path, state) -> None:
