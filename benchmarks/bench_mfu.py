@@ -112,7 +112,9 @@ def _steps(args: argparse.Namespace, bf16: bool) -> list[dict]:
     path = args.model if args.model != "embedded" else embedded_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
     n = args.batch * (args.repeats + 2)
-    data = build_datasets(max(140, 2 * n), seed=0, sft_rows=2 * max(40, n), judge_rows=40)  # SFT rows: part of them train
+    data = build_datasets(
+        max(140, 2 * n), seed=0, sft_rows=2 * max(40, n), judge_rows=40
+    )  # SFT rows: part of them train
     sft_rows = data["finance_sft_mixed_conversational"]["train"].select(range(n))
     pairs = (
         data["finance_preference_conversational"]["train"]

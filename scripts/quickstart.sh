@@ -12,9 +12,9 @@
 #   6. a judged win rate against the SFT policy (greedy answers, 16 prompts in one batch) -> outputs/quickstart/eval
 #   7. central DP (Zhou et al. 2025 (Square-χPO), Alg. 2): the exponential mechanism picks one of {embedded
 #      base, SFT, Square-chiPO} on 32 rows of the private validation split, epsilon = 1 -> outputs/quickstart/selected
-# About 7-10 minutes on 2 CPU cores with AVX512-BF16 and the packages downloaded (7 min 21 s alone on 2026-11-30; the
-# code before took 8 min 19 s that hour and 11 min 9 s on 2026-11-29), more on a slow day; 29 min 42 s in float32 on
-# a 2-core AVX2-only CPU (docs/testing.md). llama.cpp, which only the judge-server tests use, is not built here
+# About 9 minutes on 2 CPU cores with bf16 kernels (AVX512-BF16) and the packages downloaded, 12-13 minutes in float32
+# where bf16 would be emulated (an AVX2-only CPU): 536 s, and 698 s and 776 s with AVX2 kernels forced, fresh clones
+# on 2026-12-07 (docs/testing.md). llama.cpp, which only the judge-server tests use, is not built here
 # (scripts/test.sh builds it). Re-running reuses the released labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -57,10 +57,16 @@ TOOLS = {
     "audit": ("squarechipo.audit.cli", "empirical ε lower bounds for mechanisms and training runs"),
     "sim": ("squarechipo.sim.cli", "the simulation lab"),
     "data": ("squarechipo.scripts.data", "generate a dataset: data finance --out DIR"),
-    "registry": ("squarechipo.scripts.registry", "the registry of releases: init | show | budget | migrate | grant | audit"),
+    "registry": (
+        "squarechipo.scripts.registry",
+        "the registry of releases: init | show | budget | migrate | grant | audit",
+    ),
     "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: new | show | verify"),
     "records": ("squarechipo.scripts.records", "the store of model records the lineage guard reads: show | forget"),
-    "shards": ("squarechipo.scripts.shards", "copies across Parquet shards too big for one machine: split | sketch | copies"),
+    "shards": (
+        "squarechipo.scripts.shards",
+        "copies across Parquet shards too big for one machine: split | sketch | copies",
+    ),
     "env": ("squarechipo.scripts.env", "versions, the machine, and where the registry, records and key live"),
 }
 

@@ -71,8 +71,11 @@ def test_a_hub_id_passes_through_when_cached_and_is_refused_at_once_offline_when
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.chdir(tmp_path)
     assert resolve_model_path("someone/some-model") == "someone/some-model"  # cached: passes through
-    with pytest.raises(ValueError, match=r"^model someone/other: neither a folder here nor in the Hugging Face "
-                                         r"cache, and HF_HUB_OFFLINE is on\. Give a model folder, 'embedded'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^model someone/other: neither a folder here nor in the Hugging Face "
+        r"cache, and HF_HUB_OFFLINE is on\. Give a model folder, 'embedded'",
+    ):
         resolve_model_path("someone/other")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # believes it is online; it is not
     with pytest.raises(ValueError, match=r"someone/other: .* at \S+ cannot be reached"):

@@ -868,7 +868,9 @@ def test_a_card_of_a_model_trained_from_a_local_folder_names_the_hub_model_that_
     sft, out = tmp_path / "sft", tmp_path / "out"
     sft.mkdir()
     out.mkdir()
-    (sft / "README.md").write_text("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n---\n\n# Model Card for sft\n")
+    (sft / "README.md").write_text(
+        "---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n---\n\n# Model Card for sft\n"
+    )
     text = "---\nlibrary_name: transformers\n---\n\n# Model Card for x\n\nThis model is a fine-tuned version of x.\n"
     (out / "README.md").write_text(text)
     fix_model_card(out, base_model=str(sft), dataset_name=str(tmp_path / "data"), model_name="out")

@@ -157,8 +157,8 @@ def _in_split_order(abouts: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
         other = {k: v for k, v in about.get("shard", {}).items() if k != "index"}
         if other != split:
             raise ValueError(
-                f"{sketch}: a sketch of {_split_words(other)}, not of {_split_words(split)} as "
-                f"{placed[0][0]} is: give the sketches of one split's shards only."
+                f"{sketch.name} sketches {_split_words(other)}, {placed[0][0].name} {_split_words(split)}: give the "
+                "sketches of one split's shards only."
             )
     order = sorted(abouts, key=lambda item: item[1]["shard"]["index"])
     indices = [about["shard"]["index"] for _, about in order]
@@ -175,7 +175,7 @@ def _in_split_order(abouts: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
 def _split_words(split: dict) -> str:
     if not split:
         return "a shard that no shards split wrote (it records no split)"
-    return f"split {split.get('split')!r} of {split.get('dataset')} in {split.get('shards')} shards"
+    return f"split {split.get('split')!r} of {Path(split.get('dataset', '')).name} in {split.get('shards')} shards"
 
 
 def _shards(sketches: list[Path], rows_dir: Path | None) -> list[_Shard]:

@@ -52,9 +52,7 @@ def training_parser(dataclass_types: tuple, prog: str | None):
 
     name = prog or "squarechipo JOB"
     usage = f"{name} --config FILE [--num_processes N] [--accelerate_config FILE|NAME] [--debug] [--FIELD VALUE ...]"
-    return TrlParser(
-        dataclass_types, prog=prog, usage=usage, description=_LAUNCH_HELP, formatter_class=_HelpFormatter
-    )
+    return TrlParser(dataclass_types, prog=prog, usage=usage, description=_LAUNCH_HELP, formatter_class=_HelpFormatter)
 
 
 def setup_logging() -> None:

@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("experiment", nargs="?", default="all", choices=["all", *EXPERIMENTS])
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true", help="the full grid (hours; resumable)")
-    size.add_argument("--smoke", action="store_true", help="every study at its smallest (seconds; checks an install)")
+    size.add_argument(
+        "--smoke", action="store_true", help="every study at its smallest (about 20 s on 2 cores; checks an install)"
+    )
     parser.add_argument(
         "--seeds", type=int, default=None, help="seeds per point (default 20 bandit and general, 100 bt and overopt)"
     )
