@@ -572,3 +572,33 @@ def test_the_readmes_main_job_summary_is_what_a_committed_run_printed():
     overall = record["judged"]
     assert f"    reading: {win_reading(overall['win_rate_half_ties_ci'], overall['n_valid'])}" in record["printed"]
     assert record["exit_code"] == 0 and named.group(1).endswith(f"_{record['commit']}.json")
+
+
+def test_the_main_jobs_reliability_counts_every_record_whatever_it_read(tmp_path):
+    """The README's count of the main job's readings is generated from every release and clone recorded: one that
+    read "not distinguishable" is counted (a sentence by hand once quoted only the ten that all read "better"), and
+    the rate carries its exact binomial interval."""
+    from squarechipo.evaluation.reliability import reliability_block
+
+    def gain(low: float) -> dict:
+        return {"mean": low + 0.2, "low": low, "high": low + 0.4, "n": 128}
+
+    for i, low in ((1, 0.1), (2, -0.1)):
+        folder = tmp_path / "main_job_releases_v3" / f"release_{i}"
+        folder.mkdir(parents=True)
+        (folder / "gold.json").write_text(json.dumps({"gold_gain": gain(low)}))
+    (tmp_path / "main_job").mkdir()
+    (tmp_path / "main_job" / "run_x.json").write_text(json.dumps({"gold": {"gold_gain": gain(0.05)}}))
+    block = reliability_block(tmp_path).splitlines()
+    assert block[0] == (
+        'Every recorded run of the main job, each on a release of its own: 2 of 3 read "better than SFT" (67%, 95% '
+        'Clopper–Pearson [9%, 99%]), the others "not distinguishable from SFT". The job as it runs now: 1 of 2 (50%, '
+        "95% Clopper–Pearson [1%, 99%])."
+    )
+    assert block[2:] == [
+        "- `results/main_job_releases_v3/`, fresh releases of the job as it runs now (float32 with AVX2 kernels "
+        "forced): 1 of 2",
+        "- `results/main_job/run_*.json`, fresh clones of the whole job, each drawing its own release: 1 of 1",
+    ]
+    with pytest.raises(ValueError, match="no record of the main job under"):
+        reliability_block(tmp_path / "empty")

@@ -128,10 +128,14 @@ def report(study: Study, readme: str | None = None) -> dict:
 
 
 def verdicts(root: Path, readme: str | None) -> None:
-    """Print the verdicts of every study under ``root``; with ``readme``, rewrite that file's verdicts block."""
+    """Print the verdicts of every study under ``root``; with ``readme``, rewrite that file's verdicts block, and its
+    block of the main job's reliability where it has one (from the job's records beside the studies)."""
+    from squarechipo.evaluation.reliability import reliability_block, update_block
+
     block = verdicts_block(root)
     if readme:
         update_verdicts(Path(readme), block)
+        update_block(Path(readme), reliability_block(root))
     print(block)
 
 
