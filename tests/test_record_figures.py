@@ -68,8 +68,9 @@ def sentences(text: str) -> list[str]:
     text = re.sub(r"```.*?```|<!--.*?-->", " ", GENERATED.sub(" ", text), flags=re.S)
     found = []
     for paragraph in re.split(r"\n\s*\n", text):
-        paragraph = " ".join(paragraph.split())
-        found += re.split(r"(?<=[.;:])\s+(?=[A-Z(*])", paragraph)
+        # each list item and table row on its own: a bullet is never read with the next one
+        for item in re.split(r"\n(?=\s*(?:[-*] |\d+\. |\|))", paragraph):
+            found += re.split(r"(?<=[.;:])\s+(?=[A-Z(*])", " ".join(item.split()))
     return found
 
 
@@ -132,3 +133,13 @@ def test_a_figure_nudged_or_taken_from_another_record_fails_and_the_record_itsel
         f"A million rows took 204.1 s ({release}).",  # the figure of an older record
     ):
         assert unbacked(sentence), sentence
+
+
+def test_a_bullet_or_a_table_row_is_read_on_its_own():
+    """CHANGELOG bullets were read together with the next one, so a figure of one bullet was checked against the
+    record the next one named (and two overclaims were caught only by accident)."""
+    record = "results/main_job/run_2026-12-04_1a08b47.json"
+    text = f"- The weights were mode 0600 before\n- The run took 946 s ({record}).\n| 5 | a row |\n"
+    assert sentences(text) == ["- The weights were mode 0600 before", f"- The run took 946 s ({record}).",
+                               "| 5 | a row |"]  # fmt: skip
+    assert not unbacked(text) and unbacked(f"- The run took 947 s ({record}).")
