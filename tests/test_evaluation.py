@@ -452,3 +452,23 @@ def test_the_gold_evaluator_reuses_the_sft_records_passes_without_changing_a_num
     light = compare(evaluator.measure(policy, pool=samples), light_record, evaluator.constants(samples, light_record))
     assert {"pool_gain", "implicit_accuracy"} <= set(full) and not {"pool_gain", "implicit_accuracy"} & set(light)
     assert {k: v for k, v in full.items() if k not in ("pool_gain", "implicit_accuracy")} == light
+
+
+def test_a_comparison_of_a_model_with_itself_is_said_before_it_runs(tmp_path, tiny_model_factory):
+    """`eval/judge.py` compared the SFT weights with themselves ("identical responses 4/4", 50%) and never said so:
+    the same weights in both folders, or a policy whose record says "no update", are named in one line each."""
+    from squarechipo.evaluation.same_model import same_model_notes
+    from squarechipo.privacy.provenance.record import PrivacyRecord, write_privacy_record
+    from squarechipo.privacy.provenance.sketch import weights_identity
+
+    model = tiny_model_factory(0)
+    for name in ("sft", "copy"):
+        model.save_pretrained(tmp_path / name)
+    tiny_model_factory(1).save_pretrained(tmp_path / "trained")
+    assert same_model_notes(str(tmp_path / "trained"), str(tmp_path / "sft")) == []
+    (same,) = same_model_notes(str(tmp_path / "copy"), str(tmp_path / "sft"))
+    assert same.startswith(f"{tmp_path / 'copy'} and {tmp_path / 'sft'} hold the same weights: the comparison is of")
+    record = PrivacyRecord.build({"stage": "preference_optimization", "method": "square_chipo"})
+    write_privacy_record(tmp_path / "copy", record, model=model, start_identity=weights_identity(model))
+    notes = same_model_notes(str(tmp_path / "copy"), str(tmp_path / "sft"))
+    assert len(notes) == 2 and "its record says 'no update'" in notes[0]

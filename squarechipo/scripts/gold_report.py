@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from squarechipo.evaluation.gold_report import format_summary, gold_comparison
+from squarechipo.evaluation.same_model import same_model_notes
 from squarechipo.models.runtime import WEIGHT_DTYPES, default_dtype
 
 __all__ = ["main"]
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = _parser()
     args = parser.parse_args(argv)
     _check(parser, args)
+    for note in same_model_notes(args.policy, args.sft):
+        print(f"squarechipo gold-report: note: {note}", file=sys.stderr)
     summary = gold_comparison(
         args.policy,
         args.sft,

@@ -26,6 +26,7 @@ hard rule (a win needs both orders to agree). Before judging, the judge is score
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from trl import TrlParser
@@ -34,6 +35,7 @@ from squarechipo.data import load_preference_dataset
 from squarechipo.evaluation.config import WinRateConfig
 from squarechipo.evaluation.pipeline import GenerationSettings, evaluate_win_rate
 from squarechipo.evaluation.report import format_line
+from squarechipo.evaluation.same_model import same_model_notes
 from squarechipo.judge.registry import JUDGES
 from squarechipo.judge.templates import FINANCE_TEMPLATE, GENERAL_TEMPLATE, TEMPLATES, JudgeTemplate
 from squarechipo.models.runtime import torch_dtype
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> dict:
     """Flags or ``--config eval.yaml`` (the fields of :class:`WinRateConfig`)."""
     setup_logging()
     (args,) = make_parser().parse_args_and_config(argv)
+    for note in same_model_notes(args.policy, args.baseline):
+        print(f"squarechipo judge: note: {note}", file=sys.stderr)
     test = load_preference_dataset(args.dataset_name, split=args.dataset_test_split)
     if args.calibration_pairs != 0:  # calibration reads the split's labels and writes them to calibration.jsonl
         split = args.dataset_test_split
