@@ -377,3 +377,34 @@ def test_a_training_jobs_help_leads_with_the_options_the_docs_use(job, capsys):
     assert head.startswith(f"usage: squarechipo {job} --config FILE [--num_processes N]")
     for option in ("--config FILE", "--num_processes N", "--accelerate_config FILE|NAME", "--debug"):
         assert f"\n  {option}" in head, option
+
+
+def test_a_run_moves_an_earlier_model_aside_and_keeps_the_release_beside_it(tmp_path, caplog):
+    """training.md's `accelerate launch recipes/train.py` after the README's `squarechipo train` replaced the model in
+    outputs/square_chipo without a word. A run that finds a trained model at the top of its output_dir moves its files
+    to earlier-<time> and says so; the released labels and checkpoints stay; a resumed run and an empty folder move
+    nothing."""
+    from types import SimpleNamespace
+
+    from squarechipo.scripts._common import keep_earlier_model
+
+    out = tmp_path / "square_chipo"
+    (out / "released_train").mkdir(parents=True)
+    (out / "checkpoint-2").mkdir()
+    for name in ("model.safetensors", "config.json", "README.md", "squarechipo_privacy.json", ".released_train.lock"):
+        (out / name).write_text(name)
+    resumed = SimpleNamespace(output_dir=str(out), resume_from_checkpoint=str(out / "checkpoint-2"))
+    assert keep_earlier_model(resumed) is None and (out / "model.safetensors").is_file()
+    kept = keep_earlier_model(SimpleNamespace(output_dir=str(out), resume_from_checkpoint=None))
+    assert kept.parent == out and kept.name.startswith("earlier-")
+    assert sorted(p.name for p in kept.iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                      "squarechipo_privacy.json"]  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".released_train.lock",
+        "checkpoint-2",
+        kept.name,
+        "released_train",
+    ]
+    assert f"{out} held a trained model: moved to {kept}" in caplog.text
+    assert keep_earlier_model(SimpleNamespace(output_dir=str(out), resume_from_checkpoint=None)) is None  # moved
+    assert keep_earlier_model(SimpleNamespace(output_dir=str(tmp_path / "new"), resume_from_checkpoint=None)) is None

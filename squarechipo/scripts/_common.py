@@ -18,6 +18,7 @@ __all__ = [
     "error_line",
     "model_kwargs",
     "finish_run",
+    "keep_earlier_model",
     "script_main",
     "setup_logging",
     "training_parser",
@@ -53,6 +54,34 @@ def training_parser(dataclass_types: tuple, prog: str | None):
     name = prog or "squarechipo JOB"
     usage = f"{name} --config FILE [--num_processes N] [--accelerate_config FILE|NAME] [--debug] [--FIELD VALUE ...]"
     return TrlParser(dataclass_types, prog=prog, usage=usage, description=_LAUNCH_HELP, formatter_class=_HelpFormatter)
+
+
+#: A saved model's weights at the top of its folder (whole, sharded, or a PEFT adapter).
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
+
+
+def keep_earlier_model(training_args, state=None) -> Path | None:
+    """A run never silently replaces a trained model: where ``output_dir`` already holds one at its top and the run
+    does not resume from a checkpoint, the main process moves that model's files (weights, card, record, metrics)
+    into ``output_dir/earlier-<UTC time>`` and says so in one line. Folders stay where they are: the released labels
+    (re-running reuses them, no fresh noise) and the checkpoints. Returns the folder the earlier model went to."""
+    import datetime
+    import shutil
+
+    out = Path(training_args.output_dir)
+    if getattr(training_args, "resume_from_checkpoint", None) or (state is not None and not state.is_main_process):
+        return None
+    if not any((out / name).is_file() for name in _WEIGHTS):
+        return None
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    kept = out / f"earlier-{stamp}"
+    kept.mkdir()
+    for item in sorted(out.iterdir()):
+        if item.is_file() and not item.is_symlink() and not item.name.startswith("."):  # a lock file stays
+            shutil.move(item, kept / item.name)
+    logger.warning("%s held a trained model: moved to %s (a run never replaces one); this run saves its own in %s",
+                   out, kept, out)  # fmt: skip
+    return kept
 
 
 def setup_logging() -> None:

@@ -32,7 +32,7 @@ from squarechipo.privacy.mechanisms.measurements import RRWithPrior
 from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage, mark_source
 from squarechipo.privacy.release.rows import combine_parts
 from squarechipo.privacy.release.store import release_dataset
-from squarechipo.scripts._common import finish_run, setup_logging
+from squarechipo.scripts._common import finish_run, keep_earlier_model, setup_logging
 from squarechipo.scripts.script_args import TrainScriptArguments
 from squarechipo.scripts.splits import load_training_splits
 from squarechipo.trainer import SquareChiPOConfig, SquareChiPOTrainer
@@ -90,6 +90,7 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         raise ValueError(f"lp2st_split must be in (0, 1) (got {script_args.lp2st_split}).")
     with state.main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
+    keep_earlier_model(training_args, state)
     # The raw split: each part is released separately below.
     raw, _ = load_training_splits(script_args, training_args.output_dir, state, with_eval=False, release=False)
     cut = int(round(script_args.lp2st_split * len(raw)))

@@ -23,6 +23,7 @@ from squarechipo.scripts._common import (
     check_trackers,
     declare_public_labels,
     finish_run,
+    keep_earlier_model,
     model_kwargs,
     setup_logging,
 )
@@ -38,6 +39,7 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     check_trackers(training_args)
     with state.main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
+    keep_earlier_model(training_args, state)
     train, eval_dataset = load_training_splits(
         script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
     )

@@ -20,7 +20,13 @@ from squarechipo.models.card import fix_model_card
 from squarechipo.privacy.provenance.lineage import ModelLineage, public_labels_record
 from squarechipo.privacy.provenance.record import write_privacy_record
 from squarechipo.privacy.provenance.sketch import weights_identity
-from squarechipo.scripts._common import check_trackers, finish_run, model_kwargs, setup_logging
+from squarechipo.scripts._common import (
+    check_trackers,
+    finish_run,
+    keep_earlier_model,
+    model_kwargs,
+    setup_logging,
+)
 from squarechipo.trainer.config import SFTRecipeConfig
 from squarechipo.trainer.sft import LeanSFTTrainer
 
@@ -54,6 +60,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     check_trackers(training_args)
     with PartialState().main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
+    keep_earlier_model(training_args, PartialState())
     data, train = _train_rows(script_args)
     eval_dataset = data.get(script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
     tokenizer = AutoTokenizer.from_pretrained(

@@ -25,6 +25,7 @@ from squarechipo.scripts._common import (
     check_trackers,
     declare_public_labels,
     finish_run,
+    keep_earlier_model,
     model_kwargs,
     setup_logging,
 )
@@ -44,6 +45,7 @@ def main(
     init_kwargs = model_kwargs(model_args, training_args)  # refused here, before any release, if it cannot work
     check_trackers(training_args)
     check_hub_reachable(training_args)  # before the release: a push that cannot happen stops the run here
+    keep_earlier_model(training_args, state)
     with state.main_process_first():  # the embedded model is converted once, by the main process
         model_path = resolve_model_path(model_args.model_name_or_path)
 
