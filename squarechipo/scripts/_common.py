@@ -61,8 +61,9 @@ _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.
 
 
 def keep_earlier_model(training_args, state=None) -> Path | None:
-    """A run never silently replaces a trained model: where ``output_dir`` already holds one at its top and the run
-    does not resume from a checkpoint, the main process moves that model's files (weights, card, record, metrics)
+    """A run never silently replaces a trained model: called just before training (a refused run changes nothing),
+    where ``output_dir`` already holds one at its top and the run does not resume from a checkpoint, the main process
+    moves that model's files (weights, card, record, metrics)
     into ``output_dir/earlier-<UTC time>`` and says so in one line. Folders stay where they are: the released labels
     (re-running reuses them, no fresh noise) and the checkpoints. Returns the folder the earlier model went to."""
     import datetime

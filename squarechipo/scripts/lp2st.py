@@ -90,7 +90,6 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         raise ValueError(f"lp2st_split must be in (0, 1) (got {script_args.lp2st_split}).")
     with state.main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
-    keep_earlier_model(training_args, state)
     # The raw split: each part is released separately below.
     raw, _ = load_training_splits(script_args, training_args.output_dir, state, with_eval=False, release=False)
     cut = int(round(script_args.lp2st_split * len(raw)))
@@ -134,6 +133,7 @@ def main(script_args: LP2STScriptArguments, training_args: SquareChiPOConfig, mo
         f"({sum(part2['label_from_prior'])} from the prior); ledger total ε = {ledger.total_epsilon}"
     )
     state.print(f"LP-2ST prior lineage: {[finding.to_dict() for finding in prior_lineage.findings]}")
+    keep_earlier_model(training_args, state)  # every check passed: the run saves where it was
     final, result = _train(model_path, combined, training_args, tokenizer)
     finish_run(final, result, script_args.dataset_name, "Stage-2 model, card and privacy record are", evaluate=False)
     return final

@@ -39,7 +39,6 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
     check_trackers(training_args)
     with state.main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
-    keep_earlier_model(training_args, state)
     train, eval_dataset = load_training_splits(
         script_args, training_args.output_dir, state, with_eval=training_args.eval_strategy != "no"
     )
@@ -63,6 +62,7 @@ def main(script_args: TrainScriptArguments, training_args: PrivateRewardConfig, 
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
+    keep_earlier_model(training_args, state)  # every check passed: the run saves where it was
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     finish_run(
         trainer,

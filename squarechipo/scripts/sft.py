@@ -60,7 +60,6 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
     check_trackers(training_args)
     with PartialState().main_process_first():
         model_path = resolve_model_path(model_args.model_name_or_path)
-    keep_earlier_model(training_args, PartialState())
     data, train = _train_rows(script_args)
     eval_dataset = data.get(script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
     tokenizer = AutoTokenizer.from_pretrained(
@@ -76,6 +75,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTRecipeConfig, model_
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
+    keep_earlier_model(training_args, PartialState())  # every check passed: the run saves where it was
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
 
     def record_public_rows() -> None:

@@ -45,7 +45,6 @@ def main(
     init_kwargs = model_kwargs(model_args, training_args)  # refused here, before any release, if it cannot work
     check_trackers(training_args)
     check_hub_reachable(training_args)  # before the release: a push that cannot happen stops the run here
-    keep_earlier_model(training_args, state)
     with state.main_process_first():  # the embedded model is converted once, by the main process
         model_path = resolve_model_path(model_args.model_name_or_path)
 
@@ -72,6 +71,7 @@ def main(
         processing_class=tokenizer,
         peft_config=peft_config,
     )
+    keep_earlier_model(training_args, state)  # every check passed: the run saves where it was
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     finish_run(
         trainer,
