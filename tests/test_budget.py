@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -294,6 +295,9 @@ def test_budget_entries_are_one_chain_and_a_replayed_forked_gapped_or_foreign_en
         "unsigned": ([lambda db: db.execute("UPDATE budget_entries SET entry = ? WHERE digest = ?",
                                             (json.dumps(_without_signature(third[2])), third[0]))],
                      r"entry 3\].*an unsigned"),
+        "columns": ([lambda db: db.execute("UPDATE budget_entries SET replaces = 'elsewhere' WHERE digest = ?",
+                                           (third[0],))], r"entry 3\]: its columns do not match the entry it signs"),
+        "garbled": (["UPDATE budget_entries SET entry = 'not json' WHERE no = 1"], r"entry 1\]: not a budget entry"),
     }.items():  # fmt: skip
         path.write_bytes(saved)
         _edit(path, *unconstrained, *edits)
@@ -369,3 +373,105 @@ def test_a_budget_lowered_while_a_release_draws_is_held_by_the_transaction_that_
     with pytest.raises(RegistryError, match=r"budget \(registry, ε 1\) would be passed: 4 of 4 rows"):
         release_dataset(distinct_pairs(4, offset=11_700), LabelPipeline(epsilon=2.0), tmp_path / "late")
     assert describe()["releases"] == 0 and not (tmp_path / "late").exists()
+
+
+def _b(scope: str, epsilon: float, digest: str = "d"):
+    from squarechipo.privacy.release.budget import Budget
+
+    return Budget(scope, epsilon, f"{digest}-{scope}", "2026-12-07T00:00:00+00:00")
+
+
+def test_the_strictest_budget_passed_is_named_with_its_rows_spent_asked_and_remaining():
+    """`enforce` on hand-made limits: the budget with the smallest ε among those passed is named, with how many of
+    the release's rows pass it (never more than the release holds), the most any of them spent, the ε asked and what
+    remains (never below 0); within every budget, the ledger records the one that leaves least, rounded to 12
+    places; ε sums compare with a slack, so 0.1 + 0.2 spent against 0.3 passes."""
+    from squarechipo.privacy.release.budget import enforce
+
+    registry, dataset, unit = _b("registry", 3.0), _b("dataset:finance", 2.0), _b("unit:labeller", 5.0)
+    assert enforce([], 4) is None
+    assert enforce([(registry, 0.1, 0.2), (_b("registry", 0.3), 0.1, 0.2)], 1)["remaining"] == 0.0
+    limits = [(registry, 1.0, 1.0), (dataset, 1.5, 1.0), (dataset, 0.5, 1.0), (unit, 4.5, 1.0), (dataset, 1.8, 1.0)]
+    with pytest.raises(RegistryError) as refused:
+        enforce(limits, 2)
+    assert str(refused.value).startswith(
+        "privacy budget (dataset:finance, ε 2) would be passed: 2 of 2 rows have spent up to ε 1.8, this release asks "
+        "ε 1, and ε 0.2 remains for them. Release other rows or a smaller ε"
+    )
+    with pytest.raises(RegistryError, match=r"\(registry, ε 3\) would be passed: 1 of 5 rows .* ε 3.5, .* asks ε 0.5, "
+                                            r"and ε 0 remains"):  # fmt: skip
+        enforce([(registry, 3.5, 0.5), (dataset, 0.5, 0.5)], 5)
+    record = enforce([(registry, 1.2, 0.5), (dataset, 0.1, 0.5), (unit, 0.0, 1.25)], 3)
+    assert record == {"scope": "registry", "epsilon": 3.0, "entry": "d-registry", "remaining": 1.3}
+    assert enforce([(dataset, 1.0 / 3, 1.0 / 3)], 1)["remaining"] == round(2.0 - 2.0 / 3, 12)
+
+
+def test_a_scope_is_a_folded_dataset_a_unit_or_the_registry_and_a_bad_one_is_one_line():
+    from squarechipo.privacy.release.budget import canonical_dataset, scope_of
+
+    assert scope_of() == "registry" and scope_of(unit="labeller") == "unit:labeller"
+    assert scope_of(dataset=" Ｆinance  Q1 ") == "dataset:finance q1"
+    assert canonical_dataset(None) is None and canonical_dataset(" \t ") is None and canonical_dataset("A  b") == "a b"
+    for kwargs, said in (
+        ({"dataset": "x", "unit": "y"}, "per dataset (--dataset) or per privacy unit (--unit), not both"),
+        ({"dataset": " "}, "--dataset is empty: name the dataset or the unit column"),
+        ({"unit": ""}, "--unit is empty: name the dataset or the unit column"),
+        ({"unit": "chosen"}, "--unit chosen: 'chosen' is a column of the comparison itself"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            scope_of(**kwargs)
+
+
+def test_the_chain_orders_its_entries_and_refuses_a_fork_a_replay_or_an_entry_off_it():
+    """`_chain` on hand-made entries: in order from the first (following none) to the head whatever order they are
+    stored in; two entries following one, one digest twice, or an entry following none in force fail closed."""
+    from squarechipo.privacy.release.budget import _chain
+
+    a, b, c = ({"digest": d, "replaces": r} for d, r in (("a", ""), ("b", "a"), ("c", "b")))
+    assert _chain([c, a, b], "here") == [a, b, c] and _chain([], "here") == []
+    for entries, said in (
+        ([a, b, {"digest": "x", "replaces": "a"}], "two budget entries follow one entry (a): a fork or a replay"),
+        ([a, {"digest": "y", "replaces": ""}], "two budget entries follow one entry (the start)"),
+        ([a, b, b], "a budget entry appears twice"),
+        ([a, c], "1 budget entr(ies) are off the chain"),
+        ([b, c], "2 budget entr(ies) are off the chain"),
+    ):
+        with pytest.raises(RegistryError, match=re.escape(said)) as refused:
+            _chain(entries, "here")
+        assert str(refused.value).startswith("here: ") and "No release is made" in str(refused.value)
+
+
+def test_a_release_answers_to_the_unit_budget_it_declares_and_each_row_and_unit_to_every_budget():
+    """`BudgetAsk.limits` on hand-made earlier releases: each row answers to the registry's budget and to the budget of
+    every dataset it was entered under (or this release names), at the ε one row spends; each declared unit (keys
+    n .. 2n − 1) and each unit its rows were released with before, at ε × its rows. Under two unit budgets, a release
+    declaring neither is told the one its columns hold."""
+    from types import SimpleNamespace
+
+    from squarechipo.privacy.release.budget import BudgetAsk
+
+    budgets = {s: _b(s, 4.0) for s in ("registry", "dataset:finance", "dataset:other", "unit:labeller")}
+    earlier = SimpleNamespace(
+        spent={0: 1.0, 2: 0.5, 3: 2.0},  # rows 0 and 1, then the declared units 2 and 3
+        datasets={0: ["finance"], 1: [None]},
+        followed_units={b"old": 3},
+        unit_spent={b"old": 1.5},
+    )
+    ask = BudgetAsk(dataset="Other ", unit="labeller", columns=("labeller",), n_rows=2, epsilon=0.6, row_epsilon=0.2)
+    got = [(b.scope, spent, asked) for b, spent, asked in ask.limits(budgets, earlier)]
+    assert got == [
+        ("registry", 1.0, 0.2), ("dataset:finance", 1.0, 0.2), ("dataset:other", 1.0, 0.2),
+        ("registry", 0.0, 0.2), ("dataset:other", 0.0, 0.2),
+        ("unit:labeller", 0.5, 0.6), ("unit:labeller", 2.0, 0.6), ("unit:labeller", 1.5, 0.2 * 3),
+    ]  # fmt: skip
+    plain = BudgetAsk(dataset=None, unit=None, columns=(), n_rows=1, epsilon=0.7)
+    assert [(b.scope, a) for b, _, a in plain.limits({"registry": budgets["registry"]}, earlier)] == [
+        ("registry", 0.7)
+    ]
+    two = {"unit:annotator": _b("unit:annotator", 1.0), "unit:labeller": _b("unit:labeller", 1.0)}
+    with pytest.raises(RegistryError, match=r"per unit of 'labeller' and this release declares no privacy unit"):
+        BudgetAsk(None, None, ("prompt", "labeller"), 1, 1.0).limits(two, earlier)
+    with pytest.raises(RegistryError, match=r"per unit of 'annotator' and this release declares privacy unit 'x'"):
+        BudgetAsk(None, "x", ("prompt",), 1, 1.0).limits(two, earlier)
+    declared = BudgetAsk(None, "annotator", ("annotator",), 1, 1.0).limits(two, earlier)
+    assert {b.scope for b, _, _ in declared} == {"unit:annotator"}
