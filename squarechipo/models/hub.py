@@ -24,11 +24,13 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
 
 
 def in_hub_cache(repo_id: str, revision: str | None = None) -> bool:
-    """Whether ``repo_id`` (at ``revision``) has a model config in the local Hugging Face cache."""
+    """Whether ``repo_id`` (at ``revision``) has a model's or an adapter's config in the local Hugging Face cache."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+        found = [
+            try_to_load_from_cache(repo_id, name, revision=revision) for name in ("config.json", "adapter_config.json")
+        ]
     except ValueError:  # not a valid repo id (HFValidationError): nothing of it can be cached
         return False
-    return isinstance(found, str)
+    return any(isinstance(f, str) for f in found)
