@@ -247,10 +247,23 @@ def readable_weights(folder: str | Path) -> None:
     """The weight files of a saved model with the modes the process's umask gives its other files: safetensors
     writes them through a private temporary file (mode 0600), so a model saved for a team was readable by its owner
     alone while its config and card were not."""
-    import os
-
-    mask = os.umask(0)
-    os.umask(mask)
+    mask = _umask()
     for path in Path(folder).glob("*.safetensors"):
         if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600:
             path.chmod(0o666 & ~mask)
+
+
+def _umask() -> int:
+    """The process's umask, read where Linux shows it (setting it to read it back races other threads)."""
+    import os
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
