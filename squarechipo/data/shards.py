@@ -45,21 +45,14 @@ from squarechipo.data.near_duplicates import (
 from squarechipo.data.row_scan import CHUNK_ROWS
 from squarechipo.trust.seals import file_sha256
 
-__all__ = ["SHARD_KEY", "SKETCH_KEY", "ShardCopies", "shard_copies", "sketch_shard", "sketch_table", "write_shard"]
+__all__ = ["SHARD_KEY", "SKETCH_KEY", "ShardCopies", "shard_copies", "sketch_shard", "sketch_table"]
 
-#: The key of a sketch file's Parquet metadata: its shard (path, sha256, rows, and where ``write_shard`` wrote it, its
+#: The key of a sketch file's Parquet metadata: its shard (path, sha256, rows, and where `shards split` wrote it, its
 #: place in its split) and scheme, as JSON.
 SKETCH_KEY = b"squarechipo.sketch"
-#: The key of a shard's Parquet metadata (``shards split``): the split it is part of and its index there, as JSON.
+#: The key of a shard's Parquet metadata (``squarechipo shards split`` writes it): the split it is part of and its
+#: index there, as JSON; a sketch carries it on.
 SHARD_KEY = b"squarechipo.shard"
-
-
-def write_shard(table: pa.Table, path: str | Path, split: dict, index: int, shards: int) -> None:
-    """Write shard ``index`` of ``shards`` of a split as Parquet, naming in its metadata the split (``split``: the
-    dataset, its split and its fingerprint) and its index, which its sketch carries on: sketches are then joined in
-    the split's order, and a sketch of another split is refused."""
-    meta = {**(table.schema.metadata or {}), SHARD_KEY: json.dumps({**split, "index": index, "shards": shards})}
-    pq.write_table(table.replace_schema_metadata(meta), str(path))
 
 
 @label_free("hashes and sketches of each row's canonical content (the responses sorted)")

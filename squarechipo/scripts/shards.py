@@ -81,10 +81,20 @@ def _natural(name: str) -> list:
     return [(0, int(piece), "") if piece.isdigit() else (1, 0, piece) for piece in re.split(r"(\d+)", name)]
 
 
+def _write_shard(table, path: Path, split: dict, index: int, shards: int) -> None:
+    """Write shard ``index`` of ``shards`` of a split as Parquet (the raw rows, as the custodian keeps them), naming in
+    its metadata the split (the dataset, its split and its fingerprint) and its index, which its sketch carries on:
+    sketches are then joined in the split's order, and a sketch of another split is refused."""
+    import pyarrow.parquet as pq
+
+    from squarechipo.data.shards import SHARD_KEY
+
+    meta = {**(table.schema.metadata or {}), SHARD_KEY: json.dumps({**split, "index": index, "shards": shards})}
+    pq.write_table(table.replace_schema_metadata(meta), str(path))
+
+
 def _split(args: argparse.Namespace) -> int:
     import datasets
-
-    from squarechipo.data.shards import write_shard
 
     data = datasets.load_from_disk(args.dataset)
     if isinstance(data, datasets.DatasetDict):
@@ -106,6 +116,6 @@ def _split(args: argparse.Namespace) -> int:
     split = {"dataset": str(Path(args.dataset).resolve()), "split": args.split, "fingerprint": data._fingerprint}
     for index in range(args.shards):
         table = data.shard(args.shards, index, contiguous=True).with_format("arrow")[:]
-        write_shard(table, out / f"part-{index}.parquet", split, index, args.shards)
+        _write_shard(table, out / f"part-{index}.parquet", split, index, args.shards)
     print(f"wrote {len(data):,} rows of {args.dataset} as {args.shards} shards into {out}")
     return 0
