@@ -125,7 +125,11 @@ def test_an_analyst_cannot_set_a_budget_and_an_edited_one_is_refused_nothing_spe
     keys = roles(tmp_path, monkeypatch)
     keys.analyst()
     assert main(["registry", "budget", "set", "--epsilon", "3"]) == 1
-    assert "needs the custodian's signing key" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip() == (
+        "squarechipo registry: error: setting a privacy budget needs the custodian's signing key "
+        "(SQUARECHIPO_SIGNING_KEY, or this machine's own key): a budget is signed so that nobody else can raise it. "
+        "Ask the custodian to set it. (--debug shows the traceback)"
+    )
     started = tmp_path / "analysts.sqlite"
     assert main(["registry", "init", "--path", str(started), "--budget", "3"]) == 1
     assert "the custodian starts the registry" in capsys.readouterr().err and not started.exists()
@@ -394,9 +398,10 @@ def test_the_strictest_budget_passed_is_named_with_its_rows_spent_asked_and_rema
     limits = [(registry, 1.0, 1.0), (dataset, 1.5, 1.0), (dataset, 0.5, 1.0), (unit, 4.5, 1.0), (dataset, 1.8, 1.0)]
     with pytest.raises(RegistryError) as refused:
         enforce(limits, 2)
-    assert str(refused.value).startswith(
+    assert str(refused.value) == (
         "privacy budget (dataset:finance, ε 2) would be passed: 2 of 2 rows have spent up to ε 1.8, this release asks "
-        "ε 1, and ε 0.2 remains for them. Release other rows or a smaller ε"
+        "ε 1, and ε 0.2 remains for them. Release other rows or a smaller ε; only the custodian raises a budget "
+        "(squarechipo registry budget set). Nothing was released."
     )
     with pytest.raises(RegistryError, match=r"\(registry, ε 3\) would be passed: 1 of 5 rows .* ε 3.5, .* asks ε 0.5, "
                                             r"and ε 0 remains"):  # fmt: skip
@@ -404,6 +409,9 @@ def test_the_strictest_budget_passed_is_named_with_its_rows_spent_asked_and_rema
     record = enforce([(registry, 1.2, 0.5), (dataset, 0.1, 0.5), (unit, 0.0, 1.25)], 3)
     assert record == {"scope": "registry", "epsilon": 3.0, "entry": "d-registry", "remaining": 1.3}
     assert enforce([(dataset, 1.0 / 3, 1.0 / 3)], 1)["remaining"] == round(2.0 - 2.0 / 3, 12)
+    assert enforce([(_b("registry", 1.0), 0.0, 1.0 + 1e-9)], 1)["scope"] == "registry"  # at the slack's edge: within
+    other = _b("dataset:other", 3.0)  # leaves 1.8 against the registry's 1.5 (3 − 0.5 − 1): the registry's is recorded
+    assert enforce([(other, 1.0, 0.2), (registry, 0.5, 1.0)], 1)["scope"] == "registry"
 
 
 def test_a_scope_is_a_folded_dataset_a_unit_or_the_registry_and_a_bad_one_is_one_line():
@@ -438,7 +446,10 @@ def test_the_chain_orders_its_entries_and_refuses_a_fork_a_replay_or_an_entry_of
     ):
         with pytest.raises(RegistryError, match=re.escape(said)) as refused:
             _chain(entries, "here")
-        assert str(refused.value).startswith("here: ") and "No release is made" in str(refused.value)
+        assert str(refused.value).startswith("here: ") and str(refused.value).endswith(
+            " No release is made against budgets that cannot be trusted: the custodian sets the budget again "
+            "(squarechipo registry budget set)."
+        )
 
 
 def test_a_release_answers_to_the_unit_budget_it_declares_and_each_row_and_unit_to_every_budget():
@@ -454,7 +465,7 @@ def test_a_release_answers_to_the_unit_budget_it_declares_and_each_row_and_unit_
     earlier = SimpleNamespace(
         spent={0: 1.0, 2: 0.5, 3: 2.0},  # rows 0 and 1, then the declared units 2 and 3
         datasets={0: ["finance"], 1: [None]},
-        followed_units={b"old": 3},
+        followed_units={b"old": 3, b"unspent": 1},
         unit_spent={b"old": 1.5},
     )
     ask = BudgetAsk(dataset="Other ", unit="labeller", columns=("labeller",), n_rows=2, epsilon=0.6, row_epsilon=0.2)
@@ -463,6 +474,7 @@ def test_a_release_answers_to_the_unit_budget_it_declares_and_each_row_and_unit_
         ("registry", 1.0, 0.2), ("dataset:finance", 1.0, 0.2), ("dataset:other", 1.0, 0.2),
         ("registry", 0.0, 0.2), ("dataset:other", 0.0, 0.2),
         ("unit:labeller", 0.5, 0.6), ("unit:labeller", 2.0, 0.6), ("unit:labeller", 1.5, 0.2 * 3),
+        ("unit:labeller", 0.0, 0.2),
     ]  # fmt: skip
     plain = BudgetAsk(dataset=None, unit=None, columns=(), n_rows=1, epsilon=0.7)
     assert [(b.scope, a) for b, _, a in plain.limits({"registry": budgets["registry"]}, earlier)] == [
@@ -475,3 +487,12 @@ def test_a_release_answers_to_the_unit_budget_it_declares_and_each_row_and_unit_
         BudgetAsk(None, "x", ("prompt",), 1, 1.0).limits(two, earlier)
     declared = BudgetAsk(None, "annotator", ("annotator",), 1, 1.0).limits(two, earlier)
     assert {b.scope for b, _, _ in declared} == {"unit:annotator"}
+    colon = {"unit:team:labeller": _b("unit:team:labeller", 1.0)}  # a unit column whose name holds a colon
+    assert {b.scope for b, _, _ in BudgetAsk(None, "team:labeller", (), 1, 1.0).limits(colon, earlier)} == set(colon)
+    with pytest.raises(RegistryError) as refused:
+        BudgetAsk(None, None, ("labeller",), 1, 1.0).limits({"unit:labeller": two["unit:labeller"]}, earlier)
+    assert str(refused.value) == (
+        "the registry's privacy budget is per unit of 'labeller' and this release declares no privacy unit: declare "
+        "privacy_unit='labeller' (label_privacy_unit in a config), on a column holding each row's labeller, so that "
+        "each unit's ε is counted."
+    )
