@@ -61,6 +61,12 @@ def test_a_release_that_would_pass_the_budget_is_refused_naming_rows_spent_asked
         release_dataset(near, LabelPipeline(epsilon=0.1), rerelease=True)
     shown = _budget(capsys, "show")
     assert shown[0]["spent"] == pytest.approx(1.5) and shown[0]["remaining"] == pytest.approx(0.0)
+    import datetime
+
+    made = datetime.datetime.fromisoformat(shown[0]["set_at"])  # when it was set, in UTC, to the microsecond
+    assert made.utcoffset() == datetime.timedelta(0) and len(shown[0]["set_at"]) == len(
+        "2026-12-07T00:00:00.000000+00:00"
+    )
     assert {r["folder"] for r in shown[0]["closest_releases"]} == {str(tmp_path / "first"), str(tmp_path / "rest")}
     capsys.readouterr()
     assert main(["registry", "show"]) == 0
@@ -308,6 +314,11 @@ def test_budget_entries_are_one_chain_and_a_replayed_forked_gapped_or_foreign_en
         with pytest.raises(RegistryError, match=refusal) as refused:
             release_dataset(rows, LabelPipeline(epsilon=0.5))
         assert "No release is made" in str(refused.value) and "\n" not in str(refused.value), tamper
+    path.write_bytes(saved)
+    _edit(path, *unconstrained, lambda db: db.execute("DELETE FROM budget_entries WHERE digest = ?", (second[0],)))
+    capsys.readouterr()
+    assert main(["registry", "budget", "set", "--epsilon", "9"]) == 1  # no entry follows a broken chain either
+    assert f"{path}: 1 budget entr(ies) are off the chain" in capsys.readouterr().err
     path.write_bytes(saved)
     with pytest.raises(RegistryError, match=r"budget \(registry, ε 1\)"):  # the head, ε 1, is in force
         release_dataset(rows, LabelPipeline(epsilon=1.5))
