@@ -246,3 +246,32 @@ def test_sketches_follow_the_shard_index_they_record_and_a_stray_sketch_or_a_mis
     assert "give the sketches of one split's shards only" in err and len(err.strip().splitlines()) == 1
     assert main(["shards", "copies", *sketches[:2]]) == 1  # shard 0 (c.parquet) left out
     assert "without shard 0 every later row number would shift" in capsys.readouterr().err
+
+
+@settings(max_examples=60, deadline=None)
+@given(shards=st.integers(1, 12), data=st.data())
+def test_sketches_of_one_split_in_any_order_come_back_in_the_splits_order_and_any_gap_or_stranger_is_refused(
+    shards, data
+):
+    """`_in_split_order` over any permutation of a split's sketches gives them in index order; leaving any one out,
+    giving one twice, or adding one of another split is refused (every later row number would shift)."""
+    from pathlib import Path
+
+    import pytest
+
+    from squarechipo.data.shards import _in_split_order
+
+    split = {"dataset": "/d/data", "split": "train", "fingerprint": "f", "shards": shards}
+    sketches = [(Path(f"s{i}.parquet"), {"shard": {**split, "index": i}}) for i in range(shards)]
+    given_ = data.draw(st.permutations(sketches))
+    assert _in_split_order(list(given_)) == sketches
+    broken = data.draw(st.sampled_from(["gap", "twice", "stranger"]))
+    k = data.draw(st.integers(0, shards - 1))
+    if broken == "gap" and shards > 1:
+        bad = [s for s in given_ if s[1]["shard"]["index"] != k]
+    elif broken == "twice":
+        bad = [*given_, sketches[k]]
+    else:
+        bad = [*given_, (Path("x.parquet"), {"shard": {**split, "fingerprint": "other", "index": k}})]
+    with pytest.raises(ValueError, match="every later row number would shift|of one split's shards only"):
+        _in_split_order(bad)

@@ -11,14 +11,21 @@ from squarechipo.trust.seals import file_sha256
 __all__ = ["same_model_notes"]
 
 
-def _weights(folder: Path) -> dict[str, str] | None:
-    """name → sha256 of a model folder's weight files; None where it is not a folder holding any."""
-    files = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")) if folder.is_dir() else []
-    return {f.name: file_sha256(f) for f in files} or None
+def _weight_files(folder: Path) -> dict[str, Path]:
+    """name → path of a model folder's weight files (safetensors or PyTorch bins); empty where it is no folder."""
+    if not folder.is_dir():
+        return {}
+    return {f.name: f for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))}
 
 
-def _sizes(folder: Path) -> dict[str, int]:
-    return {f.name: f.stat().st_size for f in folder.glob("*.safetensors")} if folder.is_dir() else {}
+def _same_weights(a: Path, b: Path) -> bool:
+    """The same weight files, byte for byte: names and sizes first (cheap), then their sha256."""
+    mine, theirs = _weight_files(a), _weight_files(b)
+    if not mine or mine.keys() != theirs.keys():
+        return False
+    if any(mine[n].stat().st_size != theirs[n].stat().st_size for n in mine):
+        return False
+    return all(file_sha256(mine[n]) == file_sha256(theirs[n]) for n in mine)
 
 
 def same_model_notes(policy: str, baseline: str) -> list[str]:
@@ -33,8 +40,7 @@ def same_model_notes(policy: str, baseline: str) -> list[str]:
                 f"{policy}: its record says 'no update' (the run that saved it changed no weight): it is the model "
                 "that run started from, so this compares that model, not a trained one."
             )
-    same_sizes = _sizes(Path(policy)) and _sizes(Path(policy)) == _sizes(Path(baseline))
-    if same_sizes and _weights(Path(policy)) == _weights(Path(baseline)):
+    if _same_weights(Path(policy), Path(baseline)):
         notes.append(
             f"{policy} and {baseline} hold the same weights: the comparison is of one model with itself (expect "
             "about 50% and identical answers); check that the policy folder holds the trained model."
