@@ -275,3 +275,6 @@ def test_sketches_of_one_split_in_any_order_come_back_in_the_splits_order_and_an
         bad = [*given_, (Path("x.parquet"), {"shard": {**split, "fingerprint": "other", "index": k}})]
     with pytest.raises(ValueError, match="every later row number would shift|of one split's shards only"):
         _in_split_order(bad)
+    edited = data.draw(st.sampled_from(["1", None, 1.0, True]))  # an index edited by hand: one line, no traceback
+    with pytest.raises(ValueError, match=r"s0.parquet: its shard's place .* is not what shards split writes"):
+        _in_split_order([(Path("s0.parquet"), {"shard": {**split, "index": edited}}), *sketches[1:]])

@@ -144,6 +144,13 @@ def _in_split_order(abouts: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
     placed = [(sketch, about) for sketch, about in abouts if "shard" in about]
     if not placed:
         return abouts
+    for sketch, about in placed:
+        place = about["shard"]
+        if not (isinstance(place, dict) and all(type(place.get(k)) is int for k in ("index", "shards"))):
+            raise ValueError(
+                f"{sketch.name}: its shard's place ({place!r}) is not what shards split writes (an index, a count): "
+                "sketch that shard again."
+            )
     first = placed[0][1]["shard"]
     split = {k: v for k, v in first.items() if k != "index"}
     for sketch, about in abouts:
