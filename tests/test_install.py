@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.sbin import sbin
+
 ROOT = Path(__file__).resolve().parents[1]
 #: A user's login environment, as the README's commands are tried in it: nothing but a home and the system PATH.
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -47,7 +49,7 @@ class _Account:
         home.mkdir()
         if os.geteuid() == 0:
             self.created = f"sqi{os.getpid()}"
-            subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
+            subprocess.run([sbin("useradd"), "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
                             self.created], check=True)  # fmt: skip
             entry = pwd.getpwnam(self.created)
             os.chown(home, entry.pw_uid, entry.pw_gid)
@@ -58,13 +60,13 @@ class _Account:
 
     def run(self, argv: list[str], cwd: Path, timeout: int) -> subprocess.CompletedProcess:
         """``argv`` as this account, in an environment of HOME and PATH alone."""
-        prefix = ["runuser", "-u", self.created, "--"] if self.created else []
+        prefix = [sbin("runuser"), "-u", self.created, "--"] if self.created else []
         command = [*prefix, "env", "-i", f"HOME={self.home}", f"PATH={USER_PATH}", *argv]
         return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
     def remove(self) -> None:
         if self.created:
-            subprocess.run(["userdel", self.created], check=False)
+            subprocess.run([sbin("userdel"), self.created], check=False)
 
 
 @pytest.mark.slow

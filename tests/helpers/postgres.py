@@ -12,9 +12,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers.sbin import sbin
+
 
 def _as_server_user(argv: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+    return [sbin("runuser"), "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
 @dataclass
