@@ -71,8 +71,7 @@ def run(target: str, rows: int, earlier: int) -> dict[str, float]:
 def _budget_check(units, marks, rows: int) -> dict[str, float]:
     """Seconds of the budget check for a re-release of the rows just entered (each has spent ε 1): without a budget
     (the budgets read, none set) and with one, beside the look-up the release makes anyway."""
-    from squarechipo.privacy.release.budget import BudgetAsk
-    from squarechipo.privacy.release.budget_admin import check_budget, set_budget
+    from squarechipo.privacy.release.budget import BudgetAsk, check_budget, set_budget
     from squarechipo.privacy.release.registry import earlier_releases
 
     started = time.perf_counter()

@@ -142,7 +142,7 @@ def release_seconds(data: datasets.Dataset, folder: Path) -> tuple[float, float]
     """(wall, CPU) seconds of the whole counted release into ``folder``: admit, draw, ledger, stage, register,
     rename."""
     from squarechipo.privacy import LabelPipeline
-    from squarechipo.privacy.release.store import release_dataset
+    from squarechipo.privacy.release.release_dataset import release_dataset
 
     start = _clock()
     release_dataset(data, LabelPipeline(epsilon=1.0), folder)
@@ -158,7 +158,7 @@ def ledger_figures(released: datasets.Dataset) -> dict[str, float]:
 
     from squarechipo.data import metadata
     from squarechipo.privacy.ledger.binding import check_rows
-    from squarechipo.privacy.ledger.records import PrivacyLedger, _sealed_view
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger, _sealed_view
     from squarechipo.trust.seals import seal
 
     block = metadata.read_block(released)
@@ -189,7 +189,7 @@ def _release_worker(rows: Path, out: Path, with_stages: bool) -> dict:
     import json
     import resource
 
-    from squarechipo.privacy.release.store import load_release
+    from squarechipo.privacy.release.saved import load_release
 
     data = datasets.load_from_disk(str(rows))
     timings = stages(data) if with_stages else {}

@@ -232,7 +232,7 @@ def preference_loss(
         ``robust_chipo``. policy_*_logps, ref_*_logps: summed log-probs of the stored chosen/rejected responses. beta:
         KL (χ²) regularisation strength β. clip: 2·R_max, the bound on |β·h| (None = no clip): :func:`margin_clip`.
         flip_rate: the one way to say how noisy the labels are: the probability ρ that a label is wrong (None or 0:
-        clean), or a :class:`squarechipo.privacy.ledger.records.Debiasing` (a ledger's answer). Square losses use c =
+        clean), or a :class:`squarechipo.privacy.ledger.ledger.Debiasing` (a ledger's answer). Square losses use c =
         1/(1 − 2ρ) (c(ε) = (e^ε+1)/(e^ε−1) for randomized response at ε, ρ = 1/(1+e^ε):
         :func:`squarechipo.privacy.mechanisms.calibration.flip_probability`); the robust losses use ρ. The plain log
         losses (``dpo``, ``chipo``) do not debias: they are the non-private baselines and ignore it.

@@ -260,7 +260,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_modules_import_each_other_deferred_imports_included():
-    """privacy/ledger/binding.py and privacy/ledger/records.py imported each other through an import deferred into a
+    """privacy/ledger/binding.py and privacy/ledger/ledger.py imported each other through an import deferred into a
     function, which the layer check (between packages) could not see. Package ``__init__`` files, which re-export, are
     left out."""
     packages = {_module_name(p.parent) for p in PACKAGE.rglob("__init__.py")}
@@ -376,3 +376,22 @@ def test_every_module_the_package_or_the_docs_run_with_python_m_runs_when_execut
         return file.is_file() and 'if __name__ == "__main__":' in file.read_text(encoding="utf-8")
 
     assert [m for m in sorted(named) if not runs(m)] == []
+
+
+#: The most stays the walk of ε may take (it took 39 before issue 99 named the modules for what they hold).
+MAX_EPSILON_STAYS = 30
+
+
+def test_the_walk_of_epsilon_from_the_command_to_the_noise_is_short(tmp_path, tokenizer):
+    """Following ε from ``squarechipo train`` to the noise, a reader stays in at most 30 modules in turn (the
+    profiler of tests/helpers/epsilon_walk.py on the real command, which it stops at the draw); `-s` prints it."""
+    from tests.helpers.epsilon_walk import describe, epsilon_walk
+
+    found = epsilon_walk(tmp_path, tokenizer)
+    print(describe(found))
+    modules = [stay["module"] for stay in found]
+    assert modules[0] == "squarechipo/cli.py", describe(found)
+    noise = {"module": "squarechipo/privacy/mechanisms/binary.py", "functions": ["ctl", "randomized_response"]}
+    assert found[-1] == noise, describe(found)
+    assert "squarechipo/privacy/release/transaction.py" in modules, describe(found)  # through the one release path
+    assert len(found) <= MAX_EPSILON_STAYS, describe(found)

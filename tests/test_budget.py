@@ -184,7 +184,7 @@ def test_no_sequence_of_releases_takes_a_row_past_its_budget(steps):
     import tempfile
 
     from squarechipo.data.fingerprint import canonical_rows
-    from squarechipo.privacy.release.budget_admin import set_budget
+    from squarechipo.privacy.release.budget import set_budget
     from squarechipo.privacy.release.registry import earlier_releases, init_registry
 
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
@@ -375,7 +375,7 @@ def test_a_budget_lowered_while_a_release_draws_is_held_by_the_transaction_that_
     """The check before the draw passes under ε 4; the custodian lowers the budget to ε 1 while the noise is drawn;
     the transaction that enters the release checks again and refuses it: nothing entered, nothing visible."""
     import squarechipo.privacy.release.transaction as transaction
-    from squarechipo.privacy.release.budget_admin import set_budget
+    from squarechipo.privacy.release.budget import set_budget
 
     set_budget(4.0)
     draw = transaction.draw_rows
@@ -426,7 +426,8 @@ def test_the_strictest_budget_passed_is_named_with_its_rows_spent_asked_and_rema
 
 
 def test_a_scope_is_a_folded_dataset_a_unit_or_the_registry_and_a_bad_one_is_one_line():
-    from squarechipo.privacy.release.budget import canonical_dataset, scope_of
+    from squarechipo.privacy.release.budget import scope_of
+    from squarechipo.privacy.release.registry_schema import canonical_dataset
 
     assert scope_of() == "registry" and scope_of(unit="labeller") == "unit:labeller"
     assert scope_of(dataset=" Ｆinance  Q1 ") == "dataset:finance q1"

@@ -46,9 +46,9 @@ NOT_RUN = {
     r"audit training .*--leak sft": "tests/test_audit.py runs the training audit with the SFT leak",
     r"reproduce table1 --scale cpu(?!.*--dry-run)": "tests/test_reproduce.py runs table1 end to end, then resumes it",
     r"-m squarechipo\.sim --smoke$": "the lab's first command above already runs at --smoke in this test",
-    r"postgresql://|^createdb ": (
+    r"db\.example\.org|^createdb ": (
         "needs a team's PostgreSQL server: tests/test_team_registry.py runs init, grant, migrate and the releases "
-        "against a real one"
+        "against a real one; the page's one-machine server runs here"
     ),
     # The same job as a README command this test runs just before (the README's launcher, the same config):
     r"^accelerate launch recipes/sft\.py --config recipes/configs/sft\.yaml$": (
@@ -139,6 +139,9 @@ PROMISES = {
     r"shards copies": (["copies.json"], [r"\d+ of \d+ rows copy an earlier row \(\d+ exactly, \d+ as near-copies\)"]),
     r"shards split": (["shards/part-2.parquet"], [r"wrote \d+ rows of data/finance_preference as 3 shards"]),
     r"bench_registry\.py": ([], [r"sqlite: 2 earlier releases of 2,000 rows entered in \d+\.\d s; one more entered"]),
+    r"registry server start": ([], [r"custodian: postgresql://custodian@localhost:54329/squarechipo"]),
+    r"registry show --url": ([], [r'"registry": "postgresql://custodian@localhost:54329/squarechipo"']),
+    r"registry grant --url postgresql://postgres@localhost": ([], [r'GRANT SELECT ON .* TO "analyst"']),
 }  # fmt: skip
 _MODEL_KEYS = ("model_name_or_path", "ref_model")
 _SMALL = {"max_train_samples": 16, "max_eval_samples": 4, "max_samples": 8, "max_length": 512, "num_train_epochs": 1,
@@ -250,11 +253,19 @@ def _check_promises(page: str, command: str, work: Path, stdout: str) -> None:
             assert not absent, f"{page}: `{command}` did not print {absent}:\n{stdout[-2500:]}"
 
 
+#: docs/team.md's one-machine server: its commands run where a PostgreSQL server can start (as
+#: tests/test_team_registry.py's do).
+LOCAL_SERVER = r"registry server|@localhost:54329/"
+
+
 def _run_page(page: str, work: Path, env: dict | None = None) -> None:
+    from squarechipo.data.local_server import available
+
     env = env or {**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     ran, excluded = 0, 0
     for command in commands(ROOT / page):
         reason = next((why for pattern, why in NOT_RUN.items() if re.search(pattern, command)), None)
+        reason = reason or (available() if re.search(LOCAL_SERVER, command) else None)
         argv = _argv(command, work)
         named = [w for w in argv if re.match(r"^(recipes|benchmarks|eval|scripts|docs)/\S+\.(py|yaml|sh|md)$", w)]
         missing = [w for w in named if not (ROOT / w).exists()]
@@ -417,8 +428,14 @@ def test_the_documented_day_runs_in_order_on_a_fresh_machine(tmp_path_factory, t
         assert done.returncode == 0, f"smoke test, run {run + 1}:\n{done.stdout[-2000:]}\n{done.stderr[-2500:]}"
         assert marker.read_bytes() == released, "a re-run drew fresh noise"  # the same release, reused
     _make_mistakes(work, env, capsys, monkeypatch)
-    for page in CHAIN[1:]:
-        _run_page(page, work, env)
+    try:
+        for page in CHAIN[1:]:
+            _run_page(page, work, env)
+    finally:  # a page that failed between docs/team.md's server start and stop leaves no server behind
+        if (work / "team_db").exists():
+            from squarechipo.data.local_server import stop_local_server
+
+            stop_local_server(work / "team_db")
 
 
 def test_every_python_block_is_on_a_page_the_documented_day_runs():

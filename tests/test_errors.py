@@ -82,7 +82,7 @@ def test_gold_report_sizes_below_one_are_refused_naming_the_flag(flag, capsys):
 
 def test_privatized_dir_pointed_at_raw_data_is_refused_and_left_untouched(tmp_path):
     from squarechipo.privacy import LabelPipeline
-    from squarechipo.privacy.release.store import release_dataset
+    from squarechipo.privacy.release.release_dataset import release_dataset
 
     rows = datasets.Dataset.from_dict({"prompt": ["p0", "p1"], "chosen": ["a", "c"], "rejected": ["b", "d"]})
     raw = tmp_path / "raw"

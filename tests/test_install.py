@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.sbin import sbin
+from squarechipo.data.local_server import system_tool as sbin
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A user's login environment, as the README's commands are tried in it: nothing but a home and the system PATH.

@@ -12,7 +12,7 @@ import pytest
 
 from squarechipo.data.integrity import MARKER
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
-from squarechipo.privacy.release.store import load_release
+from squarechipo.privacy.release.saved import load_release
 from squarechipo.trust.seals import KEY_ENV, IntegrityError
 from tests.helpers.keys import roles
 from tests.helpers.rows import plan_rows
@@ -58,7 +58,7 @@ def test_an_edited_ledger_edited_labels_or_a_deleted_ledger_are_refused(tmp_path
 
     # A forger who recomputes the digest (here with the key, which a custodian holds) still has to keep the release
     # consistent with its own pipeline.
-    from squarechipo.privacy.ledger.records import _sealed_view
+    from squarechipo.privacy.ledger.ledger import _sealed_view
     from squarechipo.trust.seals import seal
 
     def consistent_forgery(ledger):
@@ -118,7 +118,7 @@ def test_a_forger_without_the_private_key_can_neither_seal_nor_sign_a_release(tm
     from one marker in about 1,000 guesses and an ε 0.05 release forged). The custodian signs with Ed25519; the
     analyst verifies with the public key, and whatever it seals itself is refused across the boundary."""
     from squarechipo.data import metadata
-    from squarechipo.privacy.ledger.records import _sealed_view
+    from squarechipo.privacy.ledger.ledger import _sealed_view
     from squarechipo.trust.keys import generate_key_pair
     from squarechipo.trust.seals import seal
 

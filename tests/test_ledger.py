@@ -1,4 +1,4 @@
-"""squarechipo.privacy.ledger.records: a ledger is bound to the rows it released, and every reader checks it."""
+"""squarechipo.privacy.ledger.ledger: a ledger is bound to the rows it released, and every reader checks it."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_a_streamed_or_pre_tokenised_release_cannot_pass_unchecked(released):
 
 
 def _with_releases(rows: datasets.Dataset, *releases) -> datasets.Dataset:
-    from squarechipo.privacy.ledger.records import PrivacyLedger, with_ledger
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger, with_ledger
 
     return with_ledger(rows.flatten_indices(), PrivacyLedger(releases=tuple(releases)))
 
@@ -206,7 +206,7 @@ def test_pairwise_rows_carry_every_release_of_their_source_as_it_was_sealed(rele
 def _forged(released, **fields):
     """The released ledger's record with a release's fields changed and the digest recomputed (a forger who knows the
     seal's recipe): only the release's agreement with its own pipeline can refuse it."""
-    from squarechipo.privacy.ledger.records import _sealed_view
+    from squarechipo.privacy.ledger.ledger import _sealed_view
     from squarechipo.trust.seals import seal
 
     record = get_ledger(released).to_dict()
@@ -229,7 +229,7 @@ def _forged(released, **fields):
 def test_a_resealed_release_that_disagrees_with_its_own_pipeline_is_refused_naming_each_disagreement(
     released, fields, problems
 ):
-    from squarechipo.privacy.ledger.records import PrivacyLedger
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger
 
     record = _forged(released, **fields)
     with pytest.raises(
@@ -241,7 +241,7 @@ def test_a_resealed_release_that_disagrees_with_its_own_pipeline_is_refused_nami
 
 
 def test_a_pipeline_naming_another_mechanism_is_refused_too(released):
-    from squarechipo.privacy.ledger.records import PrivacyLedger
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger
 
     pipeline = {"mechanism": "k_rr", "epsilon": 0.5}
     with pytest.raises(
@@ -255,7 +255,7 @@ def test_a_pipeline_naming_another_mechanism_is_refused_too(released):
 def test_a_foreign_or_joined_record_is_refused_naming_where_and_the_stored_form_is_canonical(released):
     import json
 
-    from squarechipo.privacy.ledger.records import PrivacyLedger
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger
 
     ledger = get_ledger(released)
     with pytest.raises(ValueError, match=r"^eval: not a squarechipo privacy ledger \(format='other/1'\)\.$"):
@@ -278,7 +278,7 @@ def test_a_foreign_or_joined_record_is_refused_naming_where_and_the_stored_form_
 
 
 def test_a_release_records_plain_defaults_and_when_it_was_made_in_utc():
-    from squarechipo.privacy.ledger.records import Debiasing, Release
+    from squarechipo.privacy.ledger.ledger import Debiasing, Release
 
     release = Release.now("randomized_response", 1.0, 10, fixed_seed=True, pipeline={"epsilon": 1.0},
                           row_columns=["prompt", "chosen"], privacy_unit="user")  # fmt: skip
@@ -291,7 +291,7 @@ def test_a_release_records_plain_defaults_and_when_it_was_made_in_utc():
 
 
 def _kary(mechanism: str, part=None, epsilon=1.0):
-    from squarechipo.privacy.ledger.records import Release
+    from squarechipo.privacy.ledger.ledger import Release
 
     pipeline = {"mechanism": mechanism, "epsilon": epsilon, "num_labels": 4}
     return Release.now(mechanism, epsilon, 10, fixed_seed=True, pipeline=pipeline, part=part)
@@ -301,7 +301,7 @@ def test_each_k_ary_release_is_debiased_its_own_way_per_part_and_never_as_a_flip
     """RRWithPrior labels are used as released, K-RR and subset labels through their analyzer's weights (column
     label_weights); a K-ary release composed with another has no unbiased analyzer; a binary flip rate or c(ε) is
     refused for K-ary labels, naming the mechanisms."""
-    from squarechipo.privacy.ledger.records import PrivacyLedger
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger
 
     prior = PrivacyLedger(releases=(_kary("rr_with_prior"),)).debiasing_for(None)
     assert (prior.method, prior.column, prior.part) == ("as_released", None, None)
@@ -338,7 +338,7 @@ def test_each_k_ary_release_is_debiased_its_own_way_per_part_and_never_as_a_flip
 def test_ledger_records_name_where_by_default_and_the_first_format_is_still_read(released, tmp_path):
     import json
 
-    from squarechipo.privacy.ledger.records import PrivacyLedger, Release, read_ledger_for_path
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger, Release, read_ledger_for_path
     from squarechipo.trust.seals import seal
 
     with pytest.raises(IntegrityError, match=r"^dataset: its privacy ledger must be a JSON object \(got list\)\.$"):
@@ -392,7 +392,7 @@ def test_a_release_holds_when_its_columns_are_reordered_cast_or_re_encoded(tmp_p
 def test_a_mechanism_this_version_does_not_know_is_refused_and_the_table_names_each_measurement(released):
     """The ledger's mechanism names come from one table (MECHANISMS): a release naming another (a newer version's, or
     a forger's) is refused, never debiased by a guess; each measurement's name is in the table, pointing back at it."""
-    from squarechipo.privacy.ledger.records import PrivacyLedger
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger
     from squarechipo.privacy.mechanisms.measurements import MECHANISMS, KaryRR, RRWithPrior, SubsetMechanism
 
     pipeline = {"mechanism": "geometric", "epsilon": 0.5}

@@ -146,7 +146,7 @@ def test_bad_arguments_raise_naming_the_field():
         preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=-0.1)
     with pytest.raises(TypeError, match="flip_rate must be a number"):
         preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate="0.1")
-    from squarechipo.privacy.ledger.records import Debiasing
+    from squarechipo.privacy.ledger.ledger import Debiasing
 
     with pytest.raises(ValueError, match="analyzer_weights, not a flip rate"):
         preference_loss("rdpo", pc, pr, rc, rr, beta=0.1, flip_rate=Debiasing("analyzer_weights", column="w"))

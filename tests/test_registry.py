@@ -19,7 +19,7 @@ import pytest
 
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.release.registry import REGISTRY_ENV, RegistryError, init_registry, registry_path
-from squarechipo.privacy.release.store import load_release
+from squarechipo.privacy.release.saved import load_release
 
 
 def _rows(n: int = 30, start: int = 0) -> datasets.Dataset:

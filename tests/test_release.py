@@ -16,7 +16,7 @@ from squarechipo.privacy import (
     release_dataset,
     save_privatized,
 )
-from squarechipo.privacy.ledger.records import read_ledger_for_path
+from squarechipo.privacy.ledger.ledger import read_ledger_for_path
 from squarechipo.privacy.mechanisms.calibration import debias_factor, flip_probability
 from squarechipo.trust.seals import IntegrityError
 from tests.helpers.stats import Z_TOLERANCE, binomial_se

@@ -15,7 +15,7 @@ import pytest
 
 from squarechipo.data.integrity import MARKER
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
-from squarechipo.privacy.release.store import load_release
+from squarechipo.privacy.release.saved import load_release
 from squarechipo.trust.seals import IntegrityError
 from tests.helpers.refusals import says
 from tests.helpers.rows import distinct_pairs, plan_rows

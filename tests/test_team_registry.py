@@ -179,7 +179,7 @@ def test_a_machines_registry_moves_to_the_server_and_everything_it_counted_still
     from squarechipo.cli import main
 
     rows = distinct_pairs(20, offset=900)
-    from squarechipo.privacy.release.budget_admin import budget_report, set_budget
+    from squarechipo.privacy.release.budget import budget_report, set_budget
 
     set_budget(3.0)  # a budget moves with the registry, and its signed entry verifies on the server
     release_dataset(rows, LabelPipeline(epsilon=0.5))  # into this test's own SQLite registry
@@ -402,7 +402,7 @@ def test_a_budget_on_the_server_is_the_custodians_and_two_machines_at_once_canno
     """Only the custodian's role sets a budget (the analysts' role reads it); of two machines re-releasing the same
     rows at once under a budget that allows one more release, exactly one does; a third is refused by the budget;
     a migrated registry keeps its budgets, which still verify there."""
-    from squarechipo.privacy.release.budget_admin import budget_report, set_budget
+    from squarechipo.privacy.release.budget import budget_report, set_budget
     from squarechipo.privacy.release.registry_admin import grant_roles
 
     database = postgres.new_database()

@@ -17,7 +17,7 @@ import pytest
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.door import RawLabelsError
 from squarechipo.privacy.ledger.binding import pairwise_rows
-from squarechipo.privacy.release.store import load_release
+from squarechipo.privacy.release.saved import load_release
 from squarechipo.trust.seals import IntegrityError
 from tests.helpers.rows import distinct_pairs
 

@@ -31,7 +31,7 @@ from squarechipo.data import load_preference_dataset
 from squarechipo.models import resolve_model_path
 from squarechipo.models.logprobs import model_logps, preference_collator, tokenize_preferences
 from squarechipo.privacy.door import rows_without_labels
-from squarechipo.privacy.ledger.records import PrivacyLedger
+from squarechipo.privacy.ledger.ledger import PrivacyLedger
 from squarechipo.reproduce.launch import run_script
 
 __all__ = ["audit_training_run"]

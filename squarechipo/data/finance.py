@@ -204,7 +204,7 @@ def _row_pools(n_rows: int, n_sft: int, n_judge: int, seed: int) -> tuple[dict, 
     preference = _split(rows[:n_rows], seed)
     preference[JUDGE_SPLIT] = rows[n_rows + n_sft :]
     sft_rows = rows[n_rows : n_rows + n_sft]
-    n_sft_validation = int(round(SFT_VALIDATION_FRACTION * n_sft))
+    n_sft_validation = max(1, int(round(SFT_VALIDATION_FRACTION * n_sft)))  # an empty split cannot be saved
     sft = {"train": sft_rows[: n_sft - n_sft_validation], "validation": sft_rows[n_sft - n_sft_validation :]}
     return preference, sft
 

@@ -322,7 +322,7 @@ def training_data_record(dataset: datasets.Dataset | None) -> dict:
 #: Bytes kept of each released row's hash in a ledger's row set. A foreign row passes only if its hash's first
 #: 16 bytes equal a released row's: for a release of n rows, finding one costs about 2^128 / n hash evaluations
 #: (2^104.7 at n = 10^7), and the set costs 16 bytes a row. Ledgers written by squarechipo 0.3 kept 4 bytes
-#: (:attr:`squarechipo.privacy.ledger.records.Release.row_hash_bytes`); they are read as they were written.
+#: (:attr:`squarechipo.privacy.ledger.ledger.Release.row_hash_bytes`); they are read as they were written.
 ROW_SET_BYTES = 16
 #: Rows hashed at a time by :func:`_exact_row_hashes`.
 _HASH_CHUNK = 1 << 14

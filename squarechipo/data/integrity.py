@@ -6,7 +6,7 @@ checks it. A saved dataset that carries a ledger but no marker, or whose marker 
 is refused: a deleted marker, edited labels, a swapped ledger or rows added or removed cannot pass as the original
 release.
 
-The data layer owns this because it is about stored rows; :mod:`squarechipo.privacy.ledger.records` says what a ledger
+The data layer owns this because it is about stored rows; :mod:`squarechipo.privacy.ledger.ledger` says what a ledger
 means.
 """
 

@@ -1,6 +1,6 @@
 """A JSON block that travels with a dataset (the privacy ledger), and the release marker saved beside it.
 
-The data layer stores the block and never interprets it: :mod:`squarechipo.privacy.ledger.records` defines what it
+The data layer stores the block and never interprets it: :mod:`squarechipo.privacy.ledger.ledger` defines what it
 says. The marker (:mod:`squarechipo.data.integrity`) seals the saved rows and is written by every save of a release.
 
 - In memory and in a ``save_to_disk`` folder: at the end of ``DatasetInfo.description``, after a marker.

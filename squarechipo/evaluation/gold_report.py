@@ -35,7 +35,7 @@ def label_signal(policy: str) -> dict | None:
     (Zhou et al. 2025 (Square-χPO), App. E). None when the folder has no record or its labels were not released by a
     pipeline whose rate is known.
     """
-    from squarechipo.privacy.ledger.records import PrivacyLedger
+    from squarechipo.privacy.ledger.ledger import PrivacyLedger
     from squarechipo.privacy.mechanisms.measurements import LabelPipeline
     from squarechipo.privacy.provenance.record import PRIVACY_FILE, read_privacy_record
 

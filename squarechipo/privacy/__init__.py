@@ -15,15 +15,11 @@ _EXPORTS = {
     ),
     "squarechipo.privacy.mechanisms.binary": ("ADVERSARIES", "ctl", "huber_corruption", "ltc", "randomized_response"),
     "squarechipo.privacy.mechanisms.measurements": ("KaryRR", "LabelPipeline", "RRWithPrior", "SubsetMechanism"),
-    "squarechipo.privacy.ledger.records": ("PrivacyLedger", "Release"),
+    "squarechipo.privacy.ledger.ledger": ("PrivacyLedger", "Release"),
     "squarechipo.privacy.ledger.binding": ("get_ledger",),
     "squarechipo.privacy.release.rows": ("combine_parts",),
-    "squarechipo.privacy.release.store": (
-        "load_privatized",
-        "load_release",
-        "release_dataset",
-        "save_privatized",
-        "save_release",
-    ),
+    "squarechipo.privacy.release.release_dataset": ("release_dataset",),
+    "squarechipo.privacy.release.saved": ("load_privatized", "load_release", "save_privatized"),
+    "squarechipo.privacy.release.folder": ("save_release",),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

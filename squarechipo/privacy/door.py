@@ -57,7 +57,7 @@ class RawLabelsError(ValueError):
 @label_free("the rule's own test")
 def labels_status(dataset) -> str:
     """``released`` (it carries a ledger that matches its rows), or ``raw``. Raises when a ledger is there but does
-    not match (:class:`squarechipo.privacy.ledger.records.IntegrityError`)."""
+    not match (:class:`squarechipo.privacy.ledger.ledger.IntegrityError`)."""
     from squarechipo.privacy.ledger.binding import get_ledger
 
     return "released" if get_ledger(dataset) is not None else "raw"

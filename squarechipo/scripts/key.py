@@ -91,7 +91,7 @@ def verify_folder(path: str | os.PathLike) -> dict:
     if (path / PRIVACY_FILE).is_file():
         return verify_privacy_record(path, third_party=True)
     from squarechipo.privacy.ledger.binding import get_ledger
-    from squarechipo.privacy.release.store import load_privatized
+    from squarechipo.privacy.release.saved import load_privatized
 
     data = load_privatized(path)
     splits = data.items() if hasattr(data, "items") else [("release", data)]

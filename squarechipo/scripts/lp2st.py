@@ -30,8 +30,8 @@ from squarechipo.models import resolve_model_path
 from squarechipo.privacy.ledger.binding import get_ledger
 from squarechipo.privacy.mechanisms.measurements import RRWithPrior
 from squarechipo.privacy.provenance.lineage import ModelLineage, check_lineage, mark_source
+from squarechipo.privacy.release.release_dataset import release_dataset
 from squarechipo.privacy.release.rows import combine_parts
-from squarechipo.privacy.release.store import release_dataset
 from squarechipo.scripts._common import finish_run, keep_earlier_model, setup_logging
 from squarechipo.scripts.script_args import TrainScriptArguments
 from squarechipo.scripts.splits import load_training_splits

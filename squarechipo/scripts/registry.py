@@ -7,6 +7,8 @@
     squarechipo registry audit RELEASE [RELEASE ...]                 # are these saved releases entered here?
     squarechipo registry budget set --epsilon E [--dataset NAME | --unit COLUMN]   # the custodian's cap on ε
     squarechipo registry budget show                                 # each budget, spent and remaining
+    squarechipo registry server start --folder F [--port P]          # a throwaway PostgreSQL to try a team's setup
+    squarechipo registry server stop --folder F                      # stop it and remove its folder
 
 The registry is ``$SQUARECHIPO_RELEASE_REGISTRY`` (a path or a URL) or this machine's
 ``~/.squarechipo/releases.sqlite``. A URL's password is never printed. docs/team.md sets up a team's server.
@@ -32,9 +34,10 @@ def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
     where.add_argument("--path", default=None, help=f"a SQLite file (default: ${REGISTRY_ENV} or this machine's)")
     where.add_argument("--url", default=None, help="a postgresql:// URL: the registry's tables in that database")
     start.add_argument("--budget", default=None, help="a privacy budget for every row from the start (an ε)")
-    commands.add_parser(
+    show = commands.add_parser(
         "show", help="where the registry is, its id, its releases and rows, and each budget's spent and remaining ε"
     )
+    show.add_argument("--url", default=None, help=f"a postgresql:// URL or a SQLite file (default: ${REGISTRY_ENV})")
     budget = commands.add_parser("budget", help="the custodian's privacy budget: set | show")
     steps = budget.add_subparsers(dest="step", required=True)
     cap = steps.add_parser("set", help="set (or raise, or lower) a budget: a signed entry only the custodian makes")
@@ -51,6 +54,13 @@ def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
     grant.add_argument("--url", required=True, help="the registry's database, as the role that owns its tables")
     grant.add_argument("--custodian", default=None, help="the role that enters releases (SELECT, INSERT)")
     grant.add_argument("--analyst", default=None, help="the role that only reads the registry (SELECT)")
+    server = commands.add_parser("server", help="a throwaway PostgreSQL server on this machine, to try docs/team.md")
+    step = server.add_subparsers(dest="step", required=True)
+    up = step.add_parser("start", help="start one in a new folder, with the database and roles docs/team.md names")
+    up.add_argument("--folder", required=True, help="a new (or empty) folder for the server's data and socket")
+    up.add_argument("--port", type=int, default=None, help="listen on localhost:PORT (default: the socket only)")
+    down = step.add_parser("stop", help="stop the server started in a folder and remove the folder")
+    down.add_argument("--folder", required=True, help="the folder given to server start")
     audit = commands.add_parser("audit", help="whether saved releases are entered here (after a restore: missing?)")
     audit.add_argument("releases", nargs="+", help="saved releases: folders, .jsonl or .parquet files")
     return parser
@@ -58,7 +68,7 @@ def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from squarechipo.data.database import redact
-    from squarechipo.privacy.release import budget_admin, registry_admin
+    from squarechipo.privacy.release import budget, registry_admin
     from squarechipo.privacy.release.budget import parse_epsilon
 
     args = make_parser().parse_args(argv)
@@ -82,14 +92,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.budget is not None:
             if args.url or args.path:
                 os.environ[REGISTRY_ENV] = args.url or str(Path(args.path).expanduser().resolve())
-            print(json.dumps(budget_admin.set_budget(args.budget), indent=2))
+            print(json.dumps(budget.set_budget(args.budget), indent=2))
     elif args.command == "show":
-        print(json.dumps({**registry_admin.describe(), "budgets": budget_admin.budget_report()}, indent=2))
+        if args.url:
+            os.environ[REGISTRY_ENV] = args.url
+        print(json.dumps({**registry_admin.describe(), "budgets": budget.budget_report()}, indent=2))
     elif args.command == "budget":
         found = (
-            budget_admin.set_budget(args.epsilon, dataset=args.dataset, unit=args.unit)
+            budget.set_budget(args.epsilon, dataset=args.dataset, unit=args.unit)
             if args.step == "set"
-            else budget_admin.budget_report()
+            else budget.budget_report()
         )
         print(json.dumps(found, indent=2))
     elif args.command == "migrate":
@@ -101,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         records = Path(args.records) if args.records else record_store_path()
         records = records if isinstance(records, Path) else None
         print(json.dumps(registry_admin.migrate_to(args.to, source=source, records=records), indent=2))
+    elif args.command == "server":
+        _server(args)
     elif args.command == "grant":
         for statement in registry_admin.grant_roles(args.url, custodian=args.custodian, analyst=args.analyst):
             print(statement)
@@ -116,3 +130,17 @@ def main(argv: list[str] | None = None) -> int:
                 "never release them again (this registry cannot count them)."
             )
     return 0
+
+
+def _server(args: argparse.Namespace) -> None:
+    from squarechipo.data.local_server import TEAM_ROLES, start_local_server, stop_local_server
+
+    if args.step == "stop":
+        print(f"stopped the server in {stop_local_server(args.folder)} and removed the folder")
+        return
+    server = start_local_server(args.folder, args.port, team=True)
+    print(f"started PostgreSQL in {args.folder} (trust: every account of this machine may connect; for trying only)")
+    print(f"administrator: {server.url('squarechipo')}")
+    for role in TEAM_ROLES:
+        print(f"{role}: {server.url('squarechipo', role)}")
+    print(f"stop it with: squarechipo registry server stop --folder {args.folder}")

@@ -2,7 +2,7 @@
 
 The training split goes through the label pipeline on the main process, is saved with its ledger under
 ``privatized_dir`` (default ``<output_dir>/released_train``) and reused by every rank and every re-run, so no
-fresh noise is drawn (:func:`squarechipo.privacy.release.store.release_dataset` with a folder).
+fresh noise is drawn (:func:`squarechipo.privacy.release.release_dataset.release_dataset` with a folder).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import datasets
 
 from squarechipo.data import load_preference_dataset
 from squarechipo.privacy.door import reads_labels
-from squarechipo.privacy.release.store import release_dataset
+from squarechipo.privacy.release.release_dataset import release_dataset
 from squarechipo.scripts.script_args import TrainScriptArguments
 
 __all__ = ["labels_digest", "load_training_splits"]
@@ -44,13 +44,13 @@ def _release_folder(args: TrainScriptArguments, output_dir: str, split: str) -> 
     return base if split == args.dataset_train_split else base.with_name(f"{base.name}_{split}")
 
 
-def _release(args: TrainScriptArguments, rows, split: str, output_dir: str, state, offset: int = 0):
+def _release(args: TrainScriptArguments, pipeline, rows, split: str, output_dir: str, state, offset: int = 0):
     """One split released through the run's pipeline once (its own folder and ledger), reused after."""
     seed = None if args.label_seed is None else args.label_seed + offset
     folder = _release_folder(args, output_dir, split)
     released = release_dataset(
         rows,
-        args.label_pipeline(),
+        pipeline,
         folder,
         seed=seed,
         state=state,
@@ -109,9 +109,9 @@ def load_training_splits(args: TrainScriptArguments, output_dir: str, state, *, 
     eval_dataset = _eval_split(args, data) if with_eval else None
     pipeline = args.label_pipeline()
     if release and (pipeline.is_private or pipeline.is_corrupted):
-        train = _release(args, train, args.dataset_train_split, output_dir, state)
+        train = _release(args, pipeline, train, args.dataset_train_split, output_dir, state)
         if eval_dataset is not None and args.dataset_test_split not in (args.public_splits or []):
-            eval_dataset = _release(args, eval_dataset, args.dataset_test_split, output_dir, state, offset=1)
+            eval_dataset = _release(args, pipeline, eval_dataset, args.dataset_test_split, output_dir, state, offset=1)
     return train, eval_dataset
 
 

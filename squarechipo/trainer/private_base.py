@@ -63,7 +63,7 @@ def _reads_at_run_time(method):
 class PrivateTrainerMixin:
     """The privacy set-up, the label rule at every read, and the record, shared by the squarechipo trainers."""
 
-    #: The ledger answers (:class:`squarechipo.privacy.ledger.records.Debiasing` methods) this trainer's loss applies.
+    #: The ledger answers (:class:`squarechipo.privacy.ledger.ledger.Debiasing` methods) this trainer's loss applies.
     _debiasing_methods: tuple[str, ...] = ("flip_rate", "none")
     #: What to use instead when the loss cannot apply the ledger's debiasing.
     _debiasing_instead: str = ""

@@ -6,7 +6,7 @@ trusted key, named), ``unsigned`` (a plain digest: it detects accidents, not a f
 that key: whoever holds the key can forge one). Across the trust boundary (``$SQUARECHIPO_TRUSTED_KEYS`` set) a
 record must be signed by a trusted key; an unsigned or HMAC seal is refused there.
 
-Ledgers (:mod:`squarechipo.privacy.ledger.records`), release markers (:mod:`squarechipo.data.integrity`), model
+Ledgers (:mod:`squarechipo.privacy.ledger.ledger`), release markers (:mod:`squarechipo.data.integrity`), model
 records and budgets are sealed here; this module knows nothing of what they mean.
 """
 

@@ -18,7 +18,7 @@ from pathlib import Path
 def main(argv: list[str]) -> None:
     offset, n = int(argv[0]), int(argv[1])
     from squarechipo.privacy import LabelPipeline
-    from squarechipo.privacy.release.store import release_dataset
+    from squarechipo.privacy.release.release_dataset import release_dataset
     from tests.helpers.rows import distinct_pairs
 
     rows = distinct_pairs(n, offset=offset)

@@ -1,2 +1,2 @@
-"""What a release says about itself: the ledger (``records``: releases, ε, sealed), its binding to the rows it
+"""What a release says about itself: the ledger (``ledger``: releases, ε, sealed), its binding to the rows it
 released (``binding``: every reader's check), and what the losses do with it (``debiasing``)."""

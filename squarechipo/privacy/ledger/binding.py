@@ -1,6 +1,6 @@
 """A ledger bound to its rows: every reader checks the rows it actually reads.
 
-A release records the set of rows it released (:attr:`squarechipo.privacy.ledger.records.Release.row_set`: the first
+A release records the set of rows it released (:attr:`squarechipo.privacy.ledger.ledger.Release.row_set`: the first
 16 bytes of each released row's hash over every column, byte for byte, :func:`squarechipo.data.fingerprint.
 _exact_row_hashes`) and the columns that hash covers (``row_columns``); the seal covers the set. :func:`get_ledger`
 checks every dataset it reads a ledger from, each time: no cache of verified datasets exists, so nothing a caller sets
@@ -43,7 +43,7 @@ from squarechipo.data.fingerprint import (
 )
 from squarechipo.data.label_roles import label_free
 from squarechipo.data.text import pair_text
-from squarechipo.privacy.ledger.records import IntegrityError, PrivacyLedger, parse_ledger_block
+from squarechipo.privacy.ledger.ledger import IntegrityError, PrivacyLedger, parse_ledger_block
 
 __all__ = ["DERIVED_FORMAT", "check_readable", "check_rows", "get_ledger", "pairwise_rows"]
 

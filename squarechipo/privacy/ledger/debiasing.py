@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from squarechipo.privacy.ledger.records import Debiasing, PrivacyLedger
+from squarechipo.privacy.ledger.ledger import Debiasing, PrivacyLedger
 from squarechipo.privacy.mechanisms.calibration import flip_probability
 
 __all__ = ["PrivacySettings", "resolve_privacy"]

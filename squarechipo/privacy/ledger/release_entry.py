@@ -1,6 +1,6 @@
 """One release as a ledger records it (public parameters only), and how a learner debiases its labels.
 
-:class:`Release` is one entry of a :class:`squarechipo.privacy.ledger.records.PrivacyLedger`; :class:`Debiasing` is
+:class:`Release` is one entry of a :class:`squarechipo.privacy.ledger.ledger.PrivacyLedger`; :class:`Debiasing` is
 the ledger's answer to "how do I debias these labels" for one part of the rows.
 """
 

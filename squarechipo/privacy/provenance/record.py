@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from squarechipo.privacy.ledger.records import PrivacyLedger
+from squarechipo.privacy.ledger.ledger import PrivacyLedger
 from squarechipo.privacy.ledger.release_entry import library_version as _library_version
 from squarechipo.privacy.provenance.subjects import (
     adapter_base,

@@ -35,47 +35,40 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import math
-import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from squarechipo.data.columns import NOT_A_UNIT
-from squarechipo.data.database import Database
-from squarechipo.privacy.release.registry_schema import RegistryError
+from squarechipo.data.database import Database, DatabaseError, is_url
+from squarechipo.privacy.release.registry import EarlierReleases, _refused, open_registry, registry_target
+from squarechipo.privacy.release.registry_schema import RegistryError, canonical_dataset, create_budget_tables
 from squarechipo.trust.keys import signing_key
 from squarechipo.trust.seals import IntegrityError, check_seal, seal
 
 __all__ = [
     "BUDGET_FORMAT",
-    "BudgetAsk",
-    "BUDGET_TABLES",
     "Budget",
+    "BudgetAsk",
+    "budget_report",
     "budgets_in_force",
-    "canonical_dataset",
     "chain_head",
-    "create_budget_tables",
+    "check_budget",
     "enforce",
     "new_entry",
     "parse_epsilon",
+    "refuse_seeded_under_budget",
     "scope_of",
+    "set_budget",
 ]
+
+logger = logging.getLogger("squarechipo")
 
 BUDGET_FORMAT = "squarechipo.privacy_budget/2"
 #: Entries before chains (format /1), in a table of their own: refused until set again.
 _LEGACY_TABLE = "budgets"
-#: Budget entries (appended, never changed, one chain), the dataset and unit each release named, and each released
-#: row's unit values (what a unit budget follows through the rows).
-BUDGET_TABLES = ("budget_entries", "release_scopes", "released_row_units")
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS budget_entries (no {serial}, digest TEXT UNIQUE NOT NULL, "
-    "replaces TEXT UNIQUE NOT NULL, entry TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS release_scopes (release BIGINT NOT NULL, dataset TEXT, unit TEXT)",
-    "CREATE TABLE IF NOT EXISTS released_row_units (release BIGINT NOT NULL, row_key {blob} NOT NULL, "
-    "unit {blob} NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS released_row_units_by_row ON released_row_units (row_key)",
-)
 #: ε sums are compared with this slack: 0.1 + 0.2 spent against a budget of 0.3 is within it.
 _SLACK = 1e-9
 #: What the first entry of a chain follows.
@@ -93,12 +86,6 @@ class Budget:
     set_at: str
 
 
-def create_budget_tables(db: Database) -> None:
-    """The budgets' tables, where missing (a registry started before budgets has none: it has no budget)."""
-    for statement in _SCHEMA:
-        db.execute(statement)
-
-
 def parse_epsilon(value) -> float:
     """A budget's ε: a finite number above 0 (a zero budget would refuse every release; set none instead)."""
     try:
@@ -110,15 +97,6 @@ def parse_epsilon(value) -> float:
             f"budget ε {value!r}: give a finite number above 0 (e.g. --epsilon 4); to bound nothing, set no budget."
         )
     return epsilon
-
-
-def canonical_dataset(name: str | None) -> str | None:
-    """A dataset's name as scopes compare it: Unicode-normalized (NFKC), case-folded, spaces collapsed and trimmed, so
-    "Finance", "finance " and "ｆｉｎａｎｃｅ" are one dataset. None or blank: none named."""
-    if name is None:
-        return None
-    folded = " ".join(unicodedata.normalize("NFKC", str(name)).casefold().split())
-    return folded or None
 
 
 def scope_of(dataset: str | None = None, unit: str | None = None) -> str:
@@ -320,4 +298,118 @@ class BudgetAsk:
             f"the registry's privacy budget is per unit of {column!r} and this release {declared}: declare "
             f"privacy_unit={column!r} (label_privacy_unit in a config), on a column holding each row's {column}, so "
             "that each unit's ε is counted."
+        )
+
+
+# Setting, reading and checking budgets in the registry (`squarechipo registry budget`, every release).
+
+
+def _registry_id(db: Database) -> str:
+    return db.execute("SELECT value FROM meta WHERE key = 'registry_id'").fetchone()[0]
+
+
+def set_budget(epsilon, *, dataset: str | None = None, unit: str | None = None) -> dict:
+    """Append a signed budget entry (the custodian's key signs it; on a server only the custodian's role may insert
+    one). Returns the budget in force for its scope with what was spent: lowered below that, new releases of those
+    rows are refused and the earlier ones stay."""
+    epsilon, scope = parse_epsilon(epsilon), scope_of(dataset, unit)
+    with open_registry() as db:
+
+        def append(db: Database) -> None:
+            """The new entry follows the chain's head, read in this transaction: another entry set meanwhile makes the
+            insert fail (its predecessor is taken) and the transaction is retried on the new head."""
+            if "budget_entries" not in db.tables():
+                create_budget_tables(db)
+            registry_id = _registry_id(db)
+            entry = new_entry(epsilon, scope, registry_id, chain_head(db, registry_id))
+            db.execute(
+                "INSERT INTO budget_entries (digest, replaces, entry) VALUES (?, ?, ?)",
+                (entry["digest"], entry["replaces"], json.dumps(entry)),
+            )
+
+        try:
+            db.retried(append, write=True)
+        except DatabaseError as error:
+            if error.sqlstate == "42501":
+                raise RegistryError(
+                    f"the registry at {db.where} refused the budget ({error.detail}): only the custodian's role sets "
+                    "or raises a budget (docs/team.md); an analyst's role reads it."
+                ) from None
+            raise
+        shown = _scope_report(db, budgets_in_force(db, _registry_id(db))[scope])
+    if shown["spent"] > epsilon:
+        logger.warning(
+            "the budget (%s, ε %g) is below what was spent (ε %g): the earlier releases stay, new releases of those "
+            "rows are refused",
+            scope,
+            epsilon,
+            shown["spent"],
+        )
+    return shown
+
+
+def budget_report() -> list[dict]:
+    """Every budget in force with its spent and remaining ε and the releases closest to it."""
+    with open_registry() as db:
+        return _refused(db, lambda: [_scope_report(db, b) for b in budgets_in_force(db, _registry_id(db)).values()])
+
+
+def _scope_report(db: Database, budget: Budget) -> dict:
+    """A budget, what its rows have spent (the largest composed ε over one row or unit of the releases it covers,
+    exact copies counted; near-copies are counted by a release's own check) and the releases holding that row."""
+    kind, _, name = budget.scope.partition(":")
+    releases = "SELECT no FROM releases"
+    values: tuple = ()
+    if kind in ("dataset", "unit"):
+        releases, values = f"SELECT release FROM release_scopes WHERE {kind} = ?", (name,)
+    top = db.execute(
+        "SELECT u.unit, SUM(r.epsilon * COALESCE(u.count, 1)) AS spent FROM released_units u "
+        "JOIN releases r ON r.no = u.release "
+        f"WHERE u.unit IN (SELECT unit FROM released_units WHERE release IN ({releases})) "
+        "GROUP BY u.unit ORDER BY spent DESC LIMIT 1",
+        values,
+    ).fetchone()
+    spent = float(top[1]) if top else 0.0
+    closest = []
+    if top:
+        closest = [
+            {"release": id_, "epsilon": eps, "made": made, "folder": folder}
+            for id_, eps, made, folder in db.execute(
+                "SELECT r.id, r.epsilon, r.made, r.folder FROM released_units u JOIN releases r ON r.no = u.release "
+                "WHERE u.unit = ? ORDER BY r.made DESC LIMIT 3",
+                (top[0],),
+            ).fetchall()
+        ]
+    return {
+        "scope": budget.scope,
+        "epsilon": budget.epsilon,
+        "set_at": budget.set_at,
+        "spent": spent,
+        "remaining": max(0.0, budget.epsilon - spent),
+        "closest_releases": closest,
+    }
+
+
+def check_budget(ask: BudgetAsk, earlier: EarlierReleases) -> dict | None:
+    """The budget check before any noise is drawn (the one in :func:`register_release` decides)."""
+    with open_registry() as db:
+        registry_id = db.execute("SELECT value FROM meta WHERE key = 'registry_id'").fetchone()[0]
+        return _refused(db, lambda: ask.check(db, registry_id, earlier))
+
+
+def refuse_seeded_under_budget(seed: int) -> None:
+    """A seeded release (a simulation: whoever knows the seed knows the noise) is refused where the registry holds a
+    budget, in one line; it is never counted, so it would pass any budget. A registry that does not exist yet is not
+    started for it."""
+    target = registry_target()
+    if not is_url(target) and not target.is_file():
+        return
+    with open_registry() as db:
+        budgets = _refused(db, lambda: budgets_in_force(db, _registry_id(db)))
+    if budgets:
+        scopes = ", ".join(sorted(budgets))
+        raise RegistryError(
+            f"seed={seed}: a seeded release is a simulation (its noise is known to whoever knows the seed) and is "
+            f"not counted, and the registry at {db.where} holds privacy budgets ({scopes}). Release from OS entropy "
+            "(no seed), or simulate on a registry without budgets (SQUARECHIPO_RELEASE_REGISTRY)."
         )

@@ -1,7 +1,7 @@
 """A release's folder, every step in one place: the lock, the staged copy, its completion after a cut-off, the seal
 and the rename, and the reuse of a saved release.
 
-The one release call (:func:`squarechipo.privacy.release.store.release_dataset`) with a folder runs
+The one release call (:func:`squarechipo.privacy.release.release_dataset.release_dataset`) with a folder runs
 :func:`once_per_folder`: on the main process, under a lock beside the folder, it completes a release cut off there,
 or runs the release transaction (:mod:`squarechipo.privacy.release.transaction`: admit, draw, register, seal) with
 the folder's steps around it:
@@ -39,7 +39,7 @@ from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.loading import load_saved_folder
 from squarechipo.data.row_scan import scan_rows
 from squarechipo.privacy.ledger.binding import get_ledger
-from squarechipo.privacy.ledger.records import PrivacyLedger, Release, with_ledger
+from squarechipo.privacy.ledger.ledger import PrivacyLedger, Release, with_ledger
 from squarechipo.privacy.mechanisms.measurements import Measurement
 from squarechipo.privacy.release.budget import BudgetAsk
 from squarechipo.privacy.release.registry import RegistryError, earlier_releases, register_release, registry_scheme

@@ -47,13 +47,13 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from squarechipo.data import store
 from squarechipo.data.database import Database, DatabaseError, connect, create_writers_lock, is_url, redact
 from squarechipo.data.near_duplicates import BANDS, LEGACY_SCHEME, SCHEME, Sketch
-from squarechipo.privacy.release.budget import BudgetAsk, canonical_dataset, create_budget_tables
 from squarechipo.privacy.release.lookup import datasets_of_rows, followed_units, matching_rows, near_copies
 from squarechipo.privacy.release.machine_registry import (
     REGISTRY_ENV,
@@ -69,6 +69,8 @@ from squarechipo.privacy.release.registry_schema import (
     SCHEMA,
     TABLES,
     RegistryError,
+    canonical_dataset,
+    create_budget_tables,
     migrate_format_2,
 )
 
@@ -392,7 +394,7 @@ def register_release(
     *,
     expected: EarlierReleases,
     folder: str | None = None,
-    ask: BudgetAsk | None = None,
+    ask: Any = None,
 ) -> tuple[str, dict | None]:
     """Enter a release, in one transaction with the checks that decide it: the earlier releases of its rows must be
     those its ledger composed (``expected``), and the budget that applies (``ask``) must hold them. A release entered

@@ -56,7 +56,7 @@ def grant_roles(url: str, *, custodian: str | None, analyst: str | None) -> list
 
     from squarechipo.data.database import WRITERS_TABLE, create_writers_lock
     from squarechipo.data.store import RecordTable
-    from squarechipo.privacy.release.budget import BUDGET_TABLES, create_budget_tables
+    from squarechipo.privacy.release.registry_schema import BUDGET_TABLES, create_budget_tables
 
     for table, kind in zip(_RECORD_TABLES, ("text", "blob")):
         RecordTable(url, table, kind).close()
@@ -195,7 +195,7 @@ def audit_releases(paths: list[str]) -> list[dict]:
     registry id) is entered in this registry. A release missing here was made into another registry, or after the
     backup this registry was restored from."""
     from squarechipo.privacy.ledger.binding import get_ledger
-    from squarechipo.privacy.release.store import load_privatized
+    from squarechipo.privacy.release.saved import load_privatized
 
     found = []
     with open_registry() as db:

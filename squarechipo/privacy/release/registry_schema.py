@@ -4,13 +4,24 @@ the format squarechipo 0.3 wrote (format 2: release ids as text in every row, ba
 from __future__ import annotations
 
 import logging
+import unicodedata
 
 import numpy as np
 
 from squarechipo.data.database import Database, DatabaseError
 from squarechipo.data.near_duplicates import band_key_table
 
-__all__ = ["FORMAT_2", "REGISTRY_FORMAT", "SCHEMA", "TABLES", "RegistryError", "migrate_format_2"]
+__all__ = [
+    "BUDGET_TABLES",
+    "FORMAT_2",
+    "REGISTRY_FORMAT",
+    "SCHEMA",
+    "TABLES",
+    "RegistryError",
+    "canonical_dataset",
+    "create_budget_tables",
+    "migrate_format_2",
+]
 
 logger = logging.getLogger("squarechipo")
 
@@ -31,6 +42,34 @@ SCHEMA = (
     "CREATE TABLE released_signatures (release BIGINT NOT NULL, row BIGINT NOT NULL, signature {blob} NOT NULL, "
     "PRIMARY KEY (release, row)) {without_rowid}",
 )
+
+
+#: Budget entries (appended, never changed, one chain), the dataset and unit each release named, and each released
+#: row's unit values (what a unit budget follows through the rows).
+BUDGET_TABLES = ("budget_entries", "release_scopes", "released_row_units")
+_BUDGET_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS budget_entries (no {serial}, digest TEXT UNIQUE NOT NULL, "
+    "replaces TEXT UNIQUE NOT NULL, entry TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS release_scopes (release BIGINT NOT NULL, dataset TEXT, unit TEXT)",
+    "CREATE TABLE IF NOT EXISTS released_row_units (release BIGINT NOT NULL, row_key {blob} NOT NULL, "
+    "unit {blob} NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS released_row_units_by_row ON released_row_units (row_key)",
+)
+
+
+def create_budget_tables(db: Database) -> None:
+    """The budgets' tables, where missing (a registry started before budgets has none: it has no budget)."""
+    for statement in _BUDGET_SCHEMA:
+        db.execute(statement)
+
+
+def canonical_dataset(name: str | None) -> str | None:
+    """A dataset's name as scopes compare it: Unicode-normalized (NFKC), case-folded, spaces collapsed and trimmed, so
+    "Finance", "finance " and "ｆｉｎａｎｃｅ" are one dataset. None or blank: none named."""
+    if name is None:
+        return None
+    folded = " ".join(unicodedata.normalize("NFKC", str(name)).casefold().split())
+    return folded or None
 
 
 class RegistryError(RuntimeError):

@@ -37,7 +37,7 @@ from squarechipo.data.kary import validate_kary
 from squarechipo.data.label_roles import label_free, releases_labels
 from squarechipo.data.validation import validate_preference_dataset
 from squarechipo.privacy.ledger.binding import _derive, get_ledger
-from squarechipo.privacy.ledger.records import PrivacyLedger
+from squarechipo.privacy.ledger.ledger import PrivacyLedger
 from squarechipo.privacy.mechanisms.measurements import FIXED_PREFERENCES, LabelPipeline, Measurement
 
 __all__ = [

@@ -1,6 +1,7 @@
 """The release transaction, owned in one place: admit → draw → register → seal.
 
-A release is one step: the one release call, :func:`squarechipo.privacy.release.store.release_dataset`, runs every step
+A release is one step: the one release call,
+:func:`squarechipo.privacy.release.release_dataset.release_dataset`, runs every step
 (:func:`release_in_memory`, or with a folder :func:`squarechipo.privacy.release.folder.release_into`, which stages the
 drawn rows before they are registered and renames the sealed folder after) and returns nothing before the release is
 registered and sealed; the steps themselves are private:
@@ -36,10 +37,9 @@ from squarechipo.data.label_roles import releases_labels
 from squarechipo.data.near_duplicates import SCHEME, Sketch, describe_copies
 from squarechipo.data.row_scan import row_copies, scan_rows
 from squarechipo.privacy.ledger.binding import get_ledger
-from squarechipo.privacy.ledger.records import PrivacyLedger, Release
+from squarechipo.privacy.ledger.ledger import PrivacyLedger, Release
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline, Measurement
-from squarechipo.privacy.release.budget import BudgetAsk
-from squarechipo.privacy.release.budget_admin import check_budget, refuse_seeded_under_budget
+from squarechipo.privacy.release.budget import BudgetAsk, check_budget, refuse_seeded_under_budget
 from squarechipo.privacy.release.registry import (
     EarlierReleases,
     earlier_releases,
@@ -191,7 +191,7 @@ def _earlier(units: list[bytes], marks, new_epsilon: float, rerelease: bool) -> 
 
 @dataclass(frozen=True)
 class ReleaseOptions:
-    """How a release is made, shared by the one release call (:func:`squarechipo.privacy.release.store.
+    """How a release is made, shared by the one release call (:func:`squarechipo.privacy.release.release_dataset.
     release_dataset`) and its steps. See that function for each field."""
 
     seed: int | None = None

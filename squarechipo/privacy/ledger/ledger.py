@@ -2,7 +2,7 @@
 
 A privatized :class:`datasets.Dataset` carries a :class:`PrivacyLedger` as the JSON block of
 :mod:`squarechipo.data.metadata`, which keeps it with the data in memory, in ``save_to_disk`` folders,
-Parquet files and JSONL files (saved and loaded with their release marker by :mod:`squarechipo.privacy.release.store`).
+Parquet files and JSONL files (saved and loaded with their release marker by :mod:`squarechipo.privacy.release.saved`).
 
 What the ledger never holds: the seed, which rows were swapped, or anything else that is a
 function of the raw labels. Only public parameters of the release.
