@@ -50,18 +50,9 @@ NOT_RUN = {
         "needs a team's PostgreSQL server: tests/test_team_registry.py runs init, grant, migrate and the releases "
         "against a real one; the page's one-machine server runs here"
     ),
-    # The same job as a README command this test runs just before (the README's launcher, the same config):
-    r"^accelerate launch recipes/sft\.py --config recipes/configs/sft\.yaml$": (
-        "the README's `squarechipo sft` runs this config through the same job (recipes/sft.py only calls "
-        "squarechipo.scripts.sft) earlier in this test"
-    ),
     r"^python recipes/gold_judge\.py --config recipes/configs/gold_judge\.yaml$": (
         "the README's `squarechipo gold-judge` runs this config earlier in this test; "
         "tests/test_judge_reward_model.py runs recipes/gold_judge.py and checks it beats chance on held-out pairs"
-    ),
-    r"^accelerate launch recipes/train\.py --config recipes/configs/square_chipo\.yaml$": (
-        "tests/test_recipes.py launches recipes/train.py so; the README's `squarechipo train` runs this config in "
-        "this test, and its re-runs reuse the release"
     ),
     r"^torchrun --nproc_per_node 2 recipes/train\.py --config recipes/configs/square_chipo\.yaml$": (
         "tests/test_recipes.py runs recipes/train.py under torchrun in two gloo processes and checks both ranks train "
@@ -108,7 +99,9 @@ PROMISES = {
                             []),
     r"sft(\.py)? --config recipes/configs/sft\.yaml": (["outputs/sft/model.safetensors",
                                                       "outputs/sft/squarechipo_privacy.json"], []),
-    r"train(\.py)? --config recipes/configs/square_chipo\.yaml": (
+    r"--output_dir outputs/training/square_chipo": (["outputs/training/square_chipo/model.safetensors",
+                                                     "outputs/training/sft/model.safetensors"], []),
+    r"train(\.py)? --config recipes/configs/square_chipo\.yaml(?!.*--output_dir)": (
         ["outputs/square_chipo/model.safetensors", "outputs/square_chipo/squarechipo_privacy.json",
          "outputs/square_chipo/released_train/squarechipo_release.json"], []),
     r"gold[-_]judge(\.py)? --config": (["outputs/gold_judge/gold_judge.json", "outputs/gold_judge/model.safetensors"],
