@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 from scipy import integrate, optimize, stats
@@ -20,6 +21,7 @@ from scipy import integrate, optimize, stats
 __all__ = [
     "PairedTest",
     "bootstrap_mean_interval",
+    "figure",
     "holm",
     "mde",
     "paired_test",
@@ -31,6 +33,18 @@ __all__ = [
     "verdict",
     "wilson_interval",
 ]
+
+
+def figure(value: float, digits: int = 2, *, scale: float = 1.0, signed: bool = False, minus: str = "−") -> str:
+    """A figure as every generated result prints it, the one rounding rule: ``value × scale`` rounded half away from
+    zero at ``digits`` places on its shortest decimal form (``0.315 × 100`` is 31.5, so 32, where ``f"{31.5:.0f}"``
+    of the float product gives 31 and of 32.5 gives 32), with a sign when ``signed`` and ``minus`` for a minus."""
+    exact = Decimal(repr(float(value))) * Decimal(repr(float(scale)))
+    if not exact.is_finite():
+        return str(float(exact))
+    rounded = exact.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    rounded = abs(rounded) if rounded == 0 else rounded  # no −0.00
+    return f"{rounded:{'+' if signed else ''}f}".replace("-", minus)
 
 
 @dataclass(frozen=True)

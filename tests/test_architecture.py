@@ -395,3 +395,5 @@ def test_the_walk_of_epsilon_from_the_command_to_the_noise_is_short(tmp_path, to
     assert found[-1] == noise, describe(found)
     assert "squarechipo/privacy/release/transaction.py" in modules, describe(found)  # through the one release path
     assert len(found) <= MAX_EPSILON_STAYS, describe(found)
+    stated = re.search(r"ε passes through (\d+) modules in (\d+) stays", (ROOT / "docs/architecture.md").read_text())
+    assert stated and (int(stated[1]), int(stated[2])) == (len(set(modules)), len(found)), describe(found)
