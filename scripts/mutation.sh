@@ -34,6 +34,7 @@ declare -A TESTS=(
   [squarechipo/privacy/release/transaction.py]="tests/test_release_store.py tests/test_registry.py tests/test_trust_boundary.py tests/test_release.py tests/test_provenance.py"
   [squarechipo/privacy/release/folder.py]="tests/test_trust_boundary.py tests/test_release_store.py tests/test_registry.py"
   [squarechipo/data/columns.py]="tests/test_release.py tests/test_validation.py tests/test_label_dp.py"
+  [squarechipo/data/local_server.py]="tests/test_team_registry.py"
   [squarechipo/data/database.py]="tests/test_team_registry.py tests/test_registry.py"
   [squarechipo/data/finance.py]="tests/test_finance_data.py"
   [squarechipo/data/finance_templates.py]="tests/test_finance_data.py"

@@ -59,7 +59,7 @@ TOOLS = {
     "data": ("squarechipo.scripts.data", "generate a dataset: data finance --out DIR"),
     "registry": (
         "squarechipo.scripts.registry",
-        "the registry of releases: init | show | budget | migrate | grant | audit",
+        "the registry of releases: init | show | budget | migrate | grant | server | audit",
     ),
     "key": ("squarechipo.scripts.key", "the keys that sign releases and model records: new | show | verify"),
     "records": ("squarechipo.scripts.records", "the store of model records the lineage guard reads: show | forget"),

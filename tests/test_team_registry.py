@@ -464,3 +464,33 @@ def test_an_analyst_whose_search_path_misses_the_registry_is_told_so_not_that_it
     assert "emptied" not in str(refused.value)
     postgres.sql("ALTER ROLE analyst_p RESET search_path", database)
     open_registry().close()
+
+
+def test_the_throwaway_server_refuses_a_taken_port_a_full_folder_and_a_stranger(postgres, tmp_path, capsys):
+    """docs/team.md's one-machine server (the documented day runs its start, init, grant, show and stop): a port
+    another server holds, a folder that is not empty, and a folder it never started are each one line naming the
+    fix; a start that failed leaves no folder. `postgres` only makes sure a server can start here."""
+    import socket
+
+    import squarechipo.cli
+
+    with socket.socket() as probe:  # a port free now
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert squarechipo.cli.main(["registry", "server", "start", "--folder", str(first), "--port", str(port)]) == 0
+    try:
+        assert f"custodian: postgresql://custodian@localhost:{port}/squarechipo" in capsys.readouterr().out
+        cases = [
+            (["start", "--folder", str(second), "--port", str(port)], r"did not start in .*try another port"),
+            (["start", "--folder", str(first), "--port", str(port + 1)], r"the folder is not empty; give a new"),
+            (["stop", "--folder", str(tmp_path)], r"no server started by .* is in this folder"),
+        ]
+        for argv, fix in cases:
+            assert squarechipo.cli.main(["registry", "server", *argv]) != 0
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and re.search(fix, err), (argv, err)
+        assert not second.exists()  # the failed start tidied its folder
+    finally:
+        assert squarechipo.cli.main(["registry", "server", "stop", "--folder", str(first)]) == 0
+    assert not first.exists()

@@ -67,32 +67,11 @@ def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from squarechipo.data.database import redact
     from squarechipo.privacy.release import budget, registry_admin
-    from squarechipo.privacy.release.budget import parse_epsilon
 
     args = make_parser().parse_args(argv)
     if args.command == "init":
-        if args.budget is not None:  # a budget that could not be set is refused before anything is started
-            parse_epsilon(args.budget)
-            if args.url:
-                raise ValueError(
-                    "--budget: on a team's server the administrator starts the registry and the custodian sets its "
-                    "budget, signed with the custodian's key (squarechipo registry budget set, after registry "
-                    "grant): a budget signed with the administrator's key would stop every custodian's release."
-                )
-            from squarechipo.trust.keys import signing_key
-
-            if signing_key() is None:
-                raise ValueError(
-                    "--budget: a budget is signed with the custodian's key, and this process holds none "
-                    "(SQUARECHIPO_TRUSTED_KEYS set, no SQUARECHIPO_SIGNING_KEY): the custodian starts the registry."
-                )
-        print(redact(init_registry(args.url or args.path)))
-        if args.budget is not None:
-            if args.url or args.path:
-                os.environ[REGISTRY_ENV] = args.url or str(Path(args.path).expanduser().resolve())
-            print(json.dumps(budget.set_budget(args.budget), indent=2))
+        _init(args)
     elif args.command == "show":
         if args.url:
             os.environ[REGISTRY_ENV] = args.url
@@ -144,3 +123,30 @@ def _server(args: argparse.Namespace) -> None:
     for role in TEAM_ROLES:
         print(f"{role}: {server.url('squarechipo', role)}")
     print(f"stop it with: squarechipo registry server stop --folder {args.folder}")
+
+
+def _init(args: argparse.Namespace) -> None:
+    from squarechipo.data.database import redact
+    from squarechipo.privacy.release import budget
+    from squarechipo.privacy.release.budget import parse_epsilon
+
+    if args.budget is not None:  # a budget that could not be set is refused before anything is started
+        parse_epsilon(args.budget)
+        if args.url:
+            raise ValueError(
+                "--budget: on a team's server the administrator starts the registry and the custodian sets its "
+                "budget, signed with the custodian's key (squarechipo registry budget set, after registry "
+                "grant): a budget signed with the administrator's key would stop every custodian's release."
+            )
+        from squarechipo.trust.keys import signing_key
+
+        if signing_key() is None:
+            raise ValueError(
+                "--budget: a budget is signed with the custodian's key, and this process holds none "
+                "(SQUARECHIPO_TRUSTED_KEYS set, no SQUARECHIPO_SIGNING_KEY): the custodian starts the registry."
+            )
+    print(redact(init_registry(args.url or args.path)))
+    if args.budget is not None:
+        if args.url or args.path:
+            os.environ[REGISTRY_ENV] = args.url or str(Path(args.path).expanduser().resolve())
+        print(json.dumps(budget.set_budget(args.budget), indent=2))
