@@ -43,6 +43,7 @@ __all__ = [
     "CHIPO_LOG_RATIO_CLAMP",
     "LINKS",
     "METHODS",
+    "METHOD_NAMES",
     "Method",
     "PreferenceLossOutput",
     "chipo_difference",
@@ -90,6 +91,15 @@ METHODS: dict[str, Method] = {
     "square_dpo": Method("dpo", "square"),
     "rdpo": Method("dpo", "robust_log"),
     "robust_chipo": Method("chipo", "robust_log"),
+}
+#: Each method's name as the papers and every page write it (tables, claims, plots).
+METHOD_NAMES: dict[str, str] = {
+    "dpo": "DPO",
+    "chipo": "χPO",
+    "square_chipo": "Square-χPO",
+    "square_dpo": "Square-DPO",
+    "rdpo": "rDPO",
+    "robust_chipo": "robust χPO",
 }
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from squarechipo.data.label_roles import label_free
+from squarechipo.losses import METHOD_NAMES
 from squarechipo.stats import t_interval
 
 __all__ = ["paired_difference", "verdict", "win_interval", "write_table1", "PAPER"]
 
 #: Zhou et al. 2025 (Square-χPO), Table 1 (% win against SFT, GPT2-large, llama3:70b judge).
 PAPER = {("CTL", "chipo"): 64.2, ("CTL", "square_chipo"): 67.0, ("LTC", "chipo"): 59.8, ("LTC", "square_chipo"): 60.0}
-_NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
 
 
 def _win(record: dict[str, Any], judge: str) -> float | None:
@@ -68,7 +68,10 @@ def paired_difference(first: dict[int, float], second: dict[int, float]) -> dict
 
 def _method_table(records, scale, judge: str) -> list[str]:
     methods = list(scale.methods)
-    lines = ["| Setting | " + " | ".join(_NAMES.get(m, m) for m in methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    lines = [
+        "| Setting | " + " | ".join(METHOD_NAMES.get(m, m) for m in methods) + " |",
+        "|---" * (len(methods) + 1) + "|",
+    ]
     for setting in scale.settings:
         cells = [
             win_interval(list(_select(records, judge, setting=setting, method=m, epsilon=scale.epsilon).values()))
@@ -103,7 +106,7 @@ def _claims(records, scale, judge: str) -> dict[str, dict[str, Any]]:
         for method in ("chipo", "square_chipo"):
             ctl = _select(records, judge, setting="CTL", method=method, epsilon=scale.epsilon)
             ltc = _select(records, judge, setting="LTC", method=method, epsilon=scale.epsilon)
-            claims[f"CTL > LTC for {_NAMES[method]}"] = paired_difference(ctl, ltc)
+            claims[f"CTL > LTC for {METHOD_NAMES[method]}"] = paired_difference(ctl, ltc)
     return claims
 
 
@@ -184,7 +187,7 @@ def _plot(records, scale, path: Path) -> None:
         positions = [i + (k - (len(scale.settings) - 1) / 2) * width for i in range(len(scale.methods))]
         bars.bar(positions, [mean for mean, _, _ in stats], width, yerr=errors, capsize=3, label=setting)
     bars.axhline(50, color="grey", linestyle=":", linewidth=1)
-    bars.set_xticks(range(len(scale.methods)), [_NAMES.get(m, m) for m in scale.methods])
+    bars.set_xticks(range(len(scale.methods)), [METHOD_NAMES.get(m, m) for m in scale.methods])
     # With a handful of seeds a t interval can reach past 0 or 100; the axis stays on the possible win rates.
     bars.set(
         ylabel="win rate vs SFT (%), 95% t interval",

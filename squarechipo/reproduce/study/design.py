@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from squarechipo.losses import METHOD_NAMES
+
 __all__ = [
     "Arm",
     "Claim",
@@ -27,8 +29,6 @@ __all__ = [
     "load_design",
     "refuse_emulated_bf16",
 ]
-
-METHOD_NAMES = {"chipo": "χPO", "square_chipo": "Square-χPO", "dpo": "DPO", "rdpo": "rDPO"}
 
 
 def _eps_name(epsilon: float | None) -> str:

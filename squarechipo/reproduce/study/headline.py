@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from squarechipo.data.label_roles import label_free
+from squarechipo.losses import METHOD_NAMES
 from squarechipo.privacy.mechanisms.calibration import debias_factor
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline
-from squarechipo.reproduce.study.design import METHOD_NAMES, Arm, StudyDesign
+from squarechipo.reproduce.study.design import Arm, StudyDesign
 from squarechipo.stats import ratio_interval
 
 __all__ = ["headline", "headline_lines", "private_arms", "rows_to_clean_gain", "write_privacy_plot"]
