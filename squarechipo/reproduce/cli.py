@@ -78,6 +78,12 @@ def main(argv: list[str] | None = None, prog: str = "squarechipo reproduce") -> 
         "beside --results",
     )
     study.add_argument(
+        "--page",
+        action="append",
+        default=[],
+        help="with verdicts: also rewrite this page's generated blocks (verdicts, main-job, main-job-runs)",
+    )
+    study.add_argument(
         "--reason",
         default=None,
         help="with amend: why the plan changes (kept in the pre-registration); with close: why it cannot decide here",
