@@ -61,7 +61,7 @@ def sentence_figures(sentence: str) -> list[tuple[str, float]]:
 
 
 #: A block generated from committed records, which a test checks byte for byte against what they generate.
-GENERATED = re.compile(r"<!-- (study|quickstart|main-job)(:\w+)?:begin.*?<!-- \1(:\w+)?:end -->", re.S)
+GENERATED = re.compile(r"<!-- ([\w-]+)(:[\w-]+)?:begin.*?<!-- \1(:[\w-]+)?:end -->", re.S)
 
 
 def sentences(text: str) -> list[str]:

@@ -39,11 +39,12 @@ COUNTED = re.compile(
 CONVENTIONS = {"95%", "80%", "0.05", "95", "80"}
 #: A comparison, in the forms English builds one; the names it compares come from the project.
 COMPARISON = re.compile(
-    r"\b\w{2,}er than\b|\b(?:more|less|fewer|rather|other) than\b|\bas \w+ as\b|[≥≤><]|\b(?:above|below|ahead|behind"
+    r"\b\w{2,}er than\b|\b(?:more|less|fewer|rather|other)\b[^.;]*?\bthan\b|\bas \w+ as\b|[≥≤><]"
+    r"|\b(?:above|below|ahead|behind"
     r"|beats?|beaten|beating|edges?|edged|trail(?:s|ed|ing)?|outperform\w*|outdo\w*|exceed\w*|surpass\w*|better|worse"
     r"|higher|lower|level with|on par|tie[sd]?|(?<!expected )(?<!hard )wins?(?! rates?)|won|lose[sd]?|lost|leads?|led"
     r"|dominat\w*|superior|inferior|same as|advantage|prevail\w*|overtak\w*|clearly|ahead|over[- ]?performs?"
-    r"|under[- ]?performs?)\b",
+    r"|under[- ]?performs?|gaps?|significant(?:ly)?|differ(?:s|ed|ence|ences)?|between)\b",
     re.IGNORECASE,
 )
 #: A paper's citation key names a method ("Zhou et al. 2025 (Square-χPO)"): a citation, not a mention.
@@ -63,22 +64,28 @@ def names() -> dict[str, tuple[str, re.Pattern]]:
 
     found = {name: ("method", re.escape(name)) for name in METHOD_NAMES.values()}
     designs = [StudyDesign(), *(load_design(p) for p in sorted((ROOT / "recipes/studies").glob("*.yaml")))]
+    settings: set[tuple[str, float]] = set()
     for design in designs:
+        settings |= {("β", float(v)) for v in [getattr(design, "beta", None)] if isinstance(v, (int, float))}
         for arm in design.main_arms:
             values = {f.name: getattr(arm, f.name) for f in fields(arm)}
-            for symbol, key, kind in (("ε", "epsilon", "privacy"), ("β", "beta", "beta")):
-                value = values.get(key)
-                if isinstance(value, (int, float)) and value != float("inf"):
-                    written = re.escape(f"{value:g}")
-                    found[f"{symbol} = {value:g}"] = (kind, rf"{symbol}\s*=?\s*{written}(?![\d.])")
+            settings |= {(symbol, float(values[key])) for symbol, key in (("ε", "epsilon"), ("β", "beta"))
+                         if isinstance(values.get(key), (int, float))}  # fmt: skip
+            settings |= {(symbol, float(v)) for symbol, v in re.findall(r"([εβ])\s*=\s*(\d+(?:\.\d+)?)", arm.label)}
+    for symbol, value in settings:
+        if value != float("inf"):
+            kind, written = ("privacy" if symbol == "ε" else "beta"), re.escape(f"{value:g}")
+            found[f"{symbol} = {value:g}"] = (kind, rf"{symbol}\s*=?\s*{written}(?!\d|\.\d)")
     found |= {
-        "clean labels": ("privacy", r"clean(?: labels| arm)?"),
+        # Clean labels are the reference every private arm is measured against: named with a method, two arms.
+        "clean labels": ("reference", r"clean(?: labels| arm| gain)?"),
         # The SFT policy, not the SFT step, rows or model that make it.
         "SFT": (
             "policy",
             r"SFT(?: policy)?(?!'s| (?:step|steps|rows?|data|trainer|stage|model|samples|LoRA|adapter|set-up))",
         ),
         "the main job": ("policy", r"(?:the )?main job(?:'s (?:policy|alignment))?(?!'s)"),
+        "the aligned policy": ("policy", r"(?:aligned|trained|private|our) polic(?:y|ies)"),
     }
     return {name: (kind, re.compile(rf"(?<![\w-]){pattern}(?![\w-])")) for name, (kind, pattern) in found.items()}
 
@@ -97,7 +104,8 @@ def two_compared(said: set[str]) -> bool:
     """Whether the names say two things that can be compared: two methods, two privacy settings, two β, two
     policies, or a method and a policy (one method at one setting is one arm)."""
     kinds = [names()[name][0] for name in said]
-    return any(kinds.count(kind) >= 2 for kind in set(kinds)) or ("method" in kinds and "policy" in kinds)
+    methods_and = "method" in kinds and ("policy" in kinds or "reference" in kinds)
+    return any(kinds.count(kind) >= 2 for kind in set(kinds)) or methods_and or {"privacy", "reference"} <= set(kinds)
 
 
 def figures(statement: str) -> list[str]:
@@ -152,6 +160,7 @@ def statements(text: str) -> list[str]:
 
 
 def sentences(block: str) -> list[str]:
+    block = re.sub(r"^\s*(?:[-*]|\d+\.) ", "", block)  # a list item's marker
     block = re.sub(r"`[^`]*`", " ", block.replace("\n", " "))
     block = re.sub(r"\"[^\"]*\"|“[^”]*”", " ", block)
     block = re.sub(r"\b(et al|e\.g|i\.e|vs|Alg|App|Eq|Sec|Fig|Thm)\.", r"\1", block)

@@ -18,7 +18,7 @@ from squarechipo.losses import METHOD_NAMES
 from squarechipo.privacy.mechanisms.calibration import debias_factor
 from squarechipo.privacy.mechanisms.measurements import LabelPipeline
 from squarechipo.reproduce.study.design import Arm, StudyDesign
-from squarechipo.stats import ratio_interval
+from squarechipo.stats import figure, ratio_interval
 
 __all__ = ["headline", "headline_lines", "private_arms", "rows_to_clean_gain", "write_privacy_plot"]
 
@@ -155,11 +155,11 @@ def _share_table(summary: dict, design: StudyDesign) -> list[str]:
         f"|---|---|{rows_rule}---|---|---|---|",
     ]
     for h in summary["headline"]:
-        interval = "unbounded" if math.isinf(h["high"]) else f"[{100 * h['low']:.0f}%, {100 * h['high']:.0f}%]"
+        interval = "unbounded" if math.isinf(h["high"]) else f"[{_pct(h['low'])}%, {_pct(h['high'])}%]"
         rows = f" {h['rows']} |" if several else ""
         lines.append(
-            f"| {h['method']} | {h['epsilon']} |{rows} {100 * h['ratio']:.0f}% | {interval} | "
-            f"{h['wrong_label_rate']:.3f} | {100 * h['clean_equivalent_share']:.0f}% |"
+            f"| {h['method']} | {h['epsilon']} |{rows} {_pct(h['ratio'])}% | {interval} | "
+            f"{figure(h['wrong_label_rate'], 3)} | {_pct(h['clean_equivalent_share'])}% |"
         )
     return lines
 
@@ -167,10 +167,13 @@ def _share_table(summary: dict, design: StudyDesign) -> list[str]:
 def _rows_cell(row: dict) -> str:
     if not math.isfinite(row["rows"]):
         return f"not reached: the share does not grow with the rows up to {row['largest_rows']}"
-    interval = "unbounded" if not math.isfinite(row["high"]) else f"[{row['low']:.0f}, {row['high']:.0f}]"
+    interval = (
+        "unbounded" if not math.isfinite(row["high"]) else f"[{figure(row['low'], 0)}, {figure(row['high'], 0)}]"
+    )
     if row["rows"] > row["largest_rows"]:
-        return f"beyond {row['largest_rows']} (the line reaches it at {row['rows']:.0f}, an extrapolation) {interval}"
-    return f"{row['rows']:.0f} {interval}"
+        reached = figure(row["rows"], 0)
+        return f"beyond {row['largest_rows']} (the line reaches it at {reached}, an extrapolation) {interval}"
+    return f"{figure(row['rows'], 0)} {interval}"
 
 
 def _rows_table(summary: dict) -> list[str]:
@@ -184,8 +187,9 @@ def _rows_table(summary: dict) -> list[str]:
     ]
     for r in summary["rows_needed"]:
         lines.append(
-            f"| {r['method']} | {r['epsilon']} | {r['clean_rows']} | {_rows_cell(r)} | {r['c_squared_rows']:.0f} | "
-            f"{r['flip_rate_rows']:.0f} |"
+            f"| {r['method']} | {r['epsilon']} | {r['clean_rows']} | {_rows_cell(r)} | "
+            f"{figure(r['c_squared_rows'], 0)} | "
+            f"{figure(r['flip_rate_rows'], 0)} |"
         )
     lines += [
         "",
@@ -194,14 +198,14 @@ def _rows_table(summary: dict) -> list[str]:
     for r in summary["rows_needed"]:
         if "bootstrap_no_crossing" not in r:
             continue
-        linear = f"{r['rows_line_in_n']:.0f} rows" if math.isfinite(r["rows_line_in_n"]) else "no crossing"
+        linear = f"{figure(r['rows_line_in_n'], 0)} rows" if math.isfinite(r["rows_line_in_n"]) else "no crossing"
         within = [
             str(h["rows"]) for h in summary["headline"] if h["method"] == r["method"] and h["low"] <= 1 <= h["high"]
         ]
         contains = f"{', '.join(within)} private rows" if within else "no row count"
         lines.append(
             f"- {r['method']}, ε = {r['epsilon']}: a line against n (not log2 n) gives {linear}; in "
-            f"{100 * r['bootstrap_no_crossing']:.0f}% of {BOOTSTRAP_RESAMPLES} resamples of the seeds the log2 line "
+            f"{_pct(r['bootstrap_no_crossing'])}% of {BOOTSTRAP_RESAMPLES} resamples of the seeds the log2 line "
             f"does not cross by {r['largest_rows']} rows; the share's interval contains 100% at {contains}."
         )
     return [*lines, ""]
@@ -311,3 +315,7 @@ def _finish_share_plot(figure, axis, xlabel: str, path, right: float | None = No
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def _pct(value: float) -> str:
+    return figure(value, 0, scale=100, minus="-")

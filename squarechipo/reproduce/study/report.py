@@ -32,7 +32,7 @@ from squarechipo.reproduce.study.training import (
     reference_lines,
     write_training_plot,
 )
-from squarechipo.stats import mde, paired_test
+from squarechipo.stats import figure, mde, paired_test
 
 __all__ = [
     "DEVIATIONS",
@@ -68,8 +68,8 @@ def _values(records, arm: str, metric: str = "expected_win") -> dict[int, float]
 def _t(values: list[float]) -> str:
     test = paired_test(values)
     if math.isnan(test.low):
-        return f"{test.mean:.2f}" if values else "—"
-    return f"{test.mean:.2f} [{test.low:.2f}, {test.high:.2f}]"
+        return figure(test.mean, 2, minus="-") if values else "—"
+    return f"{figure(test.mean, 2, minus='-')} [{figure(test.low, 2, minus='-')}, {figure(test.high, 2, minus='-')}]"
 
 
 def arm_rows(records, design: StudyDesign) -> list[dict[str, Any]]:
@@ -208,7 +208,8 @@ def _sized_for(summary: dict, design: StudyDesign) -> str:
         f" The design was sized for an effect of {design.effect_points:g} {unit}, which needs "
         f"{pilot.get('seeds_needed', '?')} seeds at the 80% upper bound of the pilot's SD{_at_sd(pilot)}; the budget "
         f"allowed {seeds}: MDE "
-        f"{plan.get('mde_points', math.nan):.2f} at α = {design.alpha:g}, {strict:.2f} at Holm's first step "
+        f"{figure(plan.get('mde_points', math.nan), 2)} at α = {design.alpha:g}, {figure(strict, 2)} at Holm's first "
+        "step "
         f"(α = {design.alpha:g}/{m})."
     )
 
@@ -220,7 +221,7 @@ def _at_sd(pilot: dict) -> str:
 def _sizes(plan: dict, unit: str) -> str:
     return (
         f"{len(plan.get('seeds', []))} seeds x {len(plan.get('arms', []))} arms, "
-        f"MDE {plan.get('mde_points', math.nan):.2f} {unit}"
+        f"MDE {figure(plan.get('mde_points', math.nan), 2)} {unit}"
     )
 
 
@@ -235,15 +236,15 @@ def _arm_table(summary: dict) -> list[str]:
     ]
     for row in summary["arms"]:
         extra = (
-            f" {100 * row['degenerate_rate']:.1f} | {fmt_interval(row['gold_gain_clean'], digits=2)} |"
+            f" {figure(row['degenerate_rate'], 1, scale=100)} | {fmt_interval(row['gold_gain_clean'], digits=2)} |"
             if degenerate
             else ""
         )
         lines.append(
             f"| {row['label']} | {row['n']} | {fmt_interval(row['expected_win'])} | "
             f"{fmt_interval(row['gold_gain'], digits=2)} | {fmt_interval(row['kl'], digits=2)} | "
-            f"{fmt_interval(row['hard_win'])} | {100 * row['implicit_accuracy']:.1f} | "
-            f"{100 * row['loop_rate']:.1f} | {row['words']:.0f} |{extra}"
+            f"{fmt_interval(row['hard_win'])} | {figure(row['implicit_accuracy'], 1, scale=100)} | "
+            f"{figure(row['loop_rate'], 1, scale=100)} | {figure(row['words'], 0)} |{extra}"
         )
     return lines
 
@@ -256,7 +257,8 @@ def _claim_table(summary: dict) -> list[str]:
     for c in summary["claims"]:
         metric = _METRICS[c.get("metric", "expected_win")][0]
         lines.append(
-            f"| {c['claim']} | {metric} | {c['seeds']} | {c['mean']:+.2f} | [{c['low']:+.2f}, {c['high']:+.2f}] | "
+            f"| {c['claim']} | {metric} | {c['seeds']} | {_signed(c['mean'])} | "
+            f"[{_signed(c['low'])}, {_signed(c['high'])}] | "
             f"{c['p_holm']:.3g} | **{c['verdict']}** |"
             if not math.isnan(c["mean"])
             else f"| {c['claim']} | {metric} | {c['seeds']} | — | — | — | {c['verdict']} |"
@@ -278,7 +280,8 @@ def _secondary_table(summary: dict) -> list[str]:
     for c in rows:
         metric = _METRICS[c["metric"]][0]
         lines.append(
-            f"| {c['claim']} | {metric} | {c['seeds']} | {c['mean']:+.2f} | [{c['low']:+.2f}, {c['high']:+.2f}] | "
+            f"| {c['claim']} | {metric} | {c['seeds']} | {_signed(c['mean'])} | "
+            f"[{_signed(c['low'])}, {_signed(c['high'])}] | "
             f"{c['p_value']:.3g} | {c['verdict']} |"
             if not math.isnan(c["mean"])
             else f"| {c['claim']} | {metric} | {c['seeds']} | — | — | — | {c['verdict']} |"
@@ -319,7 +322,8 @@ def in_short(summary: dict) -> str:
     said = ", ".join(f"{word} {n}" for word, n in counts.items())
     several = len({h.get("rows") for h in summary["headline"]}) > 1
     shares = "; ".join(
-        f"{h['method']} {100 * h['ratio']:.0f}% at ε = {h['epsilon']}" + (f", {h['rows']} rows" if several else "")
+        f"{h['method']} {figure(h['ratio'], 0, scale=100)}% at ε = {h['epsilon']}"
+        + (f", {h['rows']} rows" if several else "")
         for h in summary["headline"]
     )
     kept = f" Share of the clean gold gain kept on private labels: {shares}." if shares else ""
@@ -334,7 +338,8 @@ def markdown(summary: dict, design: StudyDesign) -> str:
     plan = summary["preregistration"] or {}
     sizes = (
         f"Pre-registered: {len(plan.get('seeds', []))} seeds, {len(plan.get('arms', []))} arms, "
-        f"MDE {plan.get('mde_points', math.nan):.2f} {_EFFECT_TEXT[design.effect_unit]} at 80% power (α = 0.05, "
+        f"MDE {figure(plan.get('mde_points', math.nan), 2)} {_EFFECT_TEXT[design.effect_unit]} at 80% power "
+        "(α = 0.05, "
         f"two-sided, paired); cut for the budget: {', '.join(plan.get('cut_arms', [])) or 'nothing'}."
         if plan
         else "No pre-registration found."
@@ -345,7 +350,7 @@ def markdown(summary: dict, design: StudyDesign) -> str:
             f" Amended {a['written'][:10]}, before the main run ({', '.join(a['changed'])}; it replaced "
             f"{a['replaced']}): {a['reason']}"
         )
-    noise = ", ".join(f"{k} {v:.1f}" for k, v in summary["metric_noise"].items())
+    noise = ", ".join(f"{k} {figure(v, 1)}" for k, v in summary["metric_noise"].items())
     return "\n".join(
         [
             f"Model {design.base_model}, {design.train_rows} training rows a seed (labels drawn from BT(r*)), "
@@ -452,3 +457,7 @@ def update_readme(readme: Path, block: str, name: str = "cpu") -> None:
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
     readme.write_text(head + begin + "\n" + block + "\n" + end + tail, encoding="utf-8")
+
+
+def _signed(value: float) -> str:
+    return figure(value, 2, signed=True, minus="-")

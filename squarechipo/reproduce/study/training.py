@@ -13,7 +13,7 @@ import numpy as np
 from squarechipo.data.label_roles import label_free
 from squarechipo.reproduce.study.claims import metric_at
 from squarechipo.reproduce.study.design import StudyDesign
-from squarechipo.stats import paired_test
+from squarechipo.stats import figure, paired_test
 
 #: The plot of gold gain against KL along training.
 TRAINING_PLOT = "along_training.png"
@@ -44,7 +44,7 @@ def along_training_table(summary: dict, design: StudyDesign) -> list[str]:
     ]
     for label in dict.fromkeys(r["label"] for r in summary["along_training"]):
         rows = [r for r in summary["along_training"] if r["label"] == label]
-        cells = [f"{fmt_interval(r['gold_gain'], digits=2)}, KL {r['kl']['mean']:.1f}" for r in rows]
+        cells = [f"{fmt_interval(r['gold_gain'], digits=2)}, KL {figure(r['kl']['mean'], 1)}" for r in rows]
         lines.append(f"| {label} | {rows[0]['n']} | " + " | ".join(cells) + " |")
     return [*lines, "", *turn_down_lines(summary["along_training"]), ""]
 
@@ -63,13 +63,15 @@ def turn_down_lines(rows: list[dict]) -> list[str]:
         if top < len(curve) - 1:
             lines.append(
                 f"- {label}: highest mean gold gain at epoch {curve[top]['epoch']:g} of {len(curve)} checkpoints "
-                f"({gains[top]:+.2f} r*, KL {curve[top]['kl']['mean']:.1f}); at the end {gains[-1] - gains[top]:+.2f} "
-                f"r* from it (KL {curve[-1]['kl']['mean']:.1f}); largest mean KL {largest_kl:.1f} nats."
+                f"({_signed(gains[top])} r*, KL {figure(curve[top]['kl']['mean'], 1)}); at the end "
+                f"{_signed(gains[-1] - gains[top])} "
+                f"r* from it (KL {figure(curve[-1]['kl']['mean'], 1)}); largest mean KL {figure(largest_kl, 1)} nats."
             )
         else:
             lines.append(
-                f"- {label}: highest mean gold gain at the last of {len(curve)} checkpoints ({gains[-1]:+.2f} r*); "
-                f"largest mean KL {largest_kl:.1f} nats."
+                f"- {label}: highest mean gold gain at the last of {len(curve)} checkpoints "
+                f"({_signed(gains[-1])} r*); "
+                f"largest mean KL {figure(largest_kl, 1)} nats."
             )
     return lines
 
@@ -112,8 +114,9 @@ def write_training_plot(records, design: StudyDesign, path: Path) -> None:
 
 def fmt_interval(test: dict, scale: float = 1.0, digits: int = 1) -> str:
     if math.isnan(test["low"]):
-        return f"{scale * test['mean']:.{digits}f}"
-    return f"{scale * test['mean']:.{digits}f} [{scale * test['low']:.{digits}f}, {scale * test['high']:.{digits}f}]"
+        return figure(test["mean"], digits, scale=scale, minus="-")
+    low, high = (figure(test[k], digits, scale=scale, minus="-") for k in ("low", "high"))
+    return f"{figure(test['mean'], digits, scale=scale, minus='-')} [{low}, {high}]"
 
 
 def reference_lines(plan: dict, design: StudyDesign) -> list[str]:
@@ -129,3 +132,7 @@ def reference_lines(plan: dict, design: StudyDesign) -> list[str]:
         f"seed; each reference epoch was fixed in the pre-registration from the pilot ({epochs}).",
         "",
     ]
+
+
+def _signed(value: float) -> str:
+    return figure(value, 2, signed=True, minus="-")
