@@ -19,6 +19,7 @@ __all__ = [
     "record_sets",
     "reliability_block",
     "replace_block",
+    "releases_block",
     "runs_block",
 ]
 
@@ -137,6 +138,70 @@ def runs_block(root: Path) -> str:
     if len(rows) == 2:
         raise ValueError(f"no fresh clone of the main job is recorded under {root / 'main_job'}.")
     return "\n".join(rows)
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _release_rows(folder: Path) -> list[tuple[int, dict, dict]]:
+    """(release number, its gold summary, its times) for each release of a second- or third-round set."""
+    found = []
+    for gold in (folder).glob("release_*/gold.json"):
+        times = {**_json(gold.parent / "align_time.json"), **_json(gold.parent / "gold_time.json")}
+        found.append((int(gold.parent.name.split("_")[1]), _json(gold), times))
+    return sorted(found, key=lambda row: row[0])
+
+
+def _gains_line(gains: list[dict]) -> str:
+    import statistics
+
+    means = [g["mean"] for g in gains]
+    low = min(range(len(gains)), key=lambda i: gains[i]["low"])
+    widths = [(g["high"] - g["low"]) / 2 for g in gains]
+    return (
+        f"The {len(gains)} gains: mean {figure(statistics.mean(means), 3, signed=True)}, SD "
+        f"{figure(statistics.stdev(means), 3)}; half-widths {figure(min(widths), 3)} to {figure(max(widths), 3)}; "
+        f"the smallest lower bound {figure(gains[low]['low'], 3, signed=True)} (release {low + 1})."
+    )
+
+
+def releases_block(root: Path, folder: str) -> str:
+    """The table of one set of fresh releases of the job (``results/<folder>/``), a row a release from its records,
+    and the summary of its gains."""
+    if folder == "main_job_releases":  # the first round: 64 prompts, and 128 and 170 from the prefix records
+        rows = [
+            "| release | gold gain, 64 prompts (95% t) | reading | KL (nats) | 128 prompts | 170 prompts |",
+            "|---|---|---|---|---|---|",
+        ]
+        gains = []
+        for number in range(1, 11):
+            release = root / folder / f"rel_n128_eps4.0_{number}"
+            prefix = _json(release / "gold_prefix170.json")
+            own = _json(release / "gold.json") if (release / "gold.json").is_file() else prefix["64"]
+            gains.append(own["gold_gain"])
+            kl = own["kl"]["mean"] if isinstance(own["kl"], dict) else own["kl"]  # a prefix record keeps the mean
+            more = " | ".join(_interval_of(prefix[n]["gold_gain"], 3, signed=True) for n in ("128", "170"))
+            rows.append(
+                f"| {number} | {_interval_of(own['gold_gain'], 3, signed=True)} | {reading(own['gold_gain'])} "
+                f"| {figure(kl, 2)} | {more} |"
+            )
+        return "\n".join([*rows, "", _gains_line(gains)])
+    rows = [
+        "| release | gold gain, 128 prompts × 1 (95% t) | reading | expected win (%) | KL (nats) | align s "
+        "| gold report s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    found = _release_rows(root / folder)
+    if not found:
+        raise ValueError(f"no release is recorded under {root / folder}.")
+    for number, gold, times in found:
+        rows.append(
+            f"| {number} | {_interval_of(gold['gold_gain'], 3, signed=True)} | {reading(gold['gold_gain'])} "
+            f"| {figure(gold['expected_win']['mean'], 1, scale=100)} | {figure(gold['kl']['mean'], 2)} "
+            f"| {times['align_s']} | {times['gold_report_s']} |"
+        )
+    return "\n".join([*rows, "", _gains_line([gold["gold_gain"] for _, gold, _ in found])])
 
 
 def replace_block(path: Path, name: str, block: str) -> bool:
