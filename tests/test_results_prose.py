@@ -135,3 +135,19 @@ def test_every_generator_of_a_results_block_rounds_with_the_one_rule():
                 if re.fullmatch(r"[+]?\.\d+f", spec):
                     own.append(f"{path}:{node.lineno} {spec}")
     assert not own, own
+
+
+def test_the_labs_figures_are_what_its_command_reports_from_the_committed_records(tmp_path):
+    """docs/lab.md's block is what `python -m squarechipo.sim --out results/sim --readme docs/lab.md` writes from
+    the committed CSVs (on copies, byte for byte): a finished grid is only reported, nothing is run again."""
+    import shutil
+
+    from squarechipo.sim.cli import main
+
+    shutil.copytree(ROOT / "results" / "sim" / "default", tmp_path / "sim" / "default")
+    page = tmp_path / "lab.md"
+    page.write_text((ROOT / "docs" / "lab.md").read_text(encoding="utf-8"), encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "sim" / "default").glob("*.csv")}
+    assert main(["--out", str(tmp_path / "sim"), "--readme", str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == (ROOT / "docs" / "lab.md").read_text(encoding="utf-8")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "sim" / "default").glob("*.csv")} == before  # nothing ran

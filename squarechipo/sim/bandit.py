@@ -8,8 +8,8 @@ single-policy concentrability of the optimal policy is C* = max_x 1/π_ref(a*|x)
 Policies are tabular: log π_θ = log_softmax(log π_ref + θ), trained full-batch in float64 with the
 core loss library (:func:`squarechipo.losses.preference_loss`), every seed of a grid point at once.
 J(π) = E_x Σ_a π(a|x) r*(x, a) is exact; the distance to the best policy is reported, and to the method's own
-population target π*_β: the KL-regularised optimum for a DPO link, the χ²+KL-regularised one for a χPO link (Zhou et
-al. 2025 (Square-χPO), eq. 3).
+population target π*_β: the KL-regularised optimum for a DPO link, the χ²+KL-regularised one for a χPO link
+(Zhou et al. 2025 (Square-χPO), eq. 3).
 """
 
 from __future__ import annotations

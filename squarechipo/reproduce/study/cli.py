@@ -131,7 +131,8 @@ def verdicts(root: Path, readme: str | None, pages: list[str] = ()) -> None:
     """Print the verdicts of every study under ``root``; with ``readme`` and ``pages``, rewrite each file's generated
     blocks from the records beside the studies: the verdicts, the main job's reliability and the table of its fresh
     clones. A file with none of them is refused (the README must hold the verdicts block)."""
-    from squarechipo.evaluation.reliability import releases_block, reliability_block, replace_block, runs_block
+    from squarechipo.evaluation.blocks import replace_block
+    from squarechipo.evaluation.reliability import releases_block, reliability_block, runs_block
 
     block = verdicts_block(root)
     if readme:

@@ -79,11 +79,9 @@ def verdicts_block(root: Path) -> str:
 
 def update_verdicts(readme: Path, block: str) -> None:
     """Replace the text between ``readme``'s verdicts markers with ``block``."""
-    text = readme.read_text(encoding="utf-8")
-    if VERDICTS_BEGIN not in text or VERDICTS_END not in text:
+    from squarechipo.evaluation.blocks import replace_block
+
+    if not replace_block(readme, "verdicts", block):
         raise ValueError(
             f"{readme} has no verdicts block: add the lines {VERDICTS_BEGIN!r} and {VERDICTS_END!r} first."
         )
-    head, rest = text.split(VERDICTS_BEGIN, 1)
-    _, tail = rest.split(VERDICTS_END, 1)
-    readme.write_text(f"{head}{VERDICTS_BEGIN}\n{block}\n{VERDICTS_END}{tail}", encoding="utf-8")
