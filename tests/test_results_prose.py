@@ -58,6 +58,9 @@ OVERCLAIMS = [
     "The aligned policy beat SFT by a third of a point.",
     "Square-χPO ≥ DPO under CTL, at Holm p 0.04.",
     "DPO won by two points over Square-χPO in every seed.",
+    "| Square-χPO vs DPO at 128 rows | holds |",
+    "Square-χPO gained five points over DPO.",
+    "Relative to SFT, the aligned policy gained a third of a point.",
 ]
 #: Honest statements in the same vocabulary: a design, a paper's own result, one arm, a question, a quoted claim.
 HONEST = [
@@ -84,9 +87,9 @@ def test_each_overclaim_is_refused_in_every_place_prose_lives(sentence, tmp_path
     for where, text in placed.items():
         assert hand_written_results(text), (where, sentence)
     source = tmp_path / "probe.py"
-    code = f'"""{sentence}"""\n\n# {sentence}\naxis.set_title({sentence!r})\n'
+    code = f'"""{sentence}"""\n\n# {sentence}\naxis.set_title({sentence!r})\nplt.xlabel({sentence!r})\n'
     source.write_text(code, encoding="utf-8")
-    assert sum(bool(refused(s)) for s in source_statements(source)) == 3, code
+    assert sum(bool(refused(s)) for s in source_statements(source)) == 4, code
 
 
 @pytest.mark.parametrize("sentence", HONEST)

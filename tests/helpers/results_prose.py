@@ -44,7 +44,9 @@ COMPARISON = re.compile(
     r"|beats?|beaten|beating|edges?|edged|trail(?:s|ed|ing)?|outperform\w*|outdo\w*|exceed\w*|surpass\w*|better|worse"
     r"|higher|lower|level with|on par|tie[sd]?|(?<!expected )(?<!hard )wins?(?! rates?)|won|lose[sd]?|lost|leads?|led"
     r"|dominat\w*|superior|inferior|same as|advantage|prevail\w*|overtak\w*|clearly|ahead|over[- ]?performs?"
-    r"|under[- ]?performs?|gaps?|significant(?:ly)?|differ(?:s|ed|ence|ences)?|between)\b",
+    r"|under[- ]?performs?|gaps?|significant(?:ly)?|differ(?:s|ed|ence|ences)?|between"
+    # a verdict stated of the things named: a claim's outcome, whatever it compares
+    r"|holds?|held|reversed|decided|confirm(?:s|ed)?|support(?:s|ed)?|shown|proves?|proven)\b",
     re.IGNORECASE,
 )
 #: A paper's citation key names a method ("Zhou et al. 2025 (Square-χPO)"): a citation, not a mention.
@@ -100,6 +102,20 @@ def named(statement: str) -> set[str]:
     return found
 
 
+@functools.cache
+def against() -> re.Pattern:
+    """A named method or policy set against another: "over DPO", "versus clean labels", "relative to SFT" (a metric's
+    name, "gain over SFT", "win rate over SFT", is not a comparison)."""
+    from squarechipo.losses import METHOD_NAMES
+
+    named = "|".join(re.escape(n) for n in sorted([*METHOD_NAMES.values(), "SFT", "clean"], key=len, reverse=True))
+    return re.compile(
+        rf"(?<!gain )(?<!win )(?<!rate )\b(?:over|versus|vs\.?|relative to|compared (?:to|with))\s+(?:the\s+)?"
+        rf"(?:{named})(?![\w-])",
+        re.IGNORECASE,
+    )
+
+
 def two_compared(said: set[str]) -> bool:
     """Whether the names say two things that can be compared: two methods, two privacy settings, two β, two
     policies, or a method and a policy (one method at one setting is one arm)."""
@@ -135,7 +151,7 @@ def refused(statement: str) -> str | None:
         return None
     if numbers := figures(statement):
         return f"names {', '.join(sorted(said))} with figures {numbers}"
-    if match := COMPARISON.search(statement):
+    if match := COMPARISON.search(statement) or against().search(CITATION.sub(" ", statement)):
         return f"compares {', '.join(sorted(said))} ({match.group(0)!r})"
     return None
 
@@ -175,7 +191,8 @@ def source_statements(path: Path) -> list[str]:
     found = [s for paragraph in source_prose(path).split("\n\n") for s in sentences(paragraph)]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in ("set_title", "suptitle", "set_xlabel", "set_ylabel", "text", "annotate"):
+            if node.func.attr in ("set_title", "suptitle", "set_xlabel", "set_ylabel", "title", "xlabel", "ylabel",
+                                  "text", "annotate", "figtext"):  # fmt: skip
                 found += [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             found += [k.value.value for k in node.keywords if k.arg in ("label", "title")
                       and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)]  # fmt: skip
