@@ -61,6 +61,8 @@ OVERCLAIMS = [
     "| Square-χPO vs DPO at 128 rows | holds |",
     "Square-χPO gained five points over DPO.",
     "Relative to SFT, the aligned policy gained a third of a point.",
+    'Ten fresh releases: nine of ten read "better than SFT".',
+    "On the new sizes 10 of 10 releases read better.",
 ]
 #: Honest statements in the same vocabulary: a design, a paper's own result, one arm, a question, a quoted claim.
 HONEST = [
@@ -154,3 +156,19 @@ def test_the_labs_figures_are_what_its_command_reports_from_the_committed_record
     assert main(["--out", str(tmp_path / "sim"), "--readme", str(page)]) == 0
     assert page.read_text(encoding="utf-8") == (ROOT / "docs" / "lab.md").read_text(encoding="utf-8")
     assert {p.name: p.read_bytes() for p in (tmp_path / "sim" / "default").glob("*.csv")} == before  # nothing ran
+
+
+def test_no_hand_written_statement_quotes_a_claims_figure():
+    """A claim's paired figure (its mean or interval bounds, naming the methods it compares) appears only in a block
+    generated from the records, whatever verdict is written beside it."""
+    from tests.helpers.results_prose import GENERATED
+    from tests.test_readings import STUDIES, quoted_claims, units
+
+    found = [
+        (page, unit, [c["claim"] for c in claims])
+        for page, text in _pages().items()
+        for unit in units(GENERATED.sub(" ", text))
+        if (claims := quoted_claims(unit, STUDIES))
+    ]
+    assert not found, found
+    assert quoted_claims("Square-χPO ≥ DPO at 512 rows: +5.78 points, which holds.", STUDIES)  # the check sees one

@@ -155,11 +155,13 @@ def _release_rows(folder: Path) -> list[tuple[int, dict, dict]]:
 def _gains_line(gains: list[dict]) -> str:
     import statistics
 
+    better = sum(reading(g) == "better than SFT" for g in gains)
     means = [g["mean"] for g in gains]
     low = min(range(len(gains)), key=lambda i: gains[i]["low"])
     widths = [(g["high"] - g["low"]) / 2 for g in gains]
     return (
-        f"The {len(gains)} gains: mean {figure(statistics.mean(means), 3, signed=True)}, SD "
+        f'{better} of {len(gains)} read "better than SFT". The gains: mean '
+        f"{figure(statistics.mean(means), 3, signed=True)}, SD "
         f"{figure(statistics.stdev(means), 3)}; half-widths {figure(min(widths), 3)} to {figure(max(widths), 3)}; "
         f"the smallest lower bound {figure(gains[low]['low'], 3, signed=True)} (release {low + 1})."
     )

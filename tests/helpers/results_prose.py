@@ -49,6 +49,13 @@ COMPARISON = re.compile(
     r"|holds?|held|reversed|decided|confirm(?:s|ed)?|support(?:s|ed)?|shown|proves?|proven)\b",
     re.IGNORECASE,
 )
+#: How often the main job reads one way, counted by hand: "9 of 10 read", "nine of ten releases read better".
+_COUNT = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|all|none)"
+RELIABILITY = re.compile(
+    rf"\b{_COUNT} of (?:the )?{_COUNT}\b[^.;]{{0,40}}?\b"
+    r"(?:reads?(?=\s*(?:[.;,]|$))|reads? \W?(?:better|not)|better|distinguishable)",
+    re.IGNORECASE,
+)
 #: A paper's citation key names a method ("Zhou et al. 2025 (Square-χPO)"): a citation, not a mention.
 CITATION = re.compile(r"\b[A-Z][\w-]+ et al\.? \d{4}(?: \([^)]*\))?")
 #: A statement that attributes what it says to a paper states the paper's result, not ours.
@@ -146,6 +153,8 @@ def refused(statement: str) -> str | None:
     """Why a hand-written ``statement`` carries a result (None: it carries none)."""
     if PAPERS_SAY.search(statement) or re.search(r"\bwhether\b", statement):
         return None  # a paper's result, or the question a study asks
+    if match := RELIABILITY.search(statement):
+        return f"counts the main job's readings by hand ({match.group(0)!r})"
     said = named(statement)
     if not two_compared(said):
         return None
