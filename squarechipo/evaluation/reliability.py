@@ -19,6 +19,7 @@ __all__ = [
     "record_sets",
     "reliability_block",
     "releases_block",
+    "time_block",
     "runs_block",
 ]
 
@@ -137,6 +138,20 @@ def runs_block(root: Path) -> str:
     if len(rows) == 2:
         raise ValueError(f"no fresh clone of the main job is recorded under {root / 'main_job'}.")
     return "\n".join(rows)
+
+
+def time_block(root: Path) -> str:
+    """How long the whole job took from ``git clone`` on each kind of kernels, from every recorded fresh clone."""
+    import statistics
+
+    runs = [_json(p) for p in sorted((root / "main_job").glob("run_*.json"))]
+    parts = []
+    for kind, label in (("avx2", "with AVX2 kernels forced, in float32"), ("bf16", "with bf16 kernels, in bf16")):
+        seconds = [r["seconds"] for r in runs if ("avx2" in r["machine"].lower()) == (kind == "avx2")]
+        if seconds:
+            spread = f"{min(seconds)} to {max(seconds)} s" if len(seconds) > 1 else f"{seconds[0]} s"
+            parts.append(f"{label}, {len(seconds)} took {spread} (median {figure(statistics.median(seconds), 0)} s)")
+    return f"The whole job from `git clone` on a 2-core CPU, every recorded fresh clone: {'; '.join(parts)}."
 
 
 def _json(path: Path) -> dict:

@@ -132,12 +132,13 @@ def verdicts(root: Path, readme: str | None, pages: list[str] = ()) -> None:
     blocks from the records beside the studies: the verdicts, the main job's reliability and the table of its fresh
     clones. A file with none of them is refused (the README must hold the verdicts block)."""
     from squarechipo.evaluation.blocks import replace_block
-    from squarechipo.evaluation.reliability import releases_block, reliability_block, runs_block
+    from squarechipo.evaluation.reliability import releases_block, reliability_block, runs_block, time_block
 
     block = verdicts_block(root)
     if readme:
         update_verdicts(Path(readme), block)
     blocks = {"verdicts": block, "main-job": reliability_block(root), "main-job-runs": runs_block(root)}
+    blocks["main-job-time"] = time_block(root)
     for part, folder in (("v1", "main_job_releases"), ("v2", "main_job_releases_v2"), ("v3", "main_job_releases_v3")):
         blocks[f"main-job-releases:{part}"] = releases_block(root, folder)
     for page in [p for p in (readme, *pages) if p]:
