@@ -42,15 +42,31 @@ class RecordSet:
         return sum(r == "better than SFT" for r in self.readings)
 
 
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def _gains(paths: list[Path], key=lambda record: record["gold_gain"]) -> tuple[str, ...]:
-    return tuple(reading(key(json.loads(p.read_text(encoding="utf-8")))) for p in paths)
+    return tuple(reading(key(_json(p))) for p in paths)
 
 
-def _first_reading(folder: Path) -> str:
-    """A first-round release's reading on its 64 prompts: its gold report's, or the 64-prompt prefix of its 170."""
-    if (folder / "gold.json").is_file():
-        return _gains([folder / "gold.json"])[0]
-    return reading(json.loads((folder / "gold_prefix170.json").read_text(encoding="utf-8"))["64"]["gold_gain"])
+def _first_round_gold(folder: Path) -> dict:
+    """A first-round release's gold summary on its 64 prompts: its gold report's, or the 64-prompt prefix of its 170
+    (a prefix record keeps the KL's mean alone)."""
+    return (
+        _json(folder / "gold.json")
+        if (folder / "gold.json").is_file()
+        else _json(folder / "gold_prefix170.json")["64"]
+    )
+
+
+def _release_number(folder: Path) -> int:
+    return int(folder.name.rsplit("_", 1)[1])
+
+
+def _forced_avx2(record: dict) -> bool:
+    """Whether a clone's record ran with AVX2 kernels forced (float32), as its machine line says."""
+    return "avx2" in record["machine"].lower()
 
 
 def record_sets(root: Path) -> list[RecordSet]:
@@ -66,7 +82,8 @@ def record_sets(root: Path) -> list[RecordSet]:
     first = sorted((root / "main_job_releases").glob("rel_n128_eps4.0_*"))
     if first:
         what = "the first fresh releases at ε = 4 (bf16, 64 prompts)"
-        sets.append(RecordSet("results/main_job_releases/", what, tuple(_first_reading(f) for f in first)))
+        readings = tuple(reading(_first_round_gold(f)["gold_gain"]) for f in first)
+        sets.append(RecordSet("results/main_job_releases/", what, readings))
     stopped = sorted((root / "main_job_releases").glob("rel_n256_eps2.0_*/gold.json"))
     if stopped:
         what = "releases of 256 rows at ε = 2, stopped after these (bf16, 64 prompts)"
@@ -127,9 +144,9 @@ def runs_block(root: Path) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for path in sorted((root / "main_job").glob("run_*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = _json(path)
         gold = record["gold"]
-        kernels = "AVX2 forced, float32" if "avx2" in record["machine"].lower() else "bf16"
+        kernels = "AVX2 forced, float32" if _forced_avx2(record) else "bf16"
         rows.append(
             f"| `results/main_job/{path.name}` | {record['commit']} | {kernels} | {record['seconds']} "
             f"| {_interval_of(gold['gold_gain'], 3, signed=True)} | {_interval_of(gold['expected_win'], 1, 100)} "
@@ -147,38 +164,36 @@ def time_block(root: Path) -> str:
     runs = [_json(p) for p in sorted((root / "main_job").glob("run_*.json"))]
     parts = []
     for kind, label in (("avx2", "with AVX2 kernels forced, in float32"), ("bf16", "with bf16 kernels, in bf16")):
-        seconds = [r["seconds"] for r in runs if ("avx2" in r["machine"].lower()) == (kind == "avx2")]
+        seconds = [r["seconds"] for r in runs if _forced_avx2(r) == (kind == "avx2")]
         if seconds:
             spread = f"{min(seconds)} to {max(seconds)} s" if len(seconds) > 1 else f"{seconds[0]} s"
             parts.append(f"{label}, {len(seconds)} took {spread} (median {figure(statistics.median(seconds), 0)} s)")
     return f"The whole job from `git clone` on a 2-core CPU, every recorded fresh clone: {'; '.join(parts)}."
 
 
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def _release_rows(folder: Path) -> list[tuple[int, dict, dict]]:
     """(release number, its gold summary, its times) for each release of a second- or third-round set."""
     found = []
-    for gold in (folder).glob("release_*/gold.json"):
+    for gold in folder.glob("release_*/gold.json"):
         times = {**_json(gold.parent / "align_time.json"), **_json(gold.parent / "gold_time.json")}
-        found.append((int(gold.parent.name.split("_")[1]), _json(gold), times))
+        found.append((_release_number(gold.parent), _json(gold), times))
     return sorted(found, key=lambda row: row[0])
 
 
-def _gains_line(gains: list[dict]) -> str:
+def _gains_line(numbered: list[tuple[int, dict]]) -> str:
+    """How many read "better", and the gains' mean, SD, half-widths and smallest lower bound (naming its release)."""
     import statistics
 
+    gains = [gain for _, gain in numbered]
     better = sum(reading(g) == "better than SFT" for g in gains)
     means = [g["mean"] for g in gains]
-    low = min(range(len(gains)), key=lambda i: gains[i]["low"])
+    number, lowest = min(numbered, key=lambda item: item[1]["low"])
     widths = [(g["high"] - g["low"]) / 2 for g in gains]
     return (
         f'{better} of {len(gains)} read "better than SFT". The gains: mean '
         f"{figure(statistics.mean(means), 3, signed=True)}, SD "
         f"{figure(statistics.stdev(means), 3)}; half-widths {figure(min(widths), 3)} to {figure(max(widths), 3)}; "
-        f"the smallest lower bound {figure(gains[low]['low'], 3, signed=True)} (release {low + 1})."
+        f"the smallest lower bound {figure(lowest['low'], 3, signed=True)} (release {number})."
     )
 
 
@@ -190,19 +205,21 @@ def releases_block(root: Path, folder: str) -> str:
             "| release | gold gain, 64 prompts (95% t) | reading | KL (nats) | 128 prompts | 170 prompts |",
             "|---|---|---|---|---|---|",
         ]
-        gains = []
-        for number in range(1, 11):
-            release = root / folder / f"rel_n128_eps4.0_{number}"
-            prefix = _json(release / "gold_prefix170.json")
-            own = _json(release / "gold.json") if (release / "gold.json").is_file() else prefix["64"]
-            gains.append(own["gold_gain"])
-            kl = own["kl"]["mean"] if isinstance(own["kl"], dict) else own["kl"]  # a prefix record keeps the mean
+        numbered = []
+        for release in sorted((root / folder).glob("rel_n128_eps4.0_*"), key=_release_number):
+            number, prefix, own = (
+                _release_number(release),
+                _json(release / "gold_prefix170.json"),
+                _first_round_gold(release),
+            )
+            numbered.append((number, own["gold_gain"]))
+            kl = own["kl"]["mean"] if isinstance(own["kl"], dict) else own["kl"]
             more = " | ".join(_interval_of(prefix[n]["gold_gain"], 3, signed=True) for n in ("128", "170"))
             rows.append(
                 f"| {number} | {_interval_of(own['gold_gain'], 3, signed=True)} | {reading(own['gold_gain'])} "
                 f"| {figure(kl, 2)} | {more} |"
             )
-        return "\n".join([*rows, "", _gains_line(gains)])
+        return "\n".join([*rows, "", _gains_line(numbered)])
     rows = [
         "| release | gold gain, 128 prompts × 1 (95% t) | reading | expected win (%) | KL (nats) | align s "
         "| gold report s |",
@@ -217,4 +234,4 @@ def releases_block(root: Path, folder: str) -> str:
             f"| {figure(gold['expected_win']['mean'], 1, scale=100)} | {figure(gold['kl']['mean'], 2)} "
             f"| {times['align_s']} | {times['gold_report_s']} |"
         )
-    return "\n".join([*rows, "", _gains_line([gold["gold_gain"] for _, gold, _ in found])])
+    return "\n".join([*rows, "", _gains_line([(number, gold["gold_gain"]) for number, gold, _ in found])])
