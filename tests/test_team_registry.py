@@ -16,10 +16,13 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from squarechipo.privacy import LabelPipeline, get_ledger, release_dataset
 from squarechipo.privacy.release.registry import REGISTRY_ENV, RegistryError, init_registry
@@ -491,6 +494,42 @@ def test_the_throwaway_server_refuses_a_taken_port_a_full_folder_and_a_stranger(
             err = capsys.readouterr().err.strip()
             assert len(err.splitlines()) == 1 and re.search(fix, err), (argv, err)
         assert not second.exists()  # the failed start tidied its folder
+        # The record in the folder is a file anyone who can write the folder can edit: it names neither what is
+        # removed nor what runs. Pointed at another folder, or not JSON, stop refuses and removes nothing.
+        about = first / "squarechipo_server.json"
+        recorded = about.read_text()
+        victim = tmp_path / "victim"
+        (victim / "data").mkdir(parents=True)
+        (victim / "data" / "PG_VERSION").write_text("15\n")
+        for edited in (json.dumps({"server": str(victim), "port": port}), "not json", json.dumps(["a list"])):
+            about.write_text(edited)
+            assert squarechipo.cli.main(["registry", "server", "stop", "--folder", str(first)]) != 0
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and "did not make" in err, err
+        assert (victim / "data" / "PG_VERSION").is_file()
+        about.write_text(json.dumps({**json.loads(recorded), "bindir": str(tmp_path / "evil")}))  # never run
+        (first / "notes.txt").write_text("mine")  # put there after start: kept
     finally:
         assert squarechipo.cli.main(["registry", "server", "stop", "--folder", str(first)]) == 0
-    assert not first.exists()
+    assert "kept the folder" in capsys.readouterr().out
+    assert sorted(p.name for p in first.iterdir()) == ["notes.txt"]
+
+
+@given(
+    recorded=st.one_of(st.text(max_size=60), st.sampled_from(["", ".", "..", "/", "/tmp", "/tmp/squarechipo-pg-x"]))
+)
+@settings(max_examples=60, deadline=None)
+def test_stop_trusts_no_folder_the_record_names_but_its_own(recorded, tmp_path_factory):
+    """Whatever the record's ``server`` says, stop acts only on the folder itself or a ``squarechipo-pg-*`` folder in
+    the temporary folder holding a PostgreSQL data folder; anything else is refused before anything runs."""
+    from squarechipo.data.local_server import _server_place
+
+    folder = tmp_path_factory.mktemp("given").resolve()
+    try:
+        place = _server_place(folder, {"server": recorded})
+    except ValueError as error:
+        assert "did not make" in str(error)
+        return
+    assert place == folder or (place.parent == Path(tempfile.gettempdir()).resolve() and place.name.startswith(
+        "squarechipo-pg-"))  # fmt: skip
+    assert (place / "data" / "PG_VERSION").is_file()

@@ -100,6 +100,10 @@ def _run(argv: list[str], what: str) -> None:
         raise OSError(f"{what} failed: {last}")
 
 
+def _bindir() -> Path:
+    return Path(subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True).stdout.strip())
+
+
 def _server_folder(folder: Path) -> Path:
     """Where the server's data and socket live: ``folder`` itself, or, run as root, a folder of its own under the
     system's temporary folder (the ``postgres`` account cannot enter root's folders, /root or pytest's)."""
@@ -122,7 +126,7 @@ def start_local_server(folder: str | os.PathLike, port: int | None = None, *, te
         raise ValueError(f"{folder}: the folder is not empty; give a new folder (or stop the server in it first).")
     folder.mkdir(parents=True, exist_ok=True)
     place = _server_folder(folder)
-    bindir = Path(subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True).stdout.strip())
+    bindir = _bindir()
     server = LocalServer(place, bindir, port)
     try:
         _run([str(bindir / "initdb"), "-D", str(place / "data"), "-A", "trust", "-U", "postgres", "-N"], "initdb")
@@ -137,12 +141,41 @@ def start_local_server(folder: str | os.PathLike, port: int | None = None, *, te
         server.sql(f"CREATE DATABASE {TEAM_DATABASE}")
         for role in TEAM_ROLES:
             server.sql(f"CREATE ROLE {role} LOGIN")
-    (folder / ABOUT).write_text(json.dumps({"bindir": str(bindir), "port": port, "server": str(place)}) + "\n")
+    (folder / ABOUT).write_text(json.dumps({"port": port, "server": str(place)}) + "\n")
     return server
 
 
+def _server_place(folder: Path, about: dict) -> Path:
+    """The server's own folder as the record in ``folder`` names it, trusted only if it is what start makes: the
+    folder itself, or (run as root) a ``squarechipo-pg-*`` folder directly in the temporary folder, holding a
+    PostgreSQL data folder. The record is a file anyone who can write the folder can edit: it never chooses what is
+    removed or which program runs."""
+    place = Path(str(about.get("server", ""))).resolve()
+    ours = place == folder or (place.parent == Path(tempfile.gettempdir()).resolve() and place.name.startswith(
+        "squarechipo-pg-"
+    ))  # fmt: skip
+    if not ours or not (place / "data" / "PG_VERSION").is_file():
+        raise ValueError(
+            f"{folder / ABOUT}: it names {place} as the server's folder, which `registry server start` did not make; "
+            "stop that server with pg_ctl yourself and remove the folders by hand."
+        )
+    return place
+
+
+def _remove_made(folder: Path) -> None:
+    """Remove what start made in ``folder`` (the data, the log, the socket files, the record), then the folder if
+    nothing else is in it: files put there afterwards stay."""
+    for name in ("data", "log", ABOUT):
+        path = folder / name
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    for socket in folder.glob(".s.PGSQL.*"):
+        socket.unlink(missing_ok=True)
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def stop_local_server(folder: str | os.PathLike) -> Path:
-    """Stop the server ``start_local_server`` started in ``folder`` and remove the folder; its path."""
+    """Stop the server ``start_local_server`` started in ``folder`` and remove what it made; the folder's path."""
     folder = Path(folder).expanduser().resolve()
     about = folder / ABOUT
     if not about.is_file():
@@ -150,7 +183,13 @@ def stop_local_server(folder: str | os.PathLike) -> Path:
             f"{folder}: no server started by `squarechipo registry server start` is in this folder; name the folder "
             "it was started in."
         )
-    found = json.loads(about.read_text())
-    LocalServer(Path(found["server"]), Path(found["bindir"]), found["port"]).close()
-    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        found = json.loads(about.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        found = {}
+    place = _server_place(folder, found if isinstance(found, dict) else {})
+    if (place / "data" / "postmaster.pid").is_file():  # running (a reboot stops it without a word)
+        LocalServer(place, _bindir(), None).stop()  # the system's pg_ctl, never a path the record names
+    _remove_made(place)
+    _remove_made(folder)
     return folder

@@ -8,7 +8,7 @@
     squarechipo registry budget set --epsilon E [--dataset NAME | --unit COLUMN]   # the custodian's cap on ε
     squarechipo registry budget show                                 # each budget, spent and remaining
     squarechipo registry server start --folder F [--port P]          # a throwaway PostgreSQL to try a team's setup
-    squarechipo registry server stop --folder F                      # stop it and remove its folder
+    squarechipo registry server stop --folder F                      # stop it and remove what it made
 
 The registry is ``$SQUARECHIPO_RELEASE_REGISTRY`` (a path or a URL) or this machine's
 ``~/.squarechipo/releases.sqlite``. A URL's password is never printed. docs/team.md sets up a team's server.
@@ -59,7 +59,7 @@ def make_parser(prog: str = "squarechipo registry") -> argparse.ArgumentParser:
     up = step.add_parser("start", help="start one in a new folder, with the database and roles docs/team.md names")
     up.add_argument("--folder", required=True, help="a new (or empty) folder for the server's data and socket")
     up.add_argument("--port", type=int, default=None, help="listen on localhost:PORT (default: the socket only)")
-    down = step.add_parser("stop", help="stop the server started in a folder and remove the folder")
+    down = step.add_parser("stop", help="stop the server started in a folder and remove what it made")
     down.add_argument("--folder", required=True, help="the folder given to server start")
     audit = commands.add_parser("audit", help="whether saved releases are entered here (after a restore: missing?)")
     audit.add_argument("releases", nargs="+", help="saved releases: folders, .jsonl or .parquet files")
@@ -115,7 +115,9 @@ def _server(args: argparse.Namespace) -> None:
     from squarechipo.data.local_server import TEAM_ROLES, start_local_server, stop_local_server
 
     if args.step == "stop":
-        print(f"stopped the server in {stop_local_server(args.folder)} and removed the folder")
+        folder = stop_local_server(args.folder)
+        left = "kept the folder: it holds files the server did not make" if folder.exists() else "removed the folder"
+        print(f"stopped the server in {folder} and {left}")
         return
     server = start_local_server(args.folder, args.port, team=True)
     print(f"started PostgreSQL in {args.folder} (trust: every account of this machine may connect; for trying only)")
