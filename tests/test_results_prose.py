@@ -172,3 +172,19 @@ def test_no_hand_written_statement_quotes_a_claims_figure():
     ]
     assert not found, found
     assert quoted_claims("Square-χPO ≥ DPO at 512 rows: +5.78 points, which holds.", STUDIES)  # the check sees one
+
+
+def test_the_lab_block_command_refuses_before_it_runs_anything(tmp_path, capsys):
+    """--readme with a smaller grid, or a page without the block, is refused before any grid point runs."""
+    from squarechipo.sim.cli import main
+
+    page = tmp_path / "lab.md"
+    page.write_text("# no block\n", encoding="utf-8")
+    for argv, said in (
+        (["--smoke", "--readme", str(page)], "default grid"),
+        (["--readme", str(page)], "no lab block"),
+    ):
+        with pytest.raises(SystemExit):
+            main([*argv, "--out", str(tmp_path / "sim")])
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "sim").exists() and page.read_text(encoding="utf-8") == "# no block\n"

@@ -488,6 +488,8 @@ def test_the_throwaway_server_refuses_a_taken_port_a_full_folder_and_a_stranger(
             (["start", "--folder", str(second), "--port", str(port)], r"did not start in .*try another port"),
             (["start", "--folder", str(first), "--port", str(port + 1)], r"the folder is not empty; give a new"),
             (["stop", "--folder", str(tmp_path)], r"no server started by .* is in this folder"),
+            (["start", "--folder", str(first / "squarechipo_server.json")], r"is a file: give a new folder"),
+            (["start", "--folder", str(second), "--port", "70000"], r"--port 70000: give a TCP port from 1 to 65535"),
         ]
         for argv, fix in cases:
             assert squarechipo.cli.main(["registry", "server", *argv]) != 0

@@ -122,6 +122,10 @@ def start_local_server(folder: str | os.PathLike, port: int | None = None, *, te
     if why:
         raise OSError(f"no PostgreSQL server can start here: {why}.")
     folder = Path(folder).expanduser().resolve()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file: give a new folder for the server's data and socket.")
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"--port {port}: give a TCP port from 1 to 65535 (or none: the socket only).")
     if folder.exists() and any(folder.iterdir()):
         raise ValueError(f"{folder}: the folder is not empty; give a new folder (or stop the server in it first).")
     folder.mkdir(parents=True, exist_ok=True)
@@ -150,14 +154,17 @@ def _server_place(folder: Path, about: dict) -> Path:
     folder itself, or (run as root) a ``squarechipo-pg-*`` folder directly in the temporary folder, holding a
     PostgreSQL data folder. The record is a file anyone who can write the folder can edit: it never chooses what is
     removed or which program runs."""
-    place = Path(str(about.get("server", ""))).resolve()
+    try:
+        place = Path(str(about.get("server", ""))).resolve()
+    except (ValueError, OSError):  # a NUL byte, a loop of links: not a folder start made
+        place = Path("/nonexistent")
     ours = place == folder or (place.parent == Path(tempfile.gettempdir()).resolve() and place.name.startswith(
         "squarechipo-pg-"
     ))  # fmt: skip
     if not ours or not (place / "data" / "PG_VERSION").is_file():
         raise ValueError(
-            f"{folder / ABOUT}: it names {place} as the server's folder, which `registry server start` did not make; "
-            "stop that server with pg_ctl yourself and remove the folders by hand."
+            f"{folder / ABOUT}: it names {about.get('server')!r} as the server's folder, which `registry server "
+            "start` did not make; stop that server with pg_ctl yourself and remove the folders by hand."
         )
     return place
 
