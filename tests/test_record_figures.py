@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.prose import SOURCES, source_prose
+from tests.helpers.results_prose import GENERATED  # the blocks a test checks against their records
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")), "CHANGELOG.md"]
@@ -61,7 +62,6 @@ def sentence_figures(sentence: str) -> list[tuple[str, float]]:
 
 
 #: A block generated from committed records, which a test checks byte for byte against what they generate.
-GENERATED = re.compile(r"<!-- ([\w-]+)(:[\w-]+)?:begin.*?<!-- \1(:[\w-]+)?:end -->", re.S)
 
 
 def sentences(text: str) -> list[str]:
